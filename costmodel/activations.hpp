@@ -1,0 +1,39 @@
+#pragma once
+// Activation memory of one transformer layer, after Korthikanti et al. 2022,
+// "Reducing Activation Recomputation in Large Transformer Models", sec. 4 and
+// Table 2. Every tensor a layer saves for its backward is counted once, split
+// into what tensor parallelism divides by t and what it replicates (sequence
+// parallelism divides that too).
+#include <cstdint>
+
+#include "costmodel/model_spec.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner {
+
+struct AttentionImpl {
+  // Fused (flash / memory-efficient) attention saves Q, K, V, the output and
+  // the fp32 log-sum-exp; materialized attention also saves the a*s*s
+  // softmax output (and its dropout mask and output when dropout is on).
+  bool flash = true;
+  // Dropout after attention scores, attention output and MLP (GPT-2/Megatron
+  // style). Modern LLM training, and this project's runtime, use none.
+  bool dropout = false;
+};
+
+struct LayerActivationBytes {
+  double replicated = 0;  // saved by every TP rank in full (LN inputs, inputs of column-parallel GEMMs)
+  double split = 0;       // divided across TP ranks (per-head and per-FFN-column tensors)
+  double total(int tp, bool sp) const { return sp ? (replicated + split) / tp : replicated + split / tp; }
+};
+
+// Bytes one layer saves for the backward, for a micro-batch of `b` sequences of
+// `s` tokens with `elem_bytes`-byte activations.
+//  ckpt=none:      everything (Megatron: 34sbh + 5as^2b with dropout and materialized attention)
+//  ckpt=selective: the attention core (softmax, its dropout, the s^2 terms and the
+//                  log-sum-exp) is recomputed, so those are dropped
+//  ckpt=full:      only the layer input (2sbh for 16-bit)
+LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes, Ckpt ckpt,
+                                            const AttentionImpl& impl = {});
+
+}  // namespace planner

@@ -1,0 +1,81 @@
+#include "costmodel/compat.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "strategies/errors.hpp"
+
+namespace planner {
+
+std::vector<std::string> check_compat(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  const ClusterSpec& c = plan.cluster;
+  const Strategy& s = plan.strategy;
+  s.validate();
+  std::vector<std::string> notes;
+  if (s.world() != c.world())
+    throw InputError(fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} must equal the GPU count {}", s.dp, s.tp, s.pp,
+                                 s.world(), c.world()));
+  if (m.heads % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the attention heads ({})", s.tp, m.heads));
+  if (m.kv_heads % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the key/value heads ({})", s.tp, m.kv_heads));
+  if (m.ffn % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the FFN width ({})", s.tp, m.ffn));
+  if (s.pp * s.vpp > m.layers)
+    throw InputError(s.vpp > 1 ? fmt::format("strategy: pp*vpp = {} must be at most the layers ({})", s.pp * s.vpp, m.layers)
+                               : fmt::format("strategy: pp={} must be at most the layers ({})", s.pp, m.layers));
+  if (s.precision == Precision::BF16 && !c.gpu.supports_bf16())
+    throw InputError(fmt::format("strategy: precision=bf16 needs a GPU with bfloat16 ({} has none; use fp16)", c.gpu.name));
+  if (s.precision == Precision::FP16 && c.gpu.peak_fp16 <= 0)
+    throw InputError(fmt::format("strategy: precision=fp16 is not supported on {}", c.gpu.name));
+  if (plan.seq < 1) throw InputError("seq must be at least 1");
+  if (m.pos == PosEmbed::Learned && m.max_positions > 0 && plan.seq > m.max_positions)
+    throw InputError(fmt::format("seq={} exceeds the {} learned positions of {}", plan.seq, m.max_positions, m.name));
+  if (plan.global_batch != s.global_batch())
+    throw InputError(fmt::format("global batch {} must equal dp*mbs*gas = {}*{}*{} = {}", plan.global_batch, s.dp,
+                                 s.mbs, s.gas, s.global_batch()));
+  if (s.zero >= 1 && s.dp == 1)
+    notes.push_back(fmt::format("zero={} with dp=1 shards nothing (ZeRO partitions over data-parallel ranks)", s.zero));
+  if (s.sp && s.tp == 1) notes.push_back("sp=1 with tp=1 does nothing (sequence parallelism splits over TP ranks)");
+  if (s.tp > c.gpus_per_node)
+    notes.push_back(fmt::format("tp={} spans nodes ({} GPUs per node): its all-reduces cross the network", s.tp,
+                                c.gpus_per_node));
+  return notes;
+}
+
+Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes) {
+  Plan p;
+  p.model = resolve_model(req.model);
+  p.cluster = resolve_cluster(req.gpus);
+  if (req.host_memory_bytes) p.cluster.host_memory_bytes = *req.host_memory_bytes;
+  std::vector<std::string> given;
+  p.strategy = req.strategy.empty() ? Strategy{} : Strategy::parse(req.strategy, &given);
+  auto has = [&](const char* k) { return std::find(given.begin(), given.end(), k) != given.end(); };
+  Strategy& s = p.strategy;
+  const int world = p.cluster.world();
+  if (!has("dp")) {
+    if (world % (s.tp * s.pp) != 0)
+      throw InputError(fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", s.tp * s.pp, world));
+    s.dp = world / (s.tp * s.pp);
+  }
+  p.seq = req.seq ? *req.seq : (p.model.default_seq > 0 ? p.model.default_seq : 1024);
+  if (req.global_batch) {
+    const int64_t per_step = int64_t(s.dp) * s.mbs;
+    if (!has("gas")) {
+      if (*req.global_batch % per_step != 0)
+        throw InputError(fmt::format("global batch {} is not a multiple of dp*mbs = {}", *req.global_batch, per_step));
+      if (*req.global_batch / per_step > (1 << 20)) throw InputError("global batch: too many micro-batches");
+      s.gas = static_cast<int>(*req.global_batch / per_step);
+    }
+    p.global_batch = *req.global_batch;
+  } else {
+    p.global_batch = s.global_batch();
+  }
+  auto n = check_compat(p);
+  if (notes) *notes = std::move(n);
+  return p;
+}
+
+}  // namespace planner

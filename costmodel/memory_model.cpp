@@ -1,0 +1,190 @@
+#include "costmodel/memory_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/activations.hpp"
+#include "costmodel/model_states.hpp"
+#include "strategies/schedule.hpp"
+
+namespace planner {
+
+const char* to_string(MemCategory c) {
+  switch (c) {
+    case MemCategory::Parameters: return "parameters";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::OptimizerStates: return "optimizer_states";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::LogitsLoss: return "logits_loss";
+    case MemCategory::CommBuffers: return "comm_buffers";
+    case MemCategory::Overhead: return "overhead";
+    case MemCategory::Count: break;
+  }
+  return "?";
+}
+
+std::vector<int> partition_layers(const ModelSpec& m, int chunks) {
+  // Even split (Megatron-LM's default). When the layers do not divide, the
+  // extra layers go to the middle chunks first, because the first and the last
+  // chunk already carry the embedding and the head.
+  std::vector<int> out(chunks, static_cast<int>(m.layers / chunks));
+  int rem = static_cast<int>(m.layers % chunks);
+  std::vector<int> order;
+  for (int c = 1; c + 1 < chunks; ++c) order.push_back(c);
+  order.push_back(0);
+  if (chunks > 1) order.push_back(chunks - 1);
+  for (int i = 0; rem > 0; ++i, --rem) out[order[i % order.size()]] += 1;
+  return out;
+}
+
+namespace {
+
+// Activations of micro-batches in flight on `stage`, in units of one chunk of
+// one micro-batch. GPipe holds every micro-batch; 1F1B holds at most pp - stage
+// (Narayanan et al. 2021, sec. 2.2); the interleaved count comes from the
+// schedule itself. tests/unit/test_memory_model.cpp checks the closed forms
+// against max_inflight of the generated schedules.
+int inflight(const Strategy& s, int stage) {
+  switch (s.schedule) {
+    case Schedule::GPipe: return s.gas;
+    case Schedule::OneFOneB: return std::min(s.pp - stage, s.gas);
+    case Schedule::Interleaved: return max_inflight(interleaved_one_f_one_b(s.pp, s.gas, s.vpp)[stage]);
+  }
+  return s.gas;
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  const ClusterSpec& c = plan.cluster;
+  const Strategy& s = plan.strategy;
+  const MemoryConstants k = memory_constants(c);
+  const int e = bytes_per_element(s.precision);
+  const int chunks = s.pp * s.vpp;
+  const std::vector<int> chunk_layers = partition_layers(m, chunks);
+  const AttentionImpl impl{};  // the runtime uses fused attention and no dropout
+  const LayerActivationBytes per_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl);
+  const double layer_act = per_layer.total(s.tp, s.sp);
+  const double sbh = double(plan.seq) * s.mbs * m.hidden;
+
+  MemoryReport r;
+  r.gpu_capacity_bytes = c.gpu.memory_bytes;
+  r.host_capacity_bytes = c.host_memory_bytes;
+  for (int st = 0; st < s.pp; ++st) {
+    StageMemory sm;
+    sm.stage = st;
+    sm.has_embedding = st == 0;
+    sm.has_head = st == s.pp - 1;
+    int layers = 0;
+    for (int v = 0; v < s.vpp; ++v) layers += chunk_layers[v * s.pp + st];
+    int first = 0;
+    for (int i = 0; i < st; ++i) first += chunk_layers[i];
+    sm.first_layer = first;  // for vpp > 1 the stage's layers are not contiguous; this is chunk 0's
+    sm.last_layer = first + chunk_layers[st];
+    sm.layers = layers;
+    sm.params = stage_params_per_rank(m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
+    const ModelStateBytes ms = model_state_bytes(double(sm.params), s, k);
+
+    auto& g = sm.gpu;
+    g[int(MemCategory::Parameters)] = int64_t(ms.gpu_params);
+    g[int(MemCategory::Gradients)] = int64_t(ms.gpu_grads);
+    g[int(MemCategory::OptimizerStates)] = int64_t(ms.gpu_optimizer);
+
+    // Activations: each in-flight chunk of a micro-batch holds its layers'
+    // saved tensors. A stage's chunks have equal layers up to one; use the mean.
+    sm.inflight_microbatches = inflight(s, st);
+    double act = sm.inflight_microbatches * layer_act * (double(layers) / s.vpp);
+    // Full recomputation re-materialises one layer during its backward
+    // (Korthikanti et al. sec. 5).
+    if (s.ckpt == Ckpt::Full)
+      act += layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
+    if (sm.has_head) act += 2.0 * e * sbh / (s.sp ? s.tp : 1);  // final-norm input and LM-head input
+    g[int(MemCategory::Activations)] = int64_t(act);
+
+    if (sm.has_head) {
+      // Logits over the vocabulary (vocab-parallel under TP). The loss works in
+      // fp32: the saved fp32 log-probabilities of every micro-batch still waiting
+      // for its backward, plus, transiently, the working-precision logits and the
+      // fp32 gradient of the one being computed.
+      const double sbv = double(plan.seq) * s.mbs * double(m.vocab) / s.tp;
+      const int waiting = sm.inflight_microbatches;
+      g[int(MemCategory::LogitsLoss)] = int64_t(sbv * (4.0 * waiting + e + 4.0));
+    }
+
+    // Buffers: gradient-reduction buckets (dp > 1), ZeRO-3 gathered layers with
+    // prefetch, pipeline send/receive buffers.
+    double comm = 0;
+    if (s.dp > 1) comm += k.reduce_buckets * k.bucket_bytes;
+    if (s.zero == 3) comm += k.zero3_prefetch_layers * double(e) * double(m.layer_params()) / s.tp;
+    if (s.offload == Offload::All && s.zero == 3) comm += 0;  // the gathered layers above are all that stays
+    if (s.pp > 1) comm += 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1);  // one activation and one gradient, double-buffered
+    g[int(MemCategory::CommBuffers)] = int64_t(comm);
+
+    const double dynamic = act + g[int(MemCategory::LogitsLoss)];
+    const int communicators = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
+    g[int(MemCategory::Overhead)] =
+        int64_t(k.context_bytes + communicators * k.nccl_bytes_per_communicator + k.fragmentation * dynamic);
+
+    for (auto v : g) sm.gpu_peak_bytes += v;
+    sm.host_bytes = int64_t(ms.host_bytes);
+    r.stages.push_back(sm);
+  }
+
+  for (const auto& sm : r.stages)
+    if (sm.gpu_peak_bytes > r.stages[r.peak_stage].gpu_peak_bytes) r.peak_stage = sm.stage;
+  r.per_gpu_peak_bytes = r.stages[r.peak_stage].gpu_peak_bytes;
+  r.gpu_fits = r.per_gpu_peak_bytes <= r.gpu_capacity_bytes;
+
+  // Host: every GPU of a node runs one process; the fullest node holds
+  // gpus_per_node ranks of the stages with the most offloaded state.
+  int64_t max_rank_host = 0;
+  for (const auto& sm : r.stages) max_rank_host = std::max(max_rank_host, sm.host_bytes);
+  r.host_peak_bytes = int64_t(c.gpus_per_node * (max_rank_host + k.host_bytes_per_process));
+  r.host_fits = r.host_peak_bytes <= r.host_capacity_bytes;
+
+  const MemBreakdown& peak = r.stages[r.peak_stage].gpu;
+  int best = 0;
+  for (int i = 1; i < kMemCategories; ++i)
+    if (peak[i] > peak[best]) best = i;
+  r.binding = static_cast<MemCategory>(best);
+  return r;
+}
+
+nlohmann::json memory_report_json(const MemoryReport& r) {
+  nlohmann::json j;
+  j["fits"] = r.fits();
+  j["gpu_fits"] = r.gpu_fits;
+  j["host_fits"] = r.host_fits;
+  j["per_gpu_peak_bytes"] = r.per_gpu_peak_bytes;
+  j["gpu_capacity_bytes"] = r.gpu_capacity_bytes;
+  j["host_peak_bytes"] = r.host_peak_bytes;
+  j["host_capacity_bytes"] = r.host_capacity_bytes;
+  j["peak_stage"] = r.peak_stage;
+  j["binding"] = to_string(r.binding);
+  nlohmann::json bd = nlohmann::json::object();
+  for (int i = 0; i < kMemCategories; ++i) bd[to_string(MemCategory(i))] = r.peak_breakdown()[i];
+  j["breakdown"] = bd;
+  j["stages"] = nlohmann::json::array();
+  for (const auto& sm : r.stages) {
+    nlohmann::json st;
+    st["stage"] = sm.stage;
+    st["layers"] = sm.layers;
+    st["has_embedding"] = sm.has_embedding;
+    st["has_head"] = sm.has_head;
+    st["params_per_rank"] = sm.params;
+    st["inflight_microbatches"] = sm.inflight_microbatches;
+    st["gpu_peak_bytes"] = sm.gpu_peak_bytes;
+    st["host_bytes"] = sm.host_bytes;
+    nlohmann::json b = nlohmann::json::object();
+    for (int i = 0; i < kMemCategories; ++i) b[to_string(MemCategory(i))] = sm.gpu[i];
+    st["breakdown"] = b;
+    j["stages"].push_back(st);
+  }
+  j["notes"] = r.notes;
+  return j;
+}
+
+}  // namespace planner

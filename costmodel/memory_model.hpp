@@ -1,0 +1,62 @@
+#pragma once
+// Per-GPU and per-host memory of one training step, by category, per pipeline
+// stage. Formulas and sources in docs/ARCHITECTURE.md ("Memory model").
+#include <array>
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+
+namespace planner {
+
+enum class MemCategory {
+  Parameters,       // working-precision weights resident on the GPU
+  Gradients,        // working-precision gradients (or their ZeRO-2/3 shard + reduce buckets)
+  OptimizerStates,  // fp32 master weights + Adam moments (K = 12 bytes/param in mixed precision)
+  Activations,      // saved for backward, times the micro-batches in flight on the stage
+  LogitsLoss,       // logits and their fp32 copy for the cross-entropy (last stage)
+  CommBuffers,      // gradient buckets, ZeRO-3 gather buffers, PP send/recv buffers
+  Overhead,         // CUDA context, cuBLAS workspace, caching-allocator fragmentation
+  Count
+};
+constexpr int kMemCategories = static_cast<int>(MemCategory::Count);
+const char* to_string(MemCategory c);  // "parameters", "gradients", "optimizer_states", ...
+
+using MemBreakdown = std::array<int64_t, kMemCategories>;
+
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;                        // transformer layers on the stage (all its chunks)
+  int first_layer = 0, last_layer = 0;  // [first, last) layers of the stage's first chunk
+  bool has_embedding = false, has_head = false;
+  int64_t params = 0;                    // parameters held by one rank of this stage (after TP)
+  int inflight_microbatches = 0;         // activations of this many micro-batches live at the peak
+  MemBreakdown gpu{};                    // bytes on one GPU of this stage
+  int64_t gpu_peak_bytes = 0;            // sum of gpu
+  int64_t host_bytes = 0;                // bytes this GPU's process keeps on the host (offload)
+};
+
+struct MemoryReport {
+  std::vector<StageMemory> stages;
+  int peak_stage = 0;
+  int64_t per_gpu_peak_bytes = 0;        // the largest over ranks
+  int64_t gpu_capacity_bytes = 0;        // the GPU's memory
+  int64_t host_peak_bytes = 0;           // the fullest node's host memory need
+  int64_t host_capacity_bytes = 0;
+  bool gpu_fits = false, host_fits = false;
+  bool fits() const { return gpu_fits && host_fits; }
+  MemCategory binding = MemCategory::Activations;  // the largest category on the peak stage
+  std::vector<std::string> notes;        // e.g. "zero=1 with dp=1 shards nothing"
+  const MemBreakdown& peak_breakdown() const { return stages.at(peak_stage).gpu; }
+};
+
+// Transformer layers per pipeline stage: balanced, with the embedding (first
+// stage) and the head (last stage) counted as layer equivalents by parameters.
+std::vector<int> partition_layers(const ModelSpec& m, int pp);
+
+MemoryReport estimate_memory(const Plan& plan);
+nlohmann::json memory_report_json(const MemoryReport& r);
+
+}  // namespace planner

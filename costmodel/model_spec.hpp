@@ -1,0 +1,91 @@
+#pragma once
+// ModelSpec: the shape of a transformer, enough to count parameters exactly,
+// estimate memory and FLOPs, and build the same model in the runtime.
+//
+// The parameter count is defined here once (layer_params(), embedding_params(),
+// head_params()); the LibTorch model in runtime/ builds exactly these tensors, and a
+// test checks that the two agree.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace planner {
+
+enum class Arch { Decoder, Encoder };              // GPT-style causal LM, BERT-style MLM encoder
+enum class PosEmbed { Learned, Rotary };
+enum class MlpKind { Gelu, Relu, SwiGlu };          // SwiGLU has three matrices (LLaMA)
+enum class NormKind { LayerNorm, RmsNorm };         // LayerNorm has weight+bias, RMSNorm weight only
+
+struct ModelSpec {
+  std::string name;                 // "gpt2-xl", "llama-2-7b", or the config path's stem
+  Arch arch = Arch::Decoder;
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;             // == heads for multi-head attention; fewer for GQA
+  int64_t ffn = 0;                  // MLP inner width
+  int64_t vocab = 0;
+  int64_t max_positions = 0;        // positions of the learned table (0 for rotary); the table has
+                                    // max_positions + position_offset rows
+  int64_t position_offset = 0;      // OPT: HF's OPTLearnedPositionalEmbedding keeps 2 extra rows
+  int64_t type_vocab = 0;           // BERT token-type embeddings (0 for none)
+  int64_t word_embed_dim = 0;       // OPT-350m: embeddings of this width with project_in/out (0 = hidden)
+  PosEmbed pos = PosEmbed::Learned;
+  MlpKind mlp = MlpKind::Gelu;
+  NormKind norm = NormKind::LayerNorm;
+  bool qkv_bias = true;             // biases on the q, k, v projections
+  bool out_bias = true;             // bias on the attention output projection
+  bool mlp_bias = true;             // biases on the MLP projections
+  bool parallel_block = false;      // GPT-J: attention and MLP share one input norm
+  bool tied_embeddings = true;      // LM head shares the token embedding
+  bool lm_head_bias = false;        // GPT-J's untied head has a bias
+  bool embed_norm = false;          // BERT: LayerNorm after the embeddings
+  bool final_norm = true;           // a norm after the last layer (GPT, OPT, LLaMA); false for BERT (post-LN)
+  bool pooler = false;              // BERT pooler (hidden x hidden + bias)
+  bool mlm_head = false;            // BERT MLM head transform: dense h x h + bias, LayerNorm, vocab bias
+  int64_t published_params = 0;     // the count its authors publish (0 when unknown)
+  int64_t default_seq = 0;          // the sequence length it was trained with
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_dim() const { return kv_heads * head_dim(); }
+
+  int64_t norm_params() const;        // one norm of width hidden
+  int64_t attention_params() const;   // q, k, v, o (+ biases) of one layer
+  int64_t mlp_params() const;         // the MLP of one layer
+  int64_t layer_params() const;       // attention + mlp + the layer's norms
+  int64_t embedding_params() const;   // token (+ position) (+ type) (+ embed norm) (+ project_in)
+  int64_t head_params() const;        // final norm + untied head (+ bias) + pooler + MLM head (+ project_out)
+  int64_t total_params() const;       // embedding + layers * layer + head
+
+  // Throws InputError naming what is wrong (zero sizes, heads not dividing hidden,
+  // kv_heads not dividing heads...).
+  void validate() const;
+
+  friend bool operator==(const ModelSpec&, const ModelSpec&) = default;
+};
+
+// Presets named as Hugging Face names them ("gpt2", "opt-1.3b", "llama-2-7b",
+// "bert-base", ...; an "org/" prefix such as "facebook/opt-1.3b" is accepted).
+std::vector<std::string> model_preset_names();
+// Preset name, or a path to a Hugging Face config.json. Throws InputError with the
+// nearest preset name for an unknown one.
+ModelSpec resolve_model(std::string_view name_or_path);
+// A preset or "gpt" family member by name ("org/" prefix, case-insensitive, HF
+// suffixes such as "-hf" accepted); InputError with the nearest name otherwise.
+ModelSpec model_preset(std::string_view name);
+// Parses a Hugging Face config.json (GPT-2, GPT-Neo, GPT-J, OPT, BERT, LLaMA).
+ModelSpec model_from_hf_config(const nlohmann::json& config, std::string name);
+
+// Families for the largest-model search: an ordered list of sizes, smallest
+// first. "gpt" is a continuous family scaled in width and depth with a fixed
+// aspect ratio (hidden/layers as in the GPT-3 paper's table); "gpt2", "gpt-neo",
+// "opt", "llama-2" are the preset lists.
+std::vector<std::string> model_family_names();
+std::vector<ModelSpec> model_family(std::string_view family);
+
+void to_json(nlohmann::json& j, const ModelSpec& m);
+void from_json(const nlohmann::json& j, ModelSpec& m);
+
+}  // namespace planner

@@ -1,0 +1,84 @@
+#include "costmodel/model_states.hpp"
+
+namespace planner {
+
+MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
+  MemoryConstants k;
+  // CUDA context with lazy module loading plus cuBLAS workspace: about 0.5 GiB
+  // on Hopper with CUDA 12/13 (measured by the runtime as device memory outside
+  // the caching allocator).
+  k.context_bytes = 512.0 * (1 << 20);
+  // NCCL allocates per-channel buffers for each communicator (NCCL_BUFFSIZE 4 MiB
+  // times channels and peers); about 256 MiB each in practice.
+  k.nccl_bytes_per_communicator = 256.0 * (1 << 20);
+  // PyTorch's caching allocator rounds and splits blocks; 5% of the memory that
+  // comes and goes within a step.
+  k.fragmentation = 0.05;
+  // Gradient buckets as in PyTorch DDP (bucket_cap_mb = 25), two in flight.
+  k.bucket_bytes = 25.0 * (1 << 20);
+  k.reduce_buckets = 2;
+  // ZeRO-3: the layer being computed and the one prefetched.
+  k.zero3_prefetch_layers = 2;
+  // A PyTorch training process without offload: about 3 GiB of host memory
+  // (framework, CUDA host allocations, data loader).
+  k.host_bytes_per_process = 3.0 * (1 << 30);
+  return k;
+}
+
+StateBytesPerParam state_bytes_per_param(Precision p) {
+  if (p == Precision::FP32) return {4, 4, 8};
+  return {2, 2, 12};
+}
+
+ModelStateBytes model_state_bytes(double P, const Strategy& s, const MemoryConstants& /*k*/) {
+  const StateBytesPerParam b = state_bytes_per_param(s.precision);
+  const double nd = s.dp;
+  ModelStateBytes out;
+  const double params_full = b.param * P, grads_full = b.grad * P, opt_full = b.optimizer * P;
+  switch (s.zero) {
+    case 0: out = {params_full, grads_full, opt_full, 0}; break;
+    case 1: out = {params_full, grads_full, opt_full / nd, 0}; break;
+    case 2: out = {params_full, grads_full / nd, opt_full / nd, 0}; break;
+    default: out = {params_full / nd, grads_full / nd, opt_full / nd, 0}; break;
+  }
+  if (s.offload != Offload::None) {
+    // The optimizer shard lives on the host together with an fp32 copy of the
+    // gradient shard it updates from (ZeRO-Offload); the GPU keeps reduce buckets.
+    out.host_bytes += out.gpu_optimizer + 4.0 * P / nd;
+    out.gpu_optimizer = 0;
+    if (s.zero >= 2) out.gpu_grads = 0;  // reduced gradients go straight to the host buffer
+  }
+  if (s.offload == Offload::All) {
+    out.host_bytes += out.gpu_params;
+    out.gpu_params = 0;  // only gathered layers stay on the GPU (communication buffers)
+  }
+  return out;
+}
+
+int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding, bool has_head, int pp, int tp) {
+  const int64_t h = m.hidden;
+  // Replicated in a layer: its norms and the biases of the row-parallel GEMMs
+  // (attention output and second MLP projection), Shoeybi et al. 2019.
+  int64_t layer_repl = (m.parallel_block ? 1 : 2) * m.norm_params();
+  if (m.out_bias) layer_repl += h;
+  if (m.mlp_bias && m.mlp != MlpKind::SwiGlu) layer_repl += h;
+  const int64_t layer = (m.layer_params() - layer_repl) / tp + layer_repl;
+
+  const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : h;
+  const int64_t word = m.vocab * width;  // vocab-parallel under TP
+  int64_t total = int64_t(layers) * layer;
+  if (has_embedding) total += (m.embedding_params() - word) + word / tp;
+  if (has_head) {
+    int64_t head = m.head_params();
+    if (!m.tied_embeddings) {
+      const int64_t untied = m.vocab * h + (m.lm_head_bias ? m.vocab : 0);
+      head = head - untied + untied / tp;
+    } else if (pp > 1) {
+      head += word / tp;  // the last stage keeps its own copy of the tied embedding
+    }
+    total += head;
+  }
+  return total;
+}
+
+}  // namespace planner

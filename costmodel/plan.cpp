@@ -1,0 +1,115 @@
+#include "costmodel/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "strategies/errors.hpp"
+
+namespace planner {
+
+nlohmann::json plan_to_json(const Plan& p) {
+  nlohmann::json j;
+  j["format"] = "planner-plan";
+  j["version"] = kPlanFormatVersion;
+  j["model"] = p.model;
+  j["cluster"] = p.cluster;
+  j["strategy"] = p.strategy;
+  j["seq"] = p.seq;
+  j["global_batch"] = p.global_batch;
+  return j;
+}
+
+namespace {
+int64_t positive_field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) throw InputError(fmt::format("plan: missing field '{}'", key));
+  const auto& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    throw InputError(fmt::format("plan: '{}' must be a positive integer, got {}", key, v.dump()));
+  return v.get<int64_t>();
+}
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw InputError("plan: expected a JSON object");
+  if (j.value("format", std::string()) != "planner-plan")
+    throw InputError("plan: not a plan file (\"format\": \"planner-plan\" missing)");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    throw InputError("plan: missing integer field 'version'");
+  const int version = j["version"].get<int>();
+  if (version != kPlanFormatVersion)
+    throw InputError(fmt::format("plan: format version {} is not supported (this planner reads version {})", version,
+                                 kPlanFormatVersion));
+  for (const char* key : {"model", "cluster", "strategy"})
+    if (!j.contains(key)) throw InputError(fmt::format("plan: missing field '{}'", key));
+  Plan p;
+  try {
+    p.model = j.at("model").get<ModelSpec>();
+    p.cluster = cluster_from_json(j.at("cluster"));
+    p.strategy = j.at("strategy").get<Strategy>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("plan: malformed field: {}", e.what()));
+  }
+  p.seq = positive_field(j, "seq");
+  p.global_batch = positive_field(j, "global_batch");
+  return p;
+}
+
+nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open '{}'", what, path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string msg = e.what();
+    for (auto& c : msg)
+      if (c == '\n') c = ' ';
+    throw InputError(fmt::format("{}: '{}' is not valid JSON ({})", what, path, msg));
+  }
+}
+
+Plan load_plan(const std::string& path) {
+  try {
+    return plan_from_json(read_json_file(path, "plan"));
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    if (msg.find(path) == std::string::npos) msg = fmt::format("{} (in '{}')", msg, path);
+    throw InputError(msg);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir)) throw InputError(fmt::format("output: directory '{}' does not exist", dir.string()));
+  fs::path tmp = dir / fmt::format(".{}.tmp{}", target.filename().string(), ::getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) throw InputError(fmt::format("output: cannot write '{}'", path));
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error(fmt::format("output: writing '{}' failed", path));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw InputError(fmt::format("output: cannot write '{}'", path));
+  }
+}
+
+void save_plan(const Plan& p, const std::string& path) { write_file_atomically(path, plan_to_json(p).dump(2) + "\n"); }
+
+}  // namespace planner

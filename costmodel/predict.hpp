@@ -1,0 +1,36 @@
+#pragma once
+// The prediction of one training step: time (from the simulator) and memory
+// (from the memory model). The contract between the cost model, the planner's
+// commands and the runtime's measured-vs-predicted report.
+#include <string>
+#include <nlohmann/json_fwd.hpp>
+
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan.hpp"
+
+namespace planner {
+
+struct StepPrediction {
+  double step_seconds = 0;
+  double samples_per_second = 0;
+  double tokens_per_second = 0;
+  double model_flops_per_step = 0;     // flops.hpp model_flops
+  double hardware_flops_per_step = 0;  // with recomputation
+  double tflops_per_gpu = 0;           // model TFLOP/s per GPU
+  double hw_tflops_per_gpu = 0;        // hardware TFLOP/s per GPU
+  double mfu = 0;                      // model FLOP/s over the GPUs' dense peak in the working precision
+  // Where the time goes, seconds per step on the critical rank.
+  double compute_seconds = 0;          // forward + backward (+ recompute) kernels
+  double exposed_comm_seconds = 0;     // communication not hidden behind compute
+  double bubble_seconds = 0;           // pipeline idle time
+  double optimizer_seconds = 0;        // optimizer step (GPU or CPU)
+  double offload_seconds = 0;          // exposed host<->device copies
+  MemoryReport memory;
+};
+
+// Predicts with the default hardware profile of the plan's GPU, or with the
+// profile saved at `profile_path` when not empty.
+StepPrediction predict(const Plan& plan, const std::string& profile_path = "");
+nlohmann::json prediction_json(const StepPrediction& p);  // the documented predict keys
+
+}  // namespace planner

@@ -1,0 +1,57 @@
+#include "planner/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "costmodel/compat.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
+  cmd->add_option("--plan", o.plan_path, "plan.json (replaces --model, --gpus, --strategy, --seq, --global-batch)");
+  cmd->add_option("--model,-m", o.model, "model preset (gpt2-xl, llama-2-7b, ...) or a Hugging Face config.json");
+  cmd->add_option("--gpus,-g", o.gpus, "GPUs: NxTYPE or NODESxNxTYPE (2xRTX3090, 128x8xH100) or a cluster JSON");
+  if (with_strategy)
+    cmd->add_option("--strategy,-s", o.strategy,
+                    "dp=2,tp=1,pp=1,zero=1,offload=none,ckpt=none,mbs=4,gas=8,precision=bf16 (unnamed keys take defaults; "
+                    "dp defaults to GPUs/(tp*pp))");
+  cmd->add_option("--seq", o.seq, "sequence length (default: the model's training length)");
+  cmd->add_option("--global-batch", o.global_batch, "sequences per step (default: dp*mbs*gas; sets gas when gas is not given)");
+  cmd->add_option("--host-memory", o.host_memory, "host memory per node, e.g. 128GiB (default per GPU type)");
+}
+
+Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes) {
+  if (!o.plan_path.empty()) {
+    if (!o.model.empty() || !o.gpus.empty() || !o.strategy.empty() || !o.seq.empty() || !o.global_batch.empty())
+      throw InputError("--plan replaces --model, --gpus, --strategy, --seq and --global-batch; give one or the other");
+    Plan p = load_plan(o.plan_path);
+    if (!o.host_memory.empty()) p.cluster.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
+    auto n = check_compat(p);
+    if (notes) *notes = n;
+    return p;
+  }
+  if (o.model.empty()) throw InputError("missing --model (or --plan)");
+  if (o.gpus.empty()) throw InputError("missing --gpus (or --plan)");
+  PlanRequest req;
+  req.model = o.model;
+  req.gpus = o.gpus;
+  req.strategy = with_strategy ? o.strategy : "";
+  if (!o.seq.empty()) req.seq = parse_int(o.seq, "--seq");
+  if (!o.global_batch.empty()) req.global_batch = parse_int(o.global_batch, "--global-batch");
+  if (!o.host_memory.empty()) req.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
+  if (req.seq && *req.seq > (1 << 24)) throw InputError(fmt::format("--seq {} is too large", *req.seq));
+  return build_plan(req, notes);
+}
+
+void emit(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::cout << text << std::flush;
+  } else {
+    write_file_atomically(path, text);
+  }
+}
+
+}  // namespace planner

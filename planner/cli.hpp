@@ -1,0 +1,31 @@
+#pragma once
+// Pieces shared by the subcommands of the `planner` program. Each subcommand
+// lives in its own planner/cmd_*.cpp and registers itself on the CLI11 app.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+
+namespace planner {
+
+// --plan FILE, or the separate --model/--gpus/--strategy/--seq/--global-batch/--host-memory.
+struct PlanOptions {
+  std::string plan_path, model, gpus, strategy, seq, global_batch, host_memory;
+};
+void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy);
+// Loads or builds the plan; fills `notes` with remarks on legal but odd choices.
+Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes);
+
+// Writes `text` to `path`, or to stdout when path is empty or "-".
+void emit(const std::string& path, const std::string& text);
+
+// Each returns the subcommand; its callback sets `exit_code`.
+CLI::App* add_memory_command(CLI::App& app, int& exit_code);
+CLI::App* add_max_model_command(CLI::App& app, int& exit_code);
+CLI::App* add_predict_command(CLI::App& app, int& exit_code);
+CLI::App* add_plan_command(CLI::App& app, int& exit_code);
+CLI::App* add_bench_command(CLI::App& app, int& exit_code);
+CLI::App* add_exec_command(CLI::App& app, int& exit_code);
+
+}  // namespace planner

@@ -1,0 +1,53 @@
+// `planner exec`: run a plan on this machine's GPU (or CPU) and put measured
+// beside predicted. Needs the LibTorch runtime (built when LibTorch is found).
+#include <fmt/format.h>
+
+#include "planner/cli.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+#if defined(PLANNER_HAS_RUNTIME)
+#include "runtime/exec.hpp"
+#endif
+
+namespace planner {
+
+CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("exec", "Run a plan on this machine, measure, and compare with the prediction");
+  cmd->footer(
+      "Examples:\n"
+      "  planner exec plan.json\n"
+      "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
+      "Runs on the GPU when there is one, else on the CPU. Result schema: docs/RESULT.md.");
+  struct Opts {
+    std::string plan, steps = "10", warmup = "3", output, tokens, device = "auto";
+    bool json = false;
+  };
+  auto* o = new Opts;
+  cmd->add_option("plan", o->plan, "plan.json to run")->required();
+  cmd->add_option("--steps", o->steps, "timed steps (default 10)");
+  cmd->add_option("--warmup", o->warmup, "warm-up steps before timing (default 3)");
+  cmd->add_option("-o,--output", o->output, "write result.json here");
+  cmd->add_option("--tokens", o->tokens, "token file (raw little-endian uint16 ids) instead of synthetic tokens");
+  cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
+  cmd->add_flag("--json", o->json, "print the result JSON instead of the table");
+  cmd->callback([o, &exit_code] {
+#if defined(PLANNER_HAS_RUNTIME)
+    rt::ExecOptions e;
+    e.plan_path = o->plan;
+    e.steps = int(std::min<int64_t>(parse_int(o->steps, "--steps"), 1000000));
+    e.warmup = int(std::min<int64_t>(parse_int(o->warmup, "--warmup", true), 1000000));
+    e.output_path = o->output;
+    e.tokens_path = o->tokens;
+    e.json = o->json;
+    e.device = o->device;
+    exit_code = rt::run_exec(e);
+#else
+    (void)o;
+    exit_code = 1;
+    throw std::runtime_error("exec: this planner was built without LibTorch; rebuild with LibTorch (scripts/setup.sh)");
+#endif
+  });
+  return cmd;
+}
+
+}  // namespace planner

@@ -1,0 +1,56 @@
+// `planner max-model`: the largest model of a family that fits.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/cli.hpp"
+#include "planner/max_model.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("max-model", "The largest model of a family that fits on the GPUs with any strategy");
+  cmd->footer(
+      "Examples:\n"
+      "  planner max-model --gpus 2xRTX3090\n"
+      "  planner max-model --gpus 2xRTX3090 --offload all --host-memory 256GiB\n"
+      "  planner max-model --gpus 8xA100-80GB --family llama-2 --seq 4096 --json\n"
+      "Families: gpt (width and depth scaled together), gpt2, gpt-neo, opt, llama-2.");
+  struct Opts {
+    std::string gpus, family = "gpt", offload = "none", seq = "2048", mbs = "1", host_memory;
+    bool json = false;
+  };
+  auto* o = new Opts;
+  cmd->add_option("--gpus,-g", o->gpus, "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON")->required();
+  cmd->add_option("--family,-f", o->family, "model family (default gpt)");
+  cmd->add_option("--offload", o->offload, "the most offload allowed: none, optimizer or all (default none)");
+  cmd->add_option("--seq", o->seq, "sequence length (default 2048)");
+  cmd->add_option("--mbs", o->mbs, "micro-batch size (default 1)");
+  cmd->add_option("--host-memory", o->host_memory, "host memory per node, e.g. 256GiB");
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->callback([o, &exit_code] {
+    MaxModelRequest req;
+    req.gpus = o->gpus;
+    req.family = o->family;
+    std::vector<std::string> names = {"none", "optimizer", "all"};
+    const std::string off = to_lower(o->offload);
+    if (off == "none") req.max_offload = Offload::None;
+    else if (off == "optimizer") req.max_offload = Offload::Optimizer;
+    else if (off == "all") req.max_offload = Offload::All;
+    else throw InputError(fmt::format("--offload '{}' is not one of none, optimizer, all", o->offload));
+    req.seq = parse_int(o->seq, "--seq");
+    if (req.seq > (1 << 24)) throw InputError(fmt::format("--seq {} is too large", req.seq));
+    const int64_t mbs = parse_int(o->mbs, "--mbs");
+    if (mbs > 65536) throw InputError(fmt::format("--mbs {} is too large", mbs));
+    req.mbs = int(mbs);
+    if (!o->host_memory.empty()) req.host_memory_bytes = parse_bytes(o->host_memory, "--host-memory");
+    MaxModelResult r = find_max_model(req);
+    emit("", o->json ? max_model_json(r).dump(2) + "\n" : max_model_table(r));
+    exit_code = 0;
+  });
+  return cmd;
+}
+
+}  // namespace planner

@@ -1,0 +1,64 @@
+// The `planner` program: predict, search and execute parallel training plans.
+// Exit codes: 0 success, 2 bad input (one line on stderr), 1 any other failure.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "planner/cli.hpp"
+#include "strategies/errors.hpp"
+
+namespace {
+
+std::string one_line(std::string s) {
+  for (auto& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"planner: parallelism-strategy simulator and executor for transformer training"};
+  app.footer(
+      "Examples:\n"
+      "  planner max-model --gpus 2xRTX3090\n"
+      "  planner memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=1,mbs=4\n"
+      "  planner predict --model llama-2-7b --gpus 8xA100-80GB --strategy tp=2,mbs=2 --global-batch 64\n"
+      "  planner plan --model gpt2-xl --gpus 2xRTX3090 --global-batch 32 -o plan.json\n"
+      "  planner exec plan.json\n"
+      "Run 'planner COMMAND --help' for a command's options.");
+  app.require_subcommand(1);
+  int exit_code = 0;
+  planner::add_memory_command(app, exit_code);
+  planner::add_max_model_command(app, exit_code);
+  planner::add_predict_command(app, exit_code);
+  planner::add_plan_command(app, exit_code);
+  planner::add_bench_command(app, exit_code);
+  planner::add_exec_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "planner: " << one_line(e.what()) << " (see --help)\n";
+    return 2;
+  } catch (const planner::InputError& e) {
+    std::cerr << "planner: " << one_line(e.what()) << "\n";
+    return 2;
+  } catch (const nlohmann::json::exception& e) {
+    std::cerr << "planner: bad JSON input: " << one_line(e.what()) << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "planner: out of host memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "planner: error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,70 @@
+#include "planner/render.hpp"
+
+#include <fmt/format.h>
+
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+std::string why_not_fits(const MemoryReport& r) {
+  if (r.fits()) return "fits";
+  std::string out;
+  if (!r.gpu_fits) {
+    const auto& peak = r.peak_breakdown();
+    out = fmt::format("GPU peak {} exceeds the GPU's {} by {} (stage {}); largest category: {} {}",
+                      format_bytes(double(r.per_gpu_peak_bytes)), format_bytes(double(r.gpu_capacity_bytes)),
+                      format_bytes(double(r.per_gpu_peak_bytes - r.gpu_capacity_bytes)), r.peak_stage,
+                      to_string(r.binding), format_bytes(double(peak[int(r.binding)])));
+  }
+  if (!r.host_fits) {
+    if (!out.empty()) out += "; ";
+    out += fmt::format("host memory {} exceeds the node's {} by {} (offloaded states)",
+                       format_bytes(double(r.host_peak_bytes)), format_bytes(double(r.host_capacity_bytes)),
+                       format_bytes(double(r.host_peak_bytes - r.host_capacity_bytes)));
+  }
+  return out;
+}
+
+std::string plan_header(const Plan& p) {
+  return fmt::format("Model {} ({} parameters) on {} ({}x {}, {} each), seq {}, global batch {}\nStrategy {}\n",
+                     p.model.name, format_count(double(p.model.total_params())), p.cluster.name, p.cluster.world(),
+                     p.cluster.gpu.name, format_bytes(double(p.cluster.gpu.memory_bytes)), p.seq, p.global_batch,
+                     p.strategy.to_string());
+}
+
+std::string memory_table(const Plan& plan, const MemoryReport& r) {
+  std::string out;
+  const int n = int(r.stages.size());
+  out += fmt::format("{:<20}", "per GPU");
+  for (const auto& s : r.stages) out += fmt::format("{:>14}", n == 1 ? std::string("all ranks") : fmt::format("stage {}", s.stage));
+  out += "\n";
+  out += fmt::format("{:<20}", "  layers");
+  for (const auto& s : r.stages) {
+    std::string extra = std::string(s.has_embedding ? "E" : "") + (s.has_head ? "H" : "");
+    out += fmt::format("{:>14}", fmt::format("{}{}", s.layers, extra.empty() ? "" : "+" + extra));
+  }
+  out += "\n";
+  out += fmt::format("{:<20}", "  in-flight mb");
+  for (const auto& s : r.stages) out += fmt::format("{:>14}", s.inflight_microbatches);
+  out += "\n";
+  for (int c = 0; c < kMemCategories; ++c) {
+    out += fmt::format("{:<20}", fmt::format("  {}", to_string(MemCategory(c))));
+    for (const auto& s : r.stages) out += fmt::format("{:>14}", format_bytes(double(s.gpu[c])));
+    out += "\n";
+  }
+  out += fmt::format("{:<20}", "  peak");
+  for (const auto& s : r.stages) out += fmt::format("{:>14}", format_bytes(double(s.gpu_peak_bytes)));
+  out += "\n";
+  const double free_bytes = double(r.gpu_capacity_bytes - r.per_gpu_peak_bytes);
+  out += fmt::format("GPU: peak {} of {} ({:.1f}%) on stage {}; {} {}\n", format_bytes(double(r.per_gpu_peak_bytes)),
+                     format_bytes(double(r.gpu_capacity_bytes)),
+                     100.0 * double(r.per_gpu_peak_bytes) / double(r.gpu_capacity_bytes), r.peak_stage,
+                     free_bytes >= 0 ? "free" : "short by", format_bytes(std::abs(free_bytes)));
+  out += fmt::format("Host: {} of {} per node ({} processes)\n", format_bytes(double(r.host_peak_bytes)),
+                     format_bytes(double(r.host_capacity_bytes)), plan.cluster.gpus_per_node);
+  out += r.fits() ? "Verdict: FITS\n" : fmt::format("Verdict: DOES NOT FIT: {}\n", why_not_fits(r));
+  for (const auto& note : r.notes) out += fmt::format("Note: {}\n", note);
+  return out;
+}
+
+}  // namespace planner

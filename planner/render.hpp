@@ -1,0 +1,21 @@
+#pragma once
+// Human-readable tables for the planner's commands.
+#include <string>
+#include <vector>
+
+#include "costmodel/memory_model.hpp"
+#include "costmodel/plan.hpp"
+
+namespace planner {
+
+// One line: why a plan does not fit ("GPU peak 30.1 GiB exceeds 24.0 GiB by
+// 6.1 GiB (stage 0); largest category: optimizer_states 15.0 GiB"), or "fits".
+std::string why_not_fits(const MemoryReport& r);
+
+// The per-stage breakdown by category, the peak, the host total and the verdict.
+std::string memory_table(const Plan& plan, const MemoryReport& r);
+
+// A header line describing the plan (model, cluster, seq, batch, strategy).
+std::string plan_header(const Plan& plan);
+
+}  // namespace planner

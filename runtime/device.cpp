@@ -1,0 +1,299 @@
+#include "runtime/device.hpp"
+
+#include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+
+#if __has_include(<cuda_runtime_api.h>) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#define PLANNER_RT_CUDA 1
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace planner::rt {
+
+namespace {
+
+// ---- Counting CPU allocator -------------------------------------------------
+// Wraps LibTorch's default CPU allocator and keeps the live and peak bytes of
+// every CPU tensor allocated after it is installed. This is what the CPU path
+// reports as "allocated" memory, and what the tests use to see that activation
+// checkpointing really keeps fewer bytes alive between forward and backward.
+struct CountingCpuAllocator final : c10::Allocator {
+  c10::Allocator* inner = nullptr;
+  std::atomic<int64_t> current{0};
+  std::atomic<int64_t> peak{0};
+
+  struct Ctx {
+    c10::DataPtr inner;
+    int64_t bytes;
+    CountingCpuAllocator* owner;
+  };
+
+  static void deleter(void* p) {
+    auto* ctx = static_cast<Ctx*>(p);
+    ctx->owner->current.fetch_sub(ctx->bytes, std::memory_order_relaxed);
+    delete ctx;  // frees the inner allocation through its own deleter
+  }
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr d = inner->allocate(n);
+    void* raw = d.get();
+    const c10::Device dev = d.device();
+    auto* ctx = new Ctx{std::move(d), static_cast<int64_t>(n), this};
+    const int64_t now = current.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) + static_cast<int64_t>(n);
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+    return c10::DataPtr(raw, ctx, &deleter, dev);
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+// Never destroyed: tensors may outlive main's locals and free through it.
+CountingCpuAllocator*& counting_slot() {
+  static CountingCpuAllocator* a = nullptr;
+  return a;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      if (c != std::string::npos) return trim(line.substr(c + 1));
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+bool cuda_instrumented() {
+#ifdef PLANNER_RT_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() { return torch::cuda::is_available(); }
+
+void enable_cpu_memory_counting() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* a = new CountingCpuAllocator();
+    a->inner = c10::GetDefaultCPUAllocator();
+    // Priority above the default registration (0), so that it wins.
+    c10::SetCPUAllocator(a, /*priority=*/1);
+    counting_slot() = a;
+  });
+}
+
+bool cpu_memory_counting_enabled() { return counting_slot() != nullptr; }
+
+MemStats memory_stats(bool cuda) {
+  MemStats m;
+  if (cuda) {
+#ifdef PLANNER_RT_CUDA
+    const auto dev = c10::cuda::current_device();
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
+    // index 0 = StatType::AGGREGATE (all pools)
+    m.allocated = s.allocated_bytes[0].current;
+    m.allocated_peak = s.allocated_bytes[0].peak;
+    m.reserved = s.reserved_bytes[0].current;
+    m.reserved_peak = s.reserved_bytes[0].peak;
+#endif
+    return m;
+  }
+  if (auto* a = counting_slot()) {
+    m.allocated = a->current.load();
+    m.allocated_peak = a->peak.load();
+    m.reserved = m.allocated;
+    m.reserved_peak = m.allocated_peak;
+  }
+  return m;
+}
+
+void reset_peak_memory(bool cuda) {
+  if (cuda) {
+#ifdef PLANNER_RT_CUDA
+    c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+    return;
+  }
+  if (auto* a = counting_slot()) a->peak.store(a->current.load());
+}
+
+int64_t memory_outside_allocator(bool cuda) {
+#ifdef PLANNER_RT_CUDA
+  if (cuda) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    const int64_t used = static_cast<int64_t>(total_b) - static_cast<int64_t>(free_b);
+    return used - memory_stats(true).reserved;
+  }
+#endif
+  (void)cuda;
+  return 0;
+}
+
+int64_t device_total_memory(bool cuda) {
+#ifdef PLANNER_RT_CUDA
+  if (cuda) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return static_cast<int64_t>(total_b);
+  }
+#endif
+  (void)cuda;
+  return 0;
+}
+
+void synchronize(bool cuda) {
+  if (cuda) torch::cuda::synchronize();
+}
+
+void empty_cache(bool cuda) {
+#ifdef PLANNER_RT_CUDA
+  if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)cuda;
+}
+
+// ---- IntervalTimer ----------------------------------------------------------
+struct IntervalTimer::Impl {
+  bool cuda = false;
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> host_start, host_stop;
+#ifdef PLANNER_RT_CUDA
+  std::vector<cudaEvent_t> ev_start, ev_stop;
+#endif
+  ~Impl() {
+#ifdef PLANNER_RT_CUDA
+    for (auto e : ev_start) cudaEventDestroy(e);
+    for (auto e : ev_stop) cudaEventDestroy(e);
+#endif
+  }
+};
+
+IntervalTimer::IntervalTimer(bool cuda) : impl_(std::make_unique<Impl>()) {
+  impl_->cuda = cuda && cuda_instrumented();
+}
+IntervalTimer::~IntervalTimer() = default;
+
+#ifdef PLANNER_RT_CUDA
+namespace {
+cudaEvent_t record_event() {
+  cudaEvent_t e;
+  if (cudaEventCreate(&e) != cudaSuccess) throw std::runtime_error("cudaEventCreate failed");
+  if (cudaEventRecord(e, c10::cuda::getCurrentCUDAStream().stream()) != cudaSuccess)
+    throw std::runtime_error("cudaEventRecord failed");
+  return e;
+}
+}  // namespace
+#endif
+
+void IntervalTimer::start() {
+#ifdef PLANNER_RT_CUDA
+  if (impl_->cuda) {
+    impl_->ev_start.push_back(record_event());
+    return;
+  }
+#endif
+  impl_->host_start.push_back(Impl::Clock::now());
+}
+
+void IntervalTimer::stop() {
+#ifdef PLANNER_RT_CUDA
+  if (impl_->cuda) {
+    impl_->ev_stop.push_back(record_event());
+    return;
+  }
+#endif
+  impl_->host_stop.push_back(Impl::Clock::now());
+}
+
+std::vector<double> IntervalTimer::seconds() {
+  std::vector<double> out;
+#ifdef PLANNER_RT_CUDA
+  if (impl_->cuda) {
+    for (size_t i = 0; i < impl_->ev_stop.size(); ++i) {
+      if (cudaEventSynchronize(impl_->ev_stop[i]) != cudaSuccess) throw std::runtime_error("cudaEventSynchronize failed");
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, impl_->ev_start[i], impl_->ev_stop[i]) != cudaSuccess)
+        throw std::runtime_error("cudaEventElapsedTime failed");
+      out.push_back(static_cast<double>(ms) * 1e-3);
+    }
+    return out;
+  }
+#endif
+  for (size_t i = 0; i < impl_->host_stop.size(); ++i)
+    out.push_back(std::chrono::duration<double>(impl_->host_stop[i] - impl_->host_start[i]).count());
+  return out;
+}
+
+// ---- Machine ----------------------------------------------------------------
+MachineInfo machine_info(bool cuda) {
+  MachineInfo m;
+  m.libtorch = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+               std::to_string(TORCH_VERSION_PATCH);
+  m.cpu = cpu_model_name();
+  m.cpu_threads = at::get_num_threads();
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) m.hostname = host;
+  m.device = "cpu";
+#ifdef PLANNER_RT_CUDA
+  if (cuda) {
+    const int dev = c10::cuda::current_device();
+    m.device = "cuda:" + std::to_string(dev);
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+      m.gpu_name = prop.name;
+      m.gpu_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+      m.gpu_sm_count = prop.multiProcessorCount;
+    }
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    m.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+    std::ifstream in("/proc/driver/nvidia/version");
+    std::string line;
+    if (std::getline(in, line)) {
+      // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
+      auto k = line.find("Kernel Module");
+      if (k != std::string::npos) {
+        std::string rest = trim(line.substr(k + 13));
+        m.driver = rest.substr(0, rest.find(' '));
+      }
+    }
+    if (m.driver.empty()) m.driver = "CUDA driver API " + std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10);
+  }
+#else
+  if (cuda) m.device = "cuda:0";
+#endif
+  return m;
+}
+
+}  // namespace planner::rt

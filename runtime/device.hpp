@@ -1,0 +1,71 @@
+#pragma once
+// Where the runtime runs and what it can measure there: CUDA (caching allocator
+// statistics, CUDA events) or the CPU (a counting CPU allocator, wall clock).
+// No LibTorch types in this header.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace planner::rt {
+
+// True when this build can use CUDA and a GPU is visible.
+bool cuda_available();
+// True when the build was compiled against CUDA headers (events, allocator stats).
+bool cuda_instrumented();
+
+// Bytes held by the tensor allocator of the device.
+//  CUDA: c10::cuda::CUDACachingAllocator device statistics (aggregate pools):
+//        allocated = bytes in live tensors, reserved = bytes cudaMalloc'ed by the cache.
+//  CPU:  a counting wrapper around LibTorch's CPU allocator (installed by
+//        enable_cpu_memory_counting()); reserved == allocated.
+struct MemStats {
+  int64_t allocated = 0, allocated_peak = 0;
+  int64_t reserved = 0, reserved_peak = 0;
+};
+MemStats memory_stats(bool cuda);
+void reset_peak_memory(bool cuda);
+// Device memory in use outside the caching allocator: cudaMemGetInfo's
+// (total - free) minus the allocator's reserved bytes (CUDA context, cuBLAS/cuDNN
+// handles, kernels). 0 on the CPU.
+int64_t memory_outside_allocator(bool cuda);
+int64_t device_total_memory(bool cuda);
+// Installs (once per process) the counting CPU allocator; later CPU tensors are counted.
+void enable_cpu_memory_counting();
+bool cpu_memory_counting_enabled();
+// Waits for the device.
+void synchronize(bool cuda);
+// Frees cached blocks (CUDA), so that a later run starts from a clean pool.
+void empty_cache(bool cuda);
+
+// Times a sequence of intervals: CUDA events on the current stream (no host sync
+// until seconds()), or the host's steady clock on the CPU.
+class IntervalTimer {
+ public:
+  explicit IntervalTimer(bool cuda);
+  ~IntervalTimer();
+  void start();
+  void stop();
+  // Synchronises, then returns one duration per start/stop pair.
+  std::vector<double> seconds();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct MachineInfo {
+  std::string device;          // "cuda:0" or "cpu"
+  std::string gpu_name;        // cudaDeviceProp name
+  std::string driver;          // NVIDIA driver version (/proc/driver/nvidia/version), else CUDA driver API version
+  std::string cuda_runtime;    // CUDA runtime version the program runs with
+  std::string libtorch;        // LibTorch version it was built against
+  std::string cpu;             // CPU model name
+  std::string hostname;
+  int64_t gpu_memory_bytes = 0;
+  int gpu_sm_count = 0;
+  int cpu_threads = 0;         // intra-op threads LibTorch uses
+};
+MachineInfo machine_info(bool cuda);
+
+}  // namespace planner::rt

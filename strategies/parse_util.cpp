@@ -1,0 +1,134 @@
+#include "strategies/parse_util.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+#include "strategies/errors.hpp"
+
+namespace planner {
+
+std::string to_lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.emplace_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+int64_t parse_int(std::string_view text, std::string_view what, bool allow_zero) {
+  std::string t = trim(text);
+  if (t.empty()) throw InputError(fmt::format("{}: expected a whole number, got nothing", what));
+  bool neg = false;
+  size_t i = 0;
+  if (t[0] == '-' || t[0] == '+') { neg = t[0] == '-'; i = 1; }
+  if (i == t.size()) throw InputError(fmt::format("{}: expected a whole number, got '{}'", what, t));
+  int64_t v = 0;
+  for (; i < t.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(t[i])))
+      throw InputError(fmt::format("{}: expected a whole number, got '{}'", what, t));
+    int d = t[i] - '0';
+    if (v > (std::numeric_limits<int64_t>::max() - d) / 10)
+      throw InputError(fmt::format("{}: '{}' is too large", what, t));
+    v = v * 10 + d;
+  }
+  if (neg && v != 0) throw InputError(fmt::format("{}: must be positive, got '{}'", what, t));
+  if (v == 0 && !allow_zero) throw InputError(fmt::format("{}: must be at least 1, got '{}'", what, t));
+  return v;
+}
+
+int64_t parse_bytes(std::string_view text, std::string_view what) {
+  std::string t = trim(text);
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) || t[i] == '.' || t[i] == 'e' ||
+                          t[i] == 'E' || t[i] == '-' || t[i] == '+')) {
+    // stop at 'E' only when it begins a unit ("1EB" is not supported anyway)
+    ++i;
+  }
+  std::string num = t.substr(0, i), unit = to_lower(trim(t.substr(i)));
+  if (num.empty()) throw InputError(fmt::format("{}: expected a size such as 64GB or 512GiB, got '{}'", what, t));
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = std::stod(num, &used);
+    if (used != num.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("{}: expected a size such as 64GB or 512GiB, got '{}'", what, t));
+  }
+  double mult = 0;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "kb" || unit == "k") mult = 1e3;
+  else if (unit == "mb" || unit == "m") mult = 1e6;
+  else if (unit == "gb" || unit == "g") mult = 1e9;
+  else if (unit == "tb" || unit == "t") mult = 1e12;
+  else if (unit == "kib") mult = 1024.0;
+  else if (unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else throw InputError(fmt::format("{}: unknown size unit '{}' in '{}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", what, unit, t));
+  double bytes = v * mult;
+  if (!std::isfinite(bytes) || bytes <= 0)
+    throw InputError(fmt::format("{}: size must be positive, got '{}'", what, t));
+  if (bytes > 9.0e18) throw InputError(fmt::format("{}: '{}' is too large", what, t));
+  return static_cast<int64_t>(bytes);
+}
+
+int edit_distance(std::string_view a_in, std::string_view b_in) {
+  std::string a = to_lower(a_in), b = to_lower(b_in);
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string nearest(std::string_view name, const std::vector<std::string>& candidates) {
+  std::string best;
+  int best_d = std::numeric_limits<int>::max();
+  for (const auto& c : candidates) {
+    int d = edit_distance(name, c);
+    if (d < best_d) { best_d = d; best = c; }
+  }
+  return best;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024.0 && u < 5) { v /= 1024.0; ++u; }
+  return u == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+std::string format_count(double n) {
+  if (n >= 1e12) return fmt::format("{:.2f}T", n / 1e12);
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+}  // namespace planner

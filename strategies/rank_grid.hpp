@@ -1,0 +1,53 @@
+#pragma once
+// The rank grid: pure math from (dp, pp, tp) to every rank's coordinates and
+// every process group's members. Shared by the simulator (placement on the
+// topology) and the runtime (NCCL communicators are built from these groups).
+//
+// Order: tp varies fastest, then pp, then dp (Megatron-LM's default), so a
+// tensor-parallel group is consecutive ranks and stays inside a node whenever
+// tp divides the GPUs per node:
+//   rank = (dp_index * pp + pp_index) * tp + tp_index
+//
+// Worked example, dp=2, pp=2, tp=2 (8 ranks):
+//   rank: 0 1 2 3 4 5 6 7
+//   dp:   0 0 0 0 1 1 1 1
+//   pp:   0 0 1 1 0 0 1 1
+//   tp:   0 1 0 1 0 1 0 1
+//   tp groups {0,1} {2,3} {4,5} {6,7}; pp groups {0,2} {1,3} {4,6} {5,7};
+//   dp groups {0,4} {1,5} {2,6} {3,7}.
+#include <vector>
+
+namespace planner {
+
+struct RankCoord {
+  int dp = 0, pp = 0, tp = 0;
+  bool operator==(const RankCoord&) const = default;
+};
+
+class RankGrid {
+ public:
+  RankGrid(int dp, int pp, int tp);  // throws InputError for a degree < 1
+
+  int world() const { return dp_ * pp_ * tp_; }
+  int dp() const { return dp_; }
+  int pp() const { return pp_; }
+  int tp() const { return tp_; }
+
+  RankCoord coord(int rank) const;
+  int rank(const RankCoord& c) const;
+
+  // Members of the group that `rank` belongs to, in increasing rank order.
+  std::vector<int> tp_group(int rank) const;
+  std::vector<int> pp_group(int rank) const;  // ordered by stage
+  std::vector<int> dp_group(int rank) const;
+
+  // Every group of a kind, for building communicators once.
+  std::vector<std::vector<int>> all_tp_groups() const;
+  std::vector<std::vector<int>> all_pp_groups() const;
+  std::vector<std::vector<int>> all_dp_groups() const;
+
+ private:
+  int dp_, pp_, tp_;
+};
+
+}  // namespace planner

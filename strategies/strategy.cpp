@@ -1,0 +1,191 @@
+#include "strategies/strategy.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+const char* to_string(Offload o) {
+  switch (o) {
+    case Offload::None: return "none";
+    case Offload::Optimizer: return "optimizer";
+    case Offload::All: return "all";
+  }
+  return "?";
+}
+const char* to_string(Ckpt c) {
+  switch (c) {
+    case Ckpt::None: return "none";
+    case Ckpt::Selective: return "selective";
+    case Ckpt::Full: return "full";
+  }
+  return "?";
+}
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::GPipe: return "gpipe";
+    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::Interleaved: return "interleaved";
+  }
+  return "?";
+}
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+  }
+  return "?";
+}
+
+int bytes_per_element(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+
+namespace {
+
+template <class E>
+E parse_enum(const std::string& key, const std::string& value, std::initializer_list<std::pair<const char*, E>> table) {
+  std::string v = to_lower(value);
+  std::vector<std::string> names;
+  for (auto& [name, e] : table) {
+    if (v == name) return e;
+    names.emplace_back(name);
+  }
+  std::string all;
+  for (auto& n : names) all += (all.empty() ? "" : "|") + n;
+  throw InputError(fmt::format("strategy: {}='{}' is not one of {}", key, value, all));
+}
+
+Offload parse_offload(const std::string& v) {
+  return parse_enum<Offload>("offload", v, {{"none", Offload::None}, {"optimizer", Offload::Optimizer},
+                                            {"opt", Offload::Optimizer}, {"all", Offload::All}});
+}
+Ckpt parse_ckpt(const std::string& v) {
+  return parse_enum<Ckpt>("ckpt", v, {{"none", Ckpt::None}, {"selective", Ckpt::Selective}, {"full", Ckpt::Full}});
+}
+Schedule parse_schedule(const std::string& v) {
+  return parse_enum<Schedule>("schedule", v, {{"1f1b", Schedule::OneFOneB}, {"gpipe", Schedule::GPipe},
+                                              {"interleaved", Schedule::Interleaved}});
+}
+Precision parse_precision(const std::string& v) {
+  return parse_enum<Precision>("precision", v, {{"bf16", Precision::BF16}, {"fp16", Precision::FP16},
+                                                {"fp32", Precision::FP32}});
+}
+bool parse_bool(const std::string& key, const std::string& v) {
+  std::string l = to_lower(v);
+  if (l == "1" || l == "true" || l == "on" || l == "yes") return true;
+  if (l == "0" || l == "false" || l == "off" || l == "no") return false;
+  throw InputError(fmt::format("strategy: {}='{}' must be 0 or 1", key, v));
+}
+
+constexpr int kMaxDegree = 1 << 20;
+
+int parse_degree(const std::string& key, const std::string& v, bool allow_zero = false) {
+  int64_t n = parse_int(v, "strategy: " + key, allow_zero);
+  if (n > kMaxDegree) throw InputError(fmt::format("strategy: {}={} is too large", key, n));
+  return static_cast<int>(n);
+}
+
+const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
+                                        "schedule", "vpp", "precision", "sp"};
+
+void set_key(Strategy& s, const std::string& key, const std::string& value) {
+  if (key == "dp") s.dp = parse_degree(key, value);
+  else if (key == "tp") s.tp = parse_degree(key, value);
+  else if (key == "pp") s.pp = parse_degree(key, value);
+  else if (key == "zero") s.zero = parse_degree(key, value, true);
+  else if (key == "offload") s.offload = parse_offload(value);
+  else if (key == "ckpt") s.ckpt = parse_ckpt(value);
+  else if (key == "mbs") s.mbs = parse_degree(key, value);
+  else if (key == "gas") s.gas = parse_degree(key, value);
+  else if (key == "schedule") s.schedule = parse_schedule(value);
+  else if (key == "vpp") s.vpp = parse_degree(key, value);
+  else if (key == "precision") s.precision = parse_precision(value);
+  else if (key == "sp") s.sp = parse_bool(key, value);
+  else
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp zero offload ckpt mbs gas schedule vpp precision sp)",
+                                 key, nearest(key, kKeys)));
+}
+
+}  // namespace
+
+void Strategy::validate() const {
+  if (zero < 0 || zero > 3) throw InputError(fmt::format("strategy: zero={} must be 0, 1, 2 or 3", zero));
+  if (offload == Offload::Optimizer && zero < 1)
+    throw InputError("strategy: offload=optimizer needs zero>=1 (DeepSpeed offloads the partitioned optimizer state)");
+  if (offload == Offload::All && zero != 3)
+    throw InputError("strategy: offload=all (parameters too) needs zero=3 (DeepSpeed ZeRO-Infinity rule)");
+  if (schedule != Schedule::Interleaved && vpp != 1)
+    throw InputError(fmt::format("strategy: vpp={} needs schedule=interleaved", vpp));
+  if (schedule == Schedule::Interleaved) {
+    if (pp < 2) throw InputError("strategy: schedule=interleaved needs pp>=2");
+    if (vpp < 2) throw InputError("strategy: schedule=interleaved needs vpp>=2 virtual stages per rank");
+    if (gas % pp != 0)
+      throw InputError(fmt::format("strategy: schedule=interleaved needs gas ({}) to be a multiple of pp ({}) (Megatron-LM rule)", gas, pp));
+  }
+  if (zero >= 2 && pp > 1)
+    throw InputError(fmt::format("strategy: zero={} with pp={} is not supported: gradient partitioning conflicts with pipeline accumulation (DeepSpeed allows only ZeRO-1 with PP)", zero, pp));
+}
+
+std::string Strategy::to_string() const {
+  return fmt::format("dp={},tp={},pp={},zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
+                     dp, tp, pp, zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
+                     planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
+}
+
+Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given) {
+  Strategy s;
+  std::string t = trim(text);
+  if (t.empty()) throw InputError("strategy: empty; expected e.g. dp=2,tp=1,pp=1,zero=1,mbs=4,gas=8");
+  std::vector<std::string> seen;
+  for (const auto& part_raw : split(t, ',')) {
+    std::string part = trim(part_raw);
+    if (part.empty()) throw InputError(fmt::format("strategy: empty item in '{}'", t));
+    auto eq = part.find('=');
+    if (eq == std::string::npos)
+      throw InputError(fmt::format("strategy: '{}' is not key=value (e.g. dp=2)", part));
+    std::string key = to_lower(trim(part.substr(0, eq))), value = trim(part.substr(eq + 1));
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      throw InputError(fmt::format("strategy: key '{}' given twice", key));
+    set_key(s, key, value);
+    seen.push_back(key);
+  }
+  if (given) *given = seen;
+  return s;
+}
+
+void to_json(nlohmann::json& j, const Strategy& s) {
+  j = nlohmann::json{{"dp", s.dp},         {"tp", s.tp},
+                     {"pp", s.pp},         {"zero", s.zero},
+                     {"offload", to_string(s.offload)},
+                     {"ckpt", to_string(s.ckpt)},
+                     {"mbs", s.mbs},       {"gas", s.gas},
+                     {"schedule", to_string(s.schedule)},
+                     {"vpp", s.vpp},       {"precision", to_string(s.precision)},
+                     {"sp", s.sp},         {"text", s.to_string()}};
+}
+
+void from_json(const nlohmann::json& j, Strategy& s) {
+  if (j.is_string()) {
+    s = Strategy::parse(j.get<std::string>());
+    return;
+  }
+  if (!j.is_object()) throw InputError("strategy: expected a JSON object or a text form string");
+  s = Strategy{};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "text") continue;
+    const auto& v = it.value();
+    std::string value;
+    if (v.is_string()) value = v.get<std::string>();
+    else if (v.is_boolean()) value = v.get<bool>() ? "1" : "0";
+    else if (v.is_number_integer()) value = std::to_string(v.get<int64_t>());
+    else throw InputError(fmt::format("strategy: '{}' has a value of the wrong type ({})", it.key(), v.dump()));
+    set_key(s, to_lower(it.key()), value);
+  }
+}
+
+}  // namespace planner

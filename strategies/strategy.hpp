@@ -1,0 +1,67 @@
+#pragma once
+// The Strategy value: how one training step is parallelised. Immutable input to
+// the memory model, the simulator and the runtime.
+//
+// Text form (keys in any order, unnamed keys take the defaults below):
+//   dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,precision=bf16
+//   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
+//   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything).
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace planner {
+
+enum class Offload { None, Optimizer, All };      // All = optimizer and parameters (ZeRO-Infinity/Offload)
+enum class Ckpt { None, Selective, Full };        // Korthikanti et al. 2022
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+enum class Precision { FP32, FP16, BF16 };
+
+const char* to_string(Offload o);
+const char* to_string(Ckpt c);
+const char* to_string(Schedule s);
+const char* to_string(Precision p);
+
+// Bytes of one parameter/activation element in the working precision.
+int bytes_per_element(Precision p);
+
+struct Strategy {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int zero = 0;  // ZeRO stage 0..3 (Rajbhandari et al. 2020)
+  Offload offload = Offload::None;
+  Ckpt ckpt = Ckpt::None;
+  int mbs = 1;   // micro-batch size (sequences)
+  int gas = 1;   // micro-batches per step per data-parallel rank
+  Schedule schedule = Schedule::OneFOneB;
+  int vpp = 1;   // virtual pipeline stages per rank (interleaved only)
+  Precision precision = Precision::BF16;
+  bool sp = false;  // sequence parallelism (Megatron-3)
+
+  int world() const { return dp * tp * pp; }
+  int64_t global_batch() const { return int64_t(dp) * mbs * gas; }
+
+  // Internal rules only (offload needs ZeRO, vpp needs interleaved, ranges).
+  // Rules that need the model or the GPUs live in costmodel/compat.hpp.
+  // Throws InputError naming the rule.
+  void validate() const;
+
+  // Canonical text form with every key, e.g.
+  // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0".
+  std::string to_string() const;
+
+  // Parses the text form. `given` (optional) receives the keys that were
+  // written explicitly, so a caller can derive the missing ones (gas from a
+  // global batch, dp from the GPU count). Throws InputError.
+  static Strategy parse(std::string_view text, std::vector<std::string>* given = nullptr);
+
+  bool operator==(const Strategy&) const = default;
+};
+
+void to_json(nlohmann::json& j, const Strategy& s);
+void from_json(const nlohmann::json& j, Strategy& s);
+
+}  // namespace planner
