@@ -1,0 +1,73 @@
+#include "costmodel/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace planner {
+
+double ring_all_reduce_seconds(double S, const AlphaBeta& l) {
+  if (l.n <= 1 || S <= 0) return 0;
+  const double n = l.n;
+  return l.base_seconds + 2 * (n - 1) * l.alpha_seconds + 2 * (n - 1) / n * S * l.seconds_per_byte;
+}
+
+double ring_reduce_scatter_seconds(double S, const AlphaBeta& l) {
+  if (l.n <= 1 || S <= 0) return 0;
+  const double n = l.n;
+  return l.base_seconds + (n - 1) * l.alpha_seconds + (n - 1) / n * S * l.seconds_per_byte;
+}
+
+double ring_all_gather_seconds(double S, const AlphaBeta& l) { return ring_reduce_scatter_seconds(S, l); }
+
+double ring_broadcast_seconds(double S, const AlphaBeta& l) {
+  if (l.n <= 1 || S <= 0) return 0;
+  return l.base_seconds + (l.n - 1) * l.alpha_seconds + S * l.seconds_per_byte;
+}
+
+double tree_all_reduce_seconds(double S, const AlphaBeta& l) {
+  if (l.n <= 1 || S <= 0) return 0;
+  return l.base_seconds + 2 * std::ceil(std::log2(double(l.n))) * l.alpha_seconds + 2 * S * l.seconds_per_byte;
+}
+
+double p2p_seconds(double S, const AlphaBeta& l) {
+  if (S <= 0) return 0;
+  return l.base_seconds + l.alpha_seconds + S * l.seconds_per_byte;
+}
+
+double hierarchical_all_reduce_seconds(double S, const AlphaBeta& intra, const AlphaBeta& inter) {
+  if (S <= 0) return 0;
+  const double g = std::max(1, intra.n);
+  return ring_reduce_scatter_seconds(S, intra) + ring_all_reduce_seconds(S / g, inter) +
+         ring_all_gather_seconds(S, intra);
+}
+
+namespace {
+
+AlphaBeta flat(const GroupLink& g, double base) { return {g.size, g.seconds_per_byte, g.hop_latency_seconds, base}; }
+
+}  // namespace
+
+double all_reduce_seconds(double S, const GroupLink& g, double base) {
+  if (g.size <= 1 || S <= 0) return 0;
+  const AlphaBeta f = flat(g, base);
+  double best = std::min(ring_all_reduce_seconds(S, f), tree_all_reduce_seconds(S, f));
+  if (g.nodes > 1 && g.per_node > 1) {
+    const AlphaBeta intra{g.per_node, g.intra_seconds_per_byte, g.intra_latency_seconds, base};
+    const AlphaBeta inter{g.nodes, g.inter_seconds_per_byte, g.inter_latency_seconds, base};
+    best = std::min(best, hierarchical_all_reduce_seconds(S, intra, inter));
+  }
+  return best;
+}
+
+double reduce_scatter_seconds(double S, const GroupLink& g, double base) {
+  return ring_reduce_scatter_seconds(S, flat(g, base));
+}
+double all_gather_seconds(double S, const GroupLink& g, double base) {
+  return ring_all_gather_seconds(S, flat(g, base));
+}
+double broadcast_seconds(double S, const GroupLink& g, double base) { return ring_broadcast_seconds(S, flat(g, base)); }
+double send_recv_seconds(double S, const GroupLink& g, double base) {
+  return p2p_seconds(S, {2, g.seconds_per_byte, g.hop_latency_seconds, base});
+}
+
+}  // namespace planner

@@ -1,0 +1,69 @@
+#pragma once
+// HardwareProfile: the numbers the time model needs about one GPU type and the
+// software running on it. Data, not code: defaults come from the GPU catalog
+// (datasheet peaks) times efficiencies from published micro-benchmarks
+// (/work/shared/reference/gpu-microbenchmarks.md, Mu Li's transformers-benchmarks
+// and this workplace's own measurements), saved to and loaded from JSON so a
+// measured profile (planner calibrate) can replace them. Formulas and sources
+// in docs/TIME_MODEL.md.
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "costmodel/cluster_spec.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner {
+
+struct HardwareProfile {
+  std::string gpu;     // catalog name the profile describes
+  std::string source;  // where the numbers come from
+
+  // --- GPU compute -------------------------------------------------------
+  double peak_fp32_flops = 0, peak_tf32_flops = 0, peak_fp16_flops = 0, peak_bf16_flops = 0;  // dense, datasheet
+  bool allow_tf32 = false;            // PyTorch >= 1.12 keeps fp32 matmuls off TF32 by default
+  double gemm_efficiency = 0.7;       // large-GEMM fraction of peak (measured, 8192^3)
+  int sm_count = 108;                 // streaming multiprocessors (wave quantization)
+  int gemm_tile_m = 128, gemm_tile_n = 128;  // output tile of one thread block (cuBLAS/CUTLASS typical)
+  double gemm_k_half = 32;            // reduction length at which the main loop runs at half speed
+  // Fused (flash) attention speed relative to a large GEMM, forward and backward.
+  double attention_forward_relative = 0.85, attention_backward_relative = 0.7;
+  double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR
+  double memory_efficiency = 0.8;     // achievable fraction for streaming kernels
+  double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
+
+  // --- communication and host -----------------------------------------------
+  double nvlink_efficiency = 0.67;    // NCCL bus bandwidth over the NVLink datasheet rate
+  double pcie_efficiency = 0.8;       // NCCL over PCIe
+  double network_efficiency = 0.9;    // NCCL over InfiniBand/Ethernet line rate
+  double collective_base_latency_seconds = 8.4e-6;  // NCCL tuning.h baseLat, ring/simple
+  double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
+  double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
+  double cpu_adam_flops_per_param = 20;  // CPU Adam arithmetic per parameter (vectorised)
+
+  // --- software choices that change the time ---------------------------------
+  bool flash_attention = true;        // fused attention (FlashAttention/SDPA) vs materialized softmax
+  bool dropout = false;               // dropout after attention scores, attention and MLP outputs
+  double grad_bucket_bytes = 25e6;    // PyTorch DDP bucket_cap_mb = 25
+  int grad_reduce_bytes_per_element = 0;  // 0: the working precision; 4 for fp32 reduction (Megatron bf16)
+  bool overlap_grad_reduce = true;    // DP reduction of buckets during the backward
+  bool overlap_param_gather = false;  // ZeRO-1/2 parameter all-gather hidden under the next forward
+
+  // Dense tensor-core peak in a working precision (fp32 uses TF32 only when allowed).
+  double peak_flops(Precision p) const;
+  // The achievable large-GEMM rate.
+  double gemm_flops(Precision p) const { return peak_flops(p) * gemm_efficiency; }
+  double memory_Bps() const { return memory_bandwidth_Bps * memory_efficiency; }
+  void validate() const;  // throws InputError
+};
+
+// Defaults for a GPU of the catalog.
+HardwareProfile default_profile(const GpuSpec& gpu);
+
+nlohmann::json profile_to_json(const HardwareProfile& p);
+// Keys missing from `j` keep the values of `base`; unknown keys are an InputError.
+HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile& base);
+// The plan's GPU default, overlaid with the file at `path` when not empty.
+HardwareProfile load_profile(const std::string& path, const GpuSpec& gpu);
+void save_profile(const HardwareProfile& p, const std::string& path);
+
+}  // namespace planner

@@ -1,0 +1,96 @@
+#include "costmodel/op_costs.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace planner {
+
+namespace {
+
+constexpr int64_t kReferenceGemm = 8192;  // the shape the efficiency was measured on
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Utilisation of the SMs by the tiles of one GEMM, before normalisation.
+double raw_utilisation(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, int64_t batch) {
+  const int64_t tm = p.gemm_tile_m, tn = p.gemm_tile_n, sms = p.sm_count;
+  const int64_t tiles_m = ceil_div(m, tm), tiles_n = ceil_div(n, tn);
+  const double fill = double(m) * double(n) / (double(tiles_m * tm) * double(tiles_n * tn));
+  const int64_t tiles = batch * tiles_m * tiles_n;
+  double waves;
+  int64_t k_per_block = k;
+  if (tiles >= sms) {
+    waves = double(tiles) / double(ceil_div(tiles, sms) * sms);
+  } else {
+    // Split-K: cuBLAS cuts the reduction into up to sms/tiles slices of at least 256.
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(sms / tiles, k / 256));
+    k_per_block = ceil_div(k, splits);
+    waves = double(tiles * splits) / double(sms);
+  }
+  const double k_eff = double(k_per_block) / (double(k_per_block) + p.gemm_k_half);
+  return fill * waves * k_eff;
+}
+
+}  // namespace
+
+double gemm_shape_factor(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, int64_t batch) {
+  const double ref = raw_utilisation(p, kReferenceGemm, kReferenceGemm, kReferenceGemm, 1);
+  return std::min(1.0, raw_utilisation(p, m, n, k, batch) / ref);
+}
+
+double gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec, int64_t batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  const double flops = 2.0 * double(batch) * double(m) * double(n) * double(k);
+  const double compute = flops / (p.gemm_flops(prec) * gemm_shape_factor(p, m, n, k, batch));
+  const double bytes = double(batch) * (double(m) * k + double(k) * n + double(m) * n) * bytes_per_element(prec);
+  return std::max(compute, bytes / p.memory_Bps()) + p.kernel_overhead_seconds;
+}
+
+double memory_bound_seconds(const HardwareProfile& p, double bytes) {
+  if (bytes <= 0) return 0;
+  return bytes / p.memory_Bps() + p.kernel_overhead_seconds;
+}
+
+namespace {
+double flash_work(int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal) {
+  return 4.0 * double(batch_heads) * double(seq) * double(seq) * double(head_dim) * (causal ? 0.5 : 1.0);
+}
+}  // namespace
+
+double flash_attention_forward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
+                                       Precision prec) {
+  return flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_forward_relative) +
+         p.kernel_overhead_seconds;
+}
+
+double flash_attention_backward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
+                                        Precision prec) {
+  return 2.5 * flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_backward_relative) +
+         p.kernel_overhead_seconds;
+}
+
+double gpu_adam_bytes_per_param(Precision prec) { return prec == Precision::FP32 ? 36.0 : 32.0; }
+
+double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec) {
+  if (params <= 0) return 0;
+  return params * gpu_adam_bytes_per_param(prec) / p.memory_Bps() + p.kernel_overhead_seconds;
+}
+
+double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double params, int procs) {
+  if (params <= 0) return 0;
+  procs = std::max(1, procs);
+  // Fallbacks when the cluster does not say: a two-socket server of DDR4-3200,
+  // 8 channels each (2 x 204.8 GB/s), and 64 cores at ~30 GFLOP/s fp32 AVX2 each.
+  const double dram = c.host_memory_bandwidth_Bps > 0 ? c.host_memory_bandwidth_Bps : 409.6e9;
+  const double flops = c.cpu_flops > 0 ? c.cpu_flops : 64 * 30e9;
+  const double mem_s = params * 30.0 / (dram * p.host_memory_efficiency / procs);
+  const double cpu_s = params * p.cpu_adam_flops_per_param / (flops / procs);
+  return std::max(mem_s, cpu_s);
+}
+
+double host_copy_seconds(const HardwareProfile& p, double bytes, double link_Bps) {
+  if (bytes <= 0) return 0;
+  return bytes / (link_Bps * p.host_copy_efficiency) + p.kernel_overhead_seconds;
+}
+
+}  // namespace planner

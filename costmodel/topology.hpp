@@ -1,0 +1,61 @@
+#pragma once
+// The topology graph of one node (GPUs, NVSwitch or NVLink bridges, PCIe
+// switches, CPU sockets, NICs) and the fabric behind the NICs, in Boost.Graph.
+// Nodes are alike, so a collective is costed by routing, on one node's graph,
+// every flow that the concurrently running groups of the same kind put through
+// that node, and taking the most loaded link of the group's own flows
+// (docs/TIME_MODEL.md, "Topology"). The fabric is non-blocking (fat tree).
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "costmodel/cluster_spec.hpp"
+#include "costmodel/hardware_profile.hpp"
+
+namespace planner {
+
+// What one group sees when it runs a collective.
+struct GroupLink {
+  int size = 1;                   // members
+  int nodes = 1;                  // nodes spanned
+  int per_node = 1;               // members on the examined node
+  // Flat ring (NCCL rings/channels, exits spread over the members' NICs):
+  // seconds to move one byte over the most loaded link of the group's ring.
+  double seconds_per_byte = 0;
+  double hop_latency_seconds = 0;      // the slowest hop
+  // Hierarchical view: the ring among the members inside a node, and the
+  // links across nodes when every member sends its share at once.
+  double intra_seconds_per_byte = 0, intra_latency_seconds = 0;
+  double inter_seconds_per_byte = 0, inter_latency_seconds = 0;
+  double bandwidth_Bps() const { return seconds_per_byte > 0 ? 1.0 / seconds_per_byte : 0; }
+};
+
+class Topology {
+ public:
+  Topology(const ClusterSpec& c, const HardwareProfile& p);
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+
+  int gpus_per_node() const;
+  int node_of(int rank) const { return rank / gpus_per_node(); }
+
+  // `groups` run a ring collective at the same time (give at least every group
+  // with a member on the node of groups[rep][0]); the result is for groups[rep].
+  GroupLink ring(const std::vector<std::vector<int>>& groups, int rep) const;
+  // Every (src, dst) pair sends at once; the result is for pairs[rep].
+  GroupLink p2p(const std::vector<std::pair<int, int>>& pairs, int rep) const;
+  // Bytes/s one GPU gets to or from host memory while `gpus` GPUs of its node copy at once.
+  double host_copy_Bps(int gpus) const;
+
+  // Vertices and arcs, for tests and --explain.
+  int vertex_count() const;
+  int arc_count() const;
+
+  struct Impl;  // the graph; defined in topology.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace planner

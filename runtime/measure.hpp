@@ -1,0 +1,81 @@
+#pragma once
+// Runs a one-device plan for warm-up + timed steps and measures it: step times
+// (CUDA events on the GPU, the steady clock on the CPU), throughput, model
+// TFLOP/s and MFU, losses, and device memory by phase and by the memory model's
+// categories. No LibTorch types in this header (exec.cpp and the CLI include it).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+#include "runtime/device.hpp"
+
+namespace planner::rt {
+
+struct RunOptions {
+  std::string device = "auto";   // auto | cuda | cpu
+  int steps = 10;                // timed steps
+  int warmup = 3;                // untimed steps before them
+  std::string tokens_path;       // empty: synthetic tokens
+  std::string tokens_dtype = "uint16";
+  uint64_t seed = 1234;
+  double lr = 3e-4;
+  bool progress = true;          // a line per step on stderr
+};
+
+// Memory in the memory model's categories (bytes on the device at the step's peak).
+//  parameters, gradients, optimizer_states: exact sizes of the flat buffers.
+//  activations: allocated just before the LM head (largest over the timed
+//               micro-batches) minus the static bytes allocated at the step's start.
+//  logits_loss: the peak of forward + backward minus that.
+//  comm_buffers: 0 on one device.
+//  overhead:    everything else in use at the peak: memory outside the caching
+//               allocator (CUDA context, library handles), reserved-but-unallocated
+//               cache, other static tensors (rotary tables, the optimizer's fp32 work
+//               chunk, cuBLAS workspaces), and whatever the optimizer step
+//               allocates above the forward/backward peak.
+struct MeasuredMemory {
+  int64_t parameters = 0, gradients = 0, optimizer_states = 0, activations = 0, logits_loss = 0,
+          comm_buffers = 0, overhead = 0;
+  int64_t total = 0;  // peak reserved + outside the allocator = sum of the categories
+  // Phases (allocator bytes).
+  int64_t after_model_allocated = 0, after_model_reserved = 0;
+  int64_t after_optimizer_allocated = 0, after_optimizer_reserved = 0;
+  int64_t step_start_allocated = 0;        // static bytes at the start of a timed step
+  int64_t before_head_allocated = 0;       // largest over the timed micro-batches
+  int64_t peak_fwd_bwd_allocated = 0;      // largest over the timed steps
+  int64_t peak_step_allocated = 0, peak_step_reserved = 0;  // optimizer included
+  int64_t outside_allocator = 0;           // CUDA context etc. (0 on the CPU)
+  int64_t optimizer_work = 0;              // fp32 gradient chunk buffer (part of overhead)
+  int64_t device_total = 0;                // the device's memory (0 on the CPU)
+};
+
+struct Measurement {
+  std::string device;         // "cuda:0" / "cpu"
+  std::string precision;      // fp32 | fp16 | bf16
+  int steps = 0, warmup = 0;
+  int64_t params = 0;         // parameters built (== ModelSpec::total_params())
+  int64_t tokens_per_step = 0, samples_per_step = 0;
+  std::vector<double> step_seconds;   // timed steps
+  std::vector<double> losses;         // every step, warm-up included
+  double median_s = 0, mean_s = 0, min_s = 0, max_s = 0, p10_s = 0, p90_s = 0;
+  double samples_per_second = 0, tokens_per_second = 0;
+  double model_flops_per_step = 0, hardware_flops_per_step = 0;
+  double model_tflops = 0, hardware_tflops = 0;
+  double mfu = -1;            // < 0: not applicable (CPU)
+  double peak_flops = 0;      // the GPU's dense peak for the precision (plan's GpuSpec)
+  double init_seconds = 0;    // building the model and the optimizer
+  double final_loss_scale = 1;
+  int64_t skipped_steps = 0;
+  std::string data;           // description of the token source
+  MeasuredMemory memory;
+  MachineInfo machine;
+  std::vector<std::string> notes;
+};
+
+// Throws InputError for a plan that cannot run here (dp/tp/pp > 1, steps < 1,
+// device not available, unreadable token file), std::runtime_error for failures
+// (CUDA out of memory included).
+Measurement run_training(const Plan& plan, const RunOptions& opt);
+
+}  // namespace planner::rt

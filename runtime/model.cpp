@@ -1,0 +1,394 @@
+#include "runtime/model.hpp"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "strategies/errors.hpp"
+
+namespace planner::rt {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// ---- ParamStore -------------------------------------------------------------
+
+int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int group) {
+  if (materialized()) throw std::logic_error("ParamStore::add after materialize");
+  ParamInfo info;
+  info.name = std::move(name);
+  info.numel = 1;
+  for (auto d : shape) info.numel *= d;
+  info.decay = shape.size() >= 2;
+  info.shape = std::move(shape);
+  info.init = init;
+  info.group = group;
+  infos_.push_back(std::move(info));
+  return static_cast<int>(infos_.size()) - 1;
+}
+
+int64_t ParamStore::group_numel(int group) const {
+  int64_t n = 0;
+  for (auto& i : infos_)
+    if (i.group == group) n += i.numel;
+  return n;
+}
+
+void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
+  // Offsets: decayed tensors first (declaration order within each class), packed
+  // tightly, so the flat buffer is exactly numel() long as the memory model and
+  // the ZeRO shard math assume. The vocabulary matrix (the one odd-sized matrix in
+  // most presets) is declared first, so it starts at offset 0.
+  int64_t off = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& i : infos_) {
+      if (i.decay != (pass == 0)) continue;
+      i.offset = off;
+      off += i.numel;
+    }
+    if (pass == 0) decay_numel_ = off;
+  }
+  numel_ = off;
+  auto opts = at::TensorOptions().device(device).dtype(dtype);
+  params = at::zeros({numel_}, opts);
+  grads = at::zeros({numel_}, opts);
+  tensors_.clear();
+  for (auto& i : infos_) {
+    // detach(): a new leaf sharing the slice's storage; in-place updates of the
+    // flat buffer (under NoGradGuard) are what the model computes with.
+    at::Tensor t = params.narrow(0, i.offset, i.numel).view(i.shape).detach();
+    t.requires_grad_(true);
+    t.mutable_grad() = grads.narrow(0, i.offset, i.numel).view(i.shape);
+    tensors_.push_back(t);
+  }
+}
+
+// ---- Autograd functions -----------------------------------------------------
+
+namespace {
+
+// Full activation checkpointing of one layer: the forward keeps only the layer's
+// input; the backward recomputes the layer with autograd on and back-propagates
+// through the recomputed graph (PyTorch's reentrant torch.utils.checkpoint). The
+// parameters' gradients accumulate into their flat buffer from the inner
+// backward; the function returns the gradient of the input.
+struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t model, int64_t layer) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["model"] = model;
+    ctx->saved_data["layer"] = layer;
+    auto* m = reinterpret_cast<const TransformerModel*>(model);
+    return m->layer(layer, x, false);  // runs with grad mode off: nothing else saved
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto* m = reinterpret_cast<const TransformerModel*>(ctx->saved_data["model"].toInt());
+    const int64_t layer = ctx->saved_data["layer"].toInt();
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = m->layer(layer, x, false);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, bool gqa) {
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/gqa);
+}
+
+// Selective recomputation (Korthikanti et al. 2022, sec. 4.2): the attention core
+// (QK^T, softmax, AV) keeps only q, k, v and recomputes the rest in the backward.
+// With the flash kernels (GPU, and LibTorch's CPU flash kernel) the core keeps no
+// s^2 tensor in the first place (only q, k, v, the output, which the output
+// projection keeps anyway, and a (b, heads, s) log-sum-exp), so selective saves
+// almost nothing over none; it matters only for the math backend.
+struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoint> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool causal, bool gqa) {
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["gqa"] = gqa;
+    return sdpa(q, k, v, causal, gqa);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor q = saved[0].detach().requires_grad_(true);
+    at::Tensor k = saved[1].detach().requires_grad_(true);
+    at::Tensor v = saved[2].detach().requires_grad_(true);
+    at::Tensor out;
+    {
+      at::AutoGradMode enable(true);
+      out = sdpa(q, k, v, ctx->saved_data["causal"].toBool(), ctx->saved_data["gqa"].toBool());
+    }
+    auto g = torch::autograd::grad({out}, {q, k, v}, {grads[0]});
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+  }
+};
+
+// Cross-entropy over (N, V) logits in the working precision, mean over the rows
+// whose label is not -100. The forward computes, chunk of rows by chunk in fp32,
+// the loss and the gradient of the mean loss with respect to the logits
+// (softmax - onehot) / count, and keeps that gradient in the logits' dtype; the
+// backward only scales it. Memory: the gradient (N x V in the working precision)
+// plus one fp32 chunk, instead of an fp32 copy, fp32 log-probabilities and their
+// fp32 gradient.
+struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
+                            int64_t chunk_rows) {
+    const int64_t n = logits.size(0);
+    at::Tensor grad = at::empty_like(logits);
+    at::Tensor valid_all = labels.ne(-100);
+    at::Tensor count = valid_all.sum().clamp_min(1).to(at::kFloat);  // device scalar, no host sync
+    at::Tensor loss_sum = at::zeros({}, logits.options().dtype(at::kFloat));
+    const bool fp32 = logits.scalar_type() == at::kFloat;
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+      const int64_t c = std::min(chunk_rows, n - r0);
+      at::Tensor gc = grad.narrow(0, r0, c);
+      at::Tensor lf = fp32 ? gc.copy_(logits.narrow(0, r0, c)) : logits.narrow(0, r0, c).to(at::kFloat);  // (c, V)
+      at::Tensor valid = valid_all.narrow(0, r0, c);
+      at::Tensor validf = valid.to(at::kFloat).unsqueeze(1);                                               // (c, 1)
+      at::Tensor target = at::where(valid, labels.narrow(0, r0, c), at::zeros({}, labels.options())).unsqueeze(1);
+      at::Tensor lse = at::logsumexp(lf, {1}, /*keepdim=*/true);                                           // (c, 1)
+      loss_sum.add_(((lse - lf.gather(1, target)) * validf).sum());
+      lf.sub_(lse).exp_();                          // softmax
+      lf.scatter_add_(1, target, -validf);          // - onehot on labelled rows
+      lf.mul_(validf).div_(count);                  // unlabelled rows get no gradient
+      if (!fp32) gc.copy_(lf);
+    }
+    ctx->save_for_backward({grad});
+    return loss_sum / count;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    // Scales the kept gradient in place: the graph is never run backward twice.
+    at::Tensor g = ctx->get_saved_variables()[0];
+    g.mul_(grads[0].to(g.scalar_type()));
+    return {g, at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t d = x.size(-1) / 2;
+  return at::cat({x.narrow(-1, d, d).neg(), x.narrow(-1, 0, d)}, -1);
+}
+
+}  // namespace
+
+// ---- TransformerModel -------------------------------------------------------
+
+TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq) : spec_(spec), seq_(seq) {
+  spec_.validate();
+  if (seq <= 0) throw InputError("seq must be positive");
+  if (spec_.pos == PosEmbed::Learned && seq > spec_.max_positions)
+    throw InputError("seq " + std::to_string(seq) + " is longer than the model's " +
+                     std::to_string(spec_.max_positions) + " learned positions");
+  if (spec_.pos == PosEmbed::Rotary && spec_.head_dim() % 2 != 0)
+    throw InputError("rotary positions need an even head dimension");
+
+  const int64_t h = spec_.hidden, kv = spec_.kv_dim(), f = spec_.ffn, V = spec_.vocab;
+  const int64_t width = spec_.word_embed_dim > 0 ? spec_.word_embed_dim : h;
+  const bool ln = spec_.norm == NormKind::LayerNorm;
+  const int L = static_cast<int>(spec_.layers);
+  auto& S = store_;
+
+  // Embedding (group 0). The token embedding is declared first so that it sits at
+  // offset 0 of the flat buffer (an aligned start for the vocabulary matrix).
+  wte_ = S.add("wte", {V, width}, Init::Normal, 0);
+  if (spec_.pos == PosEmbed::Learned)  // OPT keeps position_offset (2) unused leading rows
+    wpe_ = S.add("wpe", {spec_.max_positions + spec_.position_offset, h}, Init::Normal, 0);
+  if (spec_.type_vocab > 0) wtt_ = S.add("wtt", {spec_.type_vocab, h}, Init::Normal, 0);
+  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_in_ = S.add("project_in", {h, width}, Init::Normal, 0);
+  if (spec_.embed_norm) {
+    emb_norm_w_ = S.add("emb_norm.w", {h}, Init::Ones, 0);
+    if (ln) emb_norm_b_ = S.add("emb_norm.b", {h}, Init::Zeros, 0);
+  }
+
+  // Layers (groups 1..L).
+  layers_.resize(static_cast<size_t>(L));
+  for (int i = 0; i < L; ++i) {
+    auto& l = layers_[static_cast<size_t>(i)];
+    const std::string pre = "h." + std::to_string(i) + ".";
+    const int g = i + 1;
+    l.norm1_w = S.add(pre + "norm1.w", {h}, Init::Ones, g);
+    if (ln) l.norm1_b = S.add(pre + "norm1.b", {h}, Init::Zeros, g);
+    if (!spec_.parallel_block) {
+      l.norm2_w = S.add(pre + "norm2.w", {h}, Init::Ones, g);
+      if (ln) l.norm2_b = S.add(pre + "norm2.b", {h}, Init::Zeros, g);
+    }
+    l.qkv_w = S.add(pre + "attn.qkv.w", {h + 2 * kv, h}, Init::Normal, g);
+    if (spec_.qkv_bias) l.qkv_b = S.add(pre + "attn.qkv.b", {h + 2 * kv}, Init::Zeros, g);
+    l.o_w = S.add(pre + "attn.o.w", {h, h}, Init::OutputNormal, g);
+    if (spec_.out_bias) l.o_b = S.add(pre + "attn.o.b", {h}, Init::Zeros, g);
+    const int64_t up = spec_.mlp == MlpKind::SwiGlu ? 2 * f : f;
+    l.fc1_w = S.add(pre + "mlp.fc1.w", {up, h}, Init::Normal, g);
+    if (spec_.mlp_bias) l.fc1_b = S.add(pre + "mlp.fc1.b", {up}, Init::Zeros, g);
+    l.fc2_w = S.add(pre + "mlp.fc2.w", {h, f}, Init::OutputNormal, g);
+    if (spec_.mlp_bias) l.fc2_b = S.add(pre + "mlp.fc2.b", {h}, Init::Zeros, g);
+  }
+
+  // Head (group L + 1).
+  const int gh = L + 1;
+  if (spec_.final_norm) {
+    final_norm_w_ = S.add("final_norm.w", {h}, Init::Ones, gh);
+    if (ln) final_norm_b_ = S.add("final_norm.b", {h}, Init::Zeros, gh);
+  }
+  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_out_ = S.add("project_out", {width, h}, Init::Normal, gh);
+  if (!spec_.tied_embeddings) head_w_ = S.add("lm_head.w", {V, width}, Init::Normal, gh);
+  if (spec_.lm_head_bias) head_b_ = S.add("lm_head.b", {V}, Init::Zeros, gh);
+  if (spec_.pooler) {
+    pool_w_ = S.add("pooler.w", {h, h}, Init::Normal, gh);
+    pool_b_ = S.add("pooler.b", {h}, Init::Zeros, gh);
+  }
+  if (spec_.mlm_head) {
+    mlm_w_ = S.add("mlm.dense.w", {h, h}, Init::Normal, gh);
+    mlm_b_ = S.add("mlm.dense.b", {h}, Init::Zeros, gh);
+    mlm_norm_w_ = S.add("mlm.norm.w", {h}, Init::Ones, gh);
+    if (ln) mlm_norm_b_ = S.add("mlm.norm.b", {h}, Init::Zeros, gh);
+    mlm_bias_ = S.add("mlm.bias", {V}, Init::Zeros, gh);
+  }
+}
+
+int64_t count_model_params(const ModelSpec& spec, int64_t seq) {
+  return TransformerModel(spec, seq).store().numel();
+}
+
+at::Tensor TransformerModel::materialize(at::Device device, at::ScalarType dtype, uint64_t seed) {
+  const bool mixed = dtype != at::kFloat;
+  // Initial values in fp32; for bf16/fp16 the optimizer keeps them as its master copy.
+  store_.materialize(device, dtype);
+  at::Tensor init;
+  if (mixed) init = at::empty({store_.numel()}, at::TensorOptions().device(device).dtype(at::kFloat));
+  at::Tensor target = mixed ? init : store_.params;
+
+  at::manual_seed(seed);
+  const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, spec_.layers)));
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& i : store_.infos()) {
+      at::Tensor t = target.narrow(0, i.offset, i.numel);
+      switch (i.init) {
+        case Init::Normal: t.normal_(0.0, 0.02); break;
+        case Init::OutputNormal: t.normal_(0.0, std_out); break;
+        case Init::Zeros: t.zero_(); break;
+        case Init::Ones: t.fill_(1.0); break;
+      }
+    }
+    if (mixed) store_.params.copy_(init);
+  }
+
+  if (spec_.pos == PosEmbed::Rotary) {
+    // GPT-NeoX rotary: theta_j = 10000^(-2j/d), angles (s, d/2) duplicated to (s, d).
+    const int64_t d = spec_.head_dim();
+    auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
+    at::Tensor inv = at::pow(10000.0, at::arange(0, d, 2, f32) / static_cast<double>(d)).reciprocal();
+    at::Tensor ang = at::outer(at::arange(seq_, f32), inv);
+    at::Tensor emb = at::cat({ang, ang}, -1).unsqueeze(1);  // (s, 1, d)
+    rope_cos_ = emb.cos().to(dtype);
+    rope_sin_ = emb.sin().to(dtype);
+  }
+  return mixed ? init : store_.params;
+}
+
+at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
+  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {spec_.hidden}, p(w), popt(b), 1e-5);
+  return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
+}
+
+at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool selective) const {
+  const auto& l = layers_[static_cast<size_t>(i)];
+  const int64_t b = xn.size(0), s = xn.size(1), h = spec_.hidden, nh = spec_.heads, nkv = spec_.kv_heads;
+  const int64_t hd = spec_.head_dim(), kv = spec_.kv_dim();
+  at::Tensor qkv = at::linear(xn, p(l.qkv_w), popt(l.qkv_b));  // (b, s, h + 2 kv)
+  at::Tensor q = qkv.narrow(-1, 0, h).view({b, s, nh, hd});
+  at::Tensor k = qkv.narrow(-1, h, kv).view({b, s, nkv, hd});
+  at::Tensor v = qkv.narrow(-1, h + kv, kv).view({b, s, nkv, hd});
+  if (spec_.pos == PosEmbed::Rotary) {
+    at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
+    q = q * c + rotate_half(q) * sn;
+    k = k * c + rotate_half(k) * sn;
+  }
+  q = q.transpose(1, 2);  // (b, nh, s, hd)
+  k = k.transpose(1, 2);  // (b, nkv, s, hd)
+  v = v.transpose(1, 2);
+  const bool causal = spec_.arch == Arch::Decoder, gqa = nkv != nh;
+  at::Tensor o = selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
+                                                         : sdpa(q, k, v, causal, gqa);
+  o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
+  return at::linear(o, p(l.o_w), popt(l.o_b));
+}
+
+at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
+  const auto& l = layers_[static_cast<size_t>(i)];
+  at::Tensor u = at::linear(xn, p(l.fc1_w), popt(l.fc1_b));  // (b, s, ffn) or (b, s, 2 ffn)
+  at::Tensor a;
+  switch (spec_.mlp) {
+    case MlpKind::Gelu: a = at::gelu(u, spec_.arch == Arch::Encoder ? "none" : "tanh"); break;
+    case MlpKind::Relu: a = at::relu(u); break;
+    case MlpKind::SwiGlu: {
+      const int64_t f = spec_.ffn;
+      a = at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f);
+      break;
+    }
+  }
+  return at::linear(a, p(l.fc2_w), popt(l.fc2_b));
+}
+
+at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selective) const {
+  const auto& l = layers_[static_cast<size_t>(i)];
+  if (spec_.arch == Arch::Encoder) {  // post-norm (BERT)
+    at::Tensor a = norm(x + attention(i, x, selective), l.norm1_w, l.norm1_b);
+    return norm(a + mlp(i, a), l.norm2_w, l.norm2_b);
+  }
+  if (spec_.parallel_block) {  // GPT-J
+    at::Tensor n = norm(x, l.norm1_w, l.norm1_b);
+    return x + attention(i, n, selective) + mlp(i, n);
+  }
+  at::Tensor a = x + attention(i, norm(x, l.norm1_w, l.norm1_b), selective);
+  return a + mlp(i, norm(a, l.norm2_w, l.norm2_b));
+}
+
+at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
+  const int64_t s = ids.size(1);
+  at::Tensor x = at::embedding(p(wte_), ids);  // (b, s, width)
+  if (proj_in_ >= 0) x = at::linear(x, p(proj_in_));
+  if (wpe_ >= 0) x = x + p(wpe_).narrow(0, spec_.position_offset, s);
+  if (wtt_ >= 0) x = x + p(wtt_).select(0, 0);  // token type 0 everywhere
+  if (emb_norm_w_ >= 0) x = norm(x, emb_norm_w_, emb_norm_b_);
+  return x;
+}
+
+at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
+  at::Tensor x = x_in;
+  if (spec_.mlm_head) {
+    x = at::gelu(at::linear(x, p(mlm_w_), p(mlm_b_)));
+    x = norm(x, mlm_norm_w_, mlm_norm_b_);
+    return at::linear(x, p(wte_), p(mlm_bias_));
+  }
+  if (final_norm_w_ >= 0) x = norm(x, final_norm_w_, final_norm_b_);
+  if (proj_out_ >= 0) x = at::linear(x, p(proj_out_));
+  return at::linear(x, p(head_w_ >= 0 ? head_w_ : wte_), popt(head_b_));
+}
+
+at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt) {
+  at::Tensor x = embed(ids);
+  const bool grad = at::GradMode::is_enabled();
+  for (int64_t i = 0; i < spec_.layers; ++i) {
+    if (ckpt == Ckpt::Full && grad)
+      x = LayerCheckpoint::apply(x, reinterpret_cast<int64_t>(this), i);
+    else
+      x = layer(i, x, ckpt == Ckpt::Selective);
+  }
+  if (before_head) before_head();
+  at::Tensor lg = logits(x);
+  x = at::Tensor();
+  const int64_t V = spec_.vocab;
+  int64_t rows = loss_chunk_rows;
+  if (rows <= 0) rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * V));
+  return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows);
+}
+
+}  // namespace planner::rt

@@ -1,0 +1,155 @@
+#pragma once
+// The transformer in LibTorch, built from a ModelSpec: a GPT-style decoder (causal
+// LM) or a BERT-style encoder with an MLM head. Written functionally over ATen
+// ops (no torch::nn modules), so that every parameter is a view into ONE flat
+// buffer in the working precision and every gradient a view into ONE flat
+// gradient buffer (llm.c's layout). The optimizer (trainer.hpp) and, later, ZeRO
+// work on those flat buffers with whole-buffer operations.
+//
+// Parameters: exactly the tensors that ModelSpec's layer_params(),
+// embedding_params() and head_params() count (tests/runtime checks this for each
+// family). q, k, v are one fused (h + 2*kv_dim, h) matrix and SwiGLU's gate and up
+// one (2*ffn, h) matrix: the same number of parameters as separate matrices,
+// fewer and larger GEMMs.
+//
+// Layout of the flat buffer: every tensor with two or more dimensions (the
+// matrices and embeddings, which take weight decay) first, then the vectors
+// (biases and norm weights, no weight decay), so weight decay applies to one
+// contiguous range [0, decay_numel()).
+//
+// Block structure:
+//  - decoder: pre-norm, x = x + attn(norm1(x)); x = x + mlp(norm2(x)); GPT-J's
+//    parallel block: x = x + attn(n) + mlp(n) with n = norm1(x); a final norm when
+//    the spec says so. Attention is causal at::scaled_dot_product_attention (the
+//    flash kernel on the GPU, the CPU flash kernel on the CPU); grouped-query
+//    attention through its enable_gqa flag. Rotary positions are GPT-NeoX style
+//    (rotate-half over the whole head dimension). GELU is the tanh approximation
+//    (GPT-2's gelu_new).
+//  - encoder: post-norm (BERT), x = norm1(x + attn(x)); x = norm2(x + mlp(x)),
+//    bidirectional attention, exact GELU; MLM head = dense + GELU + LayerNorm, then
+//    the tied word embedding with a vocabulary bias. The pooler's parameters exist
+//    (the count includes them) but the MLM loss does not use them.
+//  - no dropout (dropout 0 in every configuration the planner executes).
+//
+// Loss: the logits (tokens, vocab) are produced in the working precision; a
+// chunked cross-entropy (ChunkedCrossEntropy in model.cpp) computes, row chunk by
+// row chunk in fp32, the loss and already the gradient of the logits, which it
+// keeps in the working precision for the backward pass. Logits memory is
+// therefore 2 x tokens x vocab x bytes(working precision) at the peak (the logits
+// and their gradient), plus one fp32 chunk of about 256 MB, instead of the 12
+// bytes per logit of cross_entropy on an fp32 copy.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner::rt {
+
+enum class Init { Normal, OutputNormal, Zeros, Ones };
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t offset = 0;    // into the flat buffers
+  bool decay = false;    // weight decay (tensors with >= 2 dimensions)
+  Init init = Init::Normal;
+  int group = 0;         // 0 = embedding, 1..layers = transformer layer, layers + 1 = head
+};
+
+// One flat parameter buffer and one flat gradient buffer, each parameter a leaf
+// tensor that aliases its slice of the first and whose .grad aliases its slice of
+// the second (autograd accumulates into an existing .grad in place, so gradients
+// of several micro-batches add up in the flat buffer).
+class ParamStore {
+ public:
+  int add(std::string name, std::vector<int64_t> shape, Init init, int group);
+  // Orders the tensors (decayed first), allocates params and grads (zeroed) on
+  // `device` in `dtype`, and makes the views.
+  void materialize(at::Device device, at::ScalarType dtype);
+
+  const at::Tensor& get(int id) const { return tensors_.at(static_cast<size_t>(id)); }
+  const std::vector<ParamInfo>& infos() const { return infos_; }
+  int64_t numel() const { return numel_; }
+  int64_t decay_numel() const { return decay_numel_; }
+  int64_t group_numel(int group) const;
+  bool materialized() const { return params.defined(); }
+
+  at::Tensor params;  // (numel) working precision
+  at::Tensor grads;   // (numel) working precision
+
+ private:
+  std::vector<ParamInfo> infos_;
+  std::vector<at::Tensor> tensors_;
+  int64_t numel_ = 0, decay_numel_ = 0;
+};
+
+struct LayerIds {
+  int norm1_w = -1, norm1_b = -1, norm2_w = -1, norm2_b = -1;
+  int qkv_w = -1, qkv_b = -1, o_w = -1, o_b = -1;
+  int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;  // fc1 = gate+up for SwiGLU
+};
+
+class TransformerModel {
+ public:
+  // Declares the parameters. Throws InputError when a learned position table is
+  // shorter than `seq` or the spec is invalid.
+  TransformerModel(const ModelSpec& spec, int64_t seq);
+
+  // Allocates the flat buffers on `device` in `dtype` and initialises them
+  // deterministically from `seed` (GPT-2's scheme: N(0, 0.02) for matrices and
+  // embeddings, N(0, 0.02 / sqrt(2 * layers)) for the attention-output and MLP-output
+  // projections, zero biases, unit norm weights), drawing in declaration order
+  // from LibTorch's default generator of the device after at::manual_seed(seed).
+  // Returns the initial values in fp32 (a flat tensor on `device`): the params
+  // buffer itself for fp32, a separate tensor for bf16/fp16 that the optimizer
+  // adopts as its master copy.
+  at::Tensor materialize(at::Device device, at::ScalarType dtype, uint64_t seed);
+
+  // Mean cross-entropy over the labelled tokens (label != -100) as an fp32 scalar.
+  // ids, labels: (b, s) int64.
+  at::Tensor loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt);
+
+  // One transformer layer; `selective` recomputes the attention core in the
+  // backward instead of keeping what it saves.
+  at::Tensor layer(int64_t i, const at::Tensor& x, bool selective) const;
+  at::Tensor embed(const at::Tensor& ids) const;          // (b, s) -> (b, s, h)
+  at::Tensor logits(const at::Tensor& x) const;           // (b, s, h) -> (b, s, vocab)
+
+  const ModelSpec& spec() const { return spec_; }
+  int64_t seq() const { return seq_; }
+  ParamStore& store() { return store_; }
+  const ParamStore& store() const { return store_; }
+
+  // Called (when set) after the last layer's forward and before the head: the
+  // trainer reads the allocator there to split activations from logits memory.
+  std::function<void()> before_head;
+  // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
+  int64_t loss_chunk_rows = 0;
+
+ private:
+  at::Tensor norm(const at::Tensor& x, int w, int b) const;
+  at::Tensor attention(int64_t i, const at::Tensor& xn, bool selective) const;
+  at::Tensor mlp(int64_t i, const at::Tensor& xn) const;
+  at::Tensor p(int id) const { return store_.get(id); }
+  at::Tensor popt(int id) const { return id >= 0 ? store_.get(id) : at::Tensor(); }
+
+  ModelSpec spec_;
+  int64_t seq_;
+  ParamStore store_;
+  std::vector<LayerIds> layers_;
+  int wte_ = -1, wpe_ = -1, wtt_ = -1, emb_norm_w_ = -1, emb_norm_b_ = -1, proj_in_ = -1;
+  int final_norm_w_ = -1, final_norm_b_ = -1, proj_out_ = -1, head_w_ = -1, head_b_ = -1;
+  int pool_w_ = -1, pool_b_ = -1, mlm_w_ = -1, mlm_b_ = -1, mlm_norm_w_ = -1, mlm_norm_b_ = -1, mlm_bias_ = -1;
+  at::Tensor rope_cos_, rope_sin_;  // (s, 1, head_dim) in the working precision
+};
+
+// Parameters the model declares, without allocating anything.
+int64_t count_model_params(const ModelSpec& spec, int64_t seq);
+
+}  // namespace planner::rt

@@ -1,0 +1,157 @@
+#include "runtime/trainer.hpp"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "strategies/errors.hpp"
+
+namespace planner::rt {
+
+at::ScalarType working_dtype(Precision p) {
+  switch (p) {
+    case Precision::FP32: return at::kFloat;
+    case Precision::FP16: return at::kHalf;
+    case Precision::BF16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+Trainer::Trainer(const ModelSpec& spec, const TrainConfig& cfg, at::Device device, std::shared_ptr<TokenSource> tokens)
+    : cfg_(cfg), device_(device), tokens_(std::move(tokens)) {
+  if (cfg_.mbs <= 0 || cfg_.gas <= 0) throw InputError("mbs and gas must be positive");
+  if (!tokens_) throw std::invalid_argument("Trainer needs a token source");
+  model_ = std::make_unique<TransformerModel>(spec, cfg_.seq);
+  const at::ScalarType dt = working_dtype(cfg_.precision);
+  mixed_ = dt != at::kFloat;
+  at::Tensor init = model_->materialize(device_, dt, cfg_.seed);
+  const int64_t n = model_->store().numel();
+  auto f32 = at::TensorOptions().device(device_).dtype(at::kFloat);
+  // Optimizer state: the fp32 master copy is the initial fp32 values (mixed) or
+  // the parameters themselves (fp32); moments start at zero.
+  master_ = init;
+  exp_avg_ = at::zeros({n}, f32);
+  exp_avg_sq_ = at::zeros({n}, f32);
+  step_count_ = at::zeros({}, f32);
+  chunk_ = std::min<int64_t>(n, int64_t(1) << 26);
+  if (mixed_) work_ = at::empty({chunk_}, f32);
+  loss_scale_ = cfg_.precision == Precision::FP16 ? cfg_.fp16_init_scale : 1.0;
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::param_bytes() const { return params().numel() * params().element_size(); }
+int64_t Trainer::grad_bytes() const { return grads().numel() * grads().element_size(); }
+int64_t Trainer::optimizer_state_bytes() const {
+  int64_t b = (exp_avg_.numel() + exp_avg_sq_.numel()) * 4;
+  if (mixed_) b += master_.numel() * 4;
+  return b;
+}
+int64_t Trainer::optimizer_work_bytes() const { return work_.defined() ? work_.numel() * 4 : 0; }
+
+void Trainer::zero_grad() {
+  at::NoGradGuard g;
+  model_->store().grads.zero_();
+}
+
+std::pair<at::Tensor, at::Tensor> Trainer::batch(int64_t step, int64_t micro, int64_t rows) {
+  const int64_t s = cfg_.seq;
+  tokens_->batch(step, micro, rows, s, host_batch_);
+  const bool cuda = device_.is_cuda();
+  auto host_opts = at::TensorOptions().dtype(at::kLong).pinned_memory(cuda);
+  at::Tensor host = at::empty({rows, s + 1}, host_opts);
+  std::memcpy(host.data_ptr<int64_t>(), host_batch_.data(), host_batch_.size() * sizeof(int64_t));
+  if (model_->spec().arch == Arch::Encoder) {
+    // MLM: mask a fraction of the positions (chosen from the batch's own stream of
+    // the seed); masked inputs become the last vocabulary id, the labels there are
+    // the original tokens, -100 elsewhere.
+    at::Tensor ids = host.narrow(1, 0, s).clone();
+    at::Tensor labels = at::full({rows, s}, -100, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
+    int64_t* pi = ids.data_ptr<int64_t>();
+    int64_t* pl = labels.data_ptr<int64_t>();
+    uint64_t st = cfg_.seed ^ (0x4D4C4Dull + static_cast<uint64_t>(step) * 1000003ull + static_cast<uint64_t>(micro));
+    const auto thresh = static_cast<uint64_t>(cfg_.mlm_mask_fraction * 18446744073709551615.0);
+    for (int64_t i = 0; i < rows * s; ++i) {
+      if (splitmix64(st) < thresh || i == 0) {
+        pl[i] = pi[i];
+        pi[i] = model_->spec().vocab - 1;
+      }
+    }
+    return {ids.to(device_, /*non_blocking=*/cuda), labels.to(device_, /*non_blocking=*/cuda)};
+  }
+  at::Tensor dev = host.to(device_, /*non_blocking=*/cuda);
+  return {dev.narrow(1, 0, s), dev.narrow(1, 1, s)};
+}
+
+at::Tensor Trainer::forward_backward(const at::Tensor& ids, const at::Tensor& labels, double grad_multiplier) {
+  at::Tensor loss = model_->loss(ids, labels, cfg_.ckpt);
+  torch::autograd::backward({loss * grad_multiplier});
+  return loss.detach();
+}
+
+bool Trainer::optimizer_step() {
+  at::NoGradGuard no_grad;
+  auto& store = model_->store();
+  const at::Tensor& g = store.grads;
+  // Global L2 norm of the (loss-scaled) gradients, accumulated in fp32.
+  at::Tensor norm = at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat);
+  if (cfg_.precision == Precision::FP16) {
+    // Dynamic loss scaling (Micikevicius et al. 2018): one host sync per step.
+    const bool finite = norm.isfinite().item<bool>();
+    if (!finite) {
+      loss_scale_ = std::max(1.0, loss_scale_ * 0.5);
+      good_steps_ = 0;
+      ++skipped_;
+      return false;
+    }
+    if (++good_steps_ >= cfg_.fp16_scale_window) {
+      loss_scale_ *= 2.0;
+      good_steps_ = 0;
+    }
+  }
+  // grad_scale of the fused kernel divides the gradients: loss scale times the
+  // clipping factor max(1, ||g|| / clip) (torch.nn.utils.clip_grad_norm_'s 1e-6).
+  at::Tensor divisor;
+  if (cfg_.grad_clip > 0) {
+    at::Tensor true_norm = norm / loss_scale_;
+    divisor = ((true_norm + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * loss_scale_;
+  } else {
+    divisor = at::full({}, loss_scale_, norm.options());
+  }
+  ++t_;
+  step_count_.fill_(static_cast<double>(t_));
+  const int64_t n = store.numel(), nd = store.decay_numel();
+  for (int64_t o = 0; o < n; o += chunk_) {
+    const int64_t c = std::min(chunk_, n - o);
+    at::Tensor gc = mixed_ ? work_.narrow(0, 0, c).copy_(g.narrow(0, o, c)) : g.narrow(0, o, c);
+    // [o, o + c) split at the end of the decayed range
+    const int64_t split = std::clamp(nd - o, int64_t(0), c);
+    for (int part = 0; part < 2; ++part) {
+      const int64_t a = part == 0 ? 0 : split, len = part == 0 ? split : c - split;
+      if (len == 0) continue;
+      at::Tensor p = master_.narrow(0, o + a, len), gg = gc.narrow(0, a, len);
+      at::Tensor m = exp_avg_.narrow(0, o + a, len), v = exp_avg_sq_.narrow(0, o + a, len);
+      at::_fused_adamw_({p}, {gg}, {m}, {v}, {}, {step_count_}, cfg_.lr, cfg_.beta1, cfg_.beta2,
+                        part == 0 ? cfg_.weight_decay : 0.0, cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                        divisor, /*found_inf=*/std::nullopt);
+    }
+    if (mixed_) store.params.narrow(0, o, c).copy_(master_.narrow(0, o, c));
+  }
+  return true;
+}
+
+at::Tensor Trainer::step(int64_t step) {
+  zero_grad();
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  const double mult = loss_scale_ / static_cast<double>(cfg_.gas);
+  for (int64_t micro = 0; micro < cfg_.gas; ++micro) {
+    auto [ids, labels] = batch(step, micro, cfg_.mbs);
+    loss_sum.add_(forward_backward(ids, labels, mult));
+  }
+  if (after_backward) after_backward();
+  optimizer_step();
+  return loss_sum / static_cast<double>(cfg_.gas);
+}
+
+}  // namespace planner::rt

@@ -1,0 +1,211 @@
+#include "catch.hpp"
+#include "costmodel/activations.hpp"
+#include "costmodel/compat.hpp"
+#include "costmodel/memory_model.hpp"
+#include "costmodel/model_states.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/schedule.hpp"
+
+using namespace planner;
+
+namespace {
+
+double total_state_gb(double params, int zero, int dp) {
+  Strategy s;
+  s.dp = dp;
+  s.zero = zero;
+  ModelStateBytes b = model_state_bytes(params, s, MemoryConstants{});
+  return (b.gpu_params + b.gpu_grads + b.gpu_optimizer) / 1e9;
+}
+
+// A GPT-3-like shape for the activation formulas (any shape works: the test
+// compares against the closed forms of Korthikanti et al. Table 2).
+ModelSpec gpt_shape(int64_t layers, int64_t h, int64_t heads) {
+  ModelSpec m;
+  m.name = "test-gpt";
+  m.layers = layers, m.hidden = h, m.heads = heads, m.kv_heads = heads, m.ffn = 4 * h;
+  m.vocab = 51200, m.max_positions = 2048;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO paper model states: Psi=7.5B, Nd=64, K=12", "[memory]") {
+  // Rajbhandari et al. 2020, Figure 1: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
+  CHECK(total_state_gb(7.5e9, 0, 64) == Approx(120.0).margin(0.05));
+  CHECK(total_state_gb(7.5e9, 1, 64) == Approx(31.4).margin(0.05));
+  CHECK(total_state_gb(7.5e9, 2, 64) == Approx(16.6).margin(0.05));
+  CHECK(total_state_gb(7.5e9, 3, 64) == Approx(1.9).margin(0.05));
+  // fp32 training keeps the weights as master copy: 4 + 4 + 8 bytes.
+  Strategy s;
+  s.precision = Precision::FP32;
+  ModelStateBytes b = model_state_bytes(1e9, s, MemoryConstants{});
+  CHECK(b.gpu_params + b.gpu_grads + b.gpu_optimizer == Approx(16e9));
+}
+
+TEST_CASE("offload moves optimizer state (and parameters) to the host", "[memory]") {
+  Strategy s;
+  s.dp = 4, s.zero = 2, s.offload = Offload::Optimizer;
+  ModelStateBytes b = model_state_bytes(1e9, s, MemoryConstants{});
+  CHECK(b.gpu_optimizer == 0);
+  CHECK(b.gpu_grads == 0);
+  CHECK(b.gpu_params == Approx(2e9));
+  CHECK(b.host_bytes == Approx((12e9 + 4e9) / 4));  // optimizer shard + fp32 gradient shard
+  s.zero = 3, s.offload = Offload::All;
+  b = model_state_bytes(1e9, s, MemoryConstants{});
+  CHECK(b.gpu_params == 0);
+  CHECK(b.host_bytes == Approx((12e9 + 4e9 + 2e9) / 4));
+}
+
+TEST_CASE("Megatron activation formulas (Korthikanti et al. 2022, Table 2)", "[memory]") {
+  const ModelSpec m = gpt_shape(96, 12288, 96);
+  const double s = 2048, b = 1, h = 12288, a = 96;
+  const AttentionImpl megatron{/*flash=*/false, /*dropout=*/true};
+  auto bytes = [&](Ckpt c, int t, bool sp) { return layer_activation_bytes(m, 2048, 1, 2, c, megatron).total(t, sp); };
+  const double sbh = s * b * h;
+  CHECK(bytes(Ckpt::None, 1, false) == Approx(sbh * (34 + 5 * a * s / h)));
+  for (int t : {2, 4, 8}) {
+    INFO("t=" << t);
+    CHECK(bytes(Ckpt::None, t, false) == Approx(sbh * (10 + 24.0 / t + 5 * a * s / (h * t))));
+    CHECK(bytes(Ckpt::None, t, true) == Approx(sbh * (34.0 / t + 5 * a * s / (h * t))));
+    CHECK(bytes(Ckpt::Selective, t, false) == Approx(sbh * (10 + 24.0 / t)));
+    CHECK(bytes(Ckpt::Selective, t, true) == Approx(sbh * 34.0 / t));
+  }
+  CHECK(bytes(Ckpt::Full, 1, false) == Approx(2 * sbh));
+  CHECK(bytes(Ckpt::Full, 8, true) == Approx(2 * sbh / 8));  // SP splits the saved input too
+  // With fused attention and no dropout (this project's runtime) the s^2 terms
+  // vanish and only the fp32 log-sum-exp per head remains: 32sbh + 4asb.
+  CHECK(layer_activation_bytes(m, 2048, 1, 2, Ckpt::None).total(1, false) == Approx(32 * sbh + 4 * a * s * b));
+}
+
+TEST_CASE("in-flight micro-batches: closed forms equal the schedules", "[memory][schedule]") {
+  for (int pp = 1; pp <= 8; ++pp) {
+    for (int m = 1; m <= 32; ++m) {
+      auto g = gpipe(pp, m);
+      auto f = one_f_one_b(pp, m);
+      for (int s = 0; s < pp; ++s) {
+        INFO("pp=" << pp << " m=" << m << " stage=" << s);
+        CHECK(max_inflight(g[s]) == m);
+        CHECK(max_inflight(f[s]) == std::min(pp - s, m));
+      }
+    }
+  }
+  // The memory model uses exactly these counts.
+  ModelSpec mdl = gpt_shape(8, 1024, 16);
+  Plan p;
+  p.model = mdl;
+  p.cluster = parse_cluster("4xA100-80GB");
+  p.strategy = Strategy::parse("dp=1,pp=4,gas=8");
+  p.seq = 1024;
+  p.global_batch = 8;
+  MemoryReport r = estimate_memory(p);
+  REQUIRE(r.stages.size() == 4);
+  for (int s = 0; s < 4; ++s) CHECK(r.stages[s].inflight_microbatches == 4 - s);
+  p.strategy.schedule = Schedule::GPipe;
+  r = estimate_memory(p);
+  for (int s = 0; s < 4; ++s) CHECK(r.stages[s].inflight_microbatches == 8);
+}
+
+TEST_CASE("stage parameters: TP splits matrices, PP splits layers, tied head copied", "[memory]") {
+  const ModelSpec m = gpt_shape(24, 2048, 16);
+  CHECK(stage_params_per_rank(m, 24, true, true, 1, 1) == m.total_params());
+  const int64_t tp2 = stage_params_per_rank(m, 24, true, true, 1, 2);
+  CHECK(tp2 > m.total_params() / 2);
+  CHECK(tp2 < m.total_params() / 2 + 24 * 4 * 2048 + 2 * 2048 * 2048);  // replicated: norms, row biases, positions
+  const int64_t first = stage_params_per_rank(m, 12, true, false, 2, 1);
+  const int64_t last = stage_params_per_rank(m, 12, false, true, 2, 1);
+  CHECK(first + last == m.total_params() + m.vocab * m.hidden);  // Megatron keeps a tied copy on the last stage
+}
+
+TEST_CASE("layer partition is balanced and covers every layer", "[memory]") {
+  const ModelSpec m = gpt_shape(30, 1024, 16);
+  for (int chunks : {1, 2, 4, 7, 8, 30}) {
+    auto parts = partition_layers(m, chunks);
+    int sum = 0, lo = 1 << 30, hi = 0;
+    for (int l : parts) sum += l, lo = std::min(lo, l), hi = std::max(hi, l);
+    CHECK(sum == 30);
+    CHECK(hi - lo <= 1);
+    if (chunks > 2 && 30 % chunks) CHECK(parts.front() <= parts[1]);  // extras go to the middle first
+  }
+}
+
+TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
+  // 1 GPU, bf16, no parallelism: parameters 2P, gradients 2P, optimizer 12P.
+  Plan p;
+  p.model = gpt_shape(12, 768, 12);
+  p.cluster = parse_cluster("1xA100-80GB");
+  p.strategy = Strategy::parse("mbs=4");
+  p.seq = 1024;
+  p.global_batch = 4;
+  MemoryReport r = estimate_memory(p);
+  const double P = double(p.model.total_params());
+  const auto& g = r.peak_breakdown();
+  CHECK(g[int(MemCategory::Parameters)] == int64_t(2 * P));
+  CHECK(g[int(MemCategory::Gradients)] == int64_t(2 * P));
+  CHECK(g[int(MemCategory::OptimizerStates)] == int64_t(12 * P));
+  const double sbh = 1024.0 * 4 * 768;
+  // 12 layers x (32 sbh + 4 a s b) + final-norm and head inputs 2 x 2 sbh.
+  CHECK(g[int(MemCategory::Activations)] == int64_t(12 * (32 * sbh + 4 * 12 * 1024 * 4) + 4 * sbh));
+  // Logits: 4 bytes saved + 2 working + 4 gradient per vocabulary entry.
+  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(1024.0 * 4 * 51200 * 10));
+  CHECK(r.fits());
+  // ZeRO-3 over 8 GPUs divides all three model-state categories by 8.
+  p.cluster = parse_cluster("8xA100-80GB");
+  p.strategy = Strategy::parse("dp=8,zero=3,mbs=4");
+  p.global_batch = 32;
+  r = estimate_memory(p);
+  CHECK(r.peak_breakdown()[int(MemCategory::Parameters)] == int64_t(2 * P / 8));
+  CHECK(r.peak_breakdown()[int(MemCategory::OptimizerStates)] == int64_t(12 * P / 8));
+}
+
+TEST_CASE("memory report says what binds when a plan misses", "[memory]") {
+  Plan p;
+  p.model = gpt_shape(32, 4096, 32);  // ~6.5B parameters: 16 bytes each is ~100 GB
+  p.cluster = parse_cluster("1xRTX3090");
+  p.strategy = Strategy::parse("mbs=1,precision=bf16");
+  p.seq = 2048;
+  p.global_batch = 1;
+  MemoryReport r = estimate_memory(p);
+  CHECK_FALSE(r.fits());
+  CHECK(r.binding == MemCategory::OptimizerStates);
+  CHECK(r.per_gpu_peak_bytes > r.gpu_capacity_bytes);
+}
+
+TEST_CASE("compat rules name what is wrong", "[memory][strategy]") {
+  Plan p;
+  p.model = gpt_shape(12, 768, 12);
+  p.cluster = parse_cluster("4xA100-80GB");
+  p.seq = 1024;
+  auto msg = [&](const char* s) {
+    p.strategy = Strategy::parse(s);
+    p.global_batch = p.strategy.global_batch();
+    try {
+      check_compat(p);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(msg("dp=4") == "");
+  CHECK(msg("dp=2").find("must equal the GPU count 4") != std::string::npos);
+  p.model.heads = 6, p.model.kv_heads = 6;  // 768/6 = 128 head dim
+  CHECK(msg("tp=4").find("must divide the attention heads") != std::string::npos);
+  p.model.heads = 12, p.model.kv_heads = 12;
+  p.model.layers = 2;
+  CHECK(msg("pp=4").find("at most the layers") != std::string::npos);
+  p.model.layers = 12;
+  p.cluster = parse_cluster("4xV100-32GB");
+  CHECK(msg("dp=4,precision=bf16").find("bfloat16") != std::string::npos);
+  p.cluster = parse_cluster("4xA100-80GB");
+  p.seq = 4096;
+  CHECK(msg("dp=4").find("learned positions") != std::string::npos);
+  p.seq = 1024;
+  p.strategy = Strategy::parse("dp=4");
+  p.global_batch = 7;
+  CHECK_THROWS_AS(check_compat(p), InputError);
+  p.strategy = Strategy::parse("dp=1,tp=4,zero=1");
+  p.global_batch = 1;
+  auto notes = check_compat(p);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("shards nothing") != std::string::npos);
+}
