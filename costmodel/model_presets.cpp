@@ -264,8 +264,7 @@ std::string normalize_model_name(std::string_view raw) {
   if (s.starts_with("llama2-")) s = "llama-2-" + s.substr(7);
   if (s.starts_with("llama3-")) s = "llama-3-" + s.substr(7);
   static const std::map<std::string, std::string> aliases = {
-      {"gpt2-small", "gpt2"}, {"gpt-2", "gpt2"},        {"gpt-j", "gpt-j-6b"}, {"gptj-6b", "gpt-j-6b"},
-      {"gpt-neo", "gpt-neo-125m"}, {"bert", "bert-base"},
+      {"gpt2-small", "gpt2"}, {"gpt-2", "gpt2"}, {"gpt-j", "gpt-j-6b"}, {"gptj-6b", "gpt-j-6b"},
   };
   if (auto it = aliases.find(s); it != aliases.end()) return it->second;
   return s;

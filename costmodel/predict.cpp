@@ -1,31 +1,63 @@
-// predict(): first version, a roofline stand-in until the step simulator lands.
+// predict(): the step simulator over the analytic cost model, plus the memory model.
 #include "costmodel/predict.hpp"
 
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "costmodel/cost_model.hpp"
 #include "costmodel/flops.hpp"
+#include "costmodel/predict_detail.hpp"
+#include "costmodel/trace.hpp"
 
 namespace planner {
 
-StepPrediction predict(const Plan& plan, const std::string& /*profile_path*/) {
-  StepPrediction p;
-  const auto& g = plan.cluster.gpu;
-  double peak = plan.strategy.precision == Precision::FP32 ? g.peak_fp32
-                : plan.strategy.precision == Precision::FP16 ? g.peak_fp16 : g.peak_bf16;
-  if (peak <= 0) peak = g.peak_fp16 > 0 ? g.peak_fp16 : g.peak_fp32;
-  const double tokens = double(plan.global_batch) * double(plan.seq);
-  p.model_flops_per_step = model_flops(plan.model, plan.seq, int64_t(tokens));
-  p.hardware_flops_per_step = hardware_flops(plan.model, plan.seq, int64_t(tokens), plan.strategy.ckpt);
+void fill_prediction(const Plan& plan, const HardwareProfile& profile, const SimResult& sim, StepPrediction& p) {
   const double world = plan.strategy.world();
-  const double eff = g.gemm_efficiency > 0 ? g.gemm_efficiency : 0.7;
-  p.compute_seconds = p.hardware_flops_per_step / (world * peak * eff);
-  p.step_seconds = p.compute_seconds;
+  const int64_t tokens = plan.global_batch * plan.seq;
+  p.step_seconds = sim.makespan_seconds;
+  p.model_flops_per_step = model_flops(plan.model, plan.seq, tokens);
+  p.hardware_flops_per_step = hardware_flops(plan.model, plan.seq, tokens, plan.strategy.ckpt);
   p.samples_per_second = double(plan.global_batch) / p.step_seconds;
-  p.tokens_per_second = tokens / p.step_seconds;
+  p.tokens_per_second = double(tokens) / p.step_seconds;
   p.tflops_per_gpu = p.model_flops_per_step / p.step_seconds / world / 1e12;
   p.hw_tflops_per_gpu = p.hardware_flops_per_step / p.step_seconds / world / 1e12;
-  p.mfu = p.model_flops_per_step / p.step_seconds / world / peak;
+  p.mfu = p.model_flops_per_step / p.step_seconds / world / profile.peak_flops(plan.strategy.precision);
+  const StageTime& c = sim.stages.at(sim.critical_stage);
+  p.compute_seconds = c.compute_seconds;
+  p.exposed_comm_seconds = c.tp_comm_seconds + c.exposed_comm_seconds;
+  p.bubble_seconds = c.bubble_seconds;
+  p.optimizer_seconds = c.optimizer_seconds;
+  p.offload_seconds = c.offload_seconds;
+}
+
+StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResult* sim_out, bool record_trace) {
+  const TableCostModel cost = build_cost_model(plan, profile);
+  SimOptions opt;
+  opt.record_trace = record_trace;
+  const SimResult sim = simulate(make_schedule(plan.strategy), cost, opt);
+  if (sim.deadlock)
+    throw std::runtime_error(fmt::format("predict: the {} schedule deadlocked in the simulator (a bug)",
+                                         to_string(plan.strategy.schedule)));
+  StepPrediction p;
+  fill_prediction(plan, profile, sim, p);
   p.memory = estimate_memory(plan);
+  if (sim_out) *sim_out = sim;
+  return p;
+}
+
+StepPrediction predict(const Plan& plan, const std::string& profile_path) {
+  return predict(plan, load_profile(profile_path, plan.cluster.gpu));
+}
+
+StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_path, const std::string& trace_path) {
+  const HardwareProfile profile = load_profile(profile_path, plan.cluster.gpu);
+  if (trace_path.empty()) return predict(plan, profile);
+  SimResult sim;
+  StepPrediction p = predict(plan, profile, &sim, true);
+  write_chrome_trace(sim, fmt::format("{} on {}: {}", plan.model.name, plan.cluster.name, plan.strategy.to_string()),
+                     trace_path);
   return p;
 }
 

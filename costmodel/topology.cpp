@@ -136,7 +136,8 @@ Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::
   for (int i = 0; i < int(t.arcs.size()); ++i) {
     const Arc& a = t.arcs[i];
     boost::add_edge(a.from, a.to, boost::property<boost::edge_weight_t, double, boost::property<boost::edge_index_t, int>>(
-                                      1e9 / std::max(1.0, a.Bps) + 1e-3 + (a.kind == ArcKind::Network ? 1e3 : 0.0), i), graph);
+                                      1e9 / std::max(1.0, a.Bps) + 1e-3 + (a.kind == ArcKind::Network ? 1e3 : 0.0), i),
+                   graph);
   }
   t.pred_arc.assign(t.vertices, std::vector<int>(t.vertices, -1));
   std::vector<Graph::vertex_descriptor> pred(t.vertices);
@@ -255,14 +256,14 @@ GroupLink Topology::p2p(const std::vector<std::pair<int, int>>& pairs, int rep) 
   std::vector<Flow> f, own;
   for (int i = 0; i < int(pairs.size()); ++i) {
     const auto [s, d] = pairs[i];
+    if (node_of(s) != node && i != rep) continue;  // nodes are alike: count the flows leaving this one
     f.clear();
-    const bool s_in = node_of(s) == node, d_in = node_of(d) == node;
-    if (s_in && d_in) {
+    if (node_of(s) == node_of(d)) {
       t.add_path(f, s % t.g, d % t.g, 1.0);
     } else {
-      // By symmetry the receiving node's links carry what this node's carry.
-      if (s_in || i == rep) t.add_exit(f, s % t.g, 1.0, false);
-      if (d_in || i == rep) t.add_exit(f, d % t.g, 1.0, true);
+      // The receiving node's links carry what this node's would carry inbound.
+      t.add_exit(f, s % t.g, 1.0, false);
+      t.add_exit(f, d % t.g, 1.0, true);
     }
     for (const Flow& x : f) load[x.arc] += x.weight;
     if (i == rep) own = f;

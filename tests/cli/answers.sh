@@ -6,11 +6,11 @@ expect_exit 0 $P --help && expect_grep "max-model" "$TMP/out"
 for c in memory max-model predict plan bench exec; do
   expect_exit 0 $P $c --help && expect_grep "Examples" "$TMP/out"
 done
-expect_exit 0 $P memory --model gpt2-xl --gpus 2xRTX3090 --strategy dp=2,zero=1,mbs=4
+expect_exit 0 $P memory --model gpt2-xl --gpus 2xRTX3090 --strategy dp=2,zero=1,mbs=2,ckpt=full
 expect_grep "Verdict: FITS" "$TMP/out"
 expect_exit 0 $P memory --model llama-2-7b --gpus 1xRTX3090 --strategy mbs=1
 expect_grep "DOES NOT FIT: GPU peak .* exceeds .* by .*optimizer_states" "$TMP/out"
-expect_exit 0 $P memory --model gpt2-xl --gpus 2xRTX3090 --strategy dp=2,zero=1,mbs=4 --json
+expect_exit 0 $P memory --model gpt2-xl --gpus 2xRTX3090 --strategy dp=2,zero=1,mbs=2,ckpt=full --json
 python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
 import json, sys
 j = json.load(open(sys.argv[1]))

@@ -1,0 +1,16 @@
+#pragma once
+// Chrome-trace JSON (chrome://tracing, https://ui.perfetto.dev) of a simulated
+// step: one process per pipeline stage (its representative rank), one thread
+// per stream. Format: the Trace Event Format, "X" complete events in
+// microseconds, "M" metadata events naming processes and threads.
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "costmodel/simulator.hpp"
+
+namespace planner {
+
+nlohmann::json chrome_trace_json(const SimResult& r, const std::string& title);
+void write_chrome_trace(const SimResult& r, const std::string& title, const std::string& path);
+
+}  // namespace planner

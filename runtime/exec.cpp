@@ -1,0 +1,278 @@
+// `planner exec`: load, check, predict, run, compare, write. No LibTorch here (the
+// run itself is runtime/measure.cpp), and no fmt: LibTorch ships its own fmt
+// headers, which shadow the system's in this library's include path.
+#include "runtime/exec.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "costmodel/predict.hpp"
+#include "runtime/measure.hpp"
+#include "strategies/errors.hpp"
+
+namespace planner::rt {
+
+namespace {
+
+using nlohmann::json;
+
+std::string fmtd(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+json num_or_null(double v, bool ok = true) { return ok && std::isfinite(v) ? json(v) : json(nullptr); }
+
+// Error of the prediction relative to the measurement, in percent.
+json error_pct(double predicted, double measured) {
+  if (!(measured > 0) || !std::isfinite(predicted)) return nullptr;
+  return (predicted - measured) / measured * 100.0;
+}
+
+json memory_json(const MeasuredMemory& m) {
+  json cats = {{"parameters", m.parameters},   {"gradients", m.gradients},     {"optimizer_states", m.optimizer_states},
+               {"activations", m.activations}, {"logits_loss", m.logits_loss}, {"comm_buffers", m.comm_buffers},
+               {"overhead", m.overhead}};
+  return {{"categories", cats},
+          {"total_bytes", m.total},
+          {"phases",
+           {{"after_model_allocated", m.after_model_allocated},
+            {"after_model_reserved", m.after_model_reserved},
+            {"after_optimizer_allocated", m.after_optimizer_allocated},
+            {"after_optimizer_reserved", m.after_optimizer_reserved},
+            {"step_start_allocated", m.step_start_allocated},
+            {"before_head_allocated", m.before_head_allocated},
+            {"peak_fwd_bwd_allocated", m.peak_fwd_bwd_allocated},
+            {"peak_step_allocated", m.peak_step_allocated},
+            {"peak_step_reserved", m.peak_step_reserved}}},
+          {"overhead_parts",
+           {{"outside_allocator", m.outside_allocator},
+            {"reserved_unallocated", m.peak_step_reserved - m.peak_step_allocated},
+            {"optimizer_work", m.optimizer_work},
+            {"other", m.overhead - m.outside_allocator - (m.peak_step_reserved - m.peak_step_allocated)}}},
+          {"device_total_bytes", m.device_total}};
+}
+
+json measurement_json(const Measurement& r) {
+  return {{"device", r.device},
+          {"precision", r.precision},
+          {"steps", r.steps},
+          {"warmup", r.warmup},
+          {"params", r.params},
+          {"samples_per_step", r.samples_per_step},
+          {"tokens_per_step", r.tokens_per_step},
+          {"step_seconds",
+           {{"median", r.median_s},
+            {"mean", r.mean_s},
+            {"min", r.min_s},
+            {"max", r.max_s},
+            {"p10", r.p10_s},
+            {"p90", r.p90_s},
+            {"all", r.step_seconds}}},
+          {"samples_per_second", r.samples_per_second},
+          {"tokens_per_second", r.tokens_per_second},
+          {"model_flops_per_step", r.model_flops_per_step},
+          {"hardware_flops_per_step", r.hardware_flops_per_step},
+          {"model_tflops", r.model_tflops},
+          {"hardware_tflops", r.hardware_tflops},
+          {"mfu", num_or_null(r.mfu, r.mfu >= 0)},
+          {"peak_flops", r.peak_flops},
+          {"losses", r.losses},
+          {"loss_first", r.losses.empty() ? json(nullptr) : json(r.losses.front())},
+          {"loss_last", r.losses.empty() ? json(nullptr) : json(r.losses.back())},
+          {"final_loss_scale", r.final_loss_scale},
+          {"skipped_steps", r.skipped_steps},
+          {"init_seconds", r.init_seconds},
+          {"data", r.data},
+          {"memory", memory_json(r.memory)},
+          {"notes", r.notes}};
+}
+
+json machine_json(const MachineInfo& m) {
+  return {{"device", m.device},
+          {"gpu_name", m.gpu_name},
+          {"gpu_memory_bytes", m.gpu_memory_bytes},
+          {"gpu_sm_count", m.gpu_sm_count},
+          {"driver", m.driver},
+          {"cuda_runtime", m.cuda_runtime},
+          {"libtorch", m.libtorch},
+          {"cpu", m.cpu},
+          {"cpu_threads", m.cpu_threads},
+          {"hostname", m.hostname}};
+}
+
+struct Row {
+  std::string name;
+  double predicted, measured;
+  bool have_pred = true, have_meas = true;
+};
+
+std::vector<Row> comparison_rows(const StepPrediction& p, const Measurement& m) {
+  std::vector<Row> rows;
+  rows.push_back({"step_seconds", p.step_seconds, m.median_s});
+  rows.push_back({"samples_per_second", p.samples_per_second, m.samples_per_second});
+  rows.push_back({"tokens_per_second", p.tokens_per_second, m.tokens_per_second});
+  rows.push_back({"model_tflops", p.tflops_per_gpu, m.model_tflops});
+  rows.push_back({"mfu", p.mfu, m.mfu, true, m.mfu >= 0});
+  const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
+  const MeasuredMemory& mm = m.memory;
+  const int64_t meas[kMemCategories] = {mm.parameters, mm.gradients, mm.optimizer_states, mm.activations,
+                                        mm.logits_loss, mm.comm_buffers, mm.overhead};
+  for (int i = 0; i < kMemCategories; ++i)
+    rows.push_back({std::string("memory.") + to_string(MemCategory(i)), double(bd[i]), double(meas[i]),
+                    !p.memory.stages.empty(), true});
+  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), double(mm.total), !p.memory.stages.empty(),
+                  true});
+  return rows;
+}
+
+json comparison_json(const std::vector<Row>& rows) {
+  json c = json::object();
+  for (const auto& r : rows) {
+    json e = {{"predicted", num_or_null(r.predicted, r.have_pred)}, {"measured", num_or_null(r.measured, r.have_meas)}};
+    e["error_pct"] = r.have_pred && r.have_meas ? error_pct(r.predicted, r.measured) : json(nullptr);
+    c[r.name] = e;
+  }
+  return c;
+}
+
+std::string render_value(const std::string& name, double v) {
+  if (name.rfind("memory.", 0) == 0) return fmtd("%.2f GiB", v / double(1 << 30));
+  if (name == "step_seconds") return fmtd("%.4f s", v);
+  if (name == "mfu") return fmtd("%.1f %%", v * 100);
+  if (name == "model_tflops") return fmtd("%.1f", v);
+  return fmtd("%.1f", v);
+}
+
+std::string render_table(const Plan& plan, const Measurement& m, const std::vector<Row>& rows) {
+  std::ostringstream o;
+  const auto& s = plan.strategy;
+  o << "planner exec: " << plan.model.name << " (" << m.params << " parameters), seq " << plan.seq << ", "
+    << to_string(s.precision) << ", mbs=" << s.mbs << " gas=" << s.gas << " ckpt=" << to_string(s.ckpt) << "\n";
+  o << "device: " << m.device;
+  if (!m.machine.gpu_name.empty()) o << " " << m.machine.gpu_name << " (driver " << m.machine.driver << ", CUDA "
+                                     << m.machine.cuda_runtime << ")";
+  else o << " " << m.machine.cpu << " (" << m.machine.cpu_threads << " threads)";
+  o << ", LibTorch " << m.machine.libtorch << "\n";
+  o << "steps: " << m.warmup << " warm-up + " << m.steps << " timed; step time median " << fmtd("%.4f", m.median_s)
+    << " s (min " << fmtd("%.4f", m.min_s) << ", max " << fmtd("%.4f", m.max_s) << ", p10 " << fmtd("%.4f", m.p10_s)
+    << ", p90 " << fmtd("%.4f", m.p90_s) << ")\n";
+  if (!m.losses.empty())
+    o << "loss: " << fmtd("%.4f", m.losses.front()) << " (step 1) -> " << fmtd("%.4f", m.losses.back()) << " (step "
+      << m.losses.size() << ")\n";
+  o << "\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "%-26s %16s %16s %9s\n", "", "predicted", "measured", "error");
+  o << line;
+  for (const auto& r : rows) {
+    std::string label = r.name.rfind("memory.", 0) == 0 ? "  " + r.name.substr(7) : r.name;
+    if (r.name == "memory.parameters") o << "memory\n";
+    const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
+    const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
+    std::string ev = "";
+    if (r.have_pred && r.have_meas && r.measured > 0) ev = fmtd("%+.1f%%", (r.predicted - r.measured) / r.measured * 100);
+    std::snprintf(line, sizeof(line), "%-26s %16s %16s %9s\n", label.c_str(), pv.c_str(), mv.c_str(), ev.c_str());
+    o << line;
+  }
+  o << "(error = (predicted - measured) / measured)\n";
+  for (const auto& n : m.notes) o << "note: " << n << "\n";
+  return o.str();
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct Done {
+  Plan plan;
+  StepPrediction prediction;
+  Measurement measurement;
+  json result;
+};
+
+Done execute(const ExecOptions& o) {
+  if (o.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(o.steps));
+  if (o.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(o.warmup));
+  if (o.plan_path.empty()) throw InputError("exec: no plan file given");
+  Done d;
+  d.plan = load_plan(o.plan_path);
+  const Strategy& s = d.plan.strategy;
+  if (s.dp != 1 || s.tp != 1 || s.pp != 1)
+    throw InputError("exec runs one-device plans only (dp = tp = pp = 1) for now; '" + o.plan_path + "' has dp=" +
+                     std::to_string(s.dp) + ", tp=" + std::to_string(s.tp) + ", pp=" + std::to_string(s.pp));
+  if (d.plan.global_batch != s.global_batch())
+    throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(d.plan.global_batch) +
+                     " is not dp * mbs * gas = " + std::to_string(s.global_batch()));
+  if (!o.tokens_path.empty()) {
+    std::ifstream probe(o.tokens_path, std::ios::binary);
+    if (!probe) throw InputError("token file '" + o.tokens_path + "' cannot be opened for reading");
+  }
+  if (!o.output_path.empty()) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(o.output_path).has_parent_path() ? fs::path(o.output_path).parent_path() : fs::path(".");
+    if (!fs::is_directory(dir)) throw InputError("output: directory '" + dir.string() + "' does not exist");
+  }
+  d.prediction = predict(d.plan, o.profile_path);
+
+  RunOptions ro;
+  ro.device = o.device;
+  ro.steps = o.steps;
+  ro.warmup = o.warmup;
+  ro.tokens_path = o.tokens_path;
+  ro.tokens_dtype = o.tokens_dtype;
+  ro.seed = o.seed;
+  ro.lr = o.lr;
+  ro.progress = o.progress;
+  d.measurement = run_training(d.plan, ro);
+
+  const auto rows = comparison_rows(d.prediction, d.measurement);
+  d.result = {{"format", "planner-exec-result"},
+              {"version", 1},
+              {"created", utc_now()},
+              {"plan", plan_to_json(d.plan)},
+              {"options",
+               {{"steps", o.steps},
+                {"warmup", o.warmup},
+                {"device", o.device},
+                {"seed", o.seed},
+                {"lr", o.lr},
+                {"tokens_path", o.tokens_path},
+                {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
+              {"prediction", prediction_json(d.prediction)},
+              {"measurement", measurement_json(d.measurement)},
+              {"comparison", comparison_json(rows)},
+              {"machine", machine_json(d.measurement.machine)}};
+  d.result["table"] = render_table(d.plan, d.measurement, rows);
+  return d;
+}
+
+}  // namespace
+
+nlohmann::json exec_result(const ExecOptions& options) {
+  json r = execute(options).result;
+  r.erase("table");
+  return r;
+}
+
+int run_exec(const ExecOptions& options) {
+  Done d = execute(options);
+  const std::string table = d.result["table"].get<std::string>();
+  d.result.erase("table");
+  const std::string text = d.result.dump(2) + "\n";
+  if (!options.output_path.empty()) write_file_atomically(options.output_path, text);
+  if (options.json) std::cout << text;
+  else std::cout << table << std::flush;
+  return 0;
+}
+
+}  // namespace planner::rt

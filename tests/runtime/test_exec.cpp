@@ -1,0 +1,189 @@
+// `planner exec` through run_exec on the CPU: a tiny plan end to end, the result
+// document, and refusals of bad input (InputError -> exit code 2 in the CLI).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "costmodel/cluster_spec.hpp"
+#include "costmodel/plan.hpp"
+#include "runtime/data.hpp"
+#include "runtime/exec.hpp"
+#include "strategies/errors.hpp"
+
+using namespace planner;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir() {
+  fs::path d = fs::temp_directory_path() / ("planner-rt-test-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+Plan tiny_plan() {
+  Plan p;
+  p.model.name = "tiny-gpt";
+  p.model.layers = 2, p.model.hidden = 32, p.model.heads = 4, p.model.kv_heads = 4, p.model.ffn = 128;
+  p.model.vocab = 128, p.model.max_positions = 64;
+  p.cluster = parse_cluster("H100");
+  p.strategy = Strategy::parse("dp=1,tp=1,pp=1,mbs=2,gas=2,precision=fp32,ckpt=full");
+  p.seq = 32;
+  p.global_batch = 4;
+  return p;
+}
+
+std::string write_plan(const Plan& p, const std::string& name) {
+  auto path = (temp_dir() / name).string();
+  save_plan(p, path);
+  return path;
+}
+
+rt::ExecOptions opts(const std::string& plan) {
+  rt::ExecOptions o;
+  o.plan_path = plan;
+  o.steps = 2;
+  o.warmup = 1;
+  o.device = "cpu";
+  o.progress = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("exec: a tiny plan runs on the CPU and reports measured beside predicted", "[runtime][exec]") {
+  const auto plan = write_plan(tiny_plan(), "tiny.json");
+  const auto out = (temp_dir() / "result.json").string();
+  fs::remove(out);
+  auto o = opts(plan);
+  o.output_path = out;
+  CHECK(rt::run_exec(o) == 0);
+  REQUIRE(fs::exists(out));
+  std::ifstream in(out);
+  auto j = nlohmann::json::parse(in);
+  CHECK(j["format"] == "planner-exec-result");
+  CHECK(j["version"] == 1);
+  CHECK(j["plan"]["seq"] == 32);
+  const auto& m = j["measurement"];
+  CHECK(m["device"] == "cpu");
+  CHECK(m["params"] == tiny_plan().model.total_params());
+  CHECK(m["step_seconds"]["all"].size() == 2);
+  CHECK(m["losses"].size() == 3);
+  CHECK(m["mfu"].is_null());
+  CHECK(m["tokens_per_step"] == 4 * 32);
+  const auto& cat = m["memory"]["categories"];
+  const int64_t n = tiny_plan().model.total_params();
+  CHECK(cat["parameters"] == 4 * n);
+  CHECK(cat["gradients"] == 4 * n);
+  CHECK(cat["optimizer_states"] == 8 * n);
+  CHECK(cat["activations"].get<int64_t>() > 0);
+  CHECK(cat["logits_loss"].get<int64_t>() > 0);
+  CHECK(j["comparison"]["memory.parameters"]["measured"] == 4 * n);
+  CHECK(j["comparison"].contains("step_seconds"));
+  CHECK(j["machine"]["libtorch"].get<std::string>().size() > 0);
+  CHECK(j["prediction"].contains("step_seconds"));
+}
+
+TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[runtime][exec]") {
+  const auto out = (temp_dir() / "never.json").string();
+  fs::remove(out);
+  SECTION("missing plan file") {
+    auto o = opts((temp_dir() / "no-such-plan.json").string());
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("malformed plan file") {
+    auto path = (temp_dir() / "broken.json").string();
+    std::ofstream(path) << "{\"format\": \"planner-plan\", \"version\": 1, \"model\": ";
+    auto o = opts(path);
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("not a plan") {
+    auto path = (temp_dir() / "other.json").string();
+    std::ofstream(path) << "{\"hello\": 1}";
+    CHECK_THROWS_AS(rt::run_exec(opts(path)), InputError);
+  }
+  SECTION("a plan with dp > 1") {
+    Plan p = tiny_plan();
+    p.strategy = Strategy::parse("dp=2,mbs=2,gas=1,precision=fp32");
+    auto o = opts(write_plan(p, "dp2.json"));
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("a plan with tp > 1 or pp > 1") {
+    Plan p = tiny_plan();
+    p.strategy = Strategy::parse("tp=2,mbs=2,gas=2,precision=fp32");
+    CHECK_THROWS_AS(rt::run_exec(opts(write_plan(p, "tp2.json"))), InputError);
+    p.strategy = Strategy::parse("pp=2,mbs=2,gas=2,precision=fp32");
+    CHECK_THROWS_AS(rt::run_exec(opts(write_plan(p, "pp2.json"))), InputError);
+  }
+  SECTION("--steps 0") {
+    auto o = opts(write_plan(tiny_plan(), "steps0.json"));
+    o.steps = 0;
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("an unreadable token file") {
+    auto o = opts(write_plan(tiny_plan(), "tok.json"));
+    o.tokens_path = (temp_dir() / "no-such-tokens.bin").string();
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("a token file with an id outside the vocabulary") {
+    auto tok = (temp_dir() / "bad-tokens.bin").string();
+    {
+      std::ofstream f(tok, std::ios::binary);
+      for (int i = 0; i < 1000; ++i) {
+        uint16_t v = static_cast<uint16_t>(i % 200);  // vocab is 128
+        f.write(reinterpret_cast<const char*>(&v), 2);
+      }
+    }
+    auto o = opts(write_plan(tiny_plan(), "tok2.json"));
+    o.tokens_path = tok;
+    o.output_path = out;
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  SECTION("an unknown device") {
+    auto o = opts(write_plan(tiny_plan(), "dev.json"));
+    o.device = "tpu";
+    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+  }
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("exec: token files, uint16 and int32", "[runtime][exec]") {
+  const auto dir = temp_dir();
+  auto u16 = (dir / "t16.bin").string(), i32 = (dir / "t32.bin").string();
+  {
+    std::ofstream a(u16, std::ios::binary), b(i32, std::ios::binary);
+    for (int i = 0; i < 500; ++i) {
+      uint16_t v = static_cast<uint16_t>(i % 100);
+      int32_t w = i % 100;
+      a.write(reinterpret_cast<const char*>(&v), 2);
+      b.write(reinterpret_cast<const char*>(&w), 4);
+    }
+  }
+  rt::FileTokens f16(u16, rt::TokenDtype::UInt16, 100, 16, 1), f32(i32, rt::TokenDtype::Int32, 100, 16, 1);
+  CHECK(f16.tokens() == 500);
+  CHECK(f32.tokens() == 500);
+  std::vector<int64_t> a, b;
+  f16.batch(3, 1, 4, 16, a);
+  f32.batch(3, 1, 4, 16, b);
+  CHECK(a == b);  // same offsets from the same seed
+  REQUIRE(a.size() == 4 * 17);
+  for (int r = 0; r < 4; ++r)
+    for (int i = 1; i < 17; ++i) CHECK(a[size_t(r * 17 + i)] == (a[size_t(r * 17 + i - 1)] + 1) % 100);
+  CHECK_THROWS_AS(rt::FileTokens(u16, rt::TokenDtype::UInt16, 100, 600, 1), InputError);  // too short
+  CHECK_THROWS_AS(rt::parse_token_dtype("float"), InputError);
+
+  // Synthetic tokens are deterministic and row-independent.
+  rt::SyntheticTokens s(100, 42);
+  std::vector<int64_t> x, y;
+  s.batch(0, 0, 4, 16, x);
+  s.batch(0, 0, 2, 16, y);
+  CHECK(std::vector<int64_t>(x.begin(), x.begin() + 34) == y);
+}

@@ -1,0 +1,247 @@
+// Runtime tests on the CPU, fp32, tiny models: parameter counts against
+// ModelSpec, learning, activation checkpointing, gradient accumulation, the
+// optimizer update, and the precision layout.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "catch.hpp"
+#include "costmodel/model_spec.hpp"
+#include "runtime/device.hpp"
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+
+using namespace planner;
+using namespace planner::rt;
+
+namespace {
+
+// Small ModelSpecs with the flags of each family's presets.
+ModelSpec gpt2_like() {
+  ModelSpec m;
+  m.name = "tiny-gpt2";
+  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = 4, m.ffn = 128, m.vocab = 96, m.max_positions = 64;
+  return m;  // learned positions, GELU, LayerNorm, biases everywhere, tied
+}
+ModelSpec neo_like() {
+  ModelSpec m = gpt2_like();
+  m.name = "tiny-neo";
+  m.qkv_bias = false;  // GPT-Neo: no q/k/v biases, out_proj has one
+  return m;
+}
+ModelSpec gptj_like() {
+  ModelSpec m = gpt2_like();
+  m.name = "tiny-gptj";
+  m.pos = PosEmbed::Rotary, m.max_positions = 0;
+  m.qkv_bias = false, m.out_bias = false, m.parallel_block = true;
+  m.tied_embeddings = false, m.lm_head_bias = true;
+  return m;
+}
+ModelSpec opt_like() {
+  ModelSpec m = gpt2_like();
+  m.name = "tiny-opt";
+  m.mlp = MlpKind::Relu, m.position_offset = 2;
+  return m;
+}
+ModelSpec opt350_like() {
+  ModelSpec m = opt_like();
+  m.name = "tiny-opt-350m";
+  m.word_embed_dim = 16;  // project_in / project_out
+  m.final_norm = false;
+  return m;
+}
+ModelSpec llama_like() {
+  ModelSpec m = gpt2_like();
+  m.name = "tiny-llama";
+  m.pos = PosEmbed::Rotary, m.max_positions = 0, m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm;
+  m.kv_heads = 2;  // grouped-query attention
+  m.ffn = 88;
+  m.qkv_bias = m.out_bias = m.mlp_bias = false;
+  m.tied_embeddings = false;
+  return m;
+}
+ModelSpec bert_like() {
+  ModelSpec m = gpt2_like();
+  m.name = "tiny-bert";
+  m.arch = Arch::Encoder, m.type_vocab = 2, m.embed_norm = true, m.final_norm = false;
+  m.pooler = true, m.mlm_head = true;
+  return m;
+}
+
+TrainConfig fp32_config(int64_t mbs, int64_t gas, int64_t seq, Ckpt ckpt = Ckpt::None) {
+  TrainConfig c;
+  c.precision = Precision::FP32;
+  c.ckpt = ckpt;
+  c.mbs = mbs, c.gas = gas, c.seq = seq;
+  return c;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("runtime: parameter count equals the ModelSpec's for every family", "[runtime]") {
+  for (const ModelSpec& m :
+       {gpt2_like(), neo_like(), gptj_like(), opt_like(), opt350_like(), llama_like(), bert_like()}) {
+    INFO(m.name);
+    TransformerModel model(m, 32);
+    const auto& s = model.store();
+    CHECK(s.numel() == m.total_params());
+    CHECK(s.group_numel(0) == m.embedding_params());
+    for (int l = 1; l <= m.layers; ++l) CHECK(s.group_numel(l) == m.layer_params());
+    CHECK(s.group_numel(static_cast<int>(m.layers) + 1) == m.head_params());
+    // decayed (matrices, embeddings) first, as one contiguous range
+    for (const auto& i : s.infos()) CHECK(i.decay == (i.offset < s.decay_numel()));
+  }
+}
+
+TEST_CASE("runtime: every family runs forward and backward with finite gradients", "[runtime]") {
+  for (const ModelSpec& m :
+       {gpt2_like(), neo_like(), gptj_like(), opt_like(), opt350_like(), llama_like(), bert_like()}) {
+    INFO(m.name);
+    auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 7);
+    Trainer t(m, fp32_config(2, 1, 16), at::kCPU, tokens);
+    auto [ids, labels] = t.batch(0, 0, 2);
+    at::Tensor loss = t.forward_backward(ids, labels, 1.0);
+    const double l = loss.item<double>();
+    CHECK(std::isfinite(l));
+    CHECK(l == Approx(std::log(double(m.vocab))).epsilon(0.1));  // fresh model: near uniform
+    CHECK(t.grads().isfinite().all().item<bool>());
+    CHECK(t.grads().abs().sum().item<double>() > 0);
+  }
+}
+
+TEST_CASE("runtime: the loss of a tiny model falls over 50 steps", "[runtime]") {
+  ModelSpec m = gpt2_like();
+  auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 1);
+  TrainConfig c = fp32_config(8, 1, 32);
+  c.lr = 3e-3;
+  Trainer t(m, c, at::kCPU, tokens);
+  std::vector<double> losses;
+  for (int s = 0; s < 50; ++s) losses.push_back(t.step(s).item<double>());
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[static_cast<size_t>(i)] / 5, last += losses[static_cast<size_t>(45 + i)] / 5;
+  INFO("first 5 steps " << first << ", last 5 steps " << last);
+  CHECK(losses.front() == Approx(std::log(96.0)).epsilon(0.05));
+  CHECK(last < first - 1.0);  // the Markov text's floor is ~1.7 nats below ln(96)
+  CHECK(t.optimizer_steps() == 50);
+}
+
+TEST_CASE("runtime: checkpointing keeps fewer bytes and leaves gradients unchanged", "[runtime]") {
+  enable_cpu_memory_counting();
+  ModelSpec m = gpt2_like();
+  m.layers = 4;
+  auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 3);
+  at::Tensor reference;
+  int64_t saved[3] = {0, 0, 0};
+  const Ckpt modes[3] = {Ckpt::None, Ckpt::Selective, Ckpt::Full};
+  for (int k = 0; k < 3; ++k) {
+    INFO("ckpt=" << to_string(modes[k]));
+    Trainer t(m, fp32_config(4, 1, 32, modes[k]), at::kCPU, tokens);
+    auto [ids, labels] = t.batch(0, 0, 4);
+    // Bytes the forward leaves alive for the backward: allocated just before the
+    // head minus allocated before the forward (the counting CPU allocator).
+    const int64_t start = memory_stats(false).allocated;
+    t.model().before_head = [&] { saved[k] = memory_stats(false).allocated - start; };
+    t.forward_backward(ids, labels, 1.0);
+    if (k == 0) reference = t.grads().clone();
+    else CHECK(max_abs_diff(t.grads(), reference) <= 1e-6);
+  }
+  INFO("saved bytes none " << saved[0] << ", selective " << saved[1] << ", full " << saved[2]);
+  CHECK(saved[0] > 0);
+  CHECK(saved[1] <= saved[0]);
+  // full keeps each layer's input only: (b, s, h) fp32 per layer, plus the embedding output
+  CHECK(saved[2] < saved[0] / 4);
+  CHECK(saved[2] >= 4 * 32 * 32 * 4 * m.layers);
+}
+
+TEST_CASE("runtime: accumulating k micro-batches equals one batch k times larger", "[runtime]") {
+  for (const ModelSpec& m : {gpt2_like(), llama_like()}) {
+    INFO(m.name);
+    auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 5);
+    Trainer big(m, fp32_config(4, 1, 16), at::kCPU, tokens);
+    Trainer acc(m, fp32_config(2, 2, 16), at::kCPU, tokens);
+    CHECK(max_abs_diff(big.params(), acc.params()) == 0);  // same seed, same weights
+    auto [ids, labels] = big.batch(0, 0, 4);
+    at::Tensor l1 = big.forward_backward(ids, labels, 1.0);
+    at::Tensor l2 = acc.forward_backward(ids.narrow(0, 0, 2), labels.narrow(0, 0, 2), 0.5);
+    l2 = l2 + acc.forward_backward(ids.narrow(0, 2, 2), labels.narrow(0, 2, 2), 0.5);
+    CHECK(l1.item<double>() == Approx(l2.item<double>() / 2).epsilon(1e-5));
+    CHECK(max_abs_diff(big.grads(), acc.grads()) <= 1e-6);
+    const double scale = big.grads().abs().max().item<double>();
+    CHECK(scale > 1e-4);
+  }
+}
+
+TEST_CASE("runtime: the flat AdamW step matches the textbook update", "[runtime]") {
+  ModelSpec m = gpt2_like();
+  auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 9);
+  TrainConfig c = fp32_config(1, 1, 8);
+  c.grad_clip = 0.5;
+  Trainer t(m, c, at::kCPU, tokens);
+  const int64_t n = t.params().numel(), nd = t.model().store().decay_numel();
+  at::Tensor p0 = t.params().to(at::kDouble);
+  at::manual_seed(11);
+  at::Tensor g = at::randn({n}, at::kDouble) * 0.01;
+  {
+    at::NoGradGuard ng;
+    t.grads().copy_(g);
+  }
+  REQUIRE(t.optimizer_step());
+  // Textbook (double): clip, Adam moments after one step, bias correction,
+  // decoupled weight decay on the decayed range.
+  const double norm = g.norm().item<double>();
+  const double coef = std::min(1.0, c.grad_clip / (norm + 1e-6));
+  at::Tensor gc = g * coef;
+  at::Tensor m1 = gc * (1 - c.beta1), v1 = gc * gc * (1 - c.beta2);
+  at::Tensor mh = m1 / (1 - c.beta1), vh = v1 / (1 - c.beta2);
+  at::Tensor wd = at::zeros({n}, at::kDouble);
+  wd.narrow(0, 0, nd).fill_(c.weight_decay);
+  at::Tensor expect = p0 * (1 - c.lr * wd) - c.lr * mh / (vh.sqrt() + c.eps);
+  CHECK(max_abs_diff(t.params(), expect) <= 1e-6);
+}
+
+TEST_CASE("runtime: bf16 layout is 2 + 2 + 12 bytes per parameter and trains", "[runtime]") {
+  ModelSpec m = gpt2_like();
+  auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 2);
+  TrainConfig c = fp32_config(4, 2, 16);
+  c.precision = Precision::BF16;
+  c.lr = 3e-3;
+  Trainer t(m, c, at::kCPU, tokens);
+  const int64_t n = m.total_params();
+  CHECK(t.param_bytes() == 2 * n);
+  CHECK(t.grad_bytes() == 2 * n);
+  CHECK(t.optimizer_state_bytes() == 12 * n);
+  CHECK(t.params().scalar_type() == at::kBFloat16);
+  const double l0 = t.step(0).item<double>();
+  double l = l0;
+  for (int s = 1; s < 15; ++s) l = t.step(s).item<double>();
+  CHECK(std::isfinite(l));
+  CHECK(l < l0);
+
+  TrainConfig c32 = fp32_config(4, 1, 16);
+  Trainer t32(m, c32, at::kCPU, tokens);
+  CHECK(t32.param_bytes() == 4 * n);
+  CHECK(t32.optimizer_state_bytes() == 8 * n);  // master = the parameters
+}
+
+TEST_CASE("runtime: fp16 skips a step on overflow and halves the loss scale", "[runtime]") {
+  ModelSpec m = gpt2_like();
+  auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 4);
+  TrainConfig c = fp32_config(2, 1, 16);
+  c.precision = Precision::FP16;
+  Trainer t(m, c, at::kCPU, tokens);
+  at::Tensor before = t.params().clone();
+  {
+    at::NoGradGuard ng;
+    t.grads().fill_(std::numeric_limits<float>::infinity());
+  }
+  CHECK_FALSE(t.optimizer_step());
+  CHECK(t.loss_scale() == c.fp16_init_scale / 2);
+  CHECK(t.skipped_steps() == 1);
+  CHECK(max_abs_diff(t.params(), before) == 0);
+  const double l = t.step(0).item<double>();
+  CHECK(std::isfinite(l));
+}
