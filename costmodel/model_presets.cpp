@@ -194,12 +194,13 @@ const std::vector<ModelSpec>& presets() {
 //  * head_dim 128 (as GPT-3 from 6.7B on), 64 below hidden 2048;
 //  * otherwise GPT-2/GPT-3: ffn 4h, vocab 50257, 2048 learned positions,
 //    biases, LayerNorm, GELU, tied head.
-// Sizes grow from ~100M to ~1.5T; a size is kept when it has at least 12%
-// more parameters than the last one kept, so steps are 12-14% apart from a
-// few billion parameters on (coarser below, where one step of 128 in hidden
-// is already a bigger step).
+// Sizes grow from ~100M to ~1.5T; a size is kept when it has at least 10%
+// more parameters than the last one kept. With hidden = 128k and layers = k,
+// params grow as ~k^3, so the candidates are (1 + 1/k)^3 apart: below ~4B
+// (k < 31) every k is kept and steps are 10-40%; above, steps are 10-20%
+// (largest around 4-5B, where one k is just under 10% and two are ~20%).
 constexpr int64_t kGptAspect = 128;
-constexpr double kGptStep = 1.12;
+constexpr double kGptStep = 1.10;
 
 ModelSpec gpt_family_member(int64_t hidden) {
   ModelSpec m;

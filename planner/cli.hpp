@@ -27,5 +27,6 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code);
 CLI::App* add_plan_command(CLI::App& app, int& exit_code);
 CLI::App* add_bench_command(CLI::App& app, int& exit_code);
 CLI::App* add_exec_command(CLI::App& app, int& exit_code);
+CLI::App* add_list_command(CLI::App& app, int& exit_code);
 
 }  // namespace planner

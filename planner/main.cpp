@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   planner::add_plan_command(app, exit_code);
   planner::add_bench_command(app, exit_code);
   planner::add_exec_command(app, exit_code);
+  planner::add_list_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -146,6 +146,8 @@ std::string max_model_table(const MaxModelResult& r) {
     out += fmt::format("  strategy: {}\n\n", b.plan.strategy.to_string());
     out += memory_table(b.plan, b.memory);
   }
+  if (r.best && !r.next_up)
+    out += fmt::format("\nThis is the largest size of family '{}'; a larger model may fit too.\n", r.family);
   if (r.next_up) {
     const auto& n = *r.next_up;
     out += fmt::format("\nNext size up, {} ({} parameters), does not fit: {}\n", n.plan.model.name,

@@ -2,6 +2,7 @@
 // ModelSpec, learning, activation checkpointing, gradient accumulation, the
 // optimizer update, and the precision layout.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 
