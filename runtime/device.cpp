@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <unordered_map>
 
 #if __has_include(<cuda_runtime_api.h>) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
 #define PLANNER_RT_CUDA 1
@@ -31,37 +32,53 @@ namespace {
 // checkpointing really keeps fewer bytes alive between forward and backward.
 struct CountingCpuAllocator final : c10::Allocator {
   c10::Allocator* inner = nullptr;
+  c10::DeleterFnPtr inner_delete = nullptr;
   std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
+  std::mutex mu;
+  std::unordered_map<void*, int64_t> sizes;  // live allocations
 
-  struct Ctx {
-    c10::DataPtr inner;
-    int64_t bytes;
-    CountingCpuAllocator* owner;
-  };
+  static CountingCpuAllocator* self;
 
+  // The DataPtr keeps the raw pointer as its context (LibTorch's raw_allocate
+  // interface needs get() == get_context()); sizes live in a map.
   static void deleter(void* p) {
-    auto* ctx = static_cast<Ctx*>(p);
-    ctx->owner->current.fetch_sub(ctx->bytes, std::memory_order_relaxed);
-    delete ctx;  // frees the inner allocation through its own deleter
+    if (p == nullptr) return;
+    int64_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(self->mu);
+      auto it = self->sizes.find(p);
+      if (it != self->sizes.end()) {
+        n = it->second;
+        self->sizes.erase(it);
+      }
+    }
+    self->current.fetch_sub(n, std::memory_order_relaxed);
+    self->inner_delete(p);
   }
 
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr d = inner->allocate(n);
-    void* raw = d.get();
     const c10::Device dev = d.device();
-    auto* ctx = new Ctx{std::move(d), static_cast<int64_t>(n), this};
+    void* raw = d.release_context();
+    if (raw != nullptr) {
+      std::lock_guard<std::mutex> lock(mu);
+      sizes[raw] = static_cast<int64_t>(n);
+    }
     const int64_t now = current.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) + static_cast<int64_t>(n);
     int64_t p = peak.load(std::memory_order_relaxed);
     while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
     }
-    return c10::DataPtr(raw, ctx, &deleter, dev);
+    return c10::DataPtr(raw, raw, &deleter, dev);
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &deleter; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 };
+CountingCpuAllocator* CountingCpuAllocator::self = nullptr;
 
 // Never destroyed: tensors may outlive main's locals and free through it.
 CountingCpuAllocator*& counting_slot() {
@@ -103,8 +120,12 @@ bool cuda_available() { return torch::cuda::is_available(); }
 void enable_cpu_memory_counting() {
   static std::once_flag once;
   std::call_once(once, [] {
+    c10::Allocator* inner = c10::GetDefaultCPUAllocator();
+    if (inner->raw_deleter() == nullptr) return;  // cannot wrap: leave counting off
     auto* a = new CountingCpuAllocator();
-    a->inner = c10::GetDefaultCPUAllocator();
+    a->inner = inner;
+    a->inner_delete = inner->raw_deleter();
+    CountingCpuAllocator::self = a;
     // Priority above the default registration (0), so that it wins.
     c10::SetCPUAllocator(a, /*priority=*/1);
     counting_slot() = a;

@@ -26,6 +26,7 @@ int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int
   info.init = init;
   info.group = group;
   infos_.push_back(std::move(info));
+  layout();
   return static_cast<int>(infos_.size()) - 1;
 }
 
@@ -36,7 +37,7 @@ int64_t ParamStore::group_numel(int group) const {
   return n;
 }
 
-void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
+void ParamStore::layout() {
   // Offsets: decayed tensors first (declaration order within each class), packed
   // tightly, so the flat buffer is exactly numel() long as the memory model and
   // the ZeRO shard math assume. The vocabulary matrix (the one odd-sized matrix in
@@ -51,6 +52,10 @@ void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
     if (pass == 0) decay_numel_ = off;
   }
   numel_ = off;
+}
+
+void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
+  layout();
   auto opts = at::TensorOptions().device(device).dtype(dtype);
   params = at::zeros({numel_}, opts);
   grads = at::zeros({numel_}, opts);
@@ -145,20 +150,18 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     at::Tensor valid_all = labels.ne(-100);
     at::Tensor count = valid_all.sum().clamp_min(1).to(at::kFloat);  // device scalar, no host sync
     at::Tensor loss_sum = at::zeros({}, logits.options().dtype(at::kFloat));
-    const bool fp32 = logits.scalar_type() == at::kFloat;
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
       const int64_t c = std::min(chunk_rows, n - r0);
-      at::Tensor gc = grad.narrow(0, r0, c);
-      at::Tensor lf = fp32 ? gc.copy_(logits.narrow(0, r0, c)) : logits.narrow(0, r0, c).to(at::kFloat);  // (c, V)
       at::Tensor valid = valid_all.narrow(0, r0, c);
       at::Tensor validf = valid.to(at::kFloat).unsqueeze(1);                                               // (c, 1)
       at::Tensor target = at::where(valid, labels.narrow(0, r0, c), at::zeros({}, labels.options())).unsqueeze(1);
-      at::Tensor lse = at::logsumexp(lf, {1}, /*keepdim=*/true);                                           // (c, 1)
-      loss_sum.add_(((lse - lf.gather(1, target)) * validf).sum());
-      lf.sub_(lse).exp_();                          // softmax
-      lf.scatter_add_(1, target, -validf);          // - onehot on labelled rows
-      lf.mul_(validf).div_(count);                  // unlabelled rows get no gradient
-      if (!fp32) gc.copy_(lf);
+      // One fused kernel reads the working-precision logits and writes fp32 log-probabilities.
+      at::Tensor lp = at::log_softmax(logits.narrow(0, r0, c), 1, at::kFloat);                           // (c, V)
+      loss_sum.sub_((lp.gather(1, target) * validf).sum());
+      lp.exp_();                                   // softmax
+      lp.scatter_add_(1, target, -validf);         // - onehot on labelled rows
+      lp.mul_(validf / count);                     // mean; unlabelled rows get no gradient
+      grad.narrow(0, r0, c).copy_(lp);
     }
     ctx->save_for_backward({grad});
     return loss_sum / count;

@@ -69,6 +69,8 @@ struct ParamInfo {
 class ParamStore {
  public:
   int add(std::string name, std::vector<int64_t> shape, Init init, int group);
+  // Assigns the offsets (done by add(); cheap, the list is short).
+  void layout();
   // Orders the tensors (decayed first), allocates params and grads (zeroed) on
   // `device` in `dtype`, and makes the views.
   void materialize(at::Device device, at::ScalarType dtype);

@@ -53,6 +53,25 @@ TEST_CASE("every preset is within 1% of its published parameter count", "[model]
   }
 }
 
+TEST_CASE("every preset counts exactly as the transformers modules", "[model]") {
+  // model.num_parameters() of transformers 5.17.0, each model built from its
+  // config on the meta device (BERT: BertForPreTraining less the 2h+2 NSP head).
+  const std::pair<const char*, int64_t> hf[] = {
+      {"gpt2", 124'439'808},          {"gpt2-medium", 354'823'168},     {"gpt2-large", 774'030'080},
+      {"gpt2-xl", 1'557'611'200},     {"gpt-neo-125m", 125'198'592},    {"gpt-neo-1.3b", 1'315'575'808},
+      {"gpt-neo-2.7b", 2'651'307'520}, {"gpt-j-6b", 6'050'882'784},     {"opt-125m", 125'239'296},
+      {"opt-350m", 331'196'416},      {"opt-1.3b", 1'315'758'080},      {"opt-2.7b", 2'651'596'800},
+      {"opt-6.7b", 6'658'473'984},    {"opt-13b", 12'853'473'280},      {"opt-30b", 29'974'540'288},
+      {"opt-66b", 65'719'701'504},    {"opt-175b", 174'604'468'224},    {"bert-base", 110'104'890},
+      {"bert-large", 336'224'058},    {"llama-2-7b", 6'738'415'616},    {"llama-2-13b", 13'015'864'320},
+      {"llama-2-70b", 68'976'648'192}, {"llama-3-8b", 8'030'261'248},   {"llama-3-70b", 70'553'706'496},
+  };
+  for (const auto& [name, count] : hf) {
+    INFO(name);
+    CHECK(model_preset(name).total_params() == count);
+  }
+}
+
 TEST_CASE("GPT-2 small counts exactly as GPT2LMHeadModel", "[model]") {
   ModelSpec m = model_preset("gpt2");
   // wte 50257x768 + wpe 1024x768

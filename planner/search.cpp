@@ -1,0 +1,223 @@
+#include "planner/search.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "costmodel/compat.hpp"
+#include "costmodel/cost_model.hpp"
+#include "costmodel/predict_detail.hpp"
+#include "costmodel/simulator.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+#include "strategies/search_space.hpp"
+
+namespace planner {
+
+namespace {
+
+enum Family { kPureDP, kZero3, kTP, kPP, kOffload, kFamilies };
+
+constexpr const char* kFamilyName[kFamilies] = {"pure DP", "ZeRO-3", "TP", "PP", "offload"};
+constexpr const char* kFamilyDef[kFamilies] = {
+    "tp=1, pp=1, zero=0, no offload: plain data parallelism",
+    "zero=3 without offload: fully sharded data parallelism",
+    "tp>1, pp=1: tensor parallelism (with DP/ZeRO)",
+    "pp>1: pipeline parallelism (with TP/DP)",
+    "offload=optimizer or all: optimizer (and parameters) in host memory",
+};
+
+uint8_t families_of(const Strategy& s) {
+  uint8_t f = 0;
+  if (s.tp == 1 && s.pp == 1 && s.zero == 0 && s.offload == Offload::None) f |= 1 << kPureDP;
+  if (s.zero == 3 && s.offload == Offload::None) f |= 1 << kZero3;
+  if (s.tp > 1 && s.pp == 1) f |= 1 << kTP;
+  if (s.pp > 1) f |= 1 << kPP;
+  if (s.offload != Offload::None) f |= 1 << kOffload;
+  return f;
+}
+
+struct Candidate {
+  double bound;
+  Strategy strategy;
+  uint8_t families;
+};
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string gap_reason(const StepPrediction& mine, const StepPrediction& best) {
+  const double gap = mine.step_seconds - best.step_seconds;
+  const std::array<std::pair<const char*, double>, 5> parts{{
+      {"compute (recomputation, smaller GEMMs)", mine.compute_seconds - best.compute_seconds},
+      {"exposed communication", mine.exposed_comm_seconds - best.exposed_comm_seconds},
+      {"pipeline bubble", mine.bubble_seconds - best.bubble_seconds},
+      {"optimizer step", mine.optimizer_seconds - best.optimizer_seconds},
+      {"host offload copies", mine.offload_seconds - best.offload_seconds},
+  }};
+  auto worst = std::max_element(parts.begin(), parts.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  return fmt::format("{:.0f}% slower than the best ({:.3f} s vs {:.3f} s per step), mostly {} (+{:.3f} s)",
+                     100 * gap / best.step_seconds, mine.step_seconds, best.step_seconds, worst->first, worst->second);
+}
+
+std::string no_fit_reason(const RankedPlan& p) {
+  const MemoryReport& m = p.prediction.memory;
+  if (!m.gpu_fits)
+    return fmt::format("does not fit: even its smallest configuration ({}) needs {} per GPU of {} (largest: {})",
+                       p.plan.strategy.to_string(), format_bytes(double(m.per_gpu_peak_bytes)),
+                       format_bytes(double(m.gpu_capacity_bytes)), to_string(m.binding));
+  return fmt::format("does not fit: its smallest configuration ({}) needs {} of host memory per node of {}",
+                     p.plan.strategy.to_string(), format_bytes(double(m.host_peak_bytes)),
+                     format_bytes(double(m.host_capacity_bytes)));
+}
+
+// How far over capacity a plan is (<= 1 fits), for picking a family's "smallest" member.
+double overcommit(const MemoryReport& m) {
+  const double g = double(m.per_gpu_peak_bytes) / std::max<double>(1, double(m.gpu_capacity_bytes));
+  const double h = double(m.host_peak_bytes) / std::max<double>(1, double(m.host_capacity_bytes));
+  return std::max(g, h);
+}
+
+}  // namespace
+
+SearchResult search_plans(const SearchRequest& req) {
+  const auto t0 = Clock::now();
+  if (req.seq < 1) throw InputError("plan: seq must be at least 1");
+  if (req.global_batch < 1) throw InputError("plan: the global batch must be at least 1");
+  if (req.top_k < 1) throw InputError("plan: --top must be at least 1");
+  req.model.validate();
+  req.cluster.validate();
+  const HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
+  SearchResult out;
+
+  SpaceLimits L;
+  L.world = req.cluster.world();
+  L.global_batch = req.global_batch;
+  L.layers = req.model.layers, L.heads = req.model.heads, L.kv_heads = req.model.kv_heads, L.ffn = req.model.ffn;
+  L.bf16 = req.cluster.gpu.supports_bf16();
+  L.fp16 = req.cluster.gpu.peak_fp16 > 0;
+  L.fp32 = req.search_fp32;
+  L.max_vpp = req.max_vpp;
+
+  // Phase 1: a lower bound for every candidate.
+  std::vector<Candidate> cands;
+  cands.reserve(size_t(count_strategies(L)));
+  CostContext ctx(req.model, req.cluster, req.seq, profile);
+  TableCostModel table;
+  for_each_strategy(L, [&](const Strategy& s) {
+    ctx.build(s, table);
+    cands.push_back({makespan_lower_bound(table, s.gas), s, families_of(s)});
+    if (req.progress && (cands.size() & 0xFFFF) == 0) req.progress(0.5 * cands.size() / cands.capacity(), "bounding");
+  });
+  out.stats.enumerated = int64_t(cands.size());
+  if (cands.empty()) {
+    out.notes.push_back(fmt::format("no legal strategy: {} GPUs, global batch {}, {} heads, {} layers",
+                                    L.world, L.global_batch, L.heads, L.layers));
+    out.stats.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return out;
+  }
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
+
+  // Phase 2: in increasing bound, memory check and simulate while the bound can still win.
+  Plan plan{req.model, req.cluster, Strategy{}, req.seq, req.global_batch};
+  Simulator sim;
+  std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
+  std::array<double, kFamilies> fam_best;
+  fam_best.fill(kInf);
+  std::array<size_t, kFamilies> fam_best_idx{}, fam_small_idx{};
+  std::array<double, kFamilies> fam_small;
+  fam_small.fill(kInf);
+  std::array<int64_t, kFamilies> fam_count{};
+  for (const auto& c : cands)
+    for (int f = 0; f < kFamilies; ++f) fam_count[f] += (c.families >> f) & 1;
+
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Candidate& c = cands[i];
+    const double threshold = top.size() < size_t(req.top_k) ? kInf : top.back().first;
+    bool needed = !req.prune || c.bound < threshold;
+    if (!needed && req.explain)
+      for (int f = 0; f < kFamilies && !needed; ++f) needed = ((c.families >> f) & 1) && c.bound < fam_best[f];
+    if (!needed) {
+      ++out.stats.pruned;
+      if (!req.explain) {  // sorted by bound: nothing after this can win either
+        out.stats.pruned += int64_t(cands.size() - i - 1);
+        break;
+      }
+      continue;
+    }
+    if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
+    plan.strategy = c.strategy;
+    const MemoryReport mem = estimate_memory(plan);
+    ++out.stats.memory_checked;
+    if (!mem.fits()) {
+      ++out.stats.not_fitting;
+      const double over = overcommit(mem);
+      for (int f = 0; f < kFamilies; ++f)
+        if (((c.families >> f) & 1) && over < fam_small[f]) fam_small[f] = over, fam_small_idx[f] = i;
+      continue;
+    }
+    ctx.build(c.strategy, table);
+    const SimResult& r = sim.run(make_schedule(c.strategy), table);
+    ++out.stats.simulated;
+    if (r.deadlock) continue;
+    const double t = r.makespan_seconds;
+    if (top.size() < size_t(req.top_k) || t < top.back().first) {
+      top.insert(std::upper_bound(top.begin(), top.end(), std::make_pair(t, i)), {t, i});
+      if (top.size() > size_t(req.top_k)) top.pop_back();
+    }
+    for (int f = 0; f < kFamilies; ++f)
+      if (((c.families >> f) & 1) && t < fam_best[f]) fam_best[f] = t, fam_best_idx[f] = i;
+  }
+
+  // The winners, predicted in full (memory, breakdown) and checked against the rules.
+  auto full = [&](size_t i) -> std::optional<RankedPlan> {
+    plan.strategy = cands[i].strategy;
+    try {
+      check_compat(plan);
+    } catch (const InputError& e) {
+      ++out.stats.rejected;
+      out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
+      return std::nullopt;
+    }
+    return RankedPlan{plan, predict(plan, profile)};
+  };
+  for (const auto& [t, i] : top)
+    if (auto p = full(i)) out.plans.push_back(std::move(*p));
+
+  if (req.explain) {
+    const Strategy* winner = out.plans.empty() ? nullptr : &out.plans.front().plan.strategy;
+    for (int f = 0; f < kFamilies; ++f) {
+      FamilyExplanation e;
+      e.family = kFamilyName[f];
+      e.definition = kFamilyDef[f];
+      e.candidates = fam_count[f];
+      if (fam_count[f] == 0) {
+        e.reason = fmt::format("no strategy of this family for {} GPUs and this model", L.world);
+      } else if (fam_best[f] < kInf) {
+        e.fits = true;
+        e.best = full(fam_best_idx[f]);
+        e.is_winner = winner && (families_of(*winner) >> f & 1) && e.best && e.best->plan.strategy == *winner;
+        if (e.is_winner) e.reason = "holds the best plan";
+        else if (e.best && !out.plans.empty()) e.reason = gap_reason(e.best->prediction, out.plans.front().prediction);
+      } else if (fam_small[f] < kInf) {
+        e.smallest = full(fam_small_idx[f]);
+        if (e.smallest) e.reason = no_fit_reason(*e.smallest);
+      } else {
+        e.reason = "no member was needed to decide";
+      }
+      out.families.push_back(std::move(e));
+    }
+  }
+  if (out.plans.empty())
+    out.notes.push_back(fmt::format("nothing fits: {} strategies checked, none within {} per GPU", out.stats.enumerated,
+                                    format_bytes(double(req.cluster.gpu.memory_bytes))));
+  if (req.progress) req.progress(1.0, "done");
+  out.stats.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace planner

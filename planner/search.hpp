@@ -1,0 +1,86 @@
+#pragma once
+// `planner plan` as a library function: enumerate every strategy for a model
+// on a cluster, drop what does not fit or is not legal, rank by simulated
+// throughput, explain why the best of each family lost. The CLI (cmd_plan.cpp)
+// parses options into a SearchRequest and prints search_result_table / _json.
+//
+// Speed: every candidate gets a lower bound on its step time from the cached
+// per-layer costs (makespan_lower_bound, never above the simulated time);
+// candidates are visited in increasing bound and simulated only while the bound
+// beats the K-th best time found (and, with explain, the best of a family it
+// belongs to). Pruning by a valid lower bound cannot drop the best plan.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "costmodel/hardware_profile.hpp"
+#include "costmodel/predict.hpp"
+
+namespace planner {
+
+struct SearchRequest {
+  ModelSpec model;
+  ClusterSpec cluster;
+  int64_t seq = 0;
+  int64_t global_batch = 0;
+  std::string profile_path;                 // empty: the catalog default for the GPU
+  std::optional<HardwareProfile> profile;   // when set, used instead of profile_path
+  int top_k = 5;
+  bool explain = false;
+  bool search_fp32 = true;                  // also try fp32 training
+  int max_vpp = 8;                          // interleaved: virtual stages per rank to try
+  bool prune = true;                        // false: simulate everything that fits (tests compare the two)
+  // Called now and then with the fraction done and the phase ("bounding", "simulating").
+  std::function<void(double fraction, std::string_view phase)> progress;
+};
+
+struct RankedPlan {
+  Plan plan;
+  StepPrediction prediction;
+};
+
+struct FamilyExplanation {
+  std::string family;       // "pure DP", "ZeRO-3", "TP", "PP", "offload"
+  std::string definition;   // which strategies belong to it
+  int64_t candidates = 0;   // strategies of the family in the space
+  bool fits = false;        // some member fits
+  bool is_winner = false;   // the overall best plan belongs to the family
+  std::optional<RankedPlan> best;       // best fitting member
+  std::optional<RankedPlan> smallest;   // least-memory member, when none fits
+  std::string reason;       // one line: why it lost or did not fit
+};
+
+struct SearchStats {
+  int64_t enumerated = 0;      // strategies in the space (all legal by construction)
+  int64_t memory_checked = 0;  // memory model run
+  int64_t not_fitting = 0;     // of those, too big for the GPU or host memory
+  int64_t simulated = 0;       // step simulated
+  int64_t pruned = 0;          // dropped by the lower bound without simulation
+  int64_t rejected = 0;        // refused by check_compat (0 unless the space and the rules disagree)
+  double wall_seconds = 0;
+  double candidates_per_second() const { return wall_seconds > 0 ? enumerated / wall_seconds : 0; }
+};
+
+struct SearchResult {
+  SearchStats stats;
+  std::vector<RankedPlan> plans;               // best first, at most top_k
+  std::vector<FamilyExplanation> families;     // filled with explain
+  std::vector<std::string> notes;
+};
+
+// Throws InputError for an impossible request (no GPUs, global batch < 1, ...).
+SearchResult search_plans(const SearchRequest& req);
+
+// {"candidates_evaluated", "candidates_simulated", "pruned_by_bound", "not_fitting",
+//  "wall_seconds", "plans": [{"rank", "strategy", <prediction_json keys>}...],
+//  "explain": [{"family", "fits", "reason", "best"?}...]}
+nlohmann::json search_result_json(const SearchResult& r);
+// Human table: the top plans with memory and time breakdowns; with explain, a
+// line per family.
+std::string search_result_table(const SearchResult& r, bool explain);
+
+}  // namespace planner

@@ -1,0 +1,97 @@
+#pragma once
+// The strategy search space: every legal Strategy for a GPU count, a global
+// batch and a model's divisibility, enumerated without allocation. The rules
+// mirror Strategy::validate() and check_compat() (costmodel/compat.hpp), so
+// every enumerated strategy passes both; a test checks that.
+//
+// Dimensions: every tp * pp * dp factorization of the GPUs (tp dividing the
+// heads, kv-heads and FFN; pp at most the layers; dp dividing the global
+// batch); every micro-batch size dividing the per-replica batch (gas follows);
+// ZeRO 0..3 (2 and 3 only without PP, DeepSpeed's rule); offload none /
+// optimizer (ZeRO>=1) / all (ZeRO-3); checkpointing none / selective / full;
+// GPipe, 1F1B and interleaved with every vpp up to max_vpp (pp > 1, gas a
+// multiple of pp, pp * vpp at most the layers); sequence parallelism with tp > 1;
+// precision: bf16 where the GPU has it, else fp16, and fp32.
+//
+// Left out because they cost exactly the same as a listed one in the model
+// (docs/TIME_MODEL.md): fp16 where bf16 exists (same tensor-core rate, same
+// bytes), GPipe and interleaved with pp = 1, zero>=1 without offload at dp = 1
+// (nothing to shard).
+#include <cstdint>
+#include <vector>
+
+#include "strategies/strategy.hpp"
+
+namespace planner {
+
+struct SpaceLimits {
+  int world = 1;
+  int64_t global_batch = 1;
+  int64_t layers = 1, heads = 1, kv_heads = 1, ffn = 1;
+  bool bf16 = true;        // the GPU has bfloat16
+  bool fp16 = true;        // the GPU has fp16 tensor cores
+  bool fp32 = true;        // also search fp32 training
+  int max_vpp = 8;         // interleaved: virtual stages per rank to try
+  int64_t max_mbs = 0;     // 0: every divisor of the per-replica batch
+};
+
+template <class F>
+void for_each_strategy(const SpaceLimits& L, F&& visit) {
+  Strategy s;
+  Precision precs[2];
+  int n_prec = 0;
+  if (L.bf16) precs[n_prec++] = Precision::BF16;
+  else if (L.fp16) precs[n_prec++] = Precision::FP16;
+  if (L.fp32) precs[n_prec++] = Precision::FP32;
+  for (int tp = 1; tp <= L.world; ++tp) {
+    if (L.world % tp || L.heads % tp || L.kv_heads % tp || L.ffn % tp) continue;
+    for (int pp = 1; pp <= L.world / tp && pp <= L.layers; ++pp) {
+      if ((L.world / tp) % pp) continue;
+      const int dp = L.world / (tp * pp);
+      if (L.global_batch % dp) continue;
+      const int64_t per_replica = L.global_batch / dp;
+      for (int64_t mbs = 1; mbs <= per_replica; ++mbs) {
+        if (per_replica % mbs || (L.max_mbs > 0 && mbs > L.max_mbs)) continue;
+        const int gas = int(per_replica / mbs);
+        s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
+        for (int zero = 0; zero <= 3; ++zero) {
+          if (zero >= 2 && pp > 1) continue;
+          for (int off = 0; off < 3; ++off) {
+            const Offload offload = Offload(off);
+            if (offload == Offload::Optimizer && zero < 1) continue;
+            if (offload == Offload::All && zero != 3) continue;
+            if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
+            s.zero = zero, s.offload = offload;
+            for (int ck = 0; ck < 3; ++ck) {
+              s.ckpt = Ckpt(ck);
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                s.sp = sp != 0;
+                for (int pi = 0; pi < n_prec; ++pi) {
+                  s.precision = precs[pi];
+                  s.vpp = 1;
+                  s.schedule = Schedule::OneFOneB;
+                  visit(static_cast<const Strategy&>(s));
+                  if (pp == 1) continue;
+                  s.schedule = Schedule::GPipe;
+                  visit(static_cast<const Strategy&>(s));
+                  if (gas % pp) continue;
+                  s.schedule = Schedule::Interleaved;
+                  for (int vpp = 2; vpp <= L.max_vpp && int64_t(pp) * vpp <= L.layers; ++vpp) {
+                    s.vpp = vpp;
+                    visit(static_cast<const Strategy&>(s));
+                  }
+                  s.vpp = 1;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<Strategy> enumerate_strategies(const SpaceLimits& limits);
+int64_t count_strategies(const SpaceLimits& limits);
+
+}  // namespace planner
