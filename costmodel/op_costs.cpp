@@ -12,8 +12,15 @@ constexpr int64_t kReferenceGemm = 8192;  // the shape the efficiency was measur
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Utilisation of the SMs by the tiles of one GEMM, before normalisation.
+// cuBLAS offers tiles down to 16 rows/columns and picks none larger than the problem.
+int64_t tile_for(int64_t dim, int64_t largest) {
+  int64_t t = 16;
+  while (t < dim && t < largest) t *= 2;
+  return std::min(t, largest);
+}
+
 double raw_utilisation(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, int64_t batch) {
-  const int64_t tm = p.gemm_tile_m, tn = p.gemm_tile_n, sms = p.sm_count;
+  const int64_t tm = tile_for(m, p.gemm_tile_m), tn = tile_for(n, p.gemm_tile_n), sms = p.sm_count;
   const int64_t tiles_m = ceil_div(m, tm), tiles_n = ceil_div(n, tn);
   const double fill = double(m) * double(n) / (double(tiles_m * tm) * double(tiles_n * tn));
   const int64_t tiles = batch * tiles_m * tiles_n;

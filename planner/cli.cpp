@@ -48,7 +48,7 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
 
 void emit(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
-    std::cout << text << std::flush;
+    std::cout << text << (text.empty() || text.back() == '\n' ? "" : "\n") << std::flush;
   } else {
     write_file_atomically(path, text);
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/predict.hpp"
+#include "costmodel/predict_detail.hpp"
 #include "planner/cli.hpp"
 #include "planner/render.hpp"
 #include "strategies/parse_util.hpp"
@@ -11,12 +12,6 @@
 namespace planner {
 
 namespace {
-
-// Wired to the simulator's trace writer once it lands.
-StepPrediction predict_with_trace(const Plan& plan, const std::string& profile, const std::string& trace) {
-  if (!trace.empty()) throw std::runtime_error("--trace is not available yet");
-  return predict(plan, profile);
-}
 
 std::string prediction_table(const Plan& plan, const StepPrediction& p) {
   std::string out = plan_header(plan) + "\n";

@@ -196,7 +196,19 @@ SearchResult search_plans(const SearchRequest& req) {
       e.definition = kFamilyDef[f];
       e.candidates = fam_count[f];
       if (fam_count[f] == 0) {
-        e.reason = fmt::format("no strategy of this family for {} GPUs and this model", L.world);
+        switch (f) {
+          case kTP:
+            e.reason = fmt::format("no strategy: tp>1 must divide the GPUs ({}), the heads ({}), the kv-heads ({}) "
+                                   "and the FFN width ({})", L.world, L.heads, L.kv_heads, L.ffn);
+            break;
+          case kPP:
+            e.reason = fmt::format("no strategy: pp>1 must divide the GPUs ({}) with dp dividing the global batch ({})",
+                                   L.world, L.global_batch);
+            break;
+          default:
+            e.reason = fmt::format("no strategy of this family for {} GPUs and a global batch of {}", L.world,
+                                   L.global_batch);
+        }
       } else if (fam_best[f] < kInf) {
         e.fits = true;
         e.best = full(fam_best_idx[f]);

@@ -144,7 +144,11 @@ json comparison_json(const std::vector<Row>& rows) {
 }
 
 std::string render_value(const std::string& name, double v) {
-  if (name.rfind("memory.", 0) == 0) return fmtd("%.2f GiB", v / double(1 << 30));
+  if (name.rfind("memory.", 0) == 0) {
+    if (v >= double(1 << 30)) return fmtd("%.2f GiB", v / double(1 << 30));
+    if (v >= double(1 << 20)) return fmtd("%.1f MiB", v / double(1 << 20));
+    return fmtd("%.1f KiB", v / 1024.0);
+  }
   if (name == "step_seconds") return fmtd("%.4f s", v);
   if (name == "mfu") return fmtd("%.1f %%", v * 100);
   if (name == "model_tflops") return fmtd("%.1f", v);

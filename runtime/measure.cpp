@@ -66,6 +66,9 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   if (!cuda) enable_cpu_memory_counting();
   const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   if (cuda) {
+    // Initialise the CUDA context and the caching allocator before reading them.
+    at::zeros({1}, at::TensorOptions().device(device));
+    synchronize(true);
     // TF32 for fp32 matmuls (the fp32 plans then run at the tf32 tensor-core rate).
     at::globalContext().setFloat32MatmulPrecision("high");
   }

@@ -1,5 +1,6 @@
 #include "runtime/model.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 

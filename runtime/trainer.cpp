@@ -1,5 +1,6 @@
 #include "runtime/trainer.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>

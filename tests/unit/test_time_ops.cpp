@@ -1,0 +1,180 @@
+// Op cost formulas against numbers computed by hand, with a made-up profile
+// whose round numbers make the arithmetic easy to follow.
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "costmodel/collectives.hpp"
+#include "costmodel/layer_costs.hpp"
+#include "costmodel/op_costs.hpp"
+#include "strategies/errors.hpp"
+
+using namespace planner;
+
+namespace {
+
+HardwareProfile toy() {
+  HardwareProfile p;
+  p.gpu = "toy";
+  p.peak_fp32_flops = 25e12;
+  p.peak_fp16_flops = p.peak_bf16_flops = 100e12;
+  p.gemm_efficiency = 0.5;            // large GEMMs at 50 TFLOP/s
+  p.memory_bandwidth_Bps = 1e12;
+  p.memory_efficiency = 0.5;          // streaming at 500 GB/s
+  p.sm_count = 100;
+  p.gemm_tile_m = p.gemm_tile_n = 128;
+  p.gemm_k_half = 32;
+  p.attention_forward_relative = 0.8;
+  p.attention_backward_relative = 0.5;
+  p.kernel_overhead_seconds = 0;
+  p.host_memory_efficiency = 0.5;
+  p.host_copy_efficiency = 0.8;
+  p.cpu_adam_flops_per_param = 20;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("large GEMM: 2mnk over the measured large-GEMM rate", "[time]") {
+  const auto p = toy();
+  CHECK(gemm_shape_factor(p, 8192, 8192, 8192) == Approx(1.0));
+  CHECK(gemm_seconds(p, 8192, 8192, 8192, Precision::BF16) == Approx(2.0 * 8192 * 8192 * 8192 / 50e12));
+  // fp32 without TF32 runs on the 25 TFLOP/s CUDA cores, at the same efficiency.
+  CHECK(gemm_seconds(p, 8192, 8192, 8192, Precision::FP32) == Approx(2.0 * 8192 * 8192 * 8192 / 12.5e12));
+  auto q = p;
+  q.kernel_overhead_seconds = 5e-6;
+  CHECK(gemm_seconds(q, 8192, 8192, 8192, Precision::BF16) == Approx(2.0 * 8192 * 8192 * 8192 / 50e12 + 5e-6));
+}
+
+TEST_CASE("skinny GEMM: split-K over the idle SMs and a short main loop", "[time]") {
+  const auto p = toy();
+  // 128 x 128 output = one tile on 100 SMs: split-K into min(100, 8192/256) = 32
+  // slices of k = 256; utilisation 32/100 * 256/(256+32), against the reference
+  // 8192^3 (4096 tiles in 41 waves of 100, k-efficiency 8192/8224).
+  const double ref = 4096.0 / 4100.0 * 8192.0 / 8224.0;
+  const double f = 0.32 * 256.0 / 288.0 / ref;
+  CHECK(gemm_shape_factor(p, 128, 128, 8192) == Approx(f));
+  // Wave quantization: 101 tiles need two waves on 100 SMs.
+  CHECK(gemm_shape_factor(p, 128 * 101, 128, 8192) == Approx(101.0 / 200.0 / (4096.0 / 4100.0)));
+  // Tile padding: m = 129 fills two 128-row tiles to 129/256.
+  CHECK(gemm_shape_factor(p, 129 * 100, 128, 8192) < gemm_shape_factor(p, 128 * 100, 128, 8192));
+  // A GEMM too small for its flops is memory-bound: 1 x 8192 x 8192 moves the matrix.
+  CHECK(gemm_seconds(p, 1, 8192, 8192, Precision::BF16) ==
+        Approx((8192.0 + 8192.0 * 8192 + 8192) * 2 / 500e9));
+}
+
+TEST_CASE("memory-bound kernels: bytes over the achievable bandwidth", "[time]") {
+  const auto p = toy();
+  CHECK(memory_bound_seconds(p, 1e9) == Approx(1e9 / 500e9));
+  CHECK(memory_bound_seconds(p, 0) == 0);
+}
+
+TEST_CASE("flash attention: 4 s^2 d per head forward, 2.5x backward, half when causal", "[time]") {
+  const auto p = toy();
+  const double fwd = 4.0 * 32 * 2048.0 * 2048 * 128 * 0.5;  // 32 heads x micro-batch
+  CHECK(flash_attention_forward_seconds(p, 32, 2048, 128, true, Precision::BF16) == Approx(fwd / (50e12 * 0.8)));
+  CHECK(flash_attention_backward_seconds(p, 32, 2048, 128, true, Precision::BF16) ==
+        Approx(2.5 * fwd / (50e12 * 0.5)));
+  CHECK(flash_attention_forward_seconds(p, 32, 2048, 128, false, Precision::BF16) ==
+        Approx(2 * fwd / (50e12 * 0.8)));
+}
+
+TEST_CASE("optimizer: fused Adam streams 32 bytes per parameter; CPU Adam shares the host", "[time]") {
+  const auto p = toy();
+  CHECK(gpu_adam_bytes_per_param(Precision::BF16) == 32);
+  CHECK(gpu_adam_seconds(p, 1e9, Precision::BF16) == Approx(1e9 * 32 / 500e9));
+  CHECK(gpu_adam_seconds(p, 1e9, Precision::FP32) == Approx(1e9 * 36 / 500e9));
+  ClusterSpec c;
+  c.host_memory_bandwidth_Bps = 200e9;
+  c.cpu_flops = 1e12;
+  // Four processes share 200 GB/s at 50%: 25 GB/s each; 30 bytes per parameter.
+  CHECK(cpu_adam_seconds(p, c, 1e8, 4) == Approx(1e8 * 30 / 25e9));
+  // Arithmetic-bound when the CPU is slow: 20 flops/param over 1/4 of 10 GFLOP/s.
+  c.cpu_flops = 10e9;
+  CHECK(cpu_adam_seconds(p, c, 1e8, 4) == Approx(1e8 * 20 / 2.5e9));
+  CHECK(host_copy_seconds(p, 1e9, 25e9) == Approx(1e9 / 20e9));
+}
+
+TEST_CASE("collectives: alpha-beta with ring and tree factors", "[time]") {
+  const AlphaBeta l{8, 1 / 100e9, 1e-6, 5e-6};
+  const double S = 1e9;
+  CHECK(ring_all_reduce_seconds(S, l) == Approx(5e-6 + 14e-6 + 2.0 * 7 / 8 * S / 100e9));
+  CHECK(ring_reduce_scatter_seconds(S, l) == Approx(5e-6 + 7e-6 + 7.0 / 8 * S / 100e9));
+  CHECK(ring_all_gather_seconds(S, l) == Approx(ring_reduce_scatter_seconds(S, l)));
+  CHECK(ring_broadcast_seconds(S, l) == Approx(5e-6 + 7e-6 + S / 100e9));
+  CHECK(tree_all_reduce_seconds(S, l) == Approx(5e-6 + 2 * 3 * 1e-6 + 2 * S / 100e9));
+  CHECK(p2p_seconds(S, l) == Approx(5e-6 + 1e-6 + S / 100e9));
+  const AlphaBeta intra{8, 1 / 200e9, 0, 0}, inter{4, 1 / 25e9, 0, 0};
+  CHECK(hierarchical_all_reduce_seconds(S, intra, inter) ==
+        Approx(2 * 7.0 / 8 * S / 200e9 + 2 * 3.0 / 4 * (S / 8) / 25e9));
+  // The closed form without latency: 2 (n-1)/n S / B.
+  for (int n : {2, 4, 8, 64})
+    CHECK(ring_all_reduce_seconds(S, {n, 1 / 50e9, 0, 0}) == Approx(2.0 * (n - 1) / n * S / 50e9));
+  CHECK(ring_all_reduce_seconds(S, {1, 1 / 50e9, 1, 1}) == 0);
+}
+
+TEST_CASE("a transformer layer's GEMMs are 24 T h^2 forward and twice that backward", "[time]") {
+  auto p = toy();
+  ModelSpec m;
+  m.layers = 1, m.hidden = 8192, m.heads = m.kv_heads = 64, m.ffn = 4 * 8192, m.vocab = 51200;
+  const LayerShape s{8192, 1, 1, false, Precision::BF16, Ckpt::None};  // T = 8192 tokens
+  const PassTimes t = transformer_layer_times(p, m, s, GroupLink{});
+  const double T = 8192, h = 8192;
+  CHECK(t.forward.gemm_seconds == Approx(24 * T * h * h / 50e12));
+  CHECK(t.backward.gemm_seconds == Approx(48 * T * h * h / 50e12));
+  CHECK(t.forward.tp_comm_seconds == 0);
+  CHECK(t.recompute.total_seconds() == 0);
+  // Full recomputation repeats the forward; selective with fused attention nothing.
+  const PassTimes full = transformer_layer_times(p, m, {8192, 1, 1, false, Precision::BF16, Ckpt::Full}, GroupLink{});
+  CHECK(full.recompute.total_seconds() == Approx(full.forward.total_seconds()));
+  const PassTimes sel = transformer_layer_times(p, m, {8192, 1, 1, false, Precision::BF16, Ckpt::Selective}, GroupLink{});
+  CHECK(sel.recompute.total_seconds() == 0);
+  p.flash_attention = false;
+  const PassTimes sel2 = transformer_layer_times(p, m, {8192, 1, 1, false, Precision::BF16, Ckpt::Selective}, GroupLink{});
+  CHECK(sel2.recompute.attention_seconds == Approx(sel2.forward.attention_seconds));
+  // Norms, GeLU and residuals: 2*2 + 2*3 bytes per element of (T x h), 2 of (T x ffn), in 2-byte elements.
+  p.flash_attention = true;
+  const PassTimes t2 = transformer_layer_times(p, m, s, GroupLink{});
+  const double core = flash_attention_forward_seconds(p, 64, 8192, 128, true, Precision::BF16);  // causal decoder
+  CHECK(t2.forward.memory_seconds == Approx((10 * 2 * T * h + 2 * 2 * T * 4 * h) / 500e9));
+  CHECK(t2.forward.attention_seconds == Approx(core));
+}
+
+TEST_CASE("tensor parallelism: two all-reduces of the (T x h) activation per pass", "[time]") {
+  const auto p = toy();
+  ModelSpec m;
+  m.layers = 1, m.hidden = 4096, m.heads = m.kv_heads = 32, m.ffn = 4 * 4096, m.vocab = 51200;
+  GroupLink tp;
+  tp.size = 8, tp.nodes = 1, tp.per_node = 8, tp.seconds_per_byte = 1 / 100e9;
+  const double S = 2.0 * 2048 * 4096;  // bf16 (T x h), T = 2048
+  const PassTimes t = transformer_layer_times(p, m, {2048, 1, 8, false, Precision::BF16, Ckpt::None}, tp);
+  const double ar = 2.0 * 7 / 8 * S / 100e9 + p.collective_base_latency_seconds;
+  CHECK(t.forward.tp_comm_seconds == Approx(2 * ar));
+  CHECK(t.backward.tp_comm_seconds == Approx(2 * ar));
+  // Sequence parallelism: all-gather + reduce-scatter move the same bytes.
+  const PassTimes sp = transformer_layer_times(p, m, {2048, 1, 8, true, Precision::BF16, Ckpt::None}, tp);
+  CHECK(sp.forward.tp_comm_seconds == Approx(2 * (ar + p.collective_base_latency_seconds)));
+  CHECK(sp.forward.memory_seconds < t.forward.memory_seconds);  // norms and residuals on T/8 tokens
+}
+
+TEST_CASE("profiles save and load as JSON; unknown keys are refused", "[time]") {
+  const auto p = toy();
+  const auto j = profile_to_json(p);
+  const HardwareProfile q = profile_from_json(j, HardwareProfile{});
+  CHECK(profile_to_json(q) == j);
+  nlohmann::json partial = {{"gemm_efficiency", 0.6}};
+  CHECK(profile_from_json(partial, p).gemm_efficiency == 0.6);
+  CHECK(profile_from_json(partial, p).memory_bandwidth_Bps == p.memory_bandwidth_Bps);
+  CHECK_THROWS_AS(profile_from_json({{"gemm_efficency", 0.6}}, p), InputError);
+  CHECK_THROWS_AS(profile_from_json({{"gemm_efficiency", 1.5}}, p), InputError);
+}
+
+TEST_CASE("default profiles come from the catalog", "[time]") {
+  const GpuSpec& h100 = gpu_by_name("H100");
+  const HardwareProfile p = default_profile(h100);
+  CHECK(p.peak_bf16_flops == h100.peak_bf16);
+  CHECK(p.gemm_efficiency == h100.gemm_efficiency);
+  CHECK(p.sm_count == 132);
+  CHECK(p.flash_attention);
+  CHECK(p.peak_flops(Precision::BF16) == h100.peak_bf16);
+}
