@@ -143,7 +143,7 @@ class Params:
 
 class ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, labels, chunk_rows):
+    def forward(ctx, logits, labels, chunk_rows, grad_hint=1.0):
         n = logits.shape[0]
         grad = torch.empty_like(logits)
         valid_all = labels.ne(-100)
@@ -158,16 +158,63 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             loss_sum.sub_((lp.gather(1, target) * validf).sum())
             lp.exp_()
             lp.scatter_add_(1, target, -validf)
-            lp.mul_(validf / count)
+            lp.mul_(validf * (grad_hint / count))
             grad[r0:r0 + c].copy_(lp)
         ctx.save_for_backward(grad)
+        ctx.hint = grad_hint
         return loss_sum / count
 
     @staticmethod
     def backward(ctx, g):
         (grad,) = ctx.saved_tensors
-        grad.mul_(g.to(grad.dtype))
-        return grad, None, None
+        grad.mul_((g / ctx.hint).to(grad.dtype))
+        return grad, None, None, None
+
+
+class LinearAccum(torch.autograd.Function):
+    """runtime/model.cpp LinearAccum: dW, db accumulated into the flat gradient
+    buffer's views (addmm_ with beta=1); LM head on a weight copy padded to a
+    multiple of 64 rows, extra output columns -inf."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, padded_rows):
+        rows, inn = w.shape
+        out = max(rows, padded_rows)
+        x2 = x.reshape(-1, inn)
+        wp = F.pad(w, (0, 0, 0, out - rows)) if out > rows else w
+        if b is not None:
+            bp = F.pad(b, (0, out - rows)) if out > rows else b
+            y = torch.addmm(bp, x2, wp.t())
+        else:
+            y = torch.mm(x2, wp.t())
+        if out > rows:
+            y[:, rows:].fill_(float("-inf"))
+        ctx.save_for_backward(x, w)
+        ctx.out, ctx.b = out, b
+        return y.view(*x.shape[:-1], out)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        rows, inn = w.shape
+        out = ctx.out
+        g2 = g.reshape(-1, out)
+        x2 = x.reshape(-1, inn)
+        gx = None
+        if ctx.needs_input_grad[0]:
+            wp = F.pad(w, (0, 0, 0, out - rows)) if out > rows else w
+            gx = torch.mm(g2, wp).view(x.shape)
+        if out > rows:
+            w.grad.add_(torch.mm(g2.t(), x2)[:rows])
+        else:
+            w.grad.addmm_(g2.t(), x2)
+        if ctx.b is not None:
+            ctx.b.grad.add_(g2.sum(0)[:rows])
+        return gx, None, None, None
+
+
+def linear(x, w, b=None, padded_rows=0):
+    return LinearAccum.apply(x, w, b, padded_rows)
 
 
 class AttnCoreCheckpoint(torch.autograd.Function):
@@ -249,10 +296,9 @@ class Model:
         b, s, h = x.shape
         nh, nkv, hd = m["heads"], m["kv_heads"], self.hd
         kv = nkv * hd
-        qkv = F.linear(x, self.p(L["qkv_w"]), self.p(L["qkv_b"]))
-        q = qkv[..., :h].view(b, s, nh, hd)
-        k = qkv[..., h:h + kv].view(b, s, nkv, hd)
-        v = qkv[..., h + kv:].view(b, s, nkv, hd)
+        qkv = linear(x, self.p(L["qkv_w"]), self.p(L["qkv_b"]))
+        q, k, v = qkv.split([h, kv, kv], -1)
+        q, k, v = q.view(b, s, nh, hd), k.view(b, s, nkv, hd), v.view(b, s, nkv, hd)
         if m["pos"] == "rotary":
             c, sn = self.cos[:s], self.sin[:s]
 
@@ -269,10 +315,10 @@ class Model:
         else:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         o = o.transpose(1, 2).reshape(b, s, h)
-        return F.linear(o, self.p(L["o_w"]), self.p(L["o_b"]))
+        return linear(o, self.p(L["o_w"]), self.p(L["o_b"]))
 
     def mlp(self, L, x):
-        u = F.linear(x, self.p(L["fc1_w"]), self.p(L["fc1_b"]))
+        u = linear(x, self.p(L["fc1_w"]), self.p(L["fc1_b"]))
         kind = self.m["mlp"]
         if kind == "gelu":
             a = F.gelu(u, approximate="tanh")
@@ -281,7 +327,7 @@ class Model:
         else:
             f = self.m["ffn"]
             a = F.silu(u[..., :f]) * u[..., f:]
-        return F.linear(a, self.p(L["fc2_w"]), self.p(L["fc2_b"]))
+        return linear(a, self.p(L["fc2_w"]), self.p(L["fc2_b"]))
 
     def layer(self, i, x, selective=False):
         L = self.layers[i]
@@ -291,11 +337,11 @@ class Model:
         a = x + self.attention(L, self.norm(x, L["n1w"], L["n1b"]), selective)
         return a + self.mlp(L, self.norm(a, L["n2w"], L["n2b"]))
 
-    def loss(self, ids, labels, ckpt):
+    def loss(self, ids, labels, ckpt, grad_hint=1.0):
         s = ids.shape[1]
         x = F.embedding(ids, self.p(self.wte))
         if self.proj_in is not None:
-            x = F.linear(x, self.p(self.proj_in))
+            x = linear(x, self.p(self.proj_in))
         if self.wpe is not None:
             off = self.m.get("position_offset", 0)
             x = x + self.p(self.wpe)[off:off + s]
@@ -307,11 +353,11 @@ class Model:
         if self.fnw is not None:
             x = self.norm(x, self.fnw, self.fnb)
         if self.proj_out is not None:
-            x = F.linear(x, self.p(self.proj_out))
-        lg = F.linear(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b))
-        V = self.m["vocab"]
+            x = linear(x, self.p(self.proj_out))
+        V = (self.m["vocab"] + 63) // 64 * 64
+        lg = linear(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b), V)
         rows = max(1, (256 << 20) // (4 * V))
-        return ChunkedCrossEntropy.apply(lg.view(-1, V), labels.reshape(-1), rows)
+        return ChunkedCrossEntropy.apply(lg.view(-1, V), labels.reshape(-1), rows, grad_hint)
 
 
 # ---------------------------------------------------------------- flops (costmodel/flops.cpp)
@@ -395,7 +441,7 @@ def main():
         loss_sum = torch.zeros((), device=dev)
         for micro in range(gas):
             ids, labels = batch(s, micro)
-            loss = model.loss(ids, labels, ckpt)
+            loss = model.loss(ids, labels, ckpt, 1.0 / gas)
             (loss * (1.0 / gas)).backward()
             loss_sum += loss.detach()
         opt_step(s + 1)

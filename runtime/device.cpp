@@ -11,6 +11,8 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <sstream>
+#include <cctype>
 #include <unordered_map>
 
 #if __has_include(<cuda_runtime_api.h>) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
@@ -299,14 +301,18 @@ MachineInfo machine_info(bool cuda) {
     cudaRuntimeGetVersion(&rt);
     cudaDriverGetVersion(&drv);
     m.cuda_runtime = std::to_string(rt / 1000) + "." + std::to_string((rt % 1000) / 10);
+    // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...":
+    // the first word of the form digits.digits[.digits].
     std::ifstream in("/proc/driver/nvidia/version");
-    std::string line;
+    std::string line, word;
     if (std::getline(in, line)) {
-      // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
-      auto k = line.find("Kernel Module");
-      if (k != std::string::npos) {
-        std::string rest = trim(line.substr(k + 13));
-        m.driver = rest.substr(0, rest.find(' '));
+      std::istringstream words(line);
+      while (words >> word) {
+        const bool digits_dots = word.find_first_not_of("0123456789.") == std::string::npos;
+        if (digits_dots && word.find('.') != std::string::npos && std::isdigit(static_cast<unsigned char>(word[0]))) {
+          m.driver = word;
+          break;
+        }
       }
     }
     if (m.driver.empty()) m.driver = "CUDA driver API " + std::to_string(drv / 1000) + "." + std::to_string((drv % 1000) / 10);

@@ -56,7 +56,8 @@ json memory_json(const MeasuredMemory& m) {
            {{"outside_allocator", m.outside_allocator},
             {"reserved_unallocated", m.peak_step_reserved - m.peak_step_allocated},
             {"optimizer_work", m.optimizer_work},
-            {"other", m.overhead - m.outside_allocator - (m.peak_step_reserved - m.peak_step_allocated)}}},
+            {"other", m.overhead - m.outside_allocator - (m.peak_step_reserved - m.peak_step_allocated) -
+                          m.optimizer_work}}},
           {"device_total_bytes", m.device_total}};
 }
 

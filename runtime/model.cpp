@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "strategies/errors.hpp"
 
@@ -107,6 +108,72 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
                                           /*scale=*/std::nullopt, /*enable_gqa=*/gqa);
 }
 
+// y = x w^T (+ b) whose backward accumulates the weight and bias gradients
+// straight into the parameters' views of the flat gradient buffer (an in-place
+// addmm with beta = 1: Megatron-LM's gradient-accumulation fusion), instead of
+// materialising dW and letting autograd add it in a second pass. The weight's
+// gradient reaches autograd as undefined (nothing to accumulate there).
+//
+// padded_rows > rows of w: the GEMM runs on w padded with zero rows to that
+// count (the LM head: vocabularies such as GPT-2's 50257 are not a multiple of 8,
+// and cuBLAS then falls back to unaligned kernels several times slower; padding
+// the copy to a multiple of 64 keeps the parameter count exact), and the output's
+// extra columns are set to -inf so that a softmax over them gives them nothing.
+struct LinearAccum : torch::autograd::Function<LinearAccum> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                            int64_t padded_rows) {
+    const int64_t rows = w.size(0), in = w.size(1);
+    const int64_t out = std::max(rows, padded_rows);
+    at::Tensor x2 = x.reshape({-1, in});                                               // (tokens, in)
+    at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
+    at::Tensor y;
+    const bool has_b = b.numel() > 0;
+    if (has_b) {
+      at::Tensor bp = out > rows ? at::constant_pad_nd(b, {0, out - rows}) : b;
+      y = at::addmm(bp, x2, wp.t());
+    } else {
+      y = at::mm(x2, wp.t());                                                          // (tokens, out)
+    }
+    if (out > rows) y.narrow(1, rows, out - rows).fill_(-std::numeric_limits<double>::infinity());
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["gx"] = x.requires_grad();
+    ctx->saved_data["out"] = out;
+    ctx->saved_data["has_b"] = has_b;
+    if (w.grad().defined()) ctx->saved_data["gw"] = w.grad();
+    if (has_b && b.grad().defined()) ctx->saved_data["gb"] = b.grad();
+    auto shape = x.sizes().vec();
+    shape.back() = out;
+    return y.view(shape);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const int64_t rows = w.size(0), in = w.size(1), out = ctx->saved_data["out"].toInt();
+    at::Tensor g2 = grads[0].reshape({-1, out});  // (tokens, out)
+    at::Tensor x2 = x.reshape({-1, in});
+    at::Tensor gx, gw_ret, gb_ret;
+    if (ctx->saved_data["gx"].toBool()) {
+      at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;
+      gx = at::mm(g2, wp).view(x.sizes());
+    }
+    auto& sd = ctx->saved_data;
+    if (sd.find("gw") != sd.end()) {
+      at::Tensor gw = sd["gw"].toTensor();
+      if (out > rows) gw.add_(at::mm(g2.t(), x2).narrow(0, 0, rows));
+      else gw.addmm_(g2.t(), x2);
+    } else {
+      gw_ret = at::mm(g2.t(), x2).narrow(0, 0, rows);
+    }
+    if (ctx->saved_data["has_b"].toBool()) {
+      at::Tensor db = g2.sum(0).narrow(0, 0, rows);
+      if (sd.find("gb") != sd.end()) sd["gb"].toTensor().add_(db);
+      else gb_ret = db;
+    }
+    return {gx, gw_ret, gb_ret, at::Tensor()};
+  }
+};
+
 // Selective recomputation (Korthikanti et al. 2022, sec. 4.2): the attention core
 // (QK^T, softmax, AV) keeps only q, k, v and recomputes the rest in the backward.
 // With the flash kernels (GPU, and LibTorch's CPU flash kernel) the core keeps no
@@ -142,36 +209,42 @@ struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoi
 // (softmax - onehot) / count, and keeps that gradient in the logits' dtype; the
 // backward only scales it. Memory: the gradient (N x V in the working precision)
 // plus one fp32 chunk, instead of an fp32 copy, fp32 log-probabilities and their
-// fp32 gradient.
+// fp32 gradient. `grad_hint` is the factor the backward will bring (1/gas times
+// fp16's loss scale): the kept gradient is stored pre-multiplied by it, so that
+// in fp16 the (softmax - onehot) / count values, ~1e-9 for a 50k vocabulary and
+// 16k tokens, do not flush to zero (as they would before the loss scale).
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
-                            int64_t chunk_rows) {
+                            int64_t chunk_rows, double grad_hint) {
     const int64_t n = logits.size(0);
     at::Tensor grad = at::empty_like(logits);
     at::Tensor valid_all = labels.ne(-100);
-    at::Tensor count = valid_all.sum().clamp_min(1).to(at::kFloat);  // device scalar, no host sync
-    at::Tensor loss_sum = at::zeros({}, logits.options().dtype(at::kFloat));
+    // fp32 math for the 16-bit and fp32 models; double stays double (gradient checks).
+    const at::ScalarType acc = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor count = valid_all.sum().clamp_min(1).to(acc);  // device scalar, no host sync
+    at::Tensor loss_sum = at::zeros({}, logits.options().dtype(acc));
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
       const int64_t c = std::min(chunk_rows, n - r0);
       at::Tensor valid = valid_all.narrow(0, r0, c);
-      at::Tensor validf = valid.to(at::kFloat).unsqueeze(1);                                               // (c, 1)
+      at::Tensor validf = valid.to(acc).unsqueeze(1);                                      // (c, 1)
       at::Tensor target = at::where(valid, labels.narrow(0, r0, c), at::zeros({}, labels.options())).unsqueeze(1);
       // One fused kernel reads the working-precision logits and writes fp32 log-probabilities.
-      at::Tensor lp = at::log_softmax(logits.narrow(0, r0, c), 1, at::kFloat);                           // (c, V)
+      at::Tensor lp = at::log_softmax(logits.narrow(0, r0, c), 1, acc);                  // (c, V)
       loss_sum.sub_((lp.gather(1, target) * validf).sum());
       lp.exp_();                                   // softmax
       lp.scatter_add_(1, target, -validf);         // - onehot on labelled rows
-      lp.mul_(validf / count);                     // mean; unlabelled rows get no gradient
+      lp.mul_(validf * (grad_hint / count));       // mean; unlabelled rows get no gradient
       grad.narrow(0, r0, c).copy_(lp);
     }
     ctx->save_for_backward({grad});
+    ctx->saved_data["hint"] = grad_hint;
     return loss_sum / count;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     // Scales the kept gradient in place: the graph is never run backward twice.
     at::Tensor g = ctx->get_saved_variables()[0];
-    g.mul_(grads[0].to(g.scalar_type()));
-    return {g, at::Tensor(), at::Tensor()};
+    g.mul_((grads[0] / ctx->saved_data["hint"].toDouble()).to(g.scalar_type()));
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -284,6 +357,7 @@ at::Tensor TransformerModel::materialize(at::Device device, at::ScalarType dtype
     if (mixed) store_.params.copy_(init);
   }
 
+  no_bias_ = at::empty({0}, at::TensorOptions().device(device).dtype(dtype));
   if (spec_.pos == PosEmbed::Rotary) {
     // GPT-NeoX rotary: theta_j = 10000^(-2j/d), angles (s, d/2) duplicated to (s, d).
     const int64_t d = spec_.head_dim();
@@ -297,6 +371,12 @@ at::Tensor TransformerModel::materialize(at::Device device, at::ScalarType dtype
   return mixed ? init : store_.params;
 }
 
+at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows) const {
+  // No bias: an empty (defined) tensor, which every LibTorch version's custom
+  // Function machinery accepts as an input.
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows);
+}
+
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
   if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {spec_.hidden}, p(w), popt(b), 1e-5);
   return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
@@ -306,10 +386,13 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   const auto& l = layers_[static_cast<size_t>(i)];
   const int64_t b = xn.size(0), s = xn.size(1), h = spec_.hidden, nh = spec_.heads, nkv = spec_.kv_heads;
   const int64_t hd = spec_.head_dim(), kv = spec_.kv_dim();
-  at::Tensor qkv = at::linear(xn, p(l.qkv_w), popt(l.qkv_b));  // (b, s, h + 2 kv)
-  at::Tensor q = qkv.narrow(-1, 0, h).view({b, s, nh, hd});
-  at::Tensor k = qkv.narrow(-1, h, kv).view({b, s, nkv, hd});
-  at::Tensor v = qkv.narrow(-1, h + kv, kv).view({b, s, nkv, hd});
+  at::Tensor qkv = linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv)
+  // split (not narrow): its backward concatenates the three gradients in one
+  // kernel; narrow's would zero-fill three full-size tensors and add them.
+  auto parts = qkv.split_with_sizes({h, kv, kv}, -1);
+  at::Tensor q = parts[0].view({b, s, nh, hd});
+  at::Tensor k = parts[1].view({b, s, nkv, hd});
+  at::Tensor v = parts[2].view({b, s, nkv, hd});
   if (spec_.pos == PosEmbed::Rotary) {
     at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
     q = q * c + rotate_half(q) * sn;
@@ -322,12 +405,12 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   at::Tensor o = selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
                                                          : sdpa(q, k, v, causal, gqa);
   o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
-  return at::linear(o, p(l.o_w), popt(l.o_b));
+  return linear(o, l.o_w, l.o_b);
 }
 
 at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
   const auto& l = layers_[static_cast<size_t>(i)];
-  at::Tensor u = at::linear(xn, p(l.fc1_w), popt(l.fc1_b));  // (b, s, ffn) or (b, s, 2 ffn)
+  at::Tensor u = linear(xn, l.fc1_w, l.fc1_b);  // (b, s, ffn) or (b, s, 2 ffn)
   at::Tensor a;
   switch (spec_.mlp) {
     case MlpKind::Gelu: a = at::gelu(u, spec_.arch == Arch::Encoder ? "none" : "tanh"); break;
@@ -338,7 +421,7 @@ at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
       break;
     }
   }
-  return at::linear(a, p(l.fc2_w), popt(l.fc2_b));
+  return linear(a, l.fc2_w, l.fc2_b);
 }
 
 at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selective) const {
@@ -358,7 +441,7 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
 at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
   const int64_t s = ids.size(1);
   at::Tensor x = at::embedding(p(wte_), ids);  // (b, s, width)
-  if (proj_in_ >= 0) x = at::linear(x, p(proj_in_));
+  if (proj_in_ >= 0) x = linear(x, proj_in_, -1);
   if (wpe_ >= 0) x = x + p(wpe_).narrow(0, spec_.position_offset, s);
   if (wtt_ >= 0) x = x + p(wtt_).select(0, 0);  // token type 0 everywhere
   if (emb_norm_w_ >= 0) x = norm(x, emb_norm_w_, emb_norm_b_);
@@ -368,16 +451,16 @@ at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
 at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
   at::Tensor x = x_in;
   if (spec_.mlm_head) {
-    x = at::gelu(at::linear(x, p(mlm_w_), p(mlm_b_)));
+    x = at::gelu(linear(x, mlm_w_, mlm_b_));
     x = norm(x, mlm_norm_w_, mlm_norm_b_);
-    return at::linear(x, p(wte_), p(mlm_bias_));
+    return linear(x, wte_, mlm_bias_, padded_vocab());
   }
   if (final_norm_w_ >= 0) x = norm(x, final_norm_w_, final_norm_b_);
-  if (proj_out_ >= 0) x = at::linear(x, p(proj_out_));
-  return at::linear(x, p(head_w_ >= 0 ? head_w_ : wte_), popt(head_b_));
+  if (proj_out_ >= 0) x = linear(x, proj_out_, -1);
+  return linear(x, head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab());
 }
 
-at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt) {
+at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {
   at::Tensor x = embed(ids);
   const bool grad = at::GradMode::is_enabled();
   for (int64_t i = 0; i < spec_.layers; ++i) {
@@ -389,10 +472,10 @@ at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& label
   if (before_head) before_head();
   at::Tensor lg = logits(x);
   x = at::Tensor();
-  const int64_t V = spec_.vocab;
+  const int64_t V = padded_vocab();
   int64_t rows = loss_chunk_rows;
   if (rows <= 0) rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * V));
-  return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows);
+  return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows, grad_hint);
 }
 
 }  // namespace planner::rt

@@ -31,13 +31,23 @@
 //    (the count includes them) but the MLM loss does not use them.
 //  - no dropout (dropout 0 in every configuration the planner executes).
 //
-// Loss: the logits (tokens, vocab) are produced in the working precision; a
+// Linear layers: y = x w^T + b through LinearAccum (model.cpp), whose backward
+// adds dW and db straight into the flat gradient buffer (an in-place GEMM with
+// beta = 1, Megatron-LM's gradient-accumulation fusion) rather than
+// materialising them for autograd to add. The LM head's GEMM runs on a copy of
+// the (vocab, width) matrix padded with zero rows to a multiple of 64 (GPT-2's
+// 50257 otherwise sends cuBLAS to unaligned kernels several times slower): the
+// parameter count is unchanged; the copy (padded_vocab x width) lives while the
+// head's forward or backward runs.
+//
+// Loss: the logits (tokens, padded vocab) are produced in the working precision; a
 // chunked cross-entropy (ChunkedCrossEntropy in model.cpp) computes, row chunk by
 // row chunk in fp32, the loss and already the gradient of the logits, which it
 // keeps in the working precision for the backward pass. Logits memory is
-// therefore 2 x tokens x vocab x bytes(working precision) at the peak (the logits
-// and their gradient), plus one fp32 chunk of about 256 MB, instead of the 12
-// bytes per logit of cross_entropy on an fp32 copy.
+// therefore 2 x tokens x padded_vocab x bytes(working precision) at the peak (the
+// logits and their gradient), plus one fp32 chunk of about 256 MB and the padded
+// head-weight copy, instead of the 12 bytes per logit of cross_entropy on an fp32
+// copy (formula and measurements in runtime/README.md).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -114,14 +124,19 @@ class TransformerModel {
   at::Tensor materialize(at::Device device, at::ScalarType dtype, uint64_t seed);
 
   // Mean cross-entropy over the labelled tokens (label != -100) as an fp32 scalar.
-  // ids, labels: (b, s) int64.
-  at::Tensor loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt);
+  // ids, labels: (b, s) int64. `grad_hint`: the factor the loss will be multiplied
+  // by before backward (1/gas x fp16's loss scale), used to keep the logits'
+  // gradient in range (the result does not depend on it).
+  at::Tensor loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint = 1.0);
 
   // One transformer layer; `selective` recomputes the attention core in the
   // backward instead of keeping what it saves.
   at::Tensor layer(int64_t i, const at::Tensor& x, bool selective) const;
   at::Tensor embed(const at::Tensor& ids) const;          // (b, s) -> (b, s, h)
-  at::Tensor logits(const at::Tensor& x) const;           // (b, s, h) -> (b, s, vocab)
+  // (b, s, h) -> (b, s, padded_vocab()); the columns past vocab hold -inf.
+  at::Tensor logits(const at::Tensor& x) const;
+  // The vocabulary rounded up to a multiple of 64: the width of the LM head's GEMM.
+  int64_t padded_vocab() const { return (spec_.vocab + 63) / 64 * 64; }
 
   const ModelSpec& spec() const { return spec_; }
   int64_t seq() const { return seq_; }
@@ -136,6 +151,7 @@ class TransformerModel {
 
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
+  at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0) const;
   at::Tensor attention(int64_t i, const at::Tensor& xn, bool selective) const;
   at::Tensor mlp(int64_t i, const at::Tensor& xn) const;
   at::Tensor p(int id) const { return store_.get(id); }
@@ -148,6 +164,7 @@ class TransformerModel {
   int wte_ = -1, wpe_ = -1, wtt_ = -1, emb_norm_w_ = -1, emb_norm_b_ = -1, proj_in_ = -1;
   int final_norm_w_ = -1, final_norm_b_ = -1, proj_out_ = -1, head_w_ = -1, head_b_ = -1;
   int pool_w_ = -1, pool_b_ = -1, mlm_w_ = -1, mlm_b_ = -1, mlm_norm_w_ = -1, mlm_norm_b_ = -1, mlm_bias_ = -1;
+  at::Tensor no_bias_;               // (0): "no bias" for LinearAccum
   at::Tensor rope_cos_, rope_sin_;  // (s, 1, head_dim) in the working precision
 };
 

@@ -86,7 +86,7 @@ std::pair<at::Tensor, at::Tensor> Trainer::batch(int64_t step, int64_t micro, in
 }
 
 at::Tensor Trainer::forward_backward(const at::Tensor& ids, const at::Tensor& labels, double grad_multiplier) {
-  at::Tensor loss = model_->loss(ids, labels, cfg_.ckpt);
+  at::Tensor loss = model_->loss(ids, labels, cfg_.ckpt, grad_multiplier);
   torch::autograd::backward({loss * grad_multiplier});
   return loss.detach();
 }

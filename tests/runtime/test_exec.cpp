@@ -18,11 +18,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
+fs::path temp_path() { return fs::temp_directory_path() / ("planner-rt-test-" + std::to_string(::getpid())); }
+
 fs::path temp_dir() {
-  fs::path d = fs::temp_directory_path() / ("planner-rt-test-" + std::to_string(::getpid()));
+  fs::path d = temp_path();
   fs::create_directories(d);
   return d;
 }
+
+struct RemoveTempDir {
+  ~RemoveTempDir() {
+    std::error_code ec;
+    fs::remove_all(temp_path(), ec);
+  }
+} remove_temp_dir;
 
 Plan tiny_plan() {
   Plan p;

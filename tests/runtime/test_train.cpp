@@ -3,6 +3,7 @@
 // optimizer update, and the precision layout.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 
@@ -111,6 +112,43 @@ TEST_CASE("runtime: every family runs forward and backward with finite gradients
     CHECK(l == Approx(std::log(double(m.vocab))).epsilon(0.1));  // fresh model: near uniform
     CHECK(t.grads().isfinite().all().item<bool>());
     CHECK(t.grads().abs().sum().item<double>() > 0);
+  }
+}
+
+TEST_CASE("runtime: gradients match finite differences in double precision", "[runtime]") {
+  // Checks the whole backward (LinearAccum's in-place weight-gradient
+  // accumulation, the padded LM head, the chunked cross-entropy, attention,
+  // norms, rotary, the MLPs): the directional derivative g . d against
+  // (L(p + eps d) - L(p - eps d)) / (2 eps).
+  for (const ModelSpec& m : {gpt2_like(), gptj_like(), opt350_like(), llama_like(), bert_like()}) {
+    INFO(m.name);
+    TransformerModel model(m, 16);
+    model.materialize(at::kCPU, at::kDouble, 3);
+    model.loss_chunk_rows = 5;  // several chunks, a ragged last one
+    SyntheticTokens tokens(m.vocab, 8);
+    std::vector<int64_t> host;
+    tokens.batch(0, 0, 2, 16, host);
+    at::Tensor all = at::from_blob(host.data(), {2, 17}, at::kLong).clone();
+    at::Tensor ids = all.narrow(1, 0, 16), labels = all.narrow(1, 1, 16).clone();
+    if (m.arch == Arch::Encoder) labels.narrow(1, 0, 8).fill_(-100);  // unlabelled positions too
+    auto& st = model.store();
+    torch::autograd::backward({model.loss(ids, labels, Ckpt::None)});
+    at::Tensor g = st.grads.clone();
+    at::manual_seed(5);
+    at::Tensor d = at::randn({st.numel()}, at::kDouble);
+    const double eps = 1e-6;
+    double lp, lm;
+    {
+      at::NoGradGuard ng;
+      st.params.add_(d, eps);
+      lp = model.loss(ids, labels, Ckpt::None).item<double>();
+      st.params.add_(d, -2 * eps);
+      lm = model.loss(ids, labels, Ckpt::None).item<double>();
+      st.params.add_(d, eps);
+    }
+    const double fd = (lp - lm) / (2 * eps), an = (g * d).sum().item<double>();
+    INFO("finite difference " << fd << ", analytic " << an);
+    CHECK(an == Approx(fd).epsilon(1e-6));
   }
 }
 
