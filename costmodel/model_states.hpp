@@ -13,7 +13,10 @@ namespace planner {
 // measured by the runtime on the device (see docs/ARCHITECTURE.md, "Memory
 // model constants"); a hardware profile may override them.
 struct MemoryConstants {
-  double context_bytes = 0;                  // CUDA context + cuBLAS/cuDNN workspaces, outside the allocator
+  double context_bytes = 0;                  // CUDA context, handles and kernels, outside the allocator
+  double static_buffer_bytes = 0;            // cuBLAS workspaces and small buffers inside the allocator
+  double optimizer_work_bytes = 0;           // the optimizer's fp32 gradient chunk (16-bit training)
+  double loss_chunk_bytes = 0;               // the cross-entropy's fp32 chunk
   double nccl_bytes_per_communicator = 0;    // NCCL channel buffers
   double fragmentation = 0;                  // caching-allocator slack, fraction of the dynamic memory
   double bucket_bytes = 0;                   // one gradient-reduction bucket

@@ -31,11 +31,8 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 SP=$(python3 -c 'import site;print(site.getsitepackages()[0])')
 say "build"
 t0=$(date +%s)
-# -DPLANNER_HAS_RUNTIME=1 everywhere: planner/cmd_exec.cpp (in planner_core) needs it
-# to call the runtime; harmless where the CMake files already define it.
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$SP/torch/share/cmake" -DNCCL_ROOT="$SP/nvidia/nccl" \
-  -DCMAKE_CXX_FLAGS="-DPLANNER_HAS_RUNTIME=1" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
+  -DCMAKE_PREFIX_PATH="$SP/torch/share/cmake" -DNCCL_ROOT="$SP/nvidia/nccl" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 cmake --build build-dev --target planner >>"$LOG" 2>&1 || { grep -E "error|Error" "$LOG" | head -40; exit 1; }
 say "built in $(( $(date +%s) - t0 )) s"
 

@@ -146,8 +146,14 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
   const double sbh = 1024.0 * 4 * 768;
   // 12 layers x (32 sbh + 4 a s b) + final-norm and head inputs 2 x 2 sbh.
   CHECK(g[int(MemCategory::Activations)] == int64_t(12 * (32 * sbh + 4 * 12 * 1024 * 4) + 4 * sbh));
-  // Logits: 4 bytes saved + 2 working + 4 gradient per vocabulary entry.
-  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(1024.0 * 4 * 51200 * 10));
+  // Logits as the runtime holds them: bf16 logits and their gradient (2 + 2
+  // bytes per entry, vocabulary 51200 already a multiple of 64), one 256 MiB fp32
+  // chunk of the loss, the padded output matrix and its gradient.
+  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(2.0 * 4096 * 51200 * 2 + 256.0 * (1 << 20) + 2.0 * 2 * 51200 * 768));
+  // Overhead: context 0.75 GiB + 64 MiB buffers + the optimizer's 256 MiB fp32
+  // chunk + 1.5% of activations and logits.
+  const double dynamic = double(g[int(MemCategory::Activations)] + g[int(MemCategory::LogitsLoss)]);
+  CHECK(g[int(MemCategory::Overhead)] == int64_t(0.75 * (1 << 30) + 64.0 * (1 << 20) + 256.0 * (1 << 20) + 0.015 * dynamic));
   CHECK(r.fits());
   // ZeRO-3 over 8 GPUs divides all three model-state categories by 8.
   p.cluster = parse_cluster("8xA100-80GB");
@@ -156,6 +162,26 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
   r = estimate_memory(p);
   CHECK(r.peak_breakdown()[int(MemCategory::Parameters)] == int64_t(2 * P / 8));
   CHECK(r.peak_breakdown()[int(MemCategory::OptimizerStates)] == int64_t(12 * P / 8));
+}
+
+TEST_CASE("full recomputation: the peak is the larger of the head and one recomputed layer", "[memory]") {
+  Plan p;
+  p.model = gpt_shape(12, 768, 12);
+  p.cluster = parse_cluster("1xA100-80GB");
+  p.strategy = Strategy::parse("mbs=4,ckpt=full");
+  p.seq = 1024;
+  p.global_batch = 4;
+  const auto g = estimate_memory(p).peak_breakdown();
+  const double sbh = 1024.0 * 4 * 768;
+  // Stored layer inputs (2 sbh each) and the head's two inputs; one recomputed
+  // layer (32 sbh + lse) is smaller than the logits, so it adds nothing.
+  CHECK(g[int(MemCategory::Activations)] == int64_t(12 * 2 * sbh + 4 * sbh));
+  // With a tiny vocabulary the recomputed layer is the larger moment.
+  p.model.vocab = 64;
+  const auto h = estimate_memory(p).peak_breakdown();
+  const double one_layer = 32 * sbh + 4.0 * 12 * 1024 * 4;
+  CHECK(h[int(MemCategory::Activations)] ==
+        int64_t(12 * 2 * sbh + 4 * sbh + one_layer - double(h[int(MemCategory::LogitsLoss)])));
 }
 
 TEST_CASE("memory report says what binds when a plan misses", "[memory]") {
