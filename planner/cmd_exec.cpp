@@ -19,15 +19,21 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
       "Runs on the GPU when there is one, else on the CPU. Result schema: docs/RESULT.md.");
   struct Opts {
-    std::string plan, steps = "10", warmup = "3", output, tokens, device = "auto";
-    bool json = false;
+    std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
+                lr = "3e-4", profile;
+    bool json = false, quiet = false;
   };
   auto* o = new Opts;
   cmd->add_option("plan", o->plan, "plan.json to run")->required();
   cmd->add_option("--steps", o->steps, "timed steps (default 10)");
   cmd->add_option("--warmup", o->warmup, "warm-up steps before timing (default 3)");
   cmd->add_option("-o,--output", o->output, "write result.json here");
-  cmd->add_option("--tokens", o->tokens, "token file (raw little-endian uint16 ids) instead of synthetic tokens");
+  cmd->add_option("--tokens", o->tokens, "token file (raw little-endian ids) instead of synthetic tokens");
+  cmd->add_option("--tokens-dtype", o->tokens_dtype, "element type of the token file: uint16 or int32 (default uint16)");
+  cmd->add_option("--seed", o->seed, "seed of the weights and synthetic tokens (default 1234)");
+  cmd->add_option("--lr", o->lr, "AdamW learning rate (default 3e-4)");
+  cmd->add_option("--profile", o->profile, "hardware profile JSON for the prediction (default: the GPU catalog's)");
+  cmd->add_flag("--quiet,-q", o->quiet, "no per-step progress on stderr");
   cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
   cmd->add_flag("--json", o->json, "print the result JSON instead of the table");
   cmd->callback([o, &exit_code] {
@@ -40,6 +46,17 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     e.tokens_path = o->tokens;
     e.json = o->json;
     e.device = o->device;
+    e.tokens_dtype = o->tokens_dtype;
+    e.seed = uint64_t(parse_int(o->seed, "--seed", true));
+    e.profile_path = o->profile;
+    e.progress = !o->quiet;
+    try {
+      size_t used = 0;
+      e.lr = std::stod(o->lr, &used);
+      if (used != o->lr.size() || !(e.lr > 0) || e.lr > 1e3) throw std::invalid_argument("lr");
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("--lr: expected a positive number such as 3e-4, got '{}'", o->lr));
+    }
     exit_code = rt::run_exec(e);
 #else
     (void)o;

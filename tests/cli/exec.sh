@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# planner exec on this machine (the CPU in CI): measured beside predicted, the
+# result file, and bad plans refused with exit code 2 and nothing written.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ]; then
+  expect_exit 1 $P exec "$ROOT/examples/plans/tiny-cpu.json" && expect_grep "without LibTorch" "$TMP/err"
+  finish; exit $?
+fi
+expect_exit 0 $P exec "$ROOT/examples/plans/tiny-cpu.json" --steps 3 --warmup 1 --device cpu -q -o "$TMP/result.json"
+expect_grep "predicted" "$TMP/out"
+python3 - "$TMP/result.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ("plan", "prediction", "measurement", "machine"):
+    assert k in r, k
+m = r["measurement"]
+assert len(m["losses"]) == 4 and all(l == l for l in m["losses"]), "one finite loss per step"
+assert m["step_seconds"]["median"] > 0
+PY
+# Bad plans: one line, exit 2, no result file.
+echo '{"format": "planner-plan"' > "$TMP/bad.json"
+expect_bad_input $P exec "$TMP/bad.json" -o "$TMP/r2.json"
+sed 's/"dp": 1/"dp": 2/' "$ROOT/examples/plans/tiny-cpu.json" > "$TMP/dp2.json"
+expect_bad_input $P exec "$TMP/dp2.json" -o "$TMP/r3.json"
+expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --steps 0 -o "$TMP/r4.json"
+expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --lr fast
+expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --tokens /nonexistent.bin
+for f in r2 r3 r4; do [ ! -e "$TMP/$f.json" ] || { echo "FAIL: $f.json written on bad input"; fails=$((fails+1)); }; done
+finish
