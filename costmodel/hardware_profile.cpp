@@ -31,6 +31,8 @@ void HardwareProfile::validate() const {
   positive(memory_bandwidth_Bps, "memory_bandwidth_Bps");
   fraction(gemm_efficiency, "gemm_efficiency");
   fraction(memory_efficiency, "memory_efficiency");
+  fraction(strided_kernel_relative, "strided_kernel_relative");
+  fraction(reduction_kernel_relative, "reduction_kernel_relative");
   fraction(attention_forward_relative, "attention_forward_relative");
   fraction(attention_backward_relative, "attention_backward_relative");
   fraction(nvlink_efficiency, "nvlink_efficiency");
@@ -108,7 +110,7 @@ HardwareProfile default_profile(const GpuSpec& g) {
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
   X(gemm_efficiency) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
-  X(attention_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(kernel_overhead_seconds)      \
+  X(attention_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
   X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather)

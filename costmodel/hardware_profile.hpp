@@ -29,6 +29,12 @@ struct HardwareProfile {
   double attention_forward_relative = 0.85, attention_backward_relative = 0.7;
   double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR
   double memory_efficiency = 0.8;     // achievable fraction for streaming kernels
+  // Memory-bound kernel classes slower than a vectorized stream, as fractions of
+  // the streaming rate (kernel times of the H100 profile, docs/TIME_MODEL.md):
+  // PyTorch's non-vectorized elementwise path (strided, broadcast or bf16->fp32
+  // converting operands) and row/column reductions (norms, softmax, bias sums).
+  double strided_kernel_relative = 0.55;
+  double reduction_kernel_relative = 0.67;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
 
   // --- communication and host -----------------------------------------------

@@ -3,6 +3,8 @@
 #include "costmodel/collectives.hpp"
 #include "costmodel/op_costs.hpp"
 
+#include <algorithm>
+
 namespace planner {
 
 OpTimes& OpTimes::operator+=(const OpTimes& o) {
@@ -76,23 +78,78 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   }
   out.forward += core_fwd;
 
-  // Memory-bound kernels: two norms (read x, write y), the activation (GeLU:
-  // read, write; SwiGLU: read gate and up, write), two residual adds (read two,
-  // write one; dropout adds a 1-byte mask), rotary embedding on q and k.
+  // Memory-bound kernels, as the runtime (runtime/model.cpp) launches them; bytes
+  // per class (MemoryOps), checked against the H100 kernel profile
+  // (docs/TIME_MODEL.md, "Checked against the runtime on H100").
+  using MK = MemKernel;
   const double Th = Tr * double(h);
   const double Tf = double(T) * double(f_local);
-  double fwd_bytes = 2 * (2 * e * Th) + 2 * (3 * e * Th + (drop ? Th : 0));
-  double bwd_bytes = 2 * (3 * e * Th) + 2 * (drop ? 2 * e * Th + Th : 0);
-  if (m.mlp == MlpKind::SwiGlu) fwd_bytes += 3 * e * Tf, bwd_bytes += 5 * e * Tf;
-  else fwd_bytes += 2 * e * Tf, bwd_bytes += 3 * e * Tf;
-  if (m.pos == PosEmbed::Rotary) {
-    const double qk = double(T) * double(h / t + kv_local);
-    fwd_bytes += 2 * e * qk, bwd_bytes += 2 * e * qk;
+  const double Tq = double(T) * double(h / t), Tkv = double(T) * double(kv_local);
+  MemoryOps fm, bm;
+  const int norms = m.parallel_block ? 1 : 2;
+  // Norms: forward reads x, writes y; backward is two kernels, the input gradient
+  // (read x, dy; write dx) and the weight/bias gradient (read x, dy again).
+  fm.add(MK::Reduction, norms * 2 * e * Th, norms);
+  bm.add(MK::Reduction, norms * 5 * e * Th, 2 * norms);
+  // Two residual adds (read two, write one); in the backward the gradient of each
+  // block input is the sum of its two uses (residual and branch): one add each.
+  fm.add(MK::Streaming, 2 * (3 * e * Th + (drop ? Th : 0)), 2);
+  bm.add(MK::Streaming, 2 * 3 * e * Th, 2);
+  if (drop) bm.add(MK::Streaming, 2 * (2 * e * Th + Th), 2);
+  // Activation.
+  switch (m.mlp) {
+    case MlpKind::Gelu:
+    case MlpKind::Relu:
+      fm.add(MK::Streaming, 2 * e * Tf);  // read, write
+      bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
+      break;
+    case MlpKind::SwiGlu:
+      // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
+      fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
+      // mul backward (g * up strided, g * silu), silu backward (strided), and each
+      // narrow's backward: zero-fill the full (T x 2f) gradient and copy its half
+      // in (strided), then the two full-size gradients are added.
+      bm.add(MK::Strided, 3 * e * Tf + 3 * e * Tf + 2 * (2 * e * Tf), 4);
+      bm.add(MK::Streaming, 3 * e * Tf + 2 * (2 * e * Tf) + 3 * (2 * e * Tf), 4);
+      break;
   }
-  // Counted as separate kernels: 2 norms + activation + 2 residuals (+ rotary).
-  const int kernels = 5 + (m.pos == PosEmbed::Rotary ? 1 : 0);
-  out.forward.memory_seconds += memory_bound_seconds(p, fwd_bytes) + (kernels - 1) * p.kernel_overhead_seconds;
-  out.backward.memory_seconds += memory_bound_seconds(p, bwd_bytes) + (kernels - 1) * p.kernel_overhead_seconds;
+  // Bias gradients: a column sum over the tokens of each biased output (read
+  // the output gradient); the tiny accumulation into the flat buffer is a kernel.
+  const double up_cols = double((m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local);
+  auto bias = [&](bool has, double rows, double cols) {
+    if (has) bm.add(MK::Reduction, e * rows * cols, 2);
+  };
+  bias(m.qkv_bias, double(T), double(h / t + 2 * kv_local));
+  bias(m.out_bias, Tr, double(h));
+  bias(m.mlp_bias, double(T), up_cols);
+  bias(m.mlp_bias, Tr, double(h));
+  bm.kernels += norms * 2;  // norm weight/bias gradients accumulated into the flat buffer
+  // The fused QKV output is split into q, k, v; the split's backward concatenates
+  // the three gradients (read, write).
+  bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
+  // Rotary (GPT-NeoX rotate-half) on q and k, X = bytes of one of them:
+  // forward neg of a half (strided, X), cat of the halves (2X), x*cos and
+  // rot*sin (broadcast, 2X each), add (3X); backward g*cos, g*sin (2X each),
+  // neg (X), two narrow backwards (zero-fill X each, strided copy X each) and
+  // two adds of the three gradient contributions (3X each).
+  if (m.pos == PosEmbed::Rotary) {
+    const double X = e * (Tq + Tkv);
+    fm.add(MK::Strided, 7 * X, 4 * 2);
+    fm.add(MK::Streaming, 3 * X, 2);
+    bm.add(MK::Strided, 7 * X, 5 * 2);
+    bm.add(MK::Streaming, 2 * X + 6 * X, 4 * 2);
+  }
+  // Attention backward's memory-bound kernels around the fused kernel (FlashAttention-2
+  // and cuDNN alike): D = rowsum(dO * O) (read dO, O) and the fp32 dQ accumulator
+  // converted to the working precision (read 4, write e); with grouped-query
+  // attention dK and dV are summed over the query heads of each kv head.
+  if (p.flash_attention) {
+    bm.add(MK::Reduction, 2 * e * Tq);
+    bm.add(MK::Streaming, (4 + e) * Tq);
+    if (kv_local < h / t) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
+  }
+  out.forward.memory_seconds += fm.seconds(p);
+  out.backward.memory_seconds += bm.seconds(p);
 
   // Tensor parallelism: after attention and after the MLP, forward and backward.
   const double act_bytes = e * double(T) * double(h);
@@ -101,23 +158,48 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
 
   // Recomputation inside the backward (Korthikanti et al. 2022, sec. 5): full
   // repeats the forward, its collectives included; selective repeats the
-  // attention core, which a fused kernel already recomputes in its backward.
+  // attention core. The runtime's selective checkpoint (AttentionCoreCheckpoint)
+  // reruns the core's forward in the backward with a fused kernel too, so it
+  // costs one more fused forward (the H100 profile shows it).
   if (s.ckpt == Ckpt::Full) out.recompute = out.forward;
-  else if (s.ckpt == Ckpt::Selective && !p.flash_attention) out.recompute = core_fwd;
+  else if (s.ckpt == Ckpt::Selective) out.recompute = core_fwd;
   return out;
 }
 
 PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s,
                           const GroupLink& tp_link) {
+  using MK = MemKernel;
   PassTimes out;
   const double e = bytes_per_element(s.precision);
-  const double Th = double(s.seq) * s.mbs * m.hidden;
+  const int64_t T = s.seq * s.mbs, width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+  const double Th = double(T) * m.hidden, Tw = double(T) * width;
+  const double Vw = double(m.vocab / s.tp) * width;
   const bool learned = m.pos == PosEmbed::Learned && m.max_positions > 0;
-  // Lookup (read rows, write), position add (read two, write), dropout.
-  out.forward.memory_seconds = memory_bound_seconds(p, 2 * e * Th) + (learned ? memory_bound_seconds(p, 3 * e * Th) : 0) +
-                               (p.dropout ? memory_bound_seconds(p, 2 * e * Th + Th) : 0);
-  // Scatter-add of the gradient rows into the table (read gradient, read-modify-write rows).
-  out.backward.memory_seconds = memory_bound_seconds(p, 3 * e * Th) * (learned ? 2 : 1);
+  MemoryOps fm, bm;
+  fm.add(MK::Streaming, 2 * e * Tw);  // lookup: read rows, write
+  if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden) linear(p, s.precision, T, m.hidden, width, out);  // project_in
+  // Position (and token-type) rows broadcast over the batch: add (read two, write
+  // one; the broadcast operand takes the non-vectorized path); their gradients are
+  // sums over the batch.
+  const int adds = (learned ? 1 : 0) + (m.type_vocab > 0 ? 1 : 0);
+  if (adds > 0) {
+    fm.add(MK::Strided, adds * 3 * e * Th, adds);
+    bm.add(MK::Reduction, adds * e * Th, 2 * adds);
+  }
+  if (m.embed_norm) {
+    fm.add(MK::Reduction, 2 * e * Th);
+    bm.add(MK::Reduction, 5 * e * Th, 4);
+  }
+  if (p.dropout) fm.add(MK::Streaming, 2 * e * Th + Th), bm.add(MK::Streaming, 2 * e * Th + Th);
+  // Dense embedding backward: zero a (V x w) table, sort the token ids and sum
+  // the gradient rows per id (two passes reading the rows and writing fp32
+  // partial sums, non-vectorized), then the table is added into the flat
+  // gradient buffer (read two, write one).
+  bm.add(MK::Streaming, e * Vw);
+  bm.add(MK::Strided, 2 * (e + 4) * Tw, 2 + 10);  // + the sort's ~10 small kernels
+  bm.add(MK::Streaming, 3 * e * Vw);
+  out.forward.memory_seconds = fm.seconds(p);
+  out.backward.memory_seconds = bm.seconds(p);
   // Vocabulary-parallel embedding: the partial lookups are summed across TP
   // (an all-reduce, or a reduce-scatter into the sequence-parallel region).
   if (tp_link.size > 1) {
@@ -127,7 +209,13 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   return out;  // not recomputed: Megatron-LM checkpoints the transformer layers only
 }
 
+int64_t padded_vocab_columns(const ModelSpec& m, int tp) {
+  const int64_t v = m.vocab / std::max(1, tp);
+  return (v + 63) / 64 * 64;
+}
+
 PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const GroupLink& tp_link) {
+  using MK = MemKernel;
   PassTimes out;
   const Precision pr = s.precision;
   const double e = bytes_per_element(pr);
@@ -135,19 +223,56 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   const double Tr = s.sp ? double(T) / t : double(T);
   const double Th = Tr * m.hidden;
   const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+  MemoryOps fm, bm;
   // Final norm.
   if (m.final_norm) {
-    out.forward.memory_seconds += memory_bound_seconds(p, 2 * e * Th);
-    out.backward.memory_seconds += memory_bound_seconds(p, 3 * e * Th);
+    fm.add(MK::Reduction, 2 * e * Th);
+    bm.add(MK::Reduction, 5 * e * Th, 4);
   }
   if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden) linear(p, pr, T, width, m.hidden, out);  // project_out
-  // Logits (T x V/t) and the vocabulary-parallel cross-entropy: the forward reads
-  // the logits and writes fp32 log-probabilities; the backward reads those and
-  // writes the logit gradient.
-  linear(p, pr, T, m.vocab / t, width, out);
-  const double TV = double(T) * double(m.vocab / t);
-  out.forward.memory_seconds += memory_bound_seconds(p, TV * (e + 4)) + p.kernel_overhead_seconds * 3;
-  out.backward.memory_seconds += memory_bound_seconds(p, TV * (4 + e));
+  // BERT's MLM transform: dense + bias, GeLU, LayerNorm.
+  if (m.mlm_head) {
+    linear(p, pr, T, m.hidden, m.hidden, out);
+    fm.add(MK::Streaming, 2 * e * Th), bm.add(MK::Streaming, 3 * e * Th);
+    fm.add(MK::Reduction, 2 * e * Th), bm.add(MK::Reduction, 5 * e * Th, 4);
+    bm.add(MK::Reduction, e * Th, 2);  // dense bias gradient
+  }
+  // Logits (T x V/t), the vocabulary padded to a multiple of 64 (the runtime pads
+  // a copy of the weight so that cuBLAS keeps its aligned kernels): the pad is a
+  // zero-fill and a copy in the forward and again in the backward, the padded
+  // columns are set to -inf, and the weight gradient is computed into a new
+  // tensor and added into the flat buffer.
+  const int64_t V = m.vocab / t, Vp = padded_vocab_columns(m, int(t));
+  linear(p, pr, T, Vp, width, out);
+  if (Vp > V) {
+    const double Vw = double(V) * width, Vpw = double(Vp) * width;
+    fm.add(MK::Streaming, e * Vpw + 2 * e * Vw, 2);
+    bm.add(MK::Streaming, e * Vpw + 2 * e * Vw, 2);
+    fm.add(MK::Strided, e * double(T) * double(Vp - V));
+    bm.add(MK::Streaming, 3 * e * Vw);
+  }
+  const double TV = double(T) * double(Vp);
+  if (m.lm_head_bias || m.mlm_head) bm.add(MK::Reduction, e * TV, 2);  // vocabulary bias gradient
+  // Chunked fp32 cross-entropy (runtime ChunkedCrossEntropy), per chunk of rows:
+  // log_softmax in fp32 (bf16 is first converted by a separate copy, fp16 is
+  // converted inside the kernel) reading its input twice (max/sum, then the
+  // output pass) and writing fp32; exp_ in place; the (rows x 1) scale mul_
+  // (broadcast, non-vectorized); the copy of the gradient into the working
+  // precision; about ten small kernels (gather, scatter_add, masks, sums). The
+  // backward only scales the kept gradient by a 0-dim device tensor
+  // (non-vectorized, read and write).
+  const double in = pr == Precision::BF16 ? 4.0 : e;
+  if (pr == Precision::BF16) fm.add(MK::Strided, (e + 4) * TV);
+  fm.add(MK::Reduction, (2 * in + 4) * TV);
+  fm.add(MK::Streaming, 8 * TV);
+  fm.add(MK::Strided, 8 * TV);
+  fm.add(MK::Streaming, (4 + e) * TV);
+  const int64_t rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * Vp));
+  const int chunks = int((T + rows - 1) / rows);
+  fm.kernels += chunks * 14;
+  bm.add(MK::Strided, 2 * e * TV);
+  out.forward.memory_seconds += fm.seconds(p);
+  out.backward.memory_seconds += bm.seconds(p);
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
     // Max, sum of exponentials and target logit: three all-reduces of T floats.

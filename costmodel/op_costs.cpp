@@ -58,6 +58,24 @@ double memory_bound_seconds(const HardwareProfile& p, double bytes) {
   return bytes / p.memory_Bps() + p.kernel_overhead_seconds;
 }
 
+double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind) {
+  if (bytes <= 0) return 0;
+  const double rel = kind == MemKernel::Strided     ? p.strided_kernel_relative
+                     : kind == MemKernel::Reduction ? p.reduction_kernel_relative
+                                                    : 1.0;
+  return bytes / (p.memory_Bps() * rel);
+}
+
+void MemoryOps::add(MemKernel k, double bytes, int n) {
+  (k == MemKernel::Streaming ? streaming : k == MemKernel::Strided ? strided : reduction) += bytes;
+  kernels += n;
+}
+
+double MemoryOps::seconds(const HardwareProfile& p) const {
+  return memory_kernel_seconds(p, streaming, MemKernel::Streaming) + memory_kernel_seconds(p, strided, MemKernel::Strided) +
+         memory_kernel_seconds(p, reduction, MemKernel::Reduction) + kernels * p.kernel_overhead_seconds;
+}
+
 namespace {
 double flash_work(int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal) {
   return 4.0 * double(batch_heads) * double(seq) * double(seq) * double(head_dim) * (causal ? 0.5 : 1.0);
@@ -76,11 +94,23 @@ double flash_attention_backward_seconds(const HardwareProfile& p, int64_t bh, in
          p.kernel_overhead_seconds;
 }
 
-double gpu_adam_bytes_per_param(Precision prec) { return prec == Precision::FP32 ? 36.0 : 32.0; }
+double gpu_adam_bytes_per_param(Precision prec) { return prec == Precision::FP32 ? 36.0 : 44.0; }
 
 double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec) {
   if (params <= 0) return 0;
-  return params * gpu_adam_bytes_per_param(prec) / p.memory_Bps() + p.kernel_overhead_seconds;
+  const double e = bytes_per_element(prec);
+  MemoryOps ops;
+  ops.add(MemKernel::Streaming, e * params);                    // zero the gradients
+  ops.add(MemKernel::Reduction, e * params);                    // global gradient norm
+  if (prec == Precision::FP32) {
+    ops.add(MemKernel::Streaming, 28 * params);                 // AdamW on the gradients in place
+  } else {
+    ops.add(MemKernel::Strided, (e + 4) * params);              // 16-bit gradients -> fp32 chunk
+    ops.add(MemKernel::Streaming, 28 * params);                 // AdamW on fp32 master, grad, m, v
+    ops.add(MemKernel::Streaming, (4 + e) * params);            // master -> 16-bit weights
+  }
+  ops.kernels = 1;  // the chunks' kernels are few and long
+  return ops.seconds(p);
 }
 
 double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double params, int procs) {

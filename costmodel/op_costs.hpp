@@ -21,6 +21,20 @@ double gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, P
 // A memory-bound kernel moving `bytes` (reads + writes) through HBM.
 double memory_bound_seconds(const HardwareProfile& p, double bytes);
 
+// Classes of memory-bound kernels: a vectorized stream (memory_efficiency), the
+// non-vectorized elementwise path (strided/broadcast/converting operands) and
+// row/column reductions, each at its fraction of the streaming rate.
+enum class MemKernel { Streaming, Strided, Reduction };
+double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind);
+
+// Bytes moved and kernels launched by the memory-bound ops of one pass, by class.
+struct MemoryOps {
+  double streaming = 0, strided = 0, reduction = 0;
+  int kernels = 0;
+  void add(MemKernel k, double bytes, int n = 1);
+  double seconds(const HardwareProfile& p) const;  // bytes over each class's rate + one overhead per kernel
+};
+
 // Fused (flash) attention over `batch_heads` heads of `seq` tokens of head
 // dimension `head_dim`. FLOPs counted as in the FlashAttention-2 benchmarks:
 // forward 4 s^2 d per head, backward 2.5x that, halved when causal.
@@ -29,10 +43,13 @@ double flash_attention_forward_seconds(const HardwareProfile& p, int64_t batch_h
 double flash_attention_backward_seconds(const HardwareProfile& p, int64_t batch_heads, int64_t seq,
                                         int64_t head_dim, bool causal, Precision prec);
 
-// Bytes the fused Adam step moves per parameter on the GPU: mixed precision
-// reads fp32 master, m, v and the 16-bit gradient, writes master, m, v and the
-// 16-bit weight (28), plus the gradient-norm read and the gradient zeroing (4);
-// fp32 training: 36.
+// Bytes the GPU optimizer step moves per parameter, as the runtime executes it
+// (runtime/trainer.cpp): the gradient zeroing (e) and the gradient-norm read (e);
+// mixed precision copies each 2^26-element chunk of 16-bit gradients into an fp32
+// buffer (read e, write 4: a converting, non-vectorized copy), runs the fused
+// AdamW on fp32 master, grad, m, v (read 16, write 12) and copies the master
+// back to the 16-bit weights (read 4, write e): 44 bytes in bf16/fp16; fp32 runs
+// AdamW on the gradients in place: 4 + 4 + 28 = 36.
 double gpu_adam_bytes_per_param(Precision prec);
 double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec);
 
