@@ -38,7 +38,7 @@ const char* to_string(IntraNode k);
 struct GpuSpec {
   std::string name;                    // canonical catalog name, e.g. "A100-80GB-SXM"
   std::vector<std::string> aliases;    // lower-case alternatives ("a100", "a100-80gb")
-  int64_t memory_bytes = 0;            // datasheet memory
+  int64_t memory_bytes = 0;            // memory a process can allocate (cudaMemGetInfo total where measured, else the datasheet's GiB)
   double memory_bandwidth_Bps = 0;     // datasheet HBM/GDDR bandwidth
   // Dense peak FLOP/s (no sparsity) by datasheet; 0 where the GPU lacks the type.
   double peak_fp32 = 0, peak_tf32 = 0, peak_fp16 = 0, peak_bf16 = 0;
