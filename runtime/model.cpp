@@ -228,7 +228,9 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       at::Tensor valid = valid_all.narrow(0, r0, c);
       at::Tensor validf = valid.to(acc).unsqueeze(1);                                      // (c, 1)
       at::Tensor target = at::where(valid, labels.narrow(0, r0, c), at::zeros({}, labels.options())).unsqueeze(1);
-      // One fused kernel reads the working-precision logits and writes fp32 log-probabilities.
+      // fp32 log-probabilities of the working-precision logits. Measured on H100: for bf16
+      // input ATen first converts to fp32 in a separate copy kernel, for fp16 the softmax
+      // kernel converts itself (docs/TIME_MODEL.md, sec. 10).
       at::Tensor lp = at::log_softmax(logits.narrow(0, r0, c), 1, acc);                  // (c, V)
       loss_sum.sub_((lp.gather(1, target) * validf).sum());
       lp.exp_();                                   // softmax
