@@ -10,6 +10,7 @@
 #include <string>
 
 #include "catch.hpp"
+#include "test_util.hpp"
 #include "costmodel/model_spec.hpp"
 #include "strategies/errors.hpp"
 
@@ -18,18 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path examples_dir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "examples"; }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test_util::contains;
+using test_util::error_of;
+using test_util::examples_dir;
 
 }  // namespace
 

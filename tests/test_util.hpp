@@ -1,0 +1,28 @@
+#pragma once
+// Helpers shared by the unit tests.
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "strategies/errors.hpp"
+
+namespace test_util {
+
+// The repository's examples/ folder (tests/unit/X.cpp -> ../../examples).
+inline std::filesystem::path examples_dir() {
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "examples";
+}
+
+// The message of the InputError that f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const planner::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace test_util
