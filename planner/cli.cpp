@@ -39,11 +39,22 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
   req.model = o.model;
   req.gpus = o.gpus;
   req.strategy = with_strategy ? o.strategy : "";
-  if (!o.seq.empty()) req.seq = parse_int(o.seq, "--seq");
-  if (!o.global_batch.empty()) req.global_batch = parse_int(o.global_batch, "--global-batch");
+  if (!o.seq.empty()) req.seq = parse_seq(o.seq);
+  if (!o.global_batch.empty()) req.global_batch = parse_global_batch(o.global_batch);
   if (!o.host_memory.empty()) req.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
-  if (req.seq && *req.seq > (1 << 24)) throw InputError(fmt::format("--seq {} is too large", *req.seq));
   return build_plan(req, notes);
+}
+
+int64_t parse_seq(const std::string& text) {
+  const int64_t v = parse_int(text, "--seq");
+  if (v > (int64_t(1) << 24)) throw InputError(fmt::format("--seq {} is too large", v));
+  return v;
+}
+
+int64_t parse_global_batch(const std::string& text) {
+  const int64_t v = parse_int(text, "--global-batch");
+  if (v > (int64_t(1) << 32)) throw InputError(fmt::format("--global-batch {} is too large", v));
+  return v;
 }
 
 void emit(const std::string& path, const std::string& text) {

@@ -17,6 +17,11 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy);
 // Loads or builds the plan; fills `notes` with remarks on legal but odd choices.
 Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes);
 
+// --seq and --global-batch: positive whole numbers with sane upper bounds
+// (2^24 tokens, 2^32 sequences); InputError otherwise.
+int64_t parse_seq(const std::string& text);
+int64_t parse_global_batch(const std::string& text);
+
 // Writes `text` to `path`, or to stdout when path is empty or "-".
 void emit(const std::string& path, const std::string& text);
 

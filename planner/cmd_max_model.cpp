@@ -34,14 +34,12 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     MaxModelRequest req;
     req.gpus = o->gpus;
     req.family = o->family;
-    std::vector<std::string> names = {"none", "optimizer", "all"};
     const std::string off = to_lower(o->offload);
     if (off == "none") req.max_offload = Offload::None;
     else if (off == "optimizer") req.max_offload = Offload::Optimizer;
     else if (off == "all") req.max_offload = Offload::All;
     else throw InputError(fmt::format("--offload '{}' is not one of none, optimizer, all", o->offload));
-    req.seq = parse_int(o->seq, "--seq");
-    if (req.seq > (1 << 24)) throw InputError(fmt::format("--seq {} is too large", req.seq));
+    req.seq = parse_seq(o->seq);
     const int64_t mbs = parse_int(o->mbs, "--mbs");
     if (mbs > 65536) throw InputError(fmt::format("--mbs {} is too large", mbs));
     req.mbs = int(mbs);

@@ -47,10 +47,8 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     req.cluster = resolve_cluster(o->plan.gpus);
     if (!o->plan.host_memory.empty()) req.cluster.host_memory_bytes = parse_bytes(o->plan.host_memory, "--host-memory");
     req.seq = o->plan.seq.empty() ? (req.model.default_seq > 0 ? req.model.default_seq : 1024)
-                                  : parse_int(o->plan.seq, "--seq");
-    if (req.seq > (1 << 24)) throw InputError(fmt::format("--seq {} is too large", req.seq));
-    req.global_batch = o->plan.global_batch.empty() ? req.cluster.world() : parse_int(o->plan.global_batch, "--global-batch");
-    if (req.global_batch > (int64_t(1) << 32)) throw InputError(fmt::format("--global-batch {} is too large", req.global_batch));
+                                  : parse_seq(o->plan.seq);
+    req.global_batch = o->plan.global_batch.empty() ? req.cluster.world() : parse_global_batch(o->plan.global_batch);
     const int64_t top = parse_int(o->top, "--top");
     req.top_k = int(std::min<int64_t>(top, 1000));
     req.explain = o->explain;
@@ -101,8 +99,8 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
     BenchRequest req;
     req.model = o->model;
     req.gpus = o->gpus;
-    req.seq = parse_int(o->seq, "--seq");
-    req.global_batch = parse_int(o->global_batch, "--global-batch");
+    req.seq = parse_seq(o->seq);
+    req.global_batch = parse_global_batch(o->global_batch);
     req.repeats = int(std::min<int64_t>(parse_int(o->repeats, "--repeats"), 1000));
     req.explain = o->explain;
     BenchResult r = run_bench(req);

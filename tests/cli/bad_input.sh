@@ -30,6 +30,7 @@ expect_bad_input $P max-model --gpus 2xRTX3090 --offload sometimes
 expect_bad_input $P max-model --gpus 2xRTX3090 --family gpt5
 expect_bad_input $P max-model --gpus 2xRTX3090 --mbs 0
 expect_bad_input $P memory --gpus 2xRTX3090
+expect_bad_input $P bench --seq 99999999
 expect_bad_input $P frobnicate
 # Nothing half-written: a failing run leaves no output file.
 expect_bad_input $P predict --model gpt2 --gpus 2xRTX3090 --strategy dp=3 --trace "$TMP/trace.json"
