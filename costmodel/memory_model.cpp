@@ -26,17 +26,7 @@ const char* to_string(MemCategory c) {
 }
 
 std::vector<int> partition_layers(const ModelSpec& m, int chunks) {
-  // Even split (Megatron-LM's default). When the layers do not divide, the
-  // extra layers go to the middle chunks first, because the first and the last
-  // chunk already carry the embedding and the head.
-  std::vector<int> out(chunks, static_cast<int>(m.layers / chunks));
-  int rem = static_cast<int>(m.layers % chunks);
-  std::vector<int> order;
-  for (int c = 1; c + 1 < chunks; ++c) order.push_back(c);
-  order.push_back(0);
-  if (chunks > 1) order.push_back(chunks - 1);
-  for (int i = 0; rem > 0; ++i, --rem) out[order[i % order.size()]] += 1;
-  return out;
+  return planner::partition_layers(m.layers, chunks);  // strategies/partition.hpp: the one layout
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "costmodel/plan.hpp"
+#include "strategies/partition.hpp"
 
 namespace planner {
 
@@ -52,9 +53,9 @@ struct MemoryReport {
   const MemBreakdown& peak_breakdown() const { return stages.at(peak_stage).gpu; }
 };
 
-// Transformer layers per pipeline stage: balanced, with the embedding (first
-// stage) and the head (last stage) counted as layer equivalents by parameters.
-std::vector<int> partition_layers(const ModelSpec& m, int pp);
+// Transformer layers per (virtual) pipeline stage: strategies/partition.hpp's
+// layout, the one the runtime executes.
+std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 
 MemoryReport estimate_memory(const Plan& plan);
 nlohmann::json memory_report_json(const MemoryReport& r);

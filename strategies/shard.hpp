@@ -1,8 +1,10 @@
 #pragma once
 // The one sharding function, used by the memory model (ZeRO's per-rank state)
-// and by the runtime's ZeRO optimizer (which slice of the flat buffers a rank
-// owns). Contiguous, balanced: the first numel % world ranks get one extra
-// element, so sizes differ by at most one and the shards tile [0, numel).
+// and by the runtime's ZeRO optimizer (which slice of each unit's flat buffer a
+// rank owns). Contiguous chunks of ceil(numel / world) elements in rank order,
+// the last ones shorter (or empty): exactly the chunks that reduce-scatter and
+// all-gather use on a buffer padded to world * ceil(numel / world), so no
+// variable-size collective is needed. Rank 0 holds the largest shard.
 #include <cstdint>
 
 namespace planner {

@@ -108,11 +108,12 @@ TEST_CASE("rank grid: the worked example in rank_grid.hpp", "[strategy]") {
   CHECK_THROWS_AS(g.coord(8), InputError);
 }
 
-TEST_CASE("shard tiles the buffer with sizes differing by at most one", "[strategy]") {
+TEST_CASE("shard tiles the buffer in the equal chunks of the collectives", "[strategy]") {
   CHECK(shard(10, 0, 4) == Shard{0, 3});
   CHECK(shard(10, 1, 4) == Shard{3, 3});
-  CHECK(shard(10, 2, 4) == Shard{6, 2});
-  CHECK(shard(10, 3, 4) == Shard{8, 2});
+  CHECK(shard(10, 2, 4) == Shard{6, 3});
+  CHECK(shard(10, 3, 4) == Shard{9, 1});
+  CHECK(shard(2, 3, 4) == Shard{2, 0});  // more ranks than elements: the last own nothing
   CHECK(padded_shard_size(10, 4) == 3);
   for (int64_t n : {0, 1, 7, 1000, 1000003}) {
     for (int w : {1, 2, 3, 8, 64}) {
@@ -121,7 +122,8 @@ TEST_CASE("shard tiles the buffer with sizes differing by at most one", "[strate
         Shard s = shard(n, r, w);
         CHECK(s.offset == next);
         CHECK(s.size <= padded_shard_size(n, w));
-        CHECK(s.size >= n / w);
+        CHECK(s.size <= shard(n, 0, w).size);  // rank 0 holds the largest shard
+        if (s.size > 0) CHECK(s.offset == r * padded_shard_size(n, w));
         next += s.size;
       }
       CHECK(next == n);

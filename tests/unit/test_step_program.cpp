@@ -1,0 +1,139 @@
+// The whole-step action lists (strategies/step_program.hpp) over a space of
+// strategies: every unit of every micro-batch has one forward and one backward
+// in order; ZeRO-3 computes only on gathered units and never holds more than
+// the unit in use and the one prefetched (plus the tied embedding); gradients
+// are reduced once per step (ZeRO-0/1) or after every backward (ZeRO-2/3), each
+// after the backward that completes them; offload copies and the optimizer
+// come in the right order. And the layer partition's worked example.
+#include <map>
+#include <set>
+
+#include "catch.hpp"
+#include "strategies/partition.hpp"
+#include "strategies/step_program.hpp"
+
+using namespace planner;
+
+TEST_CASE("layer partition: the worked example of partition.hpp", "[step]") {
+  LayerPartition p(10, 2, 2);
+  CHECK(p.chunk_layers() == std::vector<int>{2, 3, 3, 2});
+  CHECK(p.units_of(0, 0) == std::pair<int, int>{0, 3});
+  CHECK(p.units_of(1, 0) == std::pair<int, int>{3, 6});
+  CHECK(p.units_of(0, 1) == std::pair<int, int>{6, 9});
+  CHECK(p.units_of(1, 1) == std::pair<int, int>{9, 12});
+  CHECK(p.stage_units(1) == std::vector<int>{3, 4, 5, 9, 10, 11});
+  CHECK(p.owner(11) == std::pair<int, int>{1, 1});
+  CHECK(p.owner(0) == std::pair<int, int>{0, 0});
+  CHECK_THROWS(LayerPartition(3, 2, 2));  // 4 virtual stages, 3 layers
+}
+
+TEST_CASE("step program: the ZeRO-3 example of step_program.hpp", "[step]") {
+  Strategy s = Strategy::parse("dp=2,zero=3,gas=1");
+  StepOptions o;
+  o.tied_embeddings = true;
+  CHECK(to_string(build_step_program(s, 2, o)) ==
+        "0G0 0G1 0F0.0 0G2 0F0.1 0R1 0G3 0F0.2 0R2 0F0.3 0G2 0B0.3 0RS3 0R3 0G1 0B0.2 0RS2 0R2 0B0.1 0RS1 0R1 "
+        "0B0.0 0RS0 0R0 0Sync 0Norm 0Opt\n");
+}
+
+namespace {
+
+void check_program(const Strategy& s, int layers, bool tied) {
+  StepOptions o;
+  o.tied_embeddings = tied;
+  const StepProgram p = build_step_program(s, layers, o);
+  REQUIRE(int(p.stages.size()) == s.pp);
+  for (int st = 0; st < s.pp; ++st) {
+    const auto units = p.partition.stage_units(st);
+    const std::set<int> mine(units.begin(), units.end());
+    std::map<std::pair<int, int>, int> fwd, bwd;  // (mb, unit) -> index
+    std::map<int, int> last_b, reduces, last_reduce, to_host;
+    std::set<int> gathered;
+    size_t peak_gathered = 0;
+    int sync = -1, norm = -1, opt = -1;
+    const auto& list = p.stages[size_t(st)];
+    for (int i = 0; i < int(list.size()); ++i) {
+      const StepAction& a = list[size_t(i)];
+      CHECK(a.stage == st);
+      switch (a.op) {
+        case StepOp::Forward:
+        case StepOp::Backward: {
+          CHECK(mine.count(a.unit) == 1);
+          if (s.zero == 3) CHECK(gathered.count(a.unit) == 1);
+          auto& m = a.op == StepOp::Forward ? fwd : bwd;
+          CHECK(m.count({a.microbatch, a.unit}) == 0);
+          m[{a.microbatch, a.unit}] = i;
+          if (a.op == StepOp::Backward) {
+            CHECK(fwd.count({a.microbatch, a.unit}) == 1);
+            last_b[a.unit] = i;
+          }
+          break;
+        }
+        case StepOp::Gather:
+          CHECK(s.zero == 3);
+          CHECK(gathered.insert(a.unit).second);
+          peak_gathered = std::max(peak_gathered, gathered.size());
+          break;
+        case StepOp::Release: CHECK(gathered.erase(a.unit) == 1); break;
+        case StepOp::Reduce:
+          CHECK(a.scatter == (s.zero >= 2));
+          CHECK(last_b.count(a.unit) == 1);
+          CHECK(list[size_t(last_b[a.unit])].unit == a.unit);
+          ++reduces[a.unit];
+          last_reduce[a.unit] = i;
+          break;
+        case StepOp::ToHost:
+          CHECK(s.offload != Offload::None);
+          ++to_host[a.unit];
+          break;
+        case StepOp::Sync: sync = i; break;
+        case StepOp::Norm: norm = i; break;
+        case StepOp::Opt: opt = i; break;
+        case StepOp::ToDevice:
+        case StepOp::AllGather: CHECK(i > opt); CHECK(opt >= 0); break;
+        default: break;
+      }
+    }
+    CHECK(int(fwd.size()) == s.gas * int(units.size()));
+    CHECK(int(bwd.size()) == s.gas * int(units.size()));
+    CHECK(sync >= 0);
+    CHECK(sync < norm);
+    CHECK(norm < opt);
+    if (s.zero == 3) {
+      CHECK(gathered.empty());  // everything released by the end of the step
+      CHECK(int(peak_gathered) <= 2 + (tied && s.pp == 1 ? 1 : 0));
+    }
+    for (int u : units) {
+      const int want = s.zero >= 2 ? s.gas : (s.dp > 1 ? 1 : 0);
+      CHECK(reduces[u] == want);
+      if (want > 0) CHECK(last_reduce[u] > last_b[u]);
+      CHECK(to_host[u] == (s.offload != Offload::None ? 1 : 0));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("step program invariants over dp, zero, offload, pp, schedules and micro-batches", "[step]") {
+  int checked = 0;
+  for (int dp : {1, 2, 4})
+    for (int zero = 0; zero <= 3; ++zero)
+      for (int off = 0; off < 3; ++off)
+        for (int pp : {1, 2, 4})
+          for (int gas : {1, 2, 4, 8})
+            for (int sched = 0; sched < 3; ++sched) {
+              Strategy s;
+              s.dp = dp, s.zero = zero, s.offload = Offload(off), s.pp = pp, s.gas = gas;
+              s.schedule = Schedule(sched);
+              s.vpp = s.schedule == Schedule::Interleaved ? 2 : 1;
+              try {
+                s.validate();
+              } catch (const std::exception&) {
+                continue;
+              }
+              if (s.schedule == Schedule::Interleaved && (pp == 1 || gas % pp)) continue;
+              for (bool tied : {false, true}) check_program(s, 8, tied);
+              ++checked;
+            }
+  CHECK(checked > 100);
+}
