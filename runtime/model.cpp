@@ -72,6 +72,27 @@ void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
   }
 }
 
+void ParamStore::make_leaves(at::Device device, at::ScalarType dtype) {
+  layout();
+  tensors_.clear();
+  for (size_t k = 0; k < infos_.size(); ++k) {
+    at::Tensor t = at::empty({0}, at::TensorOptions().device(device).dtype(dtype));
+    t.requires_grad_(true);
+    tensors_.push_back(t);
+  }
+}
+
+void ParamStore::bind(int id, const at::Tensor& data) {
+  // set_data keeps the leaf (and its autograd identity, which saved tensors and
+  // gradient accumulators refer to) and swaps the storage under it: ZeRO-3
+  // gathers a unit into fresh memory and frees it after use.
+  tensors_.at(size_t(id)).set_data(data);
+}
+
+void ParamStore::bind_grad(int id, const at::Tensor& grad) {
+  tensors_.at(size_t(id)).mutable_grad() = grad;
+}
+
 // ---- Autograd functions -----------------------------------------------------
 
 namespace {
@@ -135,12 +156,14 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       y = at::mm(x2, wp.t());                                                          // (tokens, out)
     }
     if (out > rows) y.narrow(1, rows, out - rows).fill_(-std::numeric_limits<double>::infinity());
-    ctx->save_for_backward({x, w});
+    if (!has_b) ctx->save_for_backward({x, w});
     ctx->saved_data["gx"] = x.requires_grad();
     ctx->saved_data["out"] = out;
     ctx->saved_data["has_b"] = has_b;
-    if (w.grad().defined()) ctx->saved_data["gw"] = w.grad();
-    if (has_b && b.grad().defined()) ctx->saved_data["gb"] = b.grad();
+    // The gradient buffers are looked up in the backward, not here: under
+    // ZeRO-2/3 the runtime binds a unit's gradient buffer just before its
+    // backward (runtime/engine.cpp).
+    if (has_b) ctx->save_for_backward({x, w, b});
     auto shape = x.sizes().vec();
     shape.back() = out;
     return y.view(shape);
@@ -157,9 +180,10 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;
       gx = at::mm(g2, wp).view(x.sizes());
     }
-    auto& sd = ctx->saved_data;
-    if (sd.find("gw") != sd.end()) {
-      at::Tensor gw = sd["gw"].toTensor();
+    // Saved leaves unpack as the parameters themselves, so .grad() is the
+    // buffer bound now.
+    at::Tensor gw = w.grad();
+    if (gw.defined()) {
       if (out > rows) gw.add_(at::mm(g2.t(), x2).narrow(0, 0, rows));
       else gw.addmm_(g2.t(), x2);
     } else {
@@ -167,7 +191,8 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
     }
     if (ctx->saved_data["has_b"].toBool()) {
       at::Tensor db = g2.sum(0).narrow(0, 0, rows);
-      if (sd.find("gb") != sd.end()) sd["gb"].toTensor().add_(db);
+      at::Tensor gb = saved[2].grad();
+      if (gb.defined()) gb.add_(db);
       else gb_ret = db;
     }
     return {gx, gw_ret, gb_ret, at::Tensor()};
@@ -344,21 +369,28 @@ at::Tensor TransformerModel::materialize(at::Device device, at::ScalarType dtype
   at::Tensor target = mixed ? init : store_.params;
 
   at::manual_seed(seed);
-  const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, spec_.layers)));
   {
     at::NoGradGuard no_grad;
-    for (const auto& i : store_.infos()) {
-      at::Tensor t = target.narrow(0, i.offset, i.numel);
-      switch (i.init) {
-        case Init::Normal: t.normal_(0.0, 0.02); break;
-        case Init::OutputNormal: t.normal_(0.0, std_out); break;
-        case Init::Zeros: t.zero_(); break;
-        case Init::Ones: t.fill_(1.0); break;
-      }
-    }
+    for (const auto& i : store_.infos()) init_tensor(i, target.narrow(0, i.offset, i.numel));
     if (mixed) store_.params.copy_(init);
   }
+  prepare(device, dtype);
+  return mixed ? init : store_.params;
+}
 
+void TransformerModel::init_tensor(const ParamInfo& i, at::Tensor t) const {
+  // GPT-2's scheme; the output projections scaled by 1/sqrt(2 * layers).
+  const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, spec_.layers)));
+  at::NoGradGuard no_grad;
+  switch (i.init) {
+    case Init::Normal: t.normal_(0.0, 0.02); break;
+    case Init::OutputNormal: t.normal_(0.0, std_out); break;
+    case Init::Zeros: t.zero_(); break;
+    case Init::Ones: t.fill_(1.0); break;
+  }
+}
+
+void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
   no_bias_ = at::empty({0}, at::TensorOptions().device(device).dtype(dtype));
   if (spec_.pos == PosEmbed::Rotary) {
     // GPT-NeoX rotary: theta_j = 10000^(-2j/d), angles (s, d/2) duplicated to (s, d).
@@ -370,7 +402,6 @@ at::Tensor TransformerModel::materialize(at::Device device, at::ScalarType dtype
     rope_cos_ = emb.cos().to(dtype);
     rope_sin_ = emb.sin().to(dtype);
   }
-  return mixed ? init : store_.params;
 }
 
 at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows) const {
@@ -462,22 +493,25 @@ at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
   return linear(x, head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab());
 }
 
-at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {
-  at::Tensor x = embed(ids);
-  const bool grad = at::GradMode::is_enabled();
-  for (int64_t i = 0; i < spec_.layers; ++i) {
-    if (ckpt == Ckpt::Full && grad)
-      x = LayerCheckpoint::apply(x, reinterpret_cast<int64_t>(this), i);
-    else
-      x = layer(i, x, ckpt == Ckpt::Selective);
-  }
-  if (before_head) before_head();
+at::Tensor TransformerModel::block(int64_t i, const at::Tensor& x, Ckpt ckpt) const {
+  if (ckpt == Ckpt::Full && at::GradMode::is_enabled())
+    return LayerCheckpoint::apply(x, reinterpret_cast<int64_t>(this), i);
+  return layer(i, x, ckpt == Ckpt::Selective);
+}
+
+at::Tensor TransformerModel::head_loss(const at::Tensor& x, const at::Tensor& labels, double grad_hint) const {
   at::Tensor lg = logits(x);
-  x = at::Tensor();
   const int64_t V = padded_vocab();
   int64_t rows = loss_chunk_rows;
   if (rows <= 0) rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * V));
   return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows, grad_hint);
+}
+
+at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {
+  at::Tensor x = embed(ids);
+  for (int64_t i = 0; i < spec_.layers; ++i) x = block(i, x, ckpt);
+  if (before_head) before_head();
+  return head_loss(x, labels, grad_hint);
 }
 
 }  // namespace planner::rt

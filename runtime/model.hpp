@@ -86,6 +86,12 @@ class ParamStore {
   void materialize(at::Device device, at::ScalarType dtype);
 
   const at::Tensor& get(int id) const { return tensors_.at(static_cast<size_t>(id)); }
+  // For runtimes that own the buffers (runtime/engine.hpp): leaves with no
+  // storage yet, then bound to slices of buffers the engine allocates (and
+  // re-bound when ZeRO-3 gathers a unit again). No flat buffers are allocated.
+  void make_leaves(at::Device device, at::ScalarType dtype);
+  void bind(int id, const at::Tensor& data);
+  void bind_grad(int id, const at::Tensor& grad);
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int64_t numel() const { return numel_; }
   int64_t decay_numel() const { return decay_numel_; }
@@ -122,6 +128,12 @@ class TransformerModel {
   // buffer itself for fp32, a separate tensor for bf16/fp16 that the optimizer
   // adopts as its master copy.
   at::Tensor materialize(at::Device device, at::ScalarType dtype, uint64_t seed);
+  // Draws tensor i's initial values into t (the scheme above). Called in
+  // declaration order after at::manual_seed(seed), it gives the values
+  // materialize() gives, wherever the tensors live.
+  void init_tensor(const ParamInfo& i, at::Tensor t) const;
+  // The device-side helpers (rotary tables, the empty bias) without parameters.
+  void prepare(at::Device device, at::ScalarType dtype);
 
   // Mean cross-entropy over the labelled tokens (label != -100) as an fp32 scalar.
   // ids, labels: (b, s) int64. `grad_hint`: the factor the loss will be multiplied
@@ -132,6 +144,10 @@ class TransformerModel {
   // One transformer layer; `selective` recomputes the attention core in the
   // backward instead of keeping what it saves.
   at::Tensor layer(int64_t i, const at::Tensor& x, bool selective) const;
+  // Layer i, with full recomputation under Ckpt::Full (when grad mode is on).
+  at::Tensor block(int64_t i, const at::Tensor& x, Ckpt ckpt) const;
+  // Final norm, LM head and chunked cross-entropy: the head unit.
+  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& labels, double grad_hint) const;
   at::Tensor embed(const at::Tensor& ids) const;          // (b, s) -> (b, s, h)
   // (b, s, h) -> (b, s, padded_vocab()); the columns past vocab hold -inf.
   at::Tensor logits(const at::Tensor& x) const;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/batch.hpp"
 #include "strategies/errors.hpp"
 
 namespace planner::rt {
@@ -57,32 +58,8 @@ void Trainer::zero_grad() {
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::batch(int64_t step, int64_t micro, int64_t rows) {
-  const int64_t s = cfg_.seq;
-  tokens_->batch(step, micro, rows, s, host_batch_);
-  const bool cuda = device_.is_cuda();
-  auto host_opts = at::TensorOptions().dtype(at::kLong).pinned_memory(cuda);
-  at::Tensor host = at::empty({rows, s + 1}, host_opts);
-  std::memcpy(host.data_ptr<int64_t>(), host_batch_.data(), host_batch_.size() * sizeof(int64_t));
-  if (model_->spec().arch == Arch::Encoder) {
-    // MLM: mask a fraction of the positions (chosen from the batch's own stream of
-    // the seed); masked inputs become the last vocabulary id, the labels there are
-    // the original tokens, -100 elsewhere.
-    at::Tensor ids = host.narrow(1, 0, s).clone();
-    at::Tensor labels = at::full({rows, s}, -100, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
-    int64_t* pi = ids.data_ptr<int64_t>();
-    int64_t* pl = labels.data_ptr<int64_t>();
-    uint64_t st = cfg_.seed ^ (0x4D4C4Dull + static_cast<uint64_t>(step) * 1000003ull + static_cast<uint64_t>(micro));
-    const auto thresh = static_cast<uint64_t>(cfg_.mlm_mask_fraction * 18446744073709551615.0);
-    for (int64_t i = 0; i < rows * s; ++i) {
-      if (splitmix64(st) < thresh || i == 0) {
-        pl[i] = pi[i];
-        pi[i] = model_->spec().vocab - 1;
-      }
-    }
-    return {ids.to(device_, /*non_blocking=*/cuda), labels.to(device_, /*non_blocking=*/cuda)};
-  }
-  at::Tensor dev = host.to(device_, /*non_blocking=*/cuda);
-  return {dev.narrow(1, 0, s), dev.narrow(1, 1, s)};
+  return make_batch(*tokens_, model_->spec(), cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, rows, device_,
+                    host_batch_);
 }
 
 at::Tensor Trainer::forward_backward(const at::Tensor& ids, const at::Tensor& labels, double grad_multiplier) {
@@ -106,10 +83,6 @@ bool Trainer::optimizer_step() {
       ++skipped_;
       return false;
     }
-    if (++good_steps_ >= cfg_.fp16_scale_window) {
-      loss_scale_ *= 2.0;
-      good_steps_ = 0;
-    }
   }
   // grad_scale of the fused kernel divides the gradients: loss scale times the
   // clipping factor max(1, ||g|| / clip) (torch.nn.utils.clip_grad_norm_'s 1e-6).
@@ -119,6 +92,12 @@ bool Trainer::optimizer_step() {
     divisor = ((true_norm + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * loss_scale_;
   } else {
     divisor = at::full({}, loss_scale_, norm.options());
+  }
+  // A doubling of the loss scale applies from the next step on: this step's
+  // gradients were made with the scale above.
+  if (cfg_.precision == Precision::FP16 && ++good_steps_ >= cfg_.fp16_scale_window) {
+    loss_scale_ *= 2.0;
+    good_steps_ = 0;
   }
   ++t_;
   step_count_.fill_(static_cast<double>(t_));

@@ -1,0 +1,602 @@
+#include "runtime/engine.hpp"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/batch.hpp"
+#include "runtime/device.hpp"
+#include "runtime/streams.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/shard.hpp"
+
+namespace planner::rt {
+
+namespace {
+constexpr int64_t kOptChunk = int64_t(1) << 26;  // fp32 conversion chunk (256 MB), as Trainer
+int64_t key(int mb, int u) { return int64_t(mb) * 1000003 + u; }
+}  // namespace
+
+struct Engine::Unit {
+  int64_t numel = 0, padded = 0, chunk = 0;  // chunk = padded / optimizer world
+  int64_t decay = 0;                         // decayed elements at the unit's start
+  std::vector<int> ids;                      // parameters of the unit, in layout order
+  std::vector<int64_t> offs;                 // their offsets inside the unit
+  int64_t base = 0;                          // offset in the full flat buffers (ZeRO-0/1/2)
+  int64_t sbase = 0;                         // offset in the shard buffers
+};
+
+struct Engine::Impl {
+  std::vector<Unit> units;
+  int ow = 1, orank = 0, dp_rank = 0;
+  at::ScalarType dt = at::kFloat;
+  bool mixed = false, offload = false, master_is_param = false;
+  at::Tensor params, grads, pshard, gshard, master, m, v, work, step_count, empty;
+  at::Tensor host_grad, host_param, host_work;  // offload (pinned)
+  std::vector<at::Tensor> gathered, ugrad;
+  std::vector<WorkPtr> gather_work, reduce_work;
+  std::vector<bool> gather_on_copy;
+  std::vector<int> reduces_done;
+  std::vector<WorkPtr> pending;
+  std::vector<at::Tensor> keep;
+  std::unordered_map<int64_t, at::Tensor> in, out;
+  std::unordered_map<int, at::Tensor> labels;
+  at::Tensor loss_sum, divisor;
+  double divisor_host = 1.0;
+  bool skip = false;
+  std::unique_ptr<SideStream> copy;
+  std::vector<std::future<void>> adam_done;
+  std::thread adam_thread;
+  std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
+};
+
+Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
+               std::shared_ptr<TokenSource> tokens, Communicator* dp)
+    : spec_(spec), st_(s), cfg_(cfg), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
+      program_(build_step_program(s, spec.layers, StepOptions{spec.tied_embeddings})),
+      impl_(std::make_unique<Impl>()) {
+  if (s.tp != 1 || s.pp != 1)
+    throw InputError("the runtime executes data parallelism, ZeRO and offload; tp and pp must be 1 (got tp=" +
+                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) + ")");
+  if (s.dp > 1 && (!dp || dp->size() != s.dp))
+    throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
+                                std::to_string(dp ? dp->size() : 1) + " ranks");
+  if (!tokens_) throw std::invalid_argument("Engine needs a token source");
+  Impl& I = *impl_;
+  I.dp_rank = dp ? dp->rank() : 0;
+  I.ow = s.zero >= 1 ? s.dp : 1;
+  I.orank = s.zero >= 1 ? I.dp_rank : 0;
+  I.dt = working_dtype(s.precision);
+  I.mixed = I.dt != at::kFloat;
+  I.offload = s.offload != Offload::None;
+  I.master_is_param = !I.mixed && !I.offload;
+  loss_scale_ = s.precision == Precision::FP16 ? cfg_.fp16_init_scale : 1.0;
+  if (I.offload && cuda_) I.copy = std::make_unique<SideStream>(true);
+  else I.copy = std::make_unique<SideStream>(false);
+
+  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq);
+  ParamStore& store = model_->store();
+  store.make_leaves(device_, I.dt);
+  model_->prepare(device_, I.dt);
+
+  // Units and their layout: decayed tensors first, declaration order within each class.
+  const int U = program_.partition.units();
+  I.units.assign(size_t(U), Unit{});
+  const auto& infos = store.infos();
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t k = 0; k < infos.size(); ++k) {
+      if (infos[k].decay != (pass == 0)) continue;
+      Unit& un = I.units.at(size_t(infos[k].group));
+      un.ids.push_back(int(k));
+      un.offs.push_back(un.numel);
+      un.numel += infos[k].numel;
+      if (pass == 0) un.decay = un.numel;
+    }
+  int64_t base = 0, sbase = 0;
+  for (Unit& un : I.units) {
+    un.padded = (un.numel + I.ow - 1) / I.ow * I.ow;
+    un.chunk = un.padded / I.ow;
+    un.base = base, un.sbase = sbase;
+    base += un.padded, sbase += un.chunk;
+  }
+  shard_numel_ = sbase;
+  const int64_t full = base;
+
+  auto dev = [&](at::ScalarType t) { return at::TensorOptions().device(device_).dtype(t); };
+  auto host = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).pinned_memory(cuda_); };
+  I.empty = at::empty({0}, dev(I.dt));
+  if (s.zero < 3) I.params = at::zeros({full}, dev(I.dt));
+  if (s.zero < 2) I.grads = at::zeros({full}, dev(I.dt));
+  if (s.zero == 3) I.pshard = s.offload == Offload::All ? at::zeros({sbase}, host(I.dt)) : at::zeros({sbase}, dev(I.dt));
+  if (s.zero >= 2) I.gshard = at::zeros({sbase}, dev(I.dt));
+  if (!I.master_is_param) {
+    auto o = I.offload ? host(at::kFloat) : dev(at::kFloat);
+    I.master = at::zeros({sbase}, o);
+  }
+  {
+    auto o = I.offload ? host(at::kFloat) : dev(at::kFloat);
+    I.m = at::zeros({sbase}, o);
+    I.v = at::zeros({sbase}, o);
+    I.step_count = at::zeros({}, I.offload ? at::TensorOptions().dtype(at::kFloat) : dev(at::kFloat));
+  }
+  if (I.offload) {
+    I.host_grad = at::zeros({sbase}, host(I.dt));
+    I.host_param = s.offload == Offload::All ? I.pshard : at::zeros({sbase}, host(I.dt));
+    if (I.mixed) I.host_work = at::empty({std::min(sbase, kOptChunk)}, at::TensorOptions().dtype(at::kFloat));
+  } else if (I.mixed) {
+    I.work = at::empty({std::min(sbase, kOptChunk)}, dev(at::kFloat));
+  }
+
+  // Initial values, unit by unit in declaration order (the order of
+  // TransformerModel::materialize, so the values are the same as one process's).
+  at::manual_seed(cfg_.seed);
+  {
+    at::NoGradGuard ng;
+    for (int u = 0; u < U; ++u) {
+      const Unit& un = I.units[size_t(u)];
+      at::Tensor tmp = at::zeros({un.padded}, dev(at::kFloat));
+      std::vector<size_t> order(un.ids.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return un.ids[a] < un.ids[b]; });
+      for (size_t k : order) {
+        const ParamInfo& info = infos[size_t(un.ids[k])];
+        model_->init_tensor(info, tmp.narrow(0, un.offs[k], info.numel));
+      }
+      at::Tensor mine = tmp.narrow(0, int64_t(I.orank) * un.chunk, un.chunk);
+      if (s.zero < 3) I.params.narrow(0, un.base, un.padded).copy_(tmp);
+      else I.pshard.narrow(0, un.sbase, un.chunk).copy_(mine);
+      if (!I.master_is_param) I.master.narrow(0, un.sbase, un.chunk).copy_(mine);
+    }
+  }
+  I.gathered.assign(size_t(U), at::Tensor());
+  I.ugrad.assign(size_t(U), at::Tensor());
+  I.gather_work.assign(size_t(U), nullptr);
+  I.reduce_work.assign(size_t(U), nullptr);
+  I.gather_on_copy.assign(size_t(U), false);
+  I.reduces_done.assign(size_t(U), 0);
+  for (int u = 0; u < U; ++u) {
+    const Unit& un = I.units[size_t(u)];
+    bind_unit(u, s.zero < 3 ? I.params.narrow(0, un.base, un.padded) : at::Tensor());
+    if (s.zero < 2) bind_unit_grad(u, I.grads.narrow(0, un.base, un.padded));
+  }
+}
+
+Engine::~Engine() {
+  if (impl_ && impl_->adam_thread.joinable()) impl_->adam_thread.join();
+}
+
+void Engine::bind_unit(int u, const at::Tensor& data) {
+  const Unit& un = impl_->units[size_t(u)];
+  ParamStore& store = model_->store();
+  for (size_t k = 0; k < un.ids.size(); ++k) {
+    const ParamInfo& info = store.infos()[size_t(un.ids[k])];
+    store.bind(un.ids[k], data.defined() ? data.narrow(0, un.offs[k], info.numel).view(info.shape) : impl_->empty);
+  }
+}
+
+void Engine::bind_unit_grad(int u, const at::Tensor& grad) {
+  const Unit& un = impl_->units[size_t(u)];
+  ParamStore& store = model_->store();
+  for (size_t k = 0; k < un.ids.size(); ++k) {
+    const ParamInfo& info = store.infos()[size_t(un.ids[k])];
+    store.bind_grad(un.ids[k], grad.defined() ? grad.narrow(0, un.offs[k], info.numel).view(info.shape) : at::Tensor());
+  }
+}
+
+int64_t Engine::param_bytes() const {
+  const Impl& I = *impl_;
+  if (I.params.defined()) return I.params.numel() * I.params.element_size();
+  return I.pshard.is_cuda() || !cuda_ ? I.pshard.numel() * I.pshard.element_size() : 0;
+}
+int64_t Engine::grad_bytes() const {
+  const Impl& I = *impl_;
+  return I.grads.defined() ? I.grads.numel() * I.grads.element_size() : I.gshard.numel() * I.gshard.element_size();
+}
+int64_t Engine::optimizer_state_bytes() const {
+  const Impl& I = *impl_;
+  if (I.offload) return 0;
+  return (I.m.numel() + I.v.numel() + (I.master.defined() ? I.master.numel() : 0)) * 4;
+}
+int64_t Engine::host_state_bytes() const {
+  const Impl& I = *impl_;
+  if (!I.offload) return 0;
+  int64_t b = (I.m.numel() + I.v.numel() + (I.master.defined() ? I.master.numel() : 0)) * 4;
+  b += I.host_grad.numel() * I.host_grad.element_size() + I.host_param.numel() * I.host_param.element_size();
+  if (I.host_work.defined()) b += I.host_work.numel() * 4;
+  return b;
+}
+int64_t Engine::optimizer_work_bytes() const { return impl_->work.defined() ? impl_->work.numel() * 4 : 0; }
+
+// ---- the walk ----------------------------------------------------------------
+
+at::Tensor Engine::step(int64_t step) {
+  Impl& I = *impl_;
+  if (I.grads.defined()) {
+    at::NoGradGuard ng;
+    I.grads.zero_();
+  }
+  std::fill(I.reduces_done.begin(), I.reduces_done.end(), 0);
+  I.loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  I.skip = false;
+  for (const StepAction& a : program_.stages[0]) {
+    if (time_actions) {
+      auto& t = I.timers[to_string(a.op)];
+      if (!t) t = std::make_unique<IntervalTimer>(cuda_);
+      t->start();
+      run_action(a, step);
+      t->stop();
+    } else {
+      run_action(a, step);
+    }
+  }
+  // The step ends when the updated parameters are in place.
+  for (auto& w : I.pending) w->wait();
+  I.pending.clear();
+  I.copy->join();
+  I.keep.clear();
+  if (I.adam_thread.joinable()) I.adam_thread.join();
+  return I.loss_sum;
+}
+
+void Engine::run_action(const StepAction& a, int64_t step) {
+  switch (a.op) {
+    case StepOp::Forward: return forward(a.microbatch, a.unit, step);
+    case StepOp::Backward: return backward(a.microbatch, a.unit);
+    case StepOp::Gather: return gather(a.unit);
+    case StepOp::Release: return release(a.unit);
+    case StepOp::Reduce: return reduce(a.unit, a.scatter);
+    case StepOp::ToHost: return to_host(a.unit);
+    case StepOp::Sync: return sync();
+    case StepOp::Norm: return norm();
+    case StepOp::Opt: return opt();
+    case StepOp::ToDevice: return to_device(a.unit);
+    case StepOp::AllGather: return all_gather(a.unit);
+    case StepOp::SendF:
+    case StepOp::RecvF:
+    case StepOp::SendB:
+    case StepOp::RecvB:
+      throw std::logic_error("pipeline sends and receives need pp > 1, which this runtime does not execute yet");
+  }
+}
+
+void Engine::forward(int mb, int u, int64_t step) {
+  Impl& I = *impl_;
+  if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
+  if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
+  const int head = program_.partition.head_unit();
+  if (u == 0) {
+    std::vector<int64_t> scratch;
+    const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+    auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
+                                    device_, scratch);
+    I.labels[mb] = labels;
+    I.out[key(mb, 0)] = model_->embed(ids);
+    return;
+  }
+  at::Tensor x = I.out.at(key(mb, u - 1)).detach().requires_grad_(true);
+  I.in[key(mb, u)] = x;
+  if (u == head) {
+    if (before_head) before_head();
+    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    at::Tensor loss = model_->head_loss(x, I.labels.at(mb), mult);
+    I.loss_sum.add_(loss.detach());
+    I.out[key(mb, u)] = loss;
+  } else {
+    I.out[key(mb, u)] = model_->block(u - 1, x, st_.ckpt);
+  }
+}
+
+void Engine::ensure_grad(int u) {
+  Impl& I = *impl_;
+  if (st_.zero < 2 || I.ugrad[size_t(u)].defined()) return;
+  I.ugrad[size_t(u)] = at::zeros({I.units[size_t(u)].padded}, at::TensorOptions().device(device_).dtype(I.dt));
+  bind_unit_grad(u, I.ugrad[size_t(u)]);
+}
+
+void Engine::backward(int mb, int u) {
+  Impl& I = *impl_;
+  if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
+  if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
+  const int head = program_.partition.head_unit();
+  ensure_grad(u);
+  if (u == head && spec_.tied_embeddings) ensure_grad(0);
+  at::Tensor y = I.out.at(key(mb, u));
+  if (u == head) {
+    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    torch::autograd::backward({y * mult});
+  } else {
+    at::Tensor g = I.in.at(key(mb, u + 1)).grad();
+    torch::autograd::backward({y}, {g});
+    I.in.erase(key(mb, u + 1));
+  }
+  I.out.erase(key(mb, u));
+  if (u == 0) {
+    I.labels.erase(mb);
+    I.in.erase(key(mb, 1));
+  }
+  if (u == 0 && after_backward && mb == st_.gas - 1) after_backward();
+}
+
+void Engine::gather(int u) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  at::Tensor buf = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
+  at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk);
+  at::Tensor mine = buf.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
+  if (st_.offload == Offload::All && cuda_) {
+    // The shard comes from pinned host memory on the copy stream; the all-gather
+    // is issued from that stream so it waits for the copy, not for compute.
+    WorkPtr w;
+    I.copy->run([&] {
+      mine.copy_(src, /*non_blocking=*/true);
+      if (dp_ && st_.dp > 1) w = dp_->all_gather(mine, buf);
+    });
+    I.keep.push_back(src);
+    if (w) I.gather_work[size_t(u)] = w;
+    else I.gather_on_copy[size_t(u)] = true;
+  } else if (dp_ && st_.dp > 1) {
+    I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
+  } else {
+    mine.copy_(src);
+  }
+  I.gathered[size_t(u)] = buf;
+  bind_unit(u, buf);
+}
+
+void Engine::release(int u) {
+  Impl& I = *impl_;
+  bind_unit(u, at::Tensor());
+  I.gathered[size_t(u)] = at::Tensor();
+}
+
+void Engine::reduce(int u, bool scatter) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  at::NoGradGuard ng;
+  if (!scatter) {
+    if (dp_ && st_.dp > 1) {
+      I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
+      I.pending.push_back(I.reduce_work[size_t(u)]);
+    }
+    return;
+  }
+  // Reduce-scatter into the rank's gradient chunk. From the second micro-batch
+  // on, the chunk accumulated so far is added into this rank's part of the
+  // unit's gradient first, so the reduce-scatter leaves the running sum.
+  at::Tensor g = I.ugrad[size_t(u)];
+  at::Tensor acc = I.gshard.narrow(0, un.sbase, un.chunk);
+  if (I.reduces_done[size_t(u)] > 0) {
+    if (I.reduce_work[size_t(u)]) I.reduce_work[size_t(u)]->wait();
+    g.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk).add_(acc);
+  }
+  if (dp_ && st_.dp > 1) {
+    I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
+    I.pending.push_back(I.reduce_work[size_t(u)]);
+  } else {
+    acc.copy_(g);
+  }
+  ++I.reduces_done[size_t(u)];
+  bind_unit_grad(u, at::Tensor());
+  I.ugrad[size_t(u)] = at::Tensor();  // freed once the collective no longer needs it
+}
+
+at::Tensor Engine::shard_grad(int u) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  if (st_.zero >= 2) return I.gshard.narrow(0, un.sbase, un.chunk);
+  return I.grads.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
+}
+
+void Engine::to_host(int u) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  at::Tensor src = shard_grad(u);
+  WorkPtr w = I.reduce_work[size_t(u)];
+  I.copy->run([&] {
+    if (w) w->wait();  // the copy stream waits for the unit's reduction
+    I.host_grad.narrow(0, un.sbase, un.chunk).copy_(src, /*non_blocking=*/cuda_);
+  });
+  I.keep.push_back(src);
+}
+
+void Engine::sync() {
+  Impl& I = *impl_;
+  for (auto& w : I.pending) w->wait();
+  I.pending.clear();
+  std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
+  I.copy->join();
+  if (I.offload) I.copy->host_wait();
+  I.keep.clear();
+  // The step's loss: the mean over the global batch.
+  I.loss_sum.div_(double(st_.gas));
+  if (dp_ && st_.dp > 1) {
+    dp_->all_reduce(I.loss_sum)->wait();
+    I.loss_sum.div_(double(st_.dp));
+  }
+}
+
+void Engine::norm() {
+  Impl& I = *impl_;
+  at::NoGradGuard ng;
+  // ZeRO-0/1: every rank holds the whole reduced gradient; ZeRO-2/3: each its
+  // chunks, and the squares are summed over the dp group.
+  at::Tensor g = st_.zero >= 2 ? I.gshard : I.grads;
+  at::Tensor sq = at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat).square();
+  if (st_.zero >= 2 && dp_ && st_.dp > 1) dp_->all_reduce(sq)->wait();
+  at::Tensor nrm = sq.sqrt();
+  if (st_.precision == Precision::FP16) {
+    // Dynamic loss scaling (Micikevicius et al. 2018), as Trainer: one host sync.
+    if (!nrm.isfinite().item<bool>()) {
+      loss_scale_ = std::max(1.0, loss_scale_ * 0.5);
+      good_steps_ = 0;
+      ++skipped_;
+      I.skip = true;
+      return;
+    }
+  }
+  // The divisor uses the loss scale the gradients were made with; a doubling
+  // applies from the next step on.
+  const double made_with = loss_scale_;
+  if (st_.precision == Precision::FP16 && ++good_steps_ >= cfg_.fp16_scale_window) loss_scale_ *= 2.0, good_steps_ = 0;
+  if (cfg_.grad_clip > 0) I.divisor = ((nrm / made_with + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * made_with;
+  else I.divisor = at::full({}, made_with, nrm.options());
+  if (I.offload) I.divisor_host = I.divisor.item<double>();
+}
+
+namespace {
+
+// AdamW over [o, o + n) of the shard buffers, split at the decay boundary and in
+// chunks, as Trainer::optimizer_step does for the whole buffer.
+void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
+                const TrainConfig& c, const at::Tensor& step_count, const at::Tensor& divisor) {
+  const int64_t n = master.numel();
+  for (int part = 0; part < 2; ++part) {
+    const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
+    for (int64_t o = 0; o < len; o += kOptChunk) {
+      const int64_t cnum = std::min(kOptChunk, len - o);
+      at::Tensor g = grad16.narrow(0, a + o, cnum);
+      if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
+      at::_fused_adamw_({master.narrow(0, a + o, cnum)}, {g}, {m.narrow(0, a + o, cnum)}, {v.narrow(0, a + o, cnum)}, {},
+                        {step_count}, c.lr, c.beta1, c.beta2, part == 0 ? c.weight_decay : 0.0, c.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
+    }
+  }
+}
+
+}  // namespace
+
+void Engine::opt() {
+  Impl& I = *impl_;
+  if (I.skip) return;
+  at::NoGradGuard ng;
+  ++t_;
+  I.step_count.fill_(double(t_));
+  const int U = int(I.units.size());
+  auto decay_len = [&](const Unit& un) {
+    return std::clamp<int64_t>(un.decay - int64_t(I.orank) * un.chunk, 0, un.chunk);
+  };
+  // Where the rank's updated working-precision parameters go.
+  auto param_chunk = [&](const Unit& un) {
+    if (st_.zero == 3) return I.pshard.narrow(0, un.sbase, un.chunk);
+    return I.params.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
+  };
+  if (!I.offload) {
+    for (int u = 0; u < U; ++u) {
+      const Unit& un = I.units[size_t(u)];
+      at::Tensor p = param_chunk(un);
+      at::Tensor master = I.master_is_param ? p : I.master.narrow(0, un.sbase, un.chunk);
+      adam_range(master, I.m.narrow(0, un.sbase, un.chunk), I.v.narrow(0, un.sbase, un.chunk), shard_grad(u), I.work,
+                 decay_len(un), cfg_, I.step_count, I.divisor);
+      if (!I.master_is_param) p.copy_(master);
+    }
+    return;
+  }
+  // Offload: the CPU updates unit after unit on a worker thread, so that each
+  // updated unit can travel back (ToDevice) while the next is computed.
+  I.adam_done.clear();
+  std::vector<std::promise<void>> promises(static_cast<size_t>(U));
+  for (auto& pr : promises) I.adam_done.push_back(pr.get_future());
+  const at::Tensor divisor = at::full({}, I.divisor_host, at::TensorOptions().dtype(at::kFloat));
+  I.adam_thread = std::thread([this, promises = std::move(promises), divisor, decay_len]() mutable {
+    Impl& J = *impl_;
+    at::NoGradGuard ng2;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t u = 0; u < J.units.size(); ++u) {
+      try {
+        const Unit& un = J.units[u];
+        at::Tensor master = J.master.narrow(0, un.sbase, un.chunk);
+        adam_range(master, J.m.narrow(0, un.sbase, un.chunk), J.v.narrow(0, un.sbase, un.chunk),
+                   J.host_grad.narrow(0, un.sbase, un.chunk), J.host_work, decay_len(un), cfg_, J.step_count, divisor);
+        J.host_param.narrow(0, un.sbase, un.chunk).copy_(master);
+        promises[u].set_value();
+      } catch (...) {
+        promises[u].set_exception(std::current_exception());
+      }
+    }
+    cpu_adam_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+}
+
+void Engine::to_device(int u) {
+  Impl& I = *impl_;
+  if (I.skip) return;
+  const Unit& un = I.units[size_t(u)];
+  I.adam_done.at(size_t(u)).get();  // the CPU has updated this unit
+  at::Tensor src = I.host_param.narrow(0, un.sbase, un.chunk);
+  at::Tensor dst = st_.zero == 3 ? I.pshard.narrow(0, un.sbase, un.chunk)
+                                 : I.params.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
+  I.copy->run([&] { dst.copy_(src, /*non_blocking=*/cuda_); });
+  I.keep.push_back(src);
+}
+
+void Engine::all_gather(int u) {
+  Impl& I = *impl_;
+  if (I.skip || !dp_ || st_.dp < 2) return;
+  const Unit& un = I.units[size_t(u)];
+  at::Tensor full = I.params.narrow(0, un.base, un.padded);
+  at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
+  if (I.offload) {
+    WorkPtr w;
+    I.copy->run([&] { w = dp_->all_gather(mine, full); });  // after the unit's copy to the device
+    I.pending.push_back(w);
+  } else {
+    I.pending.push_back(dp_->all_gather(mine, full));
+  }
+}
+
+// ---- inspection ----------------------------------------------------------------
+
+void Engine::collect_action_times() {
+  times_ = {};
+  for (auto& [name, timer] : impl_->timers) {
+    const std::vector<double> t = timer->seconds();
+    double sum = 0;
+    for (double x : t) sum += x;
+    times_.seconds[name] = sum;
+    times_.count[name] = int(t.size());
+  }
+}
+
+int64_t Engine::transient_bytes() const {
+  const Impl& I = *impl_;
+  int64_t b = 0;
+  for (const auto& t : I.gathered)
+    if (t.defined()) b += t.numel() * t.element_size();
+  for (const auto& t : I.ugrad)
+    if (t.defined()) b += t.numel() * t.element_size();
+  return b;
+}
+
+at::Tensor Engine::full_params_fp32() {
+  Impl& I = *impl_;
+  at::NoGradGuard ng;
+  const ParamStore& store = model_->store();
+  at::Tensor out = at::zeros({store.numel()}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  for (size_t u = 0; u < I.units.size(); ++u) {
+    const Unit& un = I.units[u];
+    at::Tensor unit;
+    if (st_.zero < 3) {
+      unit = I.params.narrow(0, un.base, un.padded);
+    } else {
+      unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
+      at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
+      if (dp_ && st_.dp > 1) dp_->all_gather(src, unit)->wait();
+      else unit.copy_(src);
+    }
+    for (size_t k = 0; k < un.ids.size(); ++k) {
+      const ParamInfo& info = store.infos()[size_t(un.ids[k])];
+      out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
+    }
+  }
+  synchronize(cuda_);
+  return out;
+}
+
+}  // namespace planner::rt

@@ -1,0 +1,138 @@
+#pragma once
+// The executor: runs one training step by walking the step program of
+// strategies/step_program.hpp action by action (one handler per StepOp), for
+// data parallelism, ZeRO-1/2/3 and CPU offload; one device is the dp = 1 list.
+//
+// Buffers, in the memory model's categories (docs/ARCHITECTURE.md):
+//  - units (strategies/partition.hpp: embedding, each layer, head) are laid out
+//    one after another; inside a unit the matrices first (weight decay), then
+//    the vectors; each unit padded to a multiple of the optimizer's world so
+//    that reduce-scatter and all-gather work on equal chunks, and rank r owns
+//    chunk r of every unit (shard(), strategies/shard.hpp);
+//  - parameters (working precision): the whole model (ZeRO-0/1/2), or the rank's
+//    chunks (ZeRO-3; in pinned host memory with offload=all) plus the units
+//    gathered at the moment;
+//  - gradients (working precision): the whole model (ZeRO-0/1; reduced in
+//    place, unit by unit, while the backward goes on), or the rank's chunks
+//    (ZeRO-2/3) plus the units whose backward is running or whose
+//    reduce-scatter is in flight;
+//  - optimizer states: fp32 master weights (16-bit training) and the two Adam
+//    moments for the rank's chunks (all of them for ZeRO-0), on the device, or
+//    in pinned host memory with offload (then updated by LibTorch's vectorised,
+//    multithreaded CPU fused AdamW, unit by unit on a worker thread while the
+//    updated units travel back to the device).
+// Micro-batch i of data-parallel rank r reads the global micro-batch r*gas + i,
+// and every loss is scaled by 1/(gas*dp): a dp-way run computes the same step as
+// one process with dp*gas micro-batches.
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/data.hpp"
+#include "runtime/model.hpp"
+#include "runtime/trainer.hpp"
+#include "strategies/step_program.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner::rt {
+
+class SideStream;
+
+// Time spent per action kind on the compute stream's timeline (seconds, summed
+// over the step): for asynchronous actions this is only the issuing; for Sync
+// it is the exposed wait for communication and copies.
+struct ActionTimes {
+  std::map<std::string, double> seconds;
+  std::map<std::string, int> count;
+};
+
+class Engine {
+ public:
+  // `dp`: the data-parallel communicator (null when strategy.dp == 1). The
+  // strategy's dp, zero, offload, ckpt, mbs, gas and precision are used; tp and
+  // pp must be 1 (issue: tensor and pipeline parallelism come next).
+  Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
+         std::shared_ptr<TokenSource> tokens, Communicator* dp);
+  ~Engine();
+
+  // One optimizer step: walks the step program. Returns the mean loss over the
+  // whole global batch (all dp ranks) as a device scalar.
+  at::Tensor step(int64_t step);
+
+  // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
+  // layout of Trainer::params()), gathered from all ranks under ZeRO (a
+  // collective: every rank must call it). For tests and checks.
+  at::Tensor full_params_fp32();
+
+  const StepProgram& program() const { return program_; }
+  TransformerModel& model() { return *model_; }
+  int64_t param_bytes() const;            // device bytes of persistent parameters (shards under ZeRO-3)
+  int64_t grad_bytes() const;             // device bytes of persistent gradients (shards under ZeRO-2/3)
+  int64_t optimizer_state_bytes() const;  // device bytes of master + moments (0 with offload)
+  int64_t host_state_bytes() const;       // pinned host bytes (offload)
+  int64_t optimizer_work_bytes() const;
+  int64_t skipped_steps() const { return skipped_; }
+  double loss_scale() const { return loss_scale_; }
+  // Host-side CPU AdamW of the last step (offload): seconds and parameters.
+  double cpu_adam_seconds() const { return cpu_adam_seconds_; }
+  int64_t cpu_adam_params() const { return shard_numel_; }
+
+  // Measurement hooks (as Trainer's): before the head of each micro-batch, after
+  // the last backward of the step.
+  std::function<void()> before_head;
+  std::function<void()> after_backward;
+  // When set, every action is timed (CUDA events) into action_times().
+  bool time_actions = false;
+  // Synchronises and sums the recorded intervals per action kind (all steps
+  // since time_actions was set).
+  void collect_action_times();
+  const ActionTimes& action_times() const { return times_; }
+  // ZeRO-2/3 buffers alive now: gathered units and unit gradients not yet
+  // reduce-scattered (the memory model's comm_buffers).
+  int64_t transient_bytes() const;
+
+ private:
+  struct Unit;
+  struct Impl;
+  void run_action(const StepAction& a, int64_t step);
+  void forward(int mb, int u, int64_t step);
+  void backward(int mb, int u);
+  void gather(int u);
+  void release(int u);
+  void reduce(int u, bool scatter);
+  void to_host(int u);
+  void sync();
+  void norm();
+  void opt();
+  void to_device(int u);
+  void all_gather(int u);
+  void ensure_grad(int u);
+  void bind_unit(int u, const at::Tensor& data);
+  void bind_unit_grad(int u, const at::Tensor& grad);
+  at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
+
+  ModelSpec spec_;
+  Strategy st_;
+  TrainConfig cfg_;
+  at::Device device_;
+  bool cuda_;
+  std::shared_ptr<TokenSource> tokens_;
+  Communicator* dp_;
+  std::unique_ptr<TransformerModel> model_;
+  StepProgram program_;
+  std::unique_ptr<Impl> impl_;
+  int64_t shard_numel_ = 0;
+  int64_t t_ = 0, skipped_ = 0;
+  double loss_scale_ = 1.0;
+  int good_steps_ = 0;
+  double cpu_adam_seconds_ = 0;
+  ActionTimes times_;
+};
+
+}  // namespace planner::rt
