@@ -12,63 +12,13 @@
 #include "runtime/device.hpp"
 #include "runtime/model.hpp"
 #include "runtime/trainer.hpp"
+#include "tiny_models.hpp"
 
 using namespace planner;
 using namespace planner::rt;
+using namespace planner::test;
 
 namespace {
-
-// Small ModelSpecs with the flags of each family's presets.
-ModelSpec gpt2_like() {
-  ModelSpec m;
-  m.name = "tiny-gpt2";
-  m.layers = 2, m.hidden = 32, m.heads = 4, m.kv_heads = 4, m.ffn = 128, m.vocab = 96, m.max_positions = 64;
-  return m;  // learned positions, GELU, LayerNorm, biases everywhere, tied
-}
-ModelSpec neo_like() {
-  ModelSpec m = gpt2_like();
-  m.name = "tiny-neo";
-  m.qkv_bias = false;  // GPT-Neo: no q/k/v biases, out_proj has one
-  return m;
-}
-ModelSpec gptj_like() {
-  ModelSpec m = gpt2_like();
-  m.name = "tiny-gptj";
-  m.pos = PosEmbed::Rotary, m.max_positions = 0;
-  m.qkv_bias = false, m.out_bias = false, m.parallel_block = true;
-  m.tied_embeddings = false, m.lm_head_bias = true;
-  return m;
-}
-ModelSpec opt_like() {
-  ModelSpec m = gpt2_like();
-  m.name = "tiny-opt";
-  m.mlp = MlpKind::Relu, m.position_offset = 2;
-  return m;
-}
-ModelSpec opt350_like() {
-  ModelSpec m = opt_like();
-  m.name = "tiny-opt-350m";
-  m.word_embed_dim = 16;  // project_in / project_out
-  m.final_norm = false;
-  return m;
-}
-ModelSpec llama_like() {
-  ModelSpec m = gpt2_like();
-  m.name = "tiny-llama";
-  m.pos = PosEmbed::Rotary, m.max_positions = 0, m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm;
-  m.kv_heads = 2;  // grouped-query attention
-  m.ffn = 88;
-  m.qkv_bias = m.out_bias = m.mlp_bias = false;
-  m.tied_embeddings = false;
-  return m;
-}
-ModelSpec bert_like() {
-  ModelSpec m = gpt2_like();
-  m.name = "tiny-bert";
-  m.arch = Arch::Encoder, m.type_vocab = 2, m.embed_norm = true, m.final_norm = false;
-  m.pooler = true, m.mlm_head = true;
-  return m;
-}
 
 TrainConfig fp32_config(int64_t mbs, int64_t gas, int64_t seq, Ckpt ckpt = Ckpt::None) {
   TrainConfig c;

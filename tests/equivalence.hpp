@@ -1,0 +1,58 @@
+#pragma once
+// Runs k optimizer steps of a strategy with the Engine (runtime/engine.hpp) and
+// the same global batch with the plain single-process Trainer
+// (runtime/trainer.hpp: one flat buffer, its own accumulation loop, no step
+// program), and returns what the tests compare: the loss of every step and
+// every parameter after the last step (fp32, in ParamStore's layout).
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/data.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/trainer.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner::test {
+
+struct RunResult {
+  std::vector<double> losses;
+  at::Tensor params;  // fp32, CPU
+};
+
+inline rt::TrainConfig train_config(const Strategy& s, int64_t seq) {
+  rt::TrainConfig c;
+  c.precision = s.precision;
+  c.ckpt = s.ckpt;
+  c.mbs = s.mbs, c.gas = s.gas, c.seq = seq;
+  return c;
+}
+
+// One process, dp * gas micro-batches of mbs: the step the dp ranks compute together.
+inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, int steps) {
+  rt::TrainConfig c = train_config(s, seq);
+  c.gas = int64_t(s.gas) * s.dp;
+  rt::Trainer t(m, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed));
+  RunResult r;
+  for (int k = 0; k < steps; ++k) r.losses.push_back(t.step(k).item<double>());
+  r.params = t.params().to(at::kFloat).clone();
+  return r;
+}
+
+inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, rt::Communicator* dp) {
+  rt::TrainConfig c = train_config(s, seq);
+  rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), dp);
+  RunResult r;
+  for (int k = 0; k < steps; ++k) r.losses.push_back(e.step(k).item<double>());
+  r.params = e.full_params_fp32().to(at::kFloat);
+  return r;
+}
+
+inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+}  // namespace planner::test
