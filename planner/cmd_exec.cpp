@@ -17,11 +17,15 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  planner exec plan.json\n"
       "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
-      "Runs on the GPU when there is one, else on the CPU. Result schema: docs/RESULT.md.");
+      "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe\n"
+      "  mpirun -np 16 --hostfile hosts planner exec plan.json   # several nodes: one rank per GPU\n"
+      "Runs on the GPU when there is one, else on the CPU. A plan with dp > 1 starts one process per rank\n"
+      "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.");
   struct Opts {
     std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
                 lr = "3e-4", profile;
-    bool json = false, quiet = false;
+    std::string comm_timeout = "300";
+    bool json = false, quiet = false, oversubscribe = false;
   };
   auto* o = new Opts;
   cmd->add_option("plan", o->plan, "plan.json to run")->required();
@@ -36,6 +40,9 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--quiet,-q", o->quiet, "no per-step progress on stderr");
   cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
   cmd->add_flag("--json", o->json, "print the result JSON instead of the table");
+  cmd->add_flag("--oversubscribe", o->oversubscribe, "CPU: start more ranks than cores (passed to mpirun)");
+  cmd->add_option("--comm-timeout", o->comm_timeout,
+                  "seconds a collective may take before every rank is ended (default 300)");
   cmd->callback([o, &exit_code] {
 #if defined(PLANNER_HAS_RUNTIME)
     rt::ExecOptions e;
@@ -50,6 +57,8 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     e.seed = uint64_t(parse_int(o->seed, "--seed", true));
     e.profile_path = o->profile;
     e.progress = !o->quiet;
+    e.oversubscribe = o->oversubscribe;
+    e.comm_timeout_seconds = int(std::min<int64_t>(parse_int(o->comm_timeout, "--comm-timeout"), 86400));
     try {
       size_t used = 0;
       e.lr = std::stod(o->lr, &used);

@@ -198,6 +198,24 @@ void synchronize(bool cuda) {
   if (cuda) torch::cuda::synchronize();
 }
 
+void set_cuda_device(int index) {
+#ifdef PLANNER_RT_CUDA
+  if (cudaSetDevice(index) != cudaSuccess) throw std::runtime_error("cudaSetDevice(" + std::to_string(index) + ") failed");
+#endif
+  (void)index;
+}
+
+int cuda_device_count() { return cuda_available() ? int(torch::cuda::device_count()) : 0; }
+
+int64_t host_peak_rss_bytes() {
+  // VmHWM: the process's peak resident set (Linux).
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
 void empty_cache(bool cuda) {
 #ifdef PLANNER_RT_CUDA
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();

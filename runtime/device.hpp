@@ -35,6 +35,11 @@ void enable_cpu_memory_counting();
 bool cpu_memory_counting_enabled();
 // Waits for the device.
 void synchronize(bool cuda);
+// Binds this process to GPU `index` (cudaSetDevice); no-op without CUDA.
+void set_cuda_device(int index);
+int cuda_device_count();
+// Peak resident host memory of this process (VmHWM), bytes; 0 where unknown.
+int64_t host_peak_rss_bytes();
 // Frees cached blocks (CUDA), so that a later run starts from a clean pool.
 void empty_cache(bool cuda);
 

@@ -11,8 +11,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
 
 #include "costmodel/predict.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/device.hpp"
 #include "runtime/measure.hpp"
 #include "strategies/errors.hpp"
 
@@ -61,6 +66,23 @@ json memory_json(const MeasuredMemory& m) {
           {"device_total_bytes", m.device_total}};
 }
 
+json ranks_json(const Measurement& r) {
+  json a = json::array();
+  for (const auto& x : r.ranks)
+    a.push_back({{"rank", x.rank},
+                 {"median_step_seconds", x.median_s},
+                 {"peak_bytes", x.peak_bytes},
+                 {"comm_bytes", x.comm_bytes},
+                 {"host_peak_bytes", x.host_peak_bytes}});
+  return a;
+}
+
+json actions_json(const Measurement& r) {
+  json a = json::object();
+  for (const auto& [k, v] : r.action_seconds) a[k] = v;
+  return a;
+}
+
 json measurement_json(const Measurement& r) {
   return {{"device", r.device},
           {"precision", r.precision},
@@ -92,6 +114,14 @@ json measurement_json(const Measurement& r) {
           {"skipped_steps", r.skipped_steps},
           {"init_seconds", r.init_seconds},
           {"data", r.data},
+          {"world", r.world},
+          {"ranks", ranks_json(r)},
+          {"host_state_bytes", r.host_state_bytes},
+          {"host_peak_bytes", r.host_peak_bytes},
+          {"cpu_adam_seconds", num_or_null(r.cpu_adam_seconds, r.cpu_adam_seconds > 0)},
+          {"cpu_adam_params_per_second", num_or_null(r.cpu_adam_params_per_second, r.cpu_adam_seconds > 0)},
+          {"host_copy_gbps", num_or_null(r.host_copy_gbps, r.host_copy_gbps > 0)},
+          {"action_seconds", actions_json(r)},
           {"memory", memory_json(r.memory)},
           {"notes", r.notes}};
 }
@@ -122,6 +152,10 @@ std::vector<Row> comparison_rows(const StepPrediction& p, const Measurement& m) 
   rows.push_back({"tokens_per_second", p.tokens_per_second, m.tokens_per_second});
   rows.push_back({"model_tflops", p.tflops_per_gpu, m.model_tflops});
   rows.push_back({"mfu", p.mfu, m.mfu, true, m.mfu >= 0});
+  // Exposed communication: the compute stream's wait at Sync (measured with
+  // events around each action) against the simulator's exposed_comm.
+  for (const auto& [k, v] : m.action_seconds)
+    if (k == "Sync") rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds, v});
   const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
   const MeasuredMemory& mm = m.memory;
   const int64_t meas[kMemCategories] = {mm.parameters, mm.gradients, mm.optimizer_states, mm.activations,
@@ -131,6 +165,12 @@ std::vector<Row> comparison_rows(const StepPrediction& p, const Measurement& m) 
                     !p.memory.stages.empty(), true});
   rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), double(mm.total), !p.memory.stages.empty(),
                   true});
+  if (m.host_state_bytes > 0) {
+    // Host memory of the node: every rank's peak resident set.
+    double host = 0;
+    for (const auto& x : m.ranks) host += double(x.host_peak_bytes);
+    rows.push_back({"memory.host_node", double(p.memory.host_peak_bytes), host, !p.memory.stages.empty(), host > 0});
+  }
   return rows;
 }
 
@@ -150,7 +190,7 @@ std::string render_value(const std::string& name, double v) {
     if (v >= double(1 << 20)) return fmtd("%.1f MiB", v / double(1 << 20));
     return fmtd("%.1f KiB", v / 1024.0);
   }
-  if (name == "step_seconds") return fmtd("%.4f s", v);
+  if (name == "step_seconds" || name == "exposed_comm_seconds") return fmtd("%.4f s", v);
   if (name == "mfu") return fmtd("%.1f %%", v * 100);
   if (name == "model_tflops") return fmtd("%.1f", v);
   return fmtd("%.1f", v);
@@ -160,7 +200,17 @@ std::string render_table(const Plan& plan, const Measurement& m, const std::vect
   std::ostringstream o;
   const auto& s = plan.strategy;
   o << "planner exec: " << plan.model.name << " (" << m.params << " parameters), seq " << plan.seq << ", "
-    << to_string(s.precision) << ", mbs=" << s.mbs << " gas=" << s.gas << " ckpt=" << to_string(s.ckpt) << "\n";
+    << to_string(s.precision) << ", dp=" << s.dp << " zero=" << s.zero << " offload=" << to_string(s.offload)
+    << " mbs=" << s.mbs << " gas=" << s.gas << " ckpt=" << to_string(s.ckpt) << "\n";
+  if (m.world > 1) {
+    o << "ranks: " << m.world << " (step time = the slowest rank's); per rank median step / peak memory:";
+    for (const auto& x : m.ranks)
+      o << " [" << x.rank << "] " << fmtd("%.4f s", x.median_s) << " / " << fmtd("%.2f GiB", double(x.peak_bytes) / double(1 << 30));
+    o << "\n";
+  }
+  if (m.cpu_adam_seconds > 0)
+    o << "CPU AdamW: " << fmtd("%.3f s", m.cpu_adam_seconds) << " per step, " << fmtd("%.3g", m.cpu_adam_params_per_second)
+      << " parameters/s; host memcpy " << fmtd("%.1f GB/s", m.host_copy_gbps) << " (read + write)\n";
   o << "device: " << m.device;
   if (!m.machine.gpu_name.empty()) o << " " << m.machine.gpu_name << " (driver " << m.machine.driver << ", CUDA "
                                      << m.machine.cuda_runtime << ")";
@@ -198,6 +248,62 @@ std::string utc_now() {
   return buf;
 }
 
+// Refuses, before anything starts, a plan that cannot run here; otherwise
+// starts `mpirun -np N` with this same command line and returns its exit code.
+int launch_ranks(const ExecOptions& o, const Plan& plan) {
+  const int world = plan.strategy.world();
+  if (plan.strategy.tp != 1 || plan.strategy.pp != 1)
+    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
+                     std::to_string(plan.strategy.tp) + ", pp=" + std::to_string(plan.strategy.pp) +
+                     " (tensor and pipeline parallelism are not executable yet)");
+  const bool cuda = o.device == "cuda" || o.device == "gpu" || (o.device == "auto" && cuda_available());
+  if (cuda) {
+    const int gpus = cuda_device_count();
+    if (world > gpus)
+      throw InputError("the plan needs " + std::to_string(world) + " GPUs (dp*tp*pp) but this machine has " +
+                       std::to_string(gpus) + "; start it across nodes with mpirun/srun and a hostfile");
+  } else {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (world > cores && !o.oversubscribe)
+      throw InputError("the plan needs " + std::to_string(world) + " ranks but this machine has " +
+                       std::to_string(cores) + " cores; pass --oversubscribe to run them anyway");
+  }
+  // This process's own command line, re-run once per rank.
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string a; std::getline(f, a, '\0');) args.push_back(a);
+  if (args.empty()) throw std::runtime_error("exec: cannot read this process's command line to start the ranks");
+  args[0] = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(world), "--bind-to", "none"};
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  if (o.oversubscribe) cmd.push_back("--oversubscribe");
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  if (o.progress) {
+    std::string line;
+    for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "exec: starting %d ranks: %s\n", world, line.c_str());
+  }
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("exec: fork failed");
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp("mpirun", argv.data());
+    std::fprintf(stderr, "planner: exec: cannot start mpirun (is OpenMPI installed?)\n");
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) {
+    const int rc = WEXITSTATUS(status);
+    if (rc == 127) throw std::runtime_error("exec: mpirun could not be started");
+    return rc == 0 ? 0 : (rc == 2 ? 2 : 1);
+  }
+  return 1;
+}
+
 struct Done {
   Plan plan;
   StepPrediction prediction;
@@ -212,9 +318,10 @@ Done execute(const ExecOptions& o) {
   Done d;
   d.plan = load_plan(o.plan_path);
   const Strategy& s = d.plan.strategy;
-  if (s.dp != 1 || s.tp != 1 || s.pp != 1)
-    throw InputError("exec runs one-device plans only (dp = tp = pp = 1) for now; '" + o.plan_path + "' has dp=" +
-                     std::to_string(s.dp) + ", tp=" + std::to_string(s.tp) + ", pp=" + std::to_string(s.pp));
+  if (s.tp != 1 || s.pp != 1)
+    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
+                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) +
+                     " (tensor and pipeline parallelism are not executable yet)");
   if (d.plan.global_batch != s.global_batch())
     throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(d.plan.global_batch) +
                      " is not dp * mbs * gas = " + std::to_string(s.global_batch()));
@@ -238,6 +345,8 @@ Done execute(const ExecOptions& o) {
   ro.seed = o.seed;
   ro.lr = o.lr;
   ro.progress = o.progress;
+  ro.comm_timeout_seconds = o.comm_timeout_seconds;
+  ro.time_actions = o.time_actions;
   d.measurement = run_training(d.plan, ro);
 
   const auto rows = comparison_rows(d.prediction, d.measurement);
@@ -270,7 +379,14 @@ nlohmann::json exec_result(const ExecOptions& options) {
 }
 
 int run_exec(const ExecOptions& options) {
+  if (options.plan_path.empty()) throw InputError("exec: no plan file given");
+  {
+    const Plan plan = load_plan(options.plan_path);
+    const int world = plan.strategy.world();
+    if (world > 1 && !launched_by_mpi()) return launch_ranks(options, plan);
+  }
   Done d = execute(options);
+  if (!d.measurement.root) return 0;  // rank 0 reports
   const std::string table = d.result["table"].get<std::string>();
   d.result.erase("table");
   const std::string text = d.result.dump(2) + "\n";

@@ -23,6 +23,9 @@ struct ExecOptions {
   double lr = 3e-4;                  // AdamW learning rate (constant)
   std::string profile_path;          // hardware profile for predict() (empty: the catalog's)
   bool progress = true;              // per-step lines on stderr
+  bool oversubscribe = false;        // CPU: allow more ranks than cores (mpirun --oversubscribe)
+  int comm_timeout_seconds = 300;    // a collective that takes longer ends every rank
+  bool time_actions = true;          // time each action of the step program (exposed communication)
 };
 
 // Returns 0 after a successful run (the result file, if asked for, is written).

@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "costmodel/flops.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/engine.hpp"
+#include "strategies/rank_grid.hpp"
 #include "strategies/errors.hpp"
 
 namespace planner::rt {
@@ -27,14 +31,45 @@ double quantile(std::vector<double> v, double q) {
 
 }  // namespace
 
+namespace {
+
+// Elementwise max (or the concatenation) of a vector of doubles over the world,
+// through the CPU (MPI) communicator.
+std::vector<double> all_gather_doubles(Communicator* world, const std::vector<double>& mine) {
+  if (!world) return mine;
+  at::Tensor in = at::tensor(mine, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor out = at::empty({int64_t(mine.size()) * world->size()}, in.options());
+  world->all_gather(in, out)->wait();
+  return std::vector<double>(out.data_ptr<double>(), out.data_ptr<double>() + out.numel());
+}
+
+// Host memcpy bandwidth (bytes read + written per second) over a 1 GiB buffer.
+double host_copy_gbps() {
+  const int64_t n = int64_t(1) << 28;  // floats
+  at::Tensor a = at::ones({n}, at::kFloat), b = at::empty({n}, at::kFloat);
+  b.copy_(a);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) b.copy_(a);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 3.0 * 2.0 * double(n) * 4.0 / s / 1e9;
+}
+
+// Test hook for the fault tests: PLANNER_TEST_KILL=RANK:STEP kills that rank
+// (SIGKILL) at the start of that step.
+void maybe_die(int rank, int step) {
+  const char* e = std::getenv("PLANNER_TEST_KILL");
+  if (!e) return;
+  int r = -1, k = -1;
+  if (std::sscanf(e, "%d:%d", &r, &k) == 2 && r == rank && k == step) std::raise(SIGKILL);
+}
+
+}  // namespace
+
 Measurement run_training(const Plan& plan, const RunOptions& opt) {
   const Strategy& st = plan.strategy;
-  if (st.dp != 1 || st.tp != 1 || st.pp != 1)
-    throw InputError("exec runs one-device plans only (dp = tp = pp = 1); this plan has dp=" + std::to_string(st.dp) +
-                     ", tp=" + std::to_string(st.tp) + ", pp=" + std::to_string(st.pp));
-  if (st.zero != 0 || st.offload != Offload::None)
-    throw InputError("exec does not run ZeRO or offload yet (zero=" + std::to_string(st.zero) + ", offload=" +
-                     to_string(st.offload) + "); use zero=0, offload=none");
+  if (st.tp != 1 || st.pp != 1)
+    throw InputError("exec runs data-parallel, ZeRO and offload plans; tensor and pipeline parallelism are not "
+                     "executable yet (this plan has tp=" + std::to_string(st.tp) + ", pp=" + std::to_string(st.pp) + ")");
   if (opt.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(opt.steps));
   if (opt.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(opt.warmup));
   if (plan.seq <= 0) throw InputError("plan: seq must be positive");
@@ -47,11 +82,29 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   } else if (opt.device == "cpu") cuda = false;
   else throw InputError("--device '" + opt.device + "' is not one of auto|cuda|cpu");
 
+  // The world: one process per rank, started by MPI.
+  const int world = st.world();
+  WorldInfo wi;
+  if (world > 1 || launched_by_mpi()) {
+    wi = init_world();
+    if (wi.size != world)
+      throw InputError("the plan needs " + std::to_string(world) + " ranks (dp*tp*pp) but " + std::to_string(wi.size) +
+                       " were started; run it with mpirun -np " + std::to_string(world) + " or let planner exec start them");
+  }
+  if (cuda) {
+    const int n = cuda_device_count();
+    if (wi.local_size > n)
+      throw InputError(std::to_string(wi.local_size) + " ranks on this node but only " + std::to_string(n) + " GPU(s)");
+    set_cuda_device(wi.local_rank);
+  }
+
   Measurement r;
+  r.world = world;
+  r.root = wi.rank == 0;
   r.precision = to_string(st.precision);
   r.steps = opt.steps;
   r.warmup = opt.warmup;
-  r.samples_per_step = int64_t(st.mbs) * st.gas;
+  r.samples_per_step = st.global_batch();
   r.tokens_per_step = r.samples_per_step * plan.seq;
 
   // Token source first: a bad token file is bad input, found before any work.
@@ -64,7 +117,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   r.data = tokens->describe();
 
   if (!cuda) enable_cpu_memory_counting();
-  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  const at::Device device = cuda ? at::Device(at::kCUDA, int8_t(wi.local_rank)) : at::Device(at::kCPU);
   if (cuda) {
     // Initialise the CUDA context and the caching allocator before reading them.
     at::zeros({1}, at::TensorOptions().device(device));
@@ -84,6 +137,24 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
                         "; MFU uses the plan's peak");
   }
 
+  // Communicators from the rank grid; the device memory NCCL takes is measured
+  // as the growth of memory outside the caching allocator across their set-up
+  // and a first collective.
+  std::unique_ptr<Communicator> dpc, worldc;
+  int64_t comm_bytes = 0;
+  if (world > 1) {
+    const auto timeout = std::chrono::seconds(opt.comm_timeout_seconds);
+    std::vector<int> all(static_cast<size_t>(world));
+    for (int i = 0; i < world; ++i) all[size_t(i)] = i;
+    worldc = make_communicator(std::vector<std::vector<int>>{all}, "world", at::Device(at::kCPU), timeout);
+    const int64_t outside0 = memory_outside_allocator(cuda);
+    dpc = make_communicator(RankGrid(st.dp, st.pp, st.tp).all_dp_groups(), "dp", device, timeout);
+    at::Tensor probe = at::ones({1}, at::TensorOptions().device(device).dtype(at::kFloat));
+    dpc->all_reduce(probe)->wait();
+    synchronize(cuda);
+    comm_bytes = std::max<int64_t>(0, memory_outside_allocator(cuda) - outside0);
+  }
+
   TrainConfig cfg;
   cfg.precision = st.precision;
   cfg.ckpt = st.ckpt;
@@ -93,41 +164,38 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   cfg.seed = opt.seed;
   cfg.lr = opt.lr;
 
-  auto finish_memory = [&](MeasuredMemory& m) {
-    m.total = m.peak_step_reserved + m.outside_allocator;
-    const int64_t known = m.parameters + m.gradients + m.optimizer_states + m.activations + m.logits_loss;
-    m.overhead = std::max<int64_t>(0, m.total - known);
-  };
-
   try {
     const auto t0 = std::chrono::steady_clock::now();
     reset_peak_memory(cuda);
     const MemStats before = memory_stats(cuda);
-    Trainer trainer(plan.model, cfg, device, tokens);
+    Engine engine(plan.model, st, cfg, device, tokens, dpc.get());
     synchronize(cuda);
+    empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
     r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.params = trainer.model().store().numel();
+    r.params = engine.model().store().numel();
 
     MeasuredMemory& mm = r.memory;
-    mm.parameters = trainer.param_bytes();
-    mm.gradients = trainer.grad_bytes();
-    mm.optimizer_states = trainer.optimizer_state_bytes();
-    mm.optimizer_work = trainer.optimizer_work_bytes();
-    // Phases. The trainer allocates the model (params, grads) and the optimizer
-    // state together; "after model" counts the first two, "after optimizer" all.
+    mm.parameters = engine.param_bytes();
+    mm.gradients = engine.grad_bytes();
+    mm.optimizer_states = engine.optimizer_state_bytes();
+    mm.optimizer_work = engine.optimizer_work_bytes();
     const MemStats built = memory_stats(cuda);
     mm.after_optimizer_allocated = built.allocated - before.allocated;
     mm.after_optimizer_reserved = built.reserved;
     mm.after_model_allocated = mm.parameters + mm.gradients;
     mm.after_model_reserved = built.reserved;
+    r.host_state_bytes = engine.host_state_bytes();
 
     // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
     bool timing = false;
-    int64_t before_head = 0, peak_fb = 0;
-    trainer.model().before_head = [&] {
-      if (timing) before_head = std::max(before_head, memory_stats(cuda).allocated - before.allocated);
+    int64_t before_head = 0, peak_fb = 0, transient_at_head = 0, transient_peak = 0;
+    engine.before_head = [&] {
+      if (!timing) return;
+      const int64_t now = memory_stats(cuda).allocated - before.allocated;
+      if (now > before_head) before_head = now, transient_at_head = engine.transient_bytes();
+      transient_peak = std::max(transient_peak, engine.transient_bytes());
     };
-    trainer.after_backward = [&] {
+    engine.after_backward = [&] {
       if (timing) peak_fb = std::max(peak_fb, memory_stats(cuda).allocated_peak - before.allocated);
     };
 
@@ -136,14 +204,18 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     int64_t step_start = 0, peak_alloc = 0, peak_res = 0;
     const int total = opt.warmup + opt.steps;
     for (int s = 0; s < total; ++s) {
+      maybe_die(wi.rank, s);
       timing = s >= opt.warmup;
       if (timing) {
-        if (s == opt.warmup) synchronize(cuda);
+        if (s == opt.warmup) {
+          synchronize(cuda);
+          engine.time_actions = opt.time_actions;
+        }
         reset_peak_memory(cuda);
         step_start = std::max(step_start, memory_stats(cuda).allocated - before.allocated);
         timer.start();
       }
-      at::Tensor loss = trainer.step(s);
+      at::Tensor loss = engine.step(s);
       if (timing) {
         timer.stop();
         const MemStats ms = memory_stats(cuda);
@@ -151,7 +223,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
         peak_res = std::max(peak_res, ms.reserved_peak);
       }
       losses.push_back(loss);
-      if (opt.progress && (!timing || cuda == false)) {
+      if (opt.progress && r.root && (!timing || !cuda)) {
         // Warm-up steps (and CPU steps) print as they finish; timed GPU steps print
         // at the end, so that printing forces no synchronisation inside the timing.
         std::fprintf(stderr, "exec: %s step %d/%d loss %.4f\n", timing ? "timed" : "warm-up", s + 1, total,
@@ -160,10 +232,15 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     }
     r.step_seconds = timer.seconds();
     for (auto& l : losses) r.losses.push_back(l.item<double>());
-    if (opt.progress && cuda)
-      for (int s = opt.warmup; s < total; ++s)
-        std::fprintf(stderr, "exec: timed step %d/%d loss %.4f %.4f s\n", s + 1, total,
-                     r.losses[static_cast<size_t>(s)], r.step_seconds[static_cast<size_t>(s - opt.warmup)]);
+    if (opt.time_actions) {
+      engine.collect_action_times();
+      for (const auto& [name, sec] : engine.action_times().seconds) r.action_seconds.push_back({name, sec / opt.steps});
+    }
+    if (engine.cpu_adam_seconds() > 0) {
+      r.cpu_adam_seconds = engine.cpu_adam_seconds();
+      r.cpu_adam_params_per_second = double(engine.cpu_adam_params()) / r.cpu_adam_seconds;
+      r.host_copy_gbps = host_copy_gbps();
+    }
 
     mm.step_start_allocated = step_start;
     mm.before_head_allocated = before_head;
@@ -172,15 +249,54 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     mm.peak_step_reserved = cuda ? peak_res : peak_alloc;
     mm.outside_allocator = memory_outside_allocator(cuda);
     mm.device_total = device_total_memory(cuda);
-    mm.activations = std::max<int64_t>(0, before_head - step_start);
+    // ZeRO-2/3 buffers that come and go (gathered units, unit gradients) are
+    // communication buffers, not activations.
+    mm.comm_buffers = transient_peak + comm_bytes;
+    mm.activations = std::max<int64_t>(0, before_head - step_start - transient_at_head);
     mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
-    finish_memory(mm);
-    r.final_loss_scale = trainer.loss_scale();
-    r.skipped_steps = trainer.skipped_steps();
+    mm.total = mm.peak_step_reserved + mm.outside_allocator;
+    const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +
+                          mm.comm_buffers;
+    mm.overhead = std::max<int64_t>(0, mm.total - known);
+    r.final_loss_scale = engine.loss_scale();
+    r.skipped_steps = engine.skipped_steps();
   } catch (const c10::OutOfMemoryError& e) {
     std::string msg = e.what_without_backtrace();
     throw std::runtime_error("CUDA out of memory while running the plan (" + msg.substr(0, msg.find('\n')) +
                              "); the memory model predicts what `planner memory` prints for this plan");
+  }
+
+  // Every rank's figures to every rank; the step's time is the slowest rank's.
+  {
+    std::vector<double> mine = r.step_seconds;
+    std::vector<double> sorted = mine;
+    std::sort(sorted.begin(), sorted.end());
+    mine.push_back(sorted[sorted.size() / 2]);
+    mine.push_back(double(r.memory.total));
+    mine.push_back(double(r.memory.comm_buffers));
+    mine.push_back(double(host_peak_rss_bytes()));
+    const size_t k = mine.size();
+    const std::vector<double> all = all_gather_doubles(worldc.get(), mine);
+    const int n = int(all.size() / k);
+    for (int q = 0; q < n; ++q) {
+      const double* x = all.data() + size_t(q) * k;
+      for (size_t i = 0; i < r.step_seconds.size(); ++i) r.step_seconds[i] = std::max(r.step_seconds[i], x[i]);
+      RankMeasurement rm;
+      rm.rank = q;
+      rm.median_s = x[k - 4];
+      rm.peak_bytes = int64_t(x[k - 3]);
+      rm.comm_bytes = int64_t(x[k - 2]);
+      rm.host_peak_bytes = int64_t(x[k - 1]);
+      r.host_peak_bytes = std::max(r.host_peak_bytes, rm.host_peak_bytes);
+      r.ranks.push_back(rm);
+    }
+    if (n > 1) {
+      // The reported memory is the fullest rank's (all are alike in data parallelism).
+      int64_t worst = 0;
+      for (const auto& rm : r.ranks) worst = std::max(worst, rm.peak_bytes);
+      if (worst > r.memory.total) r.notes.push_back("rank 0's memory breakdown is shown; the fullest rank peaked at " +
+                                                    std::to_string(worst) + " bytes");
+    }
   }
 
   // Timing statistics and throughput.
@@ -197,12 +313,12 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   r.tokens_per_second = static_cast<double>(r.tokens_per_step) / r.median_s;
   r.model_flops_per_step = model_flops(plan.model, plan.seq, r.tokens_per_step);
   r.hardware_flops_per_step = hardware_flops(plan.model, plan.seq, r.tokens_per_step, st.ckpt);
-  r.model_tflops = r.model_flops_per_step / r.median_s / 1e12;
-  r.hardware_tflops = r.hardware_flops_per_step / r.median_s / 1e12;
+  r.model_tflops = r.model_flops_per_step / r.median_s / 1e12 / r.world;  // per GPU
+  r.hardware_tflops = r.hardware_flops_per_step / r.median_s / 1e12 / r.world;
   const auto& g = plan.cluster.gpu;
   r.peak_flops = st.precision == Precision::FP32 ? g.peak_fp32 : st.precision == Precision::FP16 ? g.peak_fp16
                                                                                                  : g.peak_bf16;
-  if (cuda && r.peak_flops > 0) r.mfu = r.model_flops_per_step / r.median_s / r.peak_flops;
+  if (cuda && r.peak_flops > 0) r.mfu = r.model_flops_per_step / r.median_s / (r.peak_flops * r.world);
   if (!cuda) r.notes.push_back("ran on the CPU: MFU is not applicable and times are not comparable with the GPU prediction");
   if (r.skipped_steps > 0)
     r.notes.push_back(std::to_string(r.skipped_steps) + " fp16 step(s) skipped for inf/nan gradients (loss scale now " +

@@ -13,6 +13,8 @@
 namespace planner::rt {
 
 struct RunOptions {
+  int comm_timeout_seconds = 300;  // a collective that takes longer ends the job (dead or stuck peer)
+  bool time_actions = false;       // time every action of the step program (exposed communication)
   std::string device = "auto";   // auto | cuda | cpu
   int steps = 10;                // timed steps
   int warmup = 3;                // untimed steps before them
@@ -50,13 +52,32 @@ struct MeasuredMemory {
   int64_t device_total = 0;                // the device's memory (0 on the CPU)
 };
 
+// One rank's own figures (gathered to rank 0).
+struct RankMeasurement {
+  int rank = 0;
+  std::string host;
+  double median_s = 0;          // this rank's median step time
+  int64_t peak_bytes = 0;       // device peak (reserved + outside the allocator)
+  int64_t comm_bytes = 0;       // device memory the communicators took (NCCL buffers), outside the allocator
+  int64_t host_peak_bytes = 0;  // peak resident host memory of the process (VmHWM)
+};
+
 struct Measurement {
+  int world = 1;                       // ranks that ran the plan
+  bool root = true;                    // this process is rank 0 (the one that reports)
+  std::vector<RankMeasurement> ranks;  // every rank, on rank 0
+  int64_t host_state_bytes = 0;        // pinned host buffers of the offloaded optimizer (per rank)
+  int64_t host_peak_bytes = 0;         // largest VmHWM over the ranks
+  double cpu_adam_seconds = 0;         // CPU AdamW of the last timed step (offload)
+  double cpu_adam_params_per_second = 0;
+  double host_copy_gbps = 0;           // host memcpy bandwidth measured beside it (read + write bytes / s)
+  std::vector<std::pair<std::string, double>> action_seconds;  // per step, by action kind (rank 0)
   std::string device;         // "cuda:0" / "cpu"
   std::string precision;      // fp32 | fp16 | bf16
   int steps = 0, warmup = 0;
   int64_t params = 0;         // parameters built (== ModelSpec::total_params())
   int64_t tokens_per_step = 0, samples_per_step = 0;
-  std::vector<double> step_seconds;   // timed steps
+  std::vector<double> step_seconds;   // timed steps (the slowest rank's time of each step)
   std::vector<double> losses;         // every step, warm-up included
   double median_s = 0, mean_s = 0, min_s = 0, max_s = 0, p10_s = 0, p90_s = 0;
   double samples_per_second = 0, tokens_per_second = 0;
