@@ -31,6 +31,34 @@ std::vector<int> partition_layers(const ModelSpec& m, int chunks) {
 
 namespace {
 
+// Largest ZeRO-2/3 unit buffers alive at once on a stage (bytes): walking the
+// backward (units in reverse), the unit computing plus the previous unit still
+// reducing (gradients; ZeRO-3 also their gathered parameters, the prefetched
+// one included), plus the tied embedding's parameters and gradient when it is
+// kept (pp = 1).
+double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool head, int layers, int e) {
+  if (s.zero < 2) return 0;
+  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
+  const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
+  const bool tied = m.tied_embeddings && s.pp == 1;
+  std::vector<double> units;  // backward order
+  if (head) units.push_back(H);
+  for (int i = 0; i < layers; ++i) units.push_back(L);
+  if (emb) units.push_back(E);
+  double peak = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const double pair = units[i] + (i > 0 ? units[i - 1] : 0);
+    double grads = pair, params = s.zero == 3 ? units[i] + (i + 1 < units.size() ? units[i + 1] : 0) : 0;
+    if (tied && emb && i + 1 < units.size()) {  // unit 0 is not one of the pair: it is held besides
+      grads += E;
+      if (s.zero == 3 && i + 2 < units.size()) params += E;
+    }
+    peak = std::max(peak, grads + params);
+  }
+  return double(e) * peak;
+}
+
 // Activations of micro-batches in flight on `stage`, in units of one chunk of
 // one micro-batch. GPipe holds every micro-batch; 1F1B holds at most pp - stage
 // (Narayanan et al. 2021, sec. 2.2); the interleaved count comes from the
@@ -115,12 +143,13 @@ MemoryReport estimate_memory(const Plan& plan) {
     }
     g[int(MemCategory::Activations)] = int64_t(act);
 
-    // Buffers: gradient-reduction buckets (dp > 1), ZeRO-3 gathered layers with
-    // prefetch, pipeline send/receive buffers.
-    double comm = 0;
-    if (s.dp > 1) comm += k.reduce_buckets * k.bucket_bytes;
-    if (s.zero == 3) comm += k.zero3_prefetch_layers * double(e) * double(m.layer_params()) / s.tp;
-    if (s.offload == Offload::All && s.zero == 3) comm += 0;  // the gathered layers above are all that stays
+    // Buffers, as the runtime's executor holds them (runtime/engine.hpp):
+    // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
+    // ZeRO-2/3 hold full gradients only for the unit whose backward runs and the
+    // one whose reduce-scatter is in flight; ZeRO-3 gathers the unit in use and
+    // the one prefetched; with tied embeddings (one stage) the word matrix stays
+    // gathered, and its gradient allocated, through the backward.
+    double comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e);
     if (s.pp > 1) comm += 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1);  // one activation and one gradient, double-buffered
     g[int(MemCategory::CommBuffers)] = int64_t(comm);
 

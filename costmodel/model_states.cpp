@@ -1,5 +1,7 @@
 #include "costmodel/model_states.hpp"
 
+#include <algorithm>
+
 namespace planner {
 
 MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
@@ -51,15 +53,23 @@ ModelStateBytes model_state_bytes(double P, const Strategy& s, const MemoryConst
     default: out = {params_full / nd, grads_full / nd, opt_full / nd, 0}; break;
   }
   if (s.offload != Offload::None) {
-    // The optimizer shard lives on the host together with an fp32 copy of the
-    // gradient shard it updates from (ZeRO-Offload); the GPU keeps reduce buckets.
-    out.host_bytes += out.gpu_optimizer + 4.0 * P / nd;
+    // The optimizer shard lives on the host (ZeRO-Offload, Ren et al. 2021)
+    // together with, as the runtime keeps them (runtime/engine.hpp), pinned
+    // copies of the gradient shard and of the updated parameter shard in the
+    // working precision (2 + 2 bytes; 4 + 4 in fp32, whose master is then a
+    // separate 4 bytes) and one fp32 conversion chunk of at most 256 MiB. The
+    // GPU keeps its gradients (the whole model for ZeRO-0/1, the shard for
+    // ZeRO-2/3) until they are copied out.
+    const double shard = P / nd;
+    const double extra = s.precision == Precision::FP32 ? 12.0 : 4.0;
+    out.host_bytes += out.gpu_optimizer + extra * shard;
+    if (s.precision != Precision::FP32) out.host_bytes += std::min(4.0 * shard, 256.0 * (1 << 20));
     out.gpu_optimizer = 0;
-    if (s.zero >= 2) out.gpu_grads = 0;  // reduced gradients go straight to the host buffer
   }
   if (s.offload == Offload::All) {
-    out.host_bytes += out.gpu_params;
-    out.gpu_params = 0;  // only gathered layers stay on the GPU (communication buffers)
+    // The parameter shard is the pinned working-precision copy counted above;
+    // only gathered units stay on the GPU (communication buffers).
+    out.gpu_params = 0;
   }
   return out;
 }

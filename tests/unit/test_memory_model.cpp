@@ -48,13 +48,15 @@ TEST_CASE("offload moves optimizer state (and parameters) to the host", "[memory
   s.dp = 4, s.zero = 2, s.offload = Offload::Optimizer;
   ModelStateBytes b = model_state_bytes(1e9, s, MemoryConstants{});
   CHECK(b.gpu_optimizer == 0);
-  CHECK(b.gpu_grads == 0);
+  CHECK(b.gpu_grads == Approx(2e9 / 4));  // the reduced gradient shard waits on the GPU for its copy out
   CHECK(b.gpu_params == Approx(2e9));
-  CHECK(b.host_bytes == Approx((12e9 + 4e9) / 4));  // optimizer shard + fp32 gradient shard
+  // Host: optimizer shard (12), pinned gradient and parameter shards (2 + 2),
+  // one fp32 conversion chunk of 256 MiB.
+  CHECK(b.host_bytes == Approx((12e9 + 2e9 + 2e9) / 4 + 256.0 * (1 << 20)));
   s.zero = 3, s.offload = Offload::All;
   b = model_state_bytes(1e9, s, MemoryConstants{});
-  CHECK(b.gpu_params == 0);
-  CHECK(b.host_bytes == Approx((12e9 + 4e9 + 2e9) / 4));
+  CHECK(b.gpu_params == 0);  // the parameter shard is the pinned host copy
+  CHECK(b.host_bytes == Approx((12e9 + 2e9 + 2e9) / 4 + 256.0 * (1 << 20)));
 }
 
 TEST_CASE("Megatron activation formulas (Korthikanti et al. 2022, Table 2)", "[memory]") {
@@ -234,4 +236,34 @@ TEST_CASE("compat rules name what is wrong", "[memory][strategy]") {
   auto notes = check_compat(p);
   REQUIRE(notes.size() == 1);
   CHECK(notes[0].find("shards nothing") != std::string::npos);
+}
+
+TEST_CASE("ZeRO buffers mirror the executor: unit gradients and gathered units", "[memory]") {
+  // Tied model, 2 layers, one stage: units in backward order H, L, L, E (head,
+  // layers, embedding). The word matrix (unit E) stays gathered and its
+  // gradient allocated through the backward.
+  ModelSpec m = gpt_shape(2, 1024, 16);
+  REQUIRE(m.tied_embeddings);
+  const double L = double(m.layer_params()), E = double(m.embedding_params()), H = double(m.head_params());
+  REQUIRE(L > H);
+  Plan p;
+  p.model = m;
+  p.cluster = parse_cluster("2xA100-80GB");
+  p.seq = 1024;
+  p.global_batch = 2;
+  auto comm = [&](const char* text) {
+    p.strategy = Strategy::parse(text);
+    return double(estimate_memory(p).peak_breakdown()[int(MemCategory::CommBuffers)]);
+  };
+  // ZeRO-0/1 reduce in place: no buckets.
+  CHECK(comm("dp=2,zero=0") == 0);
+  CHECK(comm("dp=2,zero=1") == 0);
+  // ZeRO-2: at the second unit of the backward (a layer) its gradient, the
+  // head's still reducing, and the embedding's: 2 bytes * (L + H + E); at the
+  // third, 2 * (2L + E), the larger.
+  CHECK(comm("dp=2,zero=2") == Approx(2.0 * (2 * L + E)).epsilon(1e-9));
+  // ZeRO-3 adds the gathered parameters: at the second unit, the layer and the
+  // prefetched next layer and the kept embedding (2L + E) besides the
+  // gradients (L + H + E).
+  CHECK(comm("dp=2,zero=3") == Approx(2.0 * (3 * L + H + 2 * E)).epsilon(1e-9));
 }
