@@ -45,6 +45,7 @@ struct Engine::Impl {
   std::vector<bool> gather_on_copy;
   std::vector<int> reduces_done;
   std::vector<WorkPtr> pending;
+  std::vector<at::Tensor> inflight_grads;
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
   std::unordered_map<int, at::Tensor> labels;
@@ -298,6 +299,7 @@ void Engine::ensure_grad(int u) {
   if (st_.zero < 2 || I.ugrad[size_t(u)].defined()) return;
   I.ugrad[size_t(u)] = at::zeros({I.units[size_t(u)].padded}, at::TensorOptions().device(device_).dtype(I.dt));
   bind_unit_grad(u, I.ugrad[size_t(u)]);
+  transient_peak_ = std::max(transient_peak_, transient_bytes());
 }
 
 void Engine::backward(int mb, int u) {
@@ -348,6 +350,7 @@ void Engine::gather(int u) {
   }
   I.gathered[size_t(u)] = buf;
   bind_unit(u, buf);
+  transient_peak_ = std::max(transient_peak_, transient_bytes());
 }
 
 void Engine::release(int u) {
@@ -372,6 +375,8 @@ void Engine::reduce(int u, bool scatter) {
   // unit's gradient first, so the reduce-scatter leaves the running sum.
   at::Tensor g = I.ugrad[size_t(u)];
   at::Tensor acc = I.gshard.narrow(0, un.sbase, un.chunk);
+  // Earlier units' gradients whose reduce-scatter has finished are gone by now.
+  while (I.inflight_grads.size() > 1) I.inflight_grads.erase(I.inflight_grads.begin());
   if (I.reduces_done[size_t(u)] > 0) {
     if (I.reduce_work[size_t(u)]) I.reduce_work[size_t(u)]->wait();
     g.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk).add_(acc);
@@ -383,6 +388,7 @@ void Engine::reduce(int u, bool scatter) {
     acc.copy_(g);
   }
   ++I.reduces_done[size_t(u)];
+  I.inflight_grads.push_back(g);  // alive until the collective is waited for (bookkeeping only)
   bind_unit_grad(u, at::Tensor());
   I.ugrad[size_t(u)] = at::Tensor();  // freed once the collective no longer needs it
 }
@@ -411,6 +417,7 @@ void Engine::sync() {
   for (auto& w : I.pending) w->wait();
   I.pending.clear();
   std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
+  I.inflight_grads.clear();
   I.copy->join();
   if (I.offload) I.copy->host_wait();
   I.keep.clear();
@@ -571,6 +578,7 @@ int64_t Engine::transient_bytes() const {
     if (t.defined()) b += t.numel() * t.element_size();
   for (const auto& t : I.ugrad)
     if (t.defined()) b += t.numel() * t.element_size();
+  for (const auto& t : I.inflight_grads) b += t.numel() * t.element_size();
   return b;
 }
 

@@ -96,6 +96,9 @@ class Engine {
   // ZeRO-2/3 buffers alive now: gathered units and unit gradients not yet
   // reduce-scattered (the memory model's comm_buffers).
   int64_t transient_bytes() const;
+  // The largest transient_bytes() since the last reset.
+  int64_t transient_peak() const { return transient_peak_; }
+  void reset_transient_peak() { transient_peak_ = 0; }
 
  private:
   struct Unit;
@@ -132,6 +135,7 @@ class Engine {
   double loss_scale_ = 1.0;
   int good_steps_ = 0;
   double cpu_adam_seconds_ = 0;
+  int64_t transient_peak_ = 0;
   ActionTimes times_;
 };
 

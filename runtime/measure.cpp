@@ -193,7 +193,6 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       if (!timing) return;
       const int64_t now = memory_stats(cuda).allocated - before.allocated;
       if (now > before_head) before_head = now, transient_at_head = engine.transient_bytes();
-      transient_peak = std::max(transient_peak, engine.transient_bytes());
     };
     engine.after_backward = [&] {
       if (timing) peak_fb = std::max(peak_fb, memory_stats(cuda).allocated_peak - before.allocated);
@@ -215,9 +214,11 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
         step_start = std::max(step_start, memory_stats(cuda).allocated - before.allocated);
         timer.start();
       }
+      if (timing && s == opt.warmup) engine.reset_transient_peak();
       at::Tensor loss = engine.step(s);
       if (timing) {
         timer.stop();
+        transient_peak = std::max(transient_peak, engine.transient_peak());
         const MemStats ms = memory_stats(cuda);
         peak_alloc = std::max(peak_alloc, ms.allocated_peak - before.allocated);
         peak_res = std::max(peak_res, ms.reserved_peak);
