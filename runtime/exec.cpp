@@ -248,14 +248,33 @@ std::string utc_now() {
   return buf;
 }
 
+// Everything about a plan and the options that can be refused before any rank
+// starts: bad input exits 2 with one line and writes nothing.
+void check_runnable(const ExecOptions& o, const Plan& plan) {
+  const Strategy& s = plan.strategy;
+  if (s.tp != 1 || s.pp != 1)
+    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
+                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) +
+                     " (tensor and pipeline parallelism are not executable yet)");
+  if (plan.global_batch != s.global_batch())
+    throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(plan.global_batch) +
+                     " is not dp * mbs * gas = " + std::to_string(s.global_batch()));
+  if (!o.tokens_path.empty()) {
+    std::ifstream probe(o.tokens_path, std::ios::binary);
+    if (!probe) throw InputError("token file '" + o.tokens_path + "' cannot be opened for reading");
+  }
+  if (!o.output_path.empty()) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(o.output_path).has_parent_path() ? fs::path(o.output_path).parent_path() : fs::path(".");
+    if (!fs::is_directory(dir)) throw InputError("output: directory '" + dir.string() + "' does not exist");
+  }
+}
+
 // Refuses, before anything starts, a plan that cannot run here; otherwise
 // starts `mpirun -np N` with this same command line and returns its exit code.
 int launch_ranks(const ExecOptions& o, const Plan& plan) {
   const int world = plan.strategy.world();
-  if (plan.strategy.tp != 1 || plan.strategy.pp != 1)
-    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
-                     std::to_string(plan.strategy.tp) + ", pp=" + std::to_string(plan.strategy.pp) +
-                     " (tensor and pipeline parallelism are not executable yet)");
+  check_runnable(o, plan);
   const bool cuda = o.device == "cuda" || o.device == "gpu" || (o.device == "auto" && cuda_available());
   if (cuda) {
     const int gpus = cuda_device_count();
@@ -317,23 +336,7 @@ Done execute(const ExecOptions& o) {
   if (o.plan_path.empty()) throw InputError("exec: no plan file given");
   Done d;
   d.plan = load_plan(o.plan_path);
-  const Strategy& s = d.plan.strategy;
-  if (s.tp != 1 || s.pp != 1)
-    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
-                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) +
-                     " (tensor and pipeline parallelism are not executable yet)");
-  if (d.plan.global_batch != s.global_batch())
-    throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(d.plan.global_batch) +
-                     " is not dp * mbs * gas = " + std::to_string(s.global_batch()));
-  if (!o.tokens_path.empty()) {
-    std::ifstream probe(o.tokens_path, std::ios::binary);
-    if (!probe) throw InputError("token file '" + o.tokens_path + "' cannot be opened for reading");
-  }
-  if (!o.output_path.empty()) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(o.output_path).has_parent_path() ? fs::path(o.output_path).parent_path() : fs::path(".");
-    if (!fs::is_directory(dir)) throw InputError("output: directory '" + dir.string() + "' does not exist");
-  }
+  check_runnable(o, d.plan);
   d.prediction = predict(d.plan, o.profile_path);
 
   RunOptions ro;
@@ -380,6 +383,10 @@ nlohmann::json exec_result(const ExecOptions& options) {
 
 int run_exec(const ExecOptions& options) {
   if (options.plan_path.empty()) throw InputError("exec: no plan file given");
+  if (options.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(options.steps));
+  if (options.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(options.warmup));
+  if (options.device != "auto" && options.device != "cuda" && options.device != "gpu" && options.device != "cpu")
+    throw InputError("--device '" + options.device + "' is not one of auto|cuda|cpu");
   {
     const Plan plan = load_plan(options.plan_path);
     const int world = plan.strategy.world();

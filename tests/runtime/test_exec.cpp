@@ -116,10 +116,12 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
     std::ofstream(path) << "{\"hello\": 1}";
     CHECK_THROWS_AS(rt::run_exec(opts(path)), InputError);
   }
-  SECTION("a plan with dp > 1") {
+  SECTION("a plan that needs more ranks than this machine has cores, before anything starts") {
     Plan p = tiny_plan();
-    p.strategy = Strategy::parse("dp=2,mbs=2,gas=1,precision=fp32");
-    auto o = opts(write_plan(p, "dp2.json"));
+    p.strategy = Strategy::parse("dp=1024,mbs=1,gas=1,precision=fp32");
+    p.global_batch = 1024;
+    auto o = opts(write_plan(p, "dp1024.json"));
+    o.device = "cpu";
     o.output_path = out;
     CHECK_THROWS_AS(rt::run_exec(o), InputError);
   }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# planner exec with several ranks on the CPU (MPI): a dp=2 ZeRO-3 plan started
+# by planner exec itself; a rank killed mid-step ends the job quickly, naming
+# the rank, with no result file; plans needing more ranks than cores, or a
+# wrong mpirun -np, are refused with exit 2 before anything runs.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ]; then echo "runtime not built: skipped"; finish; exit $?; fi
+command -v mpirun >/dev/null || { echo "mpirun missing: skipped"; finish; exit $?; }
+PLAN="$ROOT/examples/plans/tiny-cpu-dp2-zero3.json"
+MPI=(mpirun -np 2 --oversubscribe); [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+
+# planner exec starts the two ranks itself; rank 0 reports for both.
+expect_exit 0 $P exec "$PLAN" --device cpu --steps 2 --warmup 1 --oversubscribe -q -o "$TMP/r.json"
+expect_grep "ranks: 2" "$TMP/out"
+python3 - "$TMP/r.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["measurement"]
+assert m["world"] == 2 and len(m["ranks"]) == 2, m["ranks"]
+assert m["samples_per_step"] == 8
+assert len(m["losses"]) == 3 and all(l == l for l in m["losses"])
+assert r["plan"]["strategy"]["zero"] == 3
+PY
+# Inside an existing mpirun launch: the same result.
+expect_exit 0 "${MPI[@]}" $P exec "$PLAN" --device cpu --steps 2 --warmup 1 -q -o "$TMP/r2.json"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['measurement']['losses']; b=json.load(open(sys.argv[2]))['measurement']['losses']; assert a==b, (a,b)" "$TMP/r.json" "$TMP/r2.json" || { echo "FAIL: losses differ between the two launches"; fails=$((fails+1)); }
+
+# A rank killed at step 2 (test hook): the job ends within 60 s, the message
+# names the rank, nothing is written.
+start=$(date +%s)
+PLANNER_TEST_KILL=1:2 $P exec "$PLAN" --device cpu --steps 5 --warmup 1 --oversubscribe -q -o "$TMP/killed.json" >"$TMP/out" 2>"$TMP/err"; rc=$?
+took=$(( $(date +%s) - start ))
+if [ "$rc" = 0 ] || [ "$took" -gt 60 ]; then echo "FAIL: killed rank: exit $rc after $took s"; fails=$((fails+1)); else passes=$((passes+1)); fi
+expect_grep "rank 1" "$TMP/err"
+[ ! -e "$TMP/killed.json" ] || { echo "FAIL: result written after a rank died"; fails=$((fails+1)); }
+
+# Refused before launch: more ranks than cores (no --oversubscribe), a wrong -np.
+sed 's/"dp": 2/"dp": 1024/; s/"global_batch": 8/"global_batch": 4096/' "$PLAN" > "$TMP/dp1024.json"
+expect_bad_input $P exec "$TMP/dp1024.json" --device cpu -o "$TMP/r3.json"
+expect_grep "1024 ranks" "$TMP/err"
+expect_exit 2 mpirun -np 3 --oversubscribe $( [ "$(id -u)" = 0 ] && echo --allow-run-as-root ) $P exec "$PLAN" --device cpu -q -o "$TMP/r4.json"
+expect_grep "needs 2 ranks" "$TMP/err"
+for f in r3 r4; do [ ! -e "$TMP/$f.json" ] || { echo "FAIL: $f.json written on bad input"; fails=$((fails+1)); }; done
+finish
