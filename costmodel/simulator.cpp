@@ -79,7 +79,6 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
   const size_t n = size_t(V) * m;
   fwd_end_.assign(n, kUnknown), bwd_end_.assign(n, kUnknown);
   fwd_arrive_.assign(n, kUnknown), bwd_arrive_.assign(n, kUnknown);
-  fwd_sent_.assign(n, 0), bwd_sent_.assign(n, 0);
   const size_t units = size_t(part.units());
   param_ready_.assign(units, 0), fetch_end_.assign(units, 0), grad_ready_.assign(units, 0);
   device_ready_.assign(units, 0);
@@ -183,7 +182,6 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             }
             const double t0 = std::max(st.p2p_free, ready);
             st.p2p_free = t0 + (fwd ? cost.send(s, a.chunk).forward_seconds : cost.send(s, a.chunk).backward_seconds);
-            (fwd ? fwd_sent_ : bwd_sent_)[at(to, a.microbatch)] = t0;
             (fwd ? fwd_arrive_ : bwd_arrive_)[at(to, a.microbatch)] = st.p2p_free;
             emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), &a, int(i));
             break;

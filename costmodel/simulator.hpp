@@ -65,7 +65,7 @@ class Simulator {
  private:
   struct StageState;
   SimResult result_;
-  std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_, fwd_sent_, bwd_sent_;
+  std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_;
   std::vector<double> param_ready_, fetch_end_, grad_ready_, device_ready_;
   std::vector<int> chunk_first_, chunk_last_;
 };
