@@ -52,6 +52,7 @@ void TableCostModel::set_chunk(int stage, int chunk, const UnitCost& t) {
     c.all_reduce_seconds = k * t.all_reduce_seconds;
     c.reduce_scatter_seconds = k * t.reduce_scatter_seconds;
     c.to_host_seconds = k * t.to_host_seconds;
+    c.cpu_adam_seconds = k * t.cpu_adam_seconds;
     c.to_device_seconds = k * t.to_device_seconds;
     c.all_gather_seconds = k * t.all_gather_seconds;
   }
@@ -237,7 +238,10 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       u.reduce_scatter_seconds = reduce_scatter_seconds(grad_bytes, dl, base);
       if (s.zero == 3) u.gather_seconds = all_gather_seconds(P * e, dl, base);
       if (s.offload == Offload::All) u.fetch_seconds = host_copy_seconds(p, P * e / s.dp, x.host_Bps);
-      if (offload) u.to_host_seconds = host_copy_seconds(p, shard * eg, x.host_Bps);
+      if (offload) {
+        u.to_host_seconds = host_copy_seconds(p, shard * eg, x.host_Bps);
+        u.cpu_adam_seconds = cpu_adam_seconds(p, x.cluster, shard, procs);
+      }
       // offload=all under ZeRO-3 keeps the updated shard on the host (the next
       // step's Gather fetches it): no ToDevice in the program, none priced here
       // (makespan_lower_bound counts every priced one).
@@ -255,8 +259,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     StageCost& sc = out.stage(st);
     sc.overlap_grad_reduce = p.overlap_grad_reduce;
     const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
-    if (offload) sc.cpu_optimizer_seconds = cpu_adam_seconds(p, x.cluster, shard, procs);
-    else sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
+    sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
+    if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
     if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {
       const double emb_bytes = eg * double(m.vocab) * double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden) / s.tp;
       sc.tied_grad_seconds = send_recv_seconds(emb_bytes, links.next[s.pp - 1], base);

@@ -32,6 +32,8 @@ struct UnitCost {
   double all_reduce_seconds = 0;      // Reduce (ZeRO-0/1): all-reduce of the unit's gradients over dp
   double reduce_scatter_seconds = 0;  // Reduce (ZeRO-2/3): reduce-scatter of them into the rank's shard
   double to_host_seconds = 0;         // ToHost: the reduced gradient shard device -> host
+  double cpu_adam_seconds = 0;        // Opt under offload: the CPU AdamW of the unit's shard (the CPU updates
+                                      // unit after unit, each unit's ToDevice waits for its own update)
   double to_device_seconds = 0;       // ToDevice: the updated parameter shard host -> device
   double all_gather_seconds = 0;      // AllGather: ZeRO-1/2 all-gather of the updated parameters
 };
@@ -44,7 +46,7 @@ struct SendCost {
 
 struct StageCost {
   double optimizer_seconds = 0;      // Opt: fused AdamW on the GPU (compute stream)
-  double cpu_optimizer_seconds = 0;  // Opt under offload: CPU Adam (replaces the GPU step)
+  bool cpu_optimizer = false;        // offload: Opt runs on the CPU, unit by unit (UnitCost::cpu_adam_seconds)
   double tied_grad_seconds = 0;      // Sync, tied embedding with pp > 1: the word-gradient all-reduce between
                                      // the first and the last stage (no action of its own yet)
   bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync

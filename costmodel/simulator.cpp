@@ -55,7 +55,6 @@ struct Simulator::StageState {
   size_t next = 0;                 // index of the next action
   double compute_free = 0, comm_free = 0, p2p_free = 0, copy_free = 0, cpu_free = 0;
   double release_done = 0;         // the last released unit's buffer is free (ZeRO-3 gathers wait for it)
-  double opt_end = 0;              // the optimizer step finished (copies and all-gathers after it wait)
   bool at_norm = false;            // arrived at the global gradient norm
   bool done = false;
   std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
@@ -81,7 +80,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
   fwd_arrive_.assign(n, kUnknown), bwd_arrive_.assign(n, kUnknown);
   const size_t units = size_t(part.units());
   param_ready_.assign(units, 0), fetch_end_.assign(units, 0), grad_ready_.assign(units, 0);
-  device_ready_.assign(units, 0);
+  param_updated_.assign(units, 0);
   chunk_first_.resize(size_t(V)), chunk_last_.resize(size_t(V));
   for (int v = 0; v < V; ++v) {
     const auto [b, e] = part.units_of(v % pp, v / pp);
@@ -265,25 +264,36 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             break;
           }
           case StepOp::Opt:
-            if (sc.cpu_optimizer_seconds > 0) {  // offload: the CPU steps, the GPU waits for the copies after it
+            if (sc.cpu_optimizer) {
+              // Offload: the CPU updates the stage's units one after another;
+              // each unit's ToDevice waits for its own update only.
               const double t0 = std::max(st.cpu_free, st.compute_free);
-              st.cpu_free = st.opt_end = t0 + sc.cpu_optimizer_seconds;
-              emit(s, Stream::Cpu, t0, st.cpu_free, "cpu adam", &a, int(i));
+              double t = t0;
+              for (int c = 0; c < vpp; ++c) {
+                const auto [b, e] = part.units_of(s, c);
+                for (int u = b; u < e; ++u) param_updated_[size_t(u)] = t += cost.unit(u).cpu_adam_seconds;
+              }
+              st.cpu_free = t;
+              emit(s, Stream::Cpu, t0, t, "cpu adam", &a, int(i));
             } else {
               const double t0 = st.compute_free;
-              st.compute_free = st.opt_end = t0 + sc.optimizer_seconds;
+              st.compute_free = t0 + sc.optimizer_seconds;
               tm.optimizer_seconds += sc.optimizer_seconds;
+              for (int c = 0; c < vpp; ++c) {
+                const auto [b, e] = part.units_of(s, c);
+                for (int u = b; u < e; ++u) param_updated_[size_t(u)] = st.compute_free;
+              }
               emit(s, Stream::Compute, t0, st.compute_free, "optimizer", &a, int(i));
             }
             break;
           case StepOp::ToDevice: {
-            const double t0 = std::max(st.copy_free, st.opt_end);
-            st.copy_free = device_ready_[size_t(a.unit)] = t0 + cost.unit(a.unit).to_device_seconds;
+            const double t0 = std::max(st.copy_free, param_updated_[size_t(a.unit)]);
+            st.copy_free = param_updated_[size_t(a.unit)] = t0 + cost.unit(a.unit).to_device_seconds;
             emit(s, Stream::Copy, t0, st.copy_free, "to device", &a, int(i));
             break;
           }
           case StepOp::AllGather: {
-            const double t0 = std::max({st.comm_free, st.opt_end, device_ready_[size_t(a.unit)]});
+            const double t0 = std::max(st.comm_free, param_updated_[size_t(a.unit)]);
             st.comm_free = t0 + cost.unit(a.unit).all_gather_seconds;
             emit(s, Stream::Comm, t0, st.comm_free, "all-gather", &a, int(i));
             break;
@@ -319,22 +329,24 @@ double makespan_lower_bound(const CostModel& cost, int m) {
   const int pp = part.pp(), vpp = part.vpp();
   double best = 0, head = 0, tail = 0;
   for (int s = 0; s < pp; ++s) {
-    double busy = 0, to_device = 0, all_gather = 0, f0 = 0, b0 = 0;
+    const StageCost& sc = cost.stage(s);
+    double busy = 0, f0 = 0, b0 = 0, cpu = 0, to_device = 0, all_gather = 0, td_last = 0, ag_last = 0;
     for (int c = 0; c < vpp; ++c) {
       const auto [b, e] = part.units_of(s, c);
       for (int u = b; u < e; ++u) {
         const UnitCost& uc = cost.unit(u);
         busy += uc.forward_seconds + uc.backward_seconds;
-        to_device += uc.to_device_seconds;
-        all_gather += uc.all_gather_seconds;
         if (c == 0) f0 += uc.forward_seconds, b0 += uc.backward_seconds;
+        if (sc.cpu_optimizer) cpu += uc.cpu_adam_seconds;
+        to_device += uc.to_device_seconds, all_gather += uc.all_gather_seconds;
+        td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;
       }
     }
-    const StageCost& sc = cost.stage(s);
-    // After the norm: the optimizer, then the copies (copy stream) and all-gathers
-    // (comm stream), each stream serial.
-    const double after = (sc.cpu_optimizer_seconds > 0 ? sc.cpu_optimizer_seconds : sc.optimizer_seconds) +
-                         std::max(to_device, all_gather);
+    // After the norm: the GPU optimizer, or the CPU's unit after unit; the
+    // uploads (copy stream) and all-gathers (comm stream) are serial on their
+    // streams, and the last unit's follow its own update.
+    const double after = (sc.cpu_optimizer ? 0 : sc.optimizer_seconds) +
+                         std::max({cpu + td_last + ag_last, to_device + ag_last, all_gather});
     best = std::max(best, head + m * busy + tail + after);
     head += f0 + cost.send(s, 0).forward_seconds;
     tail += b0 + cost.send(s, 0).backward_seconds;

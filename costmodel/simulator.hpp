@@ -66,7 +66,7 @@ class Simulator {
   struct StageState;
   SimResult result_;
   std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_;
-  std::vector<double> param_ready_, fetch_end_, grad_ready_, device_ready_;
+  std::vector<double> param_ready_, fetch_end_, grad_ready_, param_updated_;
   std::vector<int> chunk_first_, chunk_last_;
 };
 

@@ -173,29 +173,35 @@ TEST_CASE("offload: gradients go to the host as reduced, the CPU steps, paramete
   // dp = 1, zero = 1, offload = optimizer, one micro-batch over 2 layers (4
   // units): each unit's gradient copy (0.1 s) starts when its backward ends;
   // the copies of the first three hide behind the next backward (0.5 s), the
-  // embedding's does not. Then the CPU Adam (1 s) and four uploads of 0.2 s.
+  // embedding's does not. Then the CPU updates the units one after another
+  // (0.25 s each), each unit's upload (0.2 s) following its own update: only
+  // the last upload shows.
   Strategy s = strategy(1, 1);
   s.zero = 1, s.offload = Offload::Optimizer;
   const StepProgram prog = build_step_program(s, 2);
   TableCostModel cost = uniform(prog, 1.0, 2.0);
-  for (int u = 0; u < 4; ++u) cost.unit(u).to_host_seconds = 0.1, cost.unit(u).to_device_seconds = 0.2;
-  cost.stage(0).cpu_optimizer_seconds = 1.0;
+  for (int u = 0; u < 4; ++u) {
+    cost.unit(u).to_host_seconds = 0.1, cost.unit(u).to_device_seconds = 0.2;
+    cost.unit(u).cpu_adam_seconds = 0.25;
+  }
+  cost.stage(0).cpu_optimizer = true;
   SimOptions trace;
   trace.record_trace = true;
   const SimResult r = simulate(prog, cost, trace);
-  CHECK(r.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 4 * 0.2));
-  CHECK(r.stages[0].offload_seconds == Approx(0.1 + 4 * 0.2));
+  CHECK(r.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 0.2));
+  CHECK(r.stages[0].offload_seconds == Approx(0.1 + 0.2));
   CHECK(r.stages[0].optimizer_seconds == Approx(1.0));
   CHECK(count(r, "to host") == 4);
   CHECK(count(r, "to device") == 4);
   CHECK(count(r, "cpu adam") == 1);
-  // ZeRO-1 with dp = 2: each unit's all-gather follows its upload, overlapping the next upload.
+  CHECK(makespan_lower_bound(cost, 1) <= r.makespan_seconds);
+  // ZeRO-1 with dp = 2: each unit's all-gather follows its upload, overlapping the next one.
   s.dp = 2;
   const StepProgram prog2 = build_step_program(s, 2);
   TableCostModel cost2 = cost;
   for (int u = 0; u < 4; ++u) cost2.unit(u).all_gather_seconds = 0.05;
   const SimResult r2 = simulate(prog2, cost2);
-  CHECK(r2.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 4 * 0.2 + 0.05));
+  CHECK(r2.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 0.2 + 0.05));
   CHECK(makespan_lower_bound(cost2, 1) <= r2.makespan_seconds);
 }
 
@@ -265,14 +271,15 @@ TEST_CASE("the simulator visits every action of the step program exactly once", 
                   c.forward_seconds = 0.01, c.backward_seconds = 0.02, c.gather_seconds = 0.003;
                   c.fetch_seconds = off == 2 ? 0.002 : 0;
                   c.all_reduce_seconds = 0.004, c.reduce_scatter_seconds = 0.002;
-                  c.to_host_seconds = 0.003;
+                  c.to_host_seconds = 0.003, c.cpu_adam_seconds = off ? 0.005 : 0;
                   // The lower bound counts every ToDevice and AllGather: priced only where the program has them.
                   c.all_gather_seconds = dp > 1 && (zero == 1 || zero == 2) ? 0.002 : 0;
                   c.to_device_seconds = off == 1 || (off == 2 && zero < 3) ? 0.003 : 0;
                 }
                 for (int st = 0; st < pp; ++st) {
                   for (int c = 0; c < prog.partition.vpp(); ++c) cost.send(st, c) = {0.001, 0.001};
-                  (off ? cost.stage(st).cpu_optimizer_seconds : cost.stage(st).optimizer_seconds) = 0.05;
+                  cost.stage(st).cpu_optimizer = off != 0;
+                  cost.stage(st).optimizer_seconds = off ? 0 : 0.05;
                   if (tied && pp > 1 && (st == 0 || st == pp - 1)) cost.stage(st).tied_grad_seconds = 0.004;
                 }
                 cost.set_grad_norm_sync_seconds(0.001);
