@@ -12,17 +12,65 @@
 
 namespace planner {
 
-void TableCostModel::resize(int pp, int vpp) {
-  pp_ = pp, vpp_ = vpp;
-  chunks_.assign(size_t(pp) * vpp, ChunkCost{});
-  stages_.assign(pp, StageCost{});
+void TableCostModel::resize(const LayerPartition& part) {
+  const size_t n = size_t(part.units());
+  index_.resize(n);
+  for (size_t u = 0; u < n; ++u) index_[u] = uint32_t(u);
+  reset_shared(part, n, index_);
+}
+
+void TableCostModel::reset_shared(const LayerPartition& part, size_t entries, const std::vector<uint32_t>& index) {
+  if (&part != &part_) part_ = part;
+  units_.assign(entries, UnitCost{});
+  if (&index != &index_) index_ = index;
+  sends_.assign(size_t(part.pp()) * part.vpp(), SendCost{});
+  stages_.assign(size_t(part.pp()), StageCost{});
   sync_ = 0;
+}
+
+UnitCost& TableCostModel::unit(int u) {
+  if (units_.size() != index_.size()) {  // unshare: one entry per unit
+    std::vector<UnitCost> own(index_.size());
+    for (size_t i = 0; i < index_.size(); ++i) own[i] = units_[index_[i]], index_[i] = uint32_t(i);
+    units_ = std::move(own);
+  }
+  return units_[size_t(u)];
+}
+
+void TableCostModel::set_chunk(int stage, int chunk, const UnitCost& t) {
+  const auto [b, e] = part_.units_of(stage, chunk);
+  const double k = 1.0 / (e - b);
+  for (int u = b; u < e; ++u) {
+    UnitCost& c = unit(u);
+    c.forward_seconds = k * t.forward_seconds;
+    c.backward_seconds = k * t.backward_seconds;
+    c.forward_comm_seconds = k * t.forward_comm_seconds;
+    c.backward_comm_seconds = k * t.backward_comm_seconds;
+    c.recompute_seconds = k * t.recompute_seconds;
+    c.gather_seconds = k * t.gather_seconds;
+    c.fetch_seconds = k * t.fetch_seconds;
+    c.all_reduce_seconds = k * t.all_reduce_seconds;
+    c.reduce_scatter_seconds = k * t.reduce_scatter_seconds;
+    c.to_host_seconds = k * t.to_host_seconds;
+    c.cpu_adam_seconds = k * t.cpu_adam_seconds;
+    c.to_device_seconds = k * t.to_device_seconds;
+    c.all_gather_seconds = k * t.all_gather_seconds;
+  }
 }
 
 namespace {
 
 struct LayerSet {
   PassTimes layer, embedding, head;
+};
+
+// Units that cost the same share one table entry: per stage, the embedding, a
+// layer and the head.
+enum UnitKind { kEmbedding, kLayer, kHead, kKinds };
+
+struct Layout {
+  LayerPartition part;
+  std::vector<uint32_t> entry;  // per unit: stage * kKinds + kind
 };
 
 struct Links {
@@ -46,7 +94,7 @@ struct CostContext::Impl {
   std::unordered_map<int, GroupLink> tp_links;
   std::unordered_map<int64_t, LayerSet> layers;
   std::unordered_map<int64_t, Links> links;
-  std::unordered_map<int, std::vector<int>> partitions;
+  std::unordered_map<int64_t, Layout> layouts;
   double host_Bps;
 
   Impl(const ModelSpec& m, const ClusterSpec& c, int64_t s, const HardwareProfile& p)
@@ -79,10 +127,17 @@ struct CostContext::Impl {
     return layers[key] = set;
   }
 
-  const std::vector<int>& partition(int chunks) {
-    auto it = partitions.find(chunks);
-    if (it != partitions.end()) return it->second;
-    return partitions[chunks] = partition_layers(model, chunks);
+  const Layout& layout(int pp, int vpp) {
+    const int64_t key = int64_t(pp) * 65536 + vpp;
+    auto it = layouts.find(key);
+    if (it != layouts.end()) return it->second;
+    Layout l{LayerPartition(model.layers, pp, vpp), {}};
+    l.entry.resize(size_t(l.part.units()));
+    for (int u = 0; u < l.part.units(); ++u) {
+      const int kind = u == 0 ? kEmbedding : u == l.part.head_unit() ? kHead : kLayer;
+      l.entry[size_t(u)] = uint32_t(l.part.owner(u).first * kKinds + kind);
+    }
+    return layouts.emplace(key, std::move(l)).first->second;
   }
 
   const Links& grid_links(const Strategy& s) {
@@ -145,57 +200,67 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const Links& links = x.grid_links(s);
   const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
   const int chunks = s.pp * vpp;
-  const std::vector<int>& part = x.partition(chunks);
-  out.resize(s.pp, vpp);
+  const Layout& layout = x.layout(s.pp, vpp);
+  out.reset_shared(layout.part, size_t(s.pp) * kKinds, layout.entry);
 
+  // Pipeline sends, per virtual stage.
   const double act_bytes = e * double(x.seq) * s.mbs * m.hidden / s.tp;  // Megatron scatter/gather: 1/t per rank
-  std::vector<double> stage_params(s.pp, 0.0);
   for (int v = 0; v < chunks; ++v) {
     const int st = v % s.pp, c = v / s.pp;
-    const bool emb = v == 0, head = v == chunks - 1;
-    const int L = part[v];
-    ChunkCost& cc = out.chunk(st, c);
-    OpTimes f = double(L) * ls.layer.forward, b = double(L) * ls.layer.backward, r = double(L) * ls.layer.recompute;
-    if (emb) f += ls.embedding.forward, b += ls.embedding.backward;
-    if (head) f += ls.head.forward, b += ls.head.backward;
-    cc.forward_seconds = f.total_seconds();
-    cc.recompute_seconds = r.total_seconds();
-    cc.backward_seconds = b.total_seconds() + cc.recompute_seconds;
-    cc.forward_comm_seconds = f.tp_comm_seconds;
-    cc.backward_comm_seconds = b.tp_comm_seconds + r.tp_comm_seconds;
-    cc.layers = std::max(1, L);
-    const GroupLink& to_next = links.next[st];
-    const GroupLink& to_prev = links.next[(st + s.pp - 1) % s.pp];
-    cc.send_forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, to_next, base) : 0;
-    cc.send_backward_seconds = v > 0 ? send_recv_seconds(act_bytes, to_prev, base) : 0;
-
-    const double P = double(stage_params_per_rank(m, L, emb, head, s.pp, s.tp));
-    stage_params[st] += P;
-    const GroupLink& dl = links.dp[st];
-    const double grad_bytes = P * eg;
-    cc.grad_buckets = std::max(1, int(std::ceil(grad_bytes / p.grad_bucket_bytes)));
-    const double bucket = grad_bytes / cc.grad_buckets;
-    cc.grad_reduce_seconds = cc.grad_buckets * (s.zero == 0 ? all_reduce_seconds(bucket, dl, base)
-                                                            : reduce_scatter_seconds(bucket, dl, base));
-    cc.reduce_every_microbatch = s.zero >= 2;
-    cc.overlap_grad_reduce = p.overlap_grad_reduce;
-    if (s.zero == 3) cc.param_gather_seconds = cc.layers * all_gather_seconds(P * e / cc.layers, dl, base);
-    if (s.offload == Offload::All) cc.param_fetch_seconds = host_copy_seconds(p, P * e / s.dp, x.host_Bps);
+    SendCost& sc = out.send(st, c);
+    sc.forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, links.next[st], base) : 0;
+    sc.backward_seconds = v > 0 ? send_recv_seconds(act_bytes, links.next[(st + s.pp - 1) % s.pp], base) : 0;
   }
+
+  // Parameters per rank of each kind of unit (their sum over a stage's units is
+  // stage_params_per_rank of the stage).
+  const double P_layer = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  const double P_emb = double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
+  const double P_head = double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
+  const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
   for (int st = 0; st < s.pp; ++st) {
-    StageCost& sc = out.stage(st);
-    const double P = stage_params[st];
-    const double shard = s.zero >= 1 ? P / s.dp : P;
-    if (s.offload != Offload::None) {
-      sc.cpu_optimizer_seconds = cpu_adam_seconds(p, x.cluster, shard, procs);
-      sc.grad_offload_seconds = host_copy_seconds(p, shard * eg, x.host_Bps);
-      sc.param_upload_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
-    } else {
-      sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
+    const GroupLink& dl = links.dp[st];
+    double stage_params = 0;
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const bool here = kind == kLayer || (kind == kEmbedding && st == 0) || (kind == kHead && st == s.pp - 1);
+      if (!here) continue;
+      const PassTimes& t = kind == kEmbedding ? ls.embedding : kind == kHead ? ls.head : ls.layer;
+      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer;
+      UnitCost& u = out.entry(size_t(st) * kKinds + kind);
+      u.forward_seconds = t.forward.total_seconds();
+      u.recompute_seconds = t.recompute.total_seconds();
+      u.backward_seconds = t.backward.total_seconds() + u.recompute_seconds;
+      u.forward_comm_seconds = t.forward.tp_comm_seconds;
+      u.backward_comm_seconds = t.backward.tp_comm_seconds + t.recompute.tp_comm_seconds;
+      const double grad_bytes = P * eg, shard = s.zero >= 1 ? P / s.dp : P;
+      u.all_reduce_seconds = all_reduce_seconds(grad_bytes, dl, base);
+      u.reduce_scatter_seconds = reduce_scatter_seconds(grad_bytes, dl, base);
+      if (s.zero == 3) u.gather_seconds = all_gather_seconds(P * e, dl, base);
+      if (s.offload == Offload::All) u.fetch_seconds = host_copy_seconds(p, P * e / s.dp, x.host_Bps);
+      if (offload) {
+        u.to_host_seconds = host_copy_seconds(p, shard * eg, x.host_Bps);
+        u.cpu_adam_seconds = cpu_adam_seconds(p, x.cluster, shard, procs);
+      }
+      // offload=all under ZeRO-3 keeps the updated shard on the host (the next
+      // step's Gather fetches it): no ToDevice in the program, none priced here
+      // (makespan_lower_bound counts every priced one).
+      if (offload && !(s.offload == Offload::All && s.zero == 3))
+        u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
+      if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
+      if (kind == kLayer) {
+        int layers = 0;  // the stage's layers over its chunks
+        for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
+        stage_params += layers * P;
+      } else {
+        stage_params += P;
+      }
     }
-    if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather)
-      sc.param_allgather_seconds = all_gather_seconds(P * e, links.dp[st], base);
+    StageCost& sc = out.stage(st);
+    sc.overlap_grad_reduce = p.overlap_grad_reduce;
+    const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
+    sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
+    if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
     if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {
       const double emb_bytes = eg * double(m.vocab) * double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden) / s.tp;
       sc.tied_grad_seconds = send_recv_seconds(emb_bytes, links.next[s.pp - 1], base);

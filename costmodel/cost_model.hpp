@@ -1,80 +1,108 @@
 #pragma once
-// The cost model as the simulator sees it: per pipeline stage and model chunk,
-// the duration of one micro-batch's forward and backward and of the
-// communication around them; per stage, the optimizer step and what follows
-// it. An interface, so tests can hand the simulator numbers they computed by
-// hand (TableCostModel filled directly), and the analytic model
-// (build_cost_model) fills the same table from a plan and a hardware profile.
+// The cost model as the simulator sees it: the duration of every action of the
+// step program (strategies/step_program.hpp) on one representative rank of its
+// pipeline stage. Per unit (embedding, a layer, the head with the loss; see
+// strategies/partition.hpp): one micro-batch's forward and backward, the ZeRO-3
+// gather, the gradient reduction, the offload copies and the post-step
+// all-gather. Per virtual stage: the pipeline sends. Per stage: the optimizer.
+// An interface, so tests can hand the simulator numbers they computed by hand
+// (TableCostModel filled directly), and the analytic model (CostContext::build)
+// fills the same table from a plan and a hardware profile.
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/plan.hpp"
+#include "strategies/partition.hpp"
 
 namespace planner {
 
-struct ChunkCost {
-  double forward_seconds = 0;         // compute stream, one micro-batch, TP collectives included
-  double backward_seconds = 0;        // recomputation included
+// One unit on its stage's representative rank. The simulator picks what the
+// program's action asks for (Reduce: all-reduce or reduce-scatter by its flag).
+struct UnitCost {
+  double forward_seconds = 0;         // F: compute stream, one micro-batch, TP collectives included
+  double backward_seconds = 0;        // B: recomputation included
   double forward_comm_seconds = 0;    // the TP-collective part of forward_seconds
   double backward_comm_seconds = 0;   // the TP-collective part of backward_seconds (recompute's included)
   double recompute_seconds = 0;       // the recomputation part of backward_seconds
-  double send_forward_seconds = 0;    // activation to the next virtual stage (unused on the last)
-  double send_backward_seconds = 0;   // input gradient to the previous virtual stage (unused on the first)
-  double grad_reduce_seconds = 0;     // DP reduction (all-reduce or reduce-scatter) of the chunk's gradients
-  int grad_buckets = 1;               // in equal buckets, ready evenly through the backward
-  bool reduce_every_microbatch = false;  // ZeRO-2/3 reduce after every micro-batch, else after the last
-  bool overlap_grad_reduce = true;    // false: buckets start only after the chunk's last backward
-  double param_gather_seconds = 0;    // ZeRO-3 all-gather of the chunk before each forward and backward
-  double param_fetch_seconds = 0;     // offload=all: host->device copy of the shard before each forward and backward
-  int layers = 1;                     // prefetch granularity for the two above
+  double gather_seconds = 0;          // Gather: ZeRO-3 all-gather of the unit's parameters over dp
+  double fetch_seconds = 0;           // Gather, offload=all: the unit's shard host -> device, before the all-gather
+  double all_reduce_seconds = 0;      // Reduce (ZeRO-0/1): all-reduce of the unit's gradients over dp
+  double reduce_scatter_seconds = 0;  // Reduce (ZeRO-2/3): reduce-scatter of them into the rank's shard
+  double to_host_seconds = 0;         // ToHost: the reduced gradient shard device -> host
+  double cpu_adam_seconds = 0;        // Opt under offload: the CPU AdamW of the unit's shard (the CPU updates
+                                      // unit after unit, each unit's ToDevice waits for its own update)
+  double to_device_seconds = 0;       // ToDevice: the updated parameter shard host -> device
+  double all_gather_seconds = 0;      // AllGather: ZeRO-1/2 all-gather of the updated parameters
+};
+
+// Pipeline sends of one virtual stage (one micro-batch).
+struct SendCost {
+  double forward_seconds = 0;   // SF: activation to the next virtual stage (unused on the last)
+  double backward_seconds = 0;  // SB: input gradient to the previous virtual stage (unused on the first)
 };
 
 struct StageCost {
-  double optimizer_seconds = 0;        // fused Adam on the GPU (compute stream)
-  double cpu_optimizer_seconds = 0;    // CPU Adam (offload), replaces the GPU step
-  double grad_offload_seconds = 0;     // device->host copy of the gradient shard, per bucket as reduced
-  double param_upload_seconds = 0;     // host->device copy of the updated shard
-  double param_allgather_seconds = 0;  // ZeRO-1/2 (and offload) all-gather of updated parameters
-  double tied_grad_seconds = 0;        // tied embedding: gradient all-reduce between the first and last stage
+  double optimizer_seconds = 0;      // Opt: fused AdamW on the GPU (compute stream)
+  bool cpu_optimizer = false;        // offload: Opt runs on the CPU, unit by unit (UnitCost::cpu_adam_seconds)
+  double tied_grad_seconds = 0;      // Sync, tied embedding with pp > 1: the word-gradient all-reduce between
+                                     // the first and the last stage (no action of its own yet)
+  bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
 };
 
 class CostModel {
  public:
   virtual ~CostModel() = default;
-  virtual int pp() const = 0;
-  virtual int vpp() const = 0;
-  virtual const ChunkCost& chunk(int stage, int chunk) const = 0;
+  // The layout the costs are for; the simulator checks that the program has the same.
+  virtual const LayerPartition& partition() const = 0;
+  int pp() const { return partition().pp(); }
+  int vpp() const { return partition().vpp(); }
+  virtual const UnitCost& unit(int u) const = 0;
+  virtual const SendCost& send(int stage, int chunk) const = 0;
   virtual const StageCost& stage(int stage) const = 0;
-  // The global gradient-norm all-reduce that makes every stage wait for the slowest.
+  // Norm: the global gradient-norm all-reduce that makes every stage wait for the slowest.
   virtual double grad_norm_sync_seconds() const = 0;
 };
 
+// Costs held in a table. Units that cost the same may share one entry (the
+// analytic model keeps one per stage and unit kind, so that building the table
+// does not grow with the layers); asking for a unit's entry to write unshares it.
 class TableCostModel : public CostModel {
  public:
-  TableCostModel() = default;
-  TableCostModel(int pp, int vpp) { resize(pp, vpp); }
-  void resize(int pp, int vpp);
-  int pp() const override { return pp_; }
-  int vpp() const override { return vpp_; }
-  const ChunkCost& chunk(int s, int c) const override { return chunks_[size_t(c) * pp_ + s]; }
-  const StageCost& stage(int s) const override { return stages_[s]; }
+  TableCostModel() : part_(1, 1, 1) { resize(part_); }
+  explicit TableCostModel(const LayerPartition& part) : part_(part) { resize(part); }
+  // Every cost zero, one entry per unit.
+  void resize(const LayerPartition& part);
+  const LayerPartition& partition() const override { return part_; }
+  const UnitCost& unit(int u) const override { return units_[index_[size_t(u)]]; }
+  const SendCost& send(int s, int c) const override { return sends_[size_t(c) * pp() + s]; }
+  const StageCost& stage(int s) const override { return stages_[size_t(s)]; }
   double grad_norm_sync_seconds() const override { return sync_; }
-  ChunkCost& chunk(int s, int c) { return chunks_[size_t(c) * pp_ + s]; }
-  StageCost& stage(int s) { return stages_[s]; }
+  UnitCost& unit(int u);
+  SendCost& send(int s, int c) { return sends_[size_t(c) * pp() + s]; }
+  StageCost& stage(int s) { return stages_[size_t(s)]; }
   void set_grad_norm_sync_seconds(double v) { sync_ = v; }
+  // Hand-filled tests: every field of `total` (one micro-batch through chunk c
+  // of stage s) divided evenly over the chunk's units.
+  void set_chunk(int stage, int chunk, const UnitCost& total);
+  // Shared entries: every cost zero, unit u costs entry(index[u]) of `entries`.
+  void reset_shared(const LayerPartition& part, size_t entries, const std::vector<uint32_t>& index);
+  UnitCost& entry(size_t i) { return units_[i]; }
 
  private:
-  int pp_ = 1, vpp_ = 1;
-  std::vector<ChunkCost> chunks_;  // virtual stage order: chunk * pp + stage
+  LayerPartition part_;
+  std::vector<UnitCost> units_;   // distinct entries
+  std::vector<uint32_t> index_;   // per unit, its entry
+  std::vector<SendCost> sends_;   // virtual stage order: chunk * pp + stage
   std::vector<StageCost> stages_;
   double sync_ = 0;
 };
 
 // Builds the analytic cost model of strategies for one model, cluster, seq and
-// profile, caching what strategies share (per-layer times, topology links), so
-// the search can build thousands cheaply.
+// profile, caching what strategies share (per-layer times, topology links,
+// layouts), so the search can build thousands cheaply.
 class CostContext {
  public:
   CostContext(const ModelSpec& m, const ClusterSpec& c, int64_t seq, const HardwareProfile& p);

@@ -36,7 +36,9 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   const TableCostModel cost = build_cost_model(plan, profile);
   SimOptions opt;
   opt.record_trace = record_trace;
-  const SimResult sim = simulate(make_schedule(plan.strategy), cost, opt);
+  StepOptions so;
+  so.tied_embeddings = plan.model.tied_embeddings;
+  const SimResult sim = simulate(build_step_program(plan.strategy, plan.model.layers, so), cost, opt);
   if (sim.deadlock)
     throw std::runtime_error(fmt::format("predict: the {} schedule deadlocked in the simulator (a bug)",
                                          to_string(plan.strategy.schedule)));

@@ -1,7 +1,10 @@
 #include "costmodel/simulator.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 namespace planner {
 
@@ -16,158 +19,287 @@ const char* to_string(Stream s) {
   return "?";
 }
 
+const char* trace_name(const StepAction& a, bool cpu_optimizer) {
+  switch (a.op) {
+    case StepOp::Forward: return "F";
+    case StepOp::Backward: return "B";
+    case StepOp::SendF: return "send activation";
+    case StepOp::RecvF: return "recv activation";
+    case StepOp::SendB: return "send gradient";
+    case StepOp::RecvB: return "recv gradient";
+    case StepOp::Gather: return "gather";
+    case StepOp::Release: return "release";
+    case StepOp::Reduce: return a.scatter ? "reduce-scatter" : "all-reduce";
+    case StepOp::ToHost: return "to host";
+    case StepOp::Sync: return "sync";
+    case StepOp::Norm: return "grad norm";
+    case StepOp::Opt: return cpu_optimizer ? "cpu adam" : "optimizer";
+    case StepOp::ToDevice: return "to device";
+    case StepOp::AllGather: return "all-gather";
+  }
+  return "?";
+}
+
 namespace {
 
 constexpr double kUnknown = -1;
 
-struct StageState {
-  size_t next = 0;                 // index of the next action
-  double compute_free = 0, comm_free = 0, p2p_free = 0, copy_free = 0;
-  double prev_compute_start = 0;   // ZeRO-3 prefetch may start this early
-  double grad_done = 0;            // last gradient collective (and its offload copy) finished
-  double copy_done = 0;
-  bool done = false;
-};
+// Moves the compute stream's clock `t` to `until`, charging the wait to `part`.
+inline void wait_until(double& t, double until, double& part) {
+  if (until > t) part += until - t, t = until;
+}
 
 }  // namespace
 
-const SimResult& Simulator::run(const PipelineSchedule& sched, const CostModel& cost, const SimOptions& opt) {
+struct Simulator::StageState {
+  size_t next = 0;                 // index of the next action
+  double compute_free = 0, comm_free = 0, p2p_free = 0, copy_free = 0, cpu_free = 0;
+  double release_done = 0;         // the last released unit's buffer is free (ZeRO-3 gathers wait for it)
+  bool at_norm = false;            // arrived at the global gradient norm
+  bool done = false;
+  std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
+};
+
+const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, const SimOptions& opt) {
   SimResult& r = result_;
-  const int pp = cost.pp(), vpp = cost.vpp(), V = pp * vpp;
+  const LayerPartition& part = prog.partition;
+  const int pp = part.pp(), vpp = part.vpp(), V = pp * vpp;
+  if (cost.pp() != pp || cost.vpp() != vpp || cost.partition().units() != part.units() ||
+      int(prog.stages.size()) != pp)
+    throw std::invalid_argument(fmt::format(
+        "simulator: the step program (pp={}, vpp={}, {} units) is not the cost model's (pp={}, vpp={}, {} units)", pp,
+        vpp, part.units(), cost.pp(), cost.vpp(), cost.partition().units()));
   r.makespan_seconds = 0;
   r.deadlock = false;
   r.critical_stage = 0;
   r.events.clear();
-  r.stages.assign(pp, StageTime{});
-  int m = 0;
-  for (const auto& st : sched)
-    for (const auto& a : st) m = std::max(m, a.microbatch + 1);
-  const size_t n = size_t(V) * std::max(1, m);
+  r.stages.assign(size_t(pp), StageTime{});
+  const int m = std::max(1, prog.microbatches);
+  const size_t n = size_t(V) * m;
   fwd_end_.assign(n, kUnknown), bwd_end_.assign(n, kUnknown);
   fwd_arrive_.assign(n, kUnknown), bwd_arrive_.assign(n, kUnknown);
-  b_left_.assign(size_t(V), 0);
-  for (const auto& st : sched)
-    for (const auto& a : st)
-      if (a.op == Op::B) ++b_left_[size_t(a.chunk) * pp + a.stage];
-  auto at = [m](int v, int mb) { return size_t(v) * m + mb; };
-  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, int mb = -1, int c = 0) {
-    if (opt.record_trace && t1 > t0) r.events.push_back({s, k, t0, t1, name, mb, c});
+  const size_t units = size_t(part.units());
+  param_ready_.assign(units, 0), fetch_end_.assign(units, 0), grad_ready_.assign(units, 0);
+  param_updated_.assign(units, 0);
+  chunk_first_.resize(size_t(V)), chunk_last_.resize(size_t(V));
+  for (int v = 0; v < V; ++v) {
+    const auto [b, e] = part.units_of(v % pp, v / pp);
+    chunk_first_[size_t(v)] = b, chunk_last_[size_t(v)] = e - 1;
+  }
+  auto at = [m](int v, int mb) { return size_t(v) * m + size_t(mb); };
+  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction* a, int index) {
+    if (!opt.record_trace) return;
+    TraceEvent ev{s, k, t0, t1, name};
+    if (a) ev.microbatch = a->microbatch, ev.chunk = a->chunk, ev.unit = a->unit, ev.action = index;
+    r.events.push_back(ev);
   };
 
-  std::vector<StageState> S(pp);
-  int finished = 0;
+  std::vector<StageState> S(static_cast<size_t>(pp));
+  int finished = 0, at_norm = 0;
+  double norm_start = 0;  // the latest arrival at the norm (its start once every stage is there)
+  const double norm_seconds = cost.grad_norm_sync_seconds();
   while (finished < pp) {
     bool progress = false;
     for (int s = 0; s < pp; ++s) {
-      StageState& st = S[s];
-      StageTime& tm = r.stages[s];
-      const auto& list = sched[s];
+      StageState& st = S[size_t(s)];
+      StageTime& tm = r.stages[size_t(s)];
+      const StageCost& sc = cost.stage(s);
+      const StepList& list = prog.stages[size_t(s)];
+
+      // Gradient reduction and its copy to the host (a Reduce or ToHost action).
+      auto reduce = [&](size_t i, double floor) {
+        const StepAction& a = list[i];
+        const UnitCost& uc = cost.unit(a.unit);
+        const double t0 = std::max({st.comm_free, grad_ready_[size_t(a.unit)], floor});
+        st.comm_free = t0 + (a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
+        grad_ready_[size_t(a.unit)] = st.comm_free;
+        emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), &a, int(i));
+      };
+      auto to_host = [&](size_t i, double floor) {
+        const StepAction& a = list[i];
+        const double t0 = std::max({st.copy_free, grad_ready_[size_t(a.unit)], floor});
+        st.copy_free = t0 + cost.unit(a.unit).to_host_seconds;
+        emit(s, Stream::Copy, t0, st.copy_free, "to host", &a, int(i));
+      };
+
       while (!st.done) {
-        if (st.next == list.size() || list[st.next].op == Op::AllReduce || list[st.next].op == Op::OptStep) {
+        if (st.next == list.size()) {  // the stage's end: its streams drain
+          double t = st.compute_free;
+          wait_until(t, st.cpu_free, tm.optimizer_seconds);
+          wait_until(t, st.copy_free, tm.offload_seconds);
+          wait_until(t, st.comm_free, tm.exposed_comm_seconds);
+          wait_until(t, st.p2p_free, tm.exposed_comm_seconds);
+          tm.end_seconds = t;
           st.done = true, ++finished, progress = true;
           break;
         }
-        const Action& a = list[st.next];
-        if (a.op != Op::F && a.op != Op::B) {  // sends and receives follow from the data dependencies
-          ++st.next;
-          continue;
-        }
-        const int v = a.chunk * pp + s, mb = a.microbatch;
-        const ChunkCost& cc = cost.chunk(s, a.chunk);
-        const bool fwd = a.op == Op::F;
-        double data_ready;
-        if (fwd) {
-          data_ready = v == 0 ? 0 : fwd_arrive_[at(v, mb)];
-        } else {
-          const double own = fwd_end_[at(v, mb)];
-          const double grad = v == V - 1 ? own : bwd_arrive_[at(v, mb)];
-          data_ready = own < 0 || grad < 0 ? kUnknown : std::max(own, grad);
-        }
-        if (data_ready < 0) break;  // blocked on another stage
-        const double dur = fwd ? cc.forward_seconds : cc.backward_seconds;
-        const double layer_dur = dur / cc.layers;
-        double start = std::max(st.compute_free, data_ready);
-        double min_end = 0;
-        double param_wait = 0, fetch_wait = 0;
-        // Offload=all: fetch the shard from the host, layer by layer, one action ahead.
-        double fetch_first = 0, fetch_end = 0;
-        if (cc.param_fetch_seconds > 0) {
-          const double t0 = std::max(st.copy_free, st.prev_compute_start);
-          fetch_end = t0 + cc.param_fetch_seconds;
-          fetch_first = t0 + cc.param_fetch_seconds / cc.layers;
-          st.copy_free = fetch_end;
-          emit(s, Stream::Copy, t0, fetch_end, "param fetch", mb, a.chunk);
-        }
-        // ZeRO-3: all-gather the chunk's parameters, layer by layer, prefetched one action ahead.
-        if (cc.param_gather_seconds > 0) {
-          const double g = cc.param_gather_seconds, gl = g / cc.layers;
-          double t0 = std::max(st.comm_free, st.prev_compute_start);
-          if (fetch_end > 0) t0 = std::max(t0, fetch_first);
-          const double g_end = std::max(t0 + g, fetch_end + gl);
-          st.comm_free = g_end;
-          emit(s, Stream::Comm, t0, g_end, "param all-gather", mb, a.chunk);
-          const double first = t0 + gl;
-          if (first > start) param_wait = first - start, start = first;
-          min_end = g_end + layer_dur;
-        } else if (fetch_end > 0) {
-          if (fetch_first > start) fetch_wait = fetch_first - start, start = fetch_first;
-          min_end = fetch_end + layer_dur;
-        }
-        const double end = std::max(start + dur, min_end);
-        // Attribute the compute stream's idle time before and inside this action.
-        const double idle = std::max(0.0, std::max(st.compute_free, data_ready) - st.compute_free);
-        tm.bubble_seconds += idle;
-        tm.exposed_comm_seconds += param_wait + (cc.param_gather_seconds > 0 ? end - start - dur : 0);
-        tm.offload_seconds += fetch_wait + (cc.param_gather_seconds <= 0 && fetch_end > 0 ? end - start - dur : 0);
-        const double comm_part = fwd ? cc.forward_comm_seconds : cc.backward_comm_seconds;
-        tm.tp_comm_seconds += comm_part;
-        tm.compute_seconds += dur - comm_part;
-        emit(s, Stream::Compute, start, end, fwd ? "F" : "B", mb, a.chunk);
-        st.prev_compute_start = start;
-        st.compute_free = end;
-        if (fwd) {
-          fwd_end_[at(v, mb)] = end;
-          if (v < V - 1) {
-            const double t0 = std::max(end, st.p2p_free);
-            st.p2p_free = t0 + cc.send_forward_seconds;
-            fwd_arrive_[at(v + 1, mb)] = st.p2p_free;
-            emit(s, Stream::P2P, t0, st.p2p_free, "send activation", mb, a.chunk);
-          }
-        } else {
-          bwd_end_[at(v, mb)] = end;
-          if (v > 0) {
-            const double t0 = std::max(end, st.p2p_free);
-            st.p2p_free = t0 + cc.send_backward_seconds;
-            bwd_arrive_[at(v - 1, mb)] = st.p2p_free;
-            emit(s, Stream::P2P, t0, st.p2p_free, "send gradient", mb, a.chunk);
-          }
-          const bool last = --b_left_[v] == 0;
-          if ((last || cc.reduce_every_microbatch) && cc.grad_reduce_seconds > 0) {
-            // Buckets fill evenly through the backward and reduce in order on the comm stream.
-            const StageCost& sc = cost.stage(s);
-            const int nb = cc.grad_buckets;
-            const double per = cc.grad_reduce_seconds / nb;
-            const double copy_per = sc.grad_offload_seconds / (double(vpp) * nb);
-            for (int i = 0; i < nb; ++i) {
-              const double ready = cc.overlap_grad_reduce ? start + (end - start) * (i + 1) / nb : end;
-              const double t0 = std::max(ready, st.comm_free);
-              st.comm_free = t0 + per;
-              emit(s, Stream::Comm, t0, st.comm_free, "grad reduce", -1, a.chunk);
-              st.grad_done = std::max(st.grad_done, st.comm_free);
-              if (copy_per > 0) {
-                const double c0 = std::max(st.comm_free, st.copy_free);
-                st.copy_free = c0 + copy_per;
-                st.copy_done = st.copy_free;
-                emit(s, Stream::Copy, c0, st.copy_free, "grad to host", -1, a.chunk);
-              }
+        const size_t i = st.next;
+        const StepAction& a = list[i];
+        const int v = a.chunk * pp + s;
+        bool blocked = false;
+        switch (a.op) {
+          case StepOp::Forward:
+          case StepOp::Backward: {
+            const bool fwd = a.op == StepOp::Forward;
+            const size_t u = size_t(a.unit);
+            const UnitCost& uc = cost.unit(a.unit);
+            // Data from another virtual stage: the activation into its first
+            // unit, the gradient into its last (own earlier actions are done).
+            double data = 0;
+            if (fwd && a.unit == chunk_first_[size_t(v)] && v > 0) data = fwd_arrive_[at(v, a.microbatch)];
+            if (!fwd && a.unit == chunk_last_[size_t(v)] && v < V - 1) data = bwd_arrive_[at(v, a.microbatch)];
+            if (data < 0) {
+              blocked = true;
+              break;
             }
-          } else if (last && cost.stage(s).grad_offload_seconds > 0 && cc.grad_reduce_seconds <= 0) {
-            const double c0 = std::max(end, st.copy_free);  // dp = 1: nothing to reduce, still copy to the host
-            st.copy_free = c0 + cost.stage(s).grad_offload_seconds / vpp;
-            st.copy_done = st.copy_free;
-            emit(s, Stream::Copy, c0, st.copy_free, "grad to host", -1, a.chunk);
+            double t = st.compute_free;
+            wait_until(t, data, tm.bubble_seconds);
+            wait_until(t, fetch_end_[u], tm.offload_seconds);        // offload=all: the shard from the host
+            wait_until(t, param_ready_[u], tm.exposed_comm_seconds);  // ZeRO-3: its gather
+            const double dur = fwd ? uc.forward_seconds : uc.backward_seconds;
+            const double comm = fwd ? uc.forward_comm_seconds : uc.backward_comm_seconds;
+            tm.tp_comm_seconds += comm;
+            tm.compute_seconds += dur - comm;
+            st.compute_free = t + dur;
+            emit(s, Stream::Compute, t, st.compute_free, fwd ? "F" : "B", &a, int(i));
+            if (fwd) {
+              if (a.unit == chunk_last_[size_t(v)]) fwd_end_[at(v, a.microbatch)] = st.compute_free;
+            } else {
+              grad_ready_[u] = st.compute_free;
+              if (a.unit == chunk_first_[size_t(v)]) bwd_end_[at(v, a.microbatch)] = st.compute_free;
+            }
+            break;
+          }
+          case StepOp::SendF:
+          case StepOp::SendB: {
+            const bool fwd = a.op == StepOp::SendF;
+            const int to = fwd ? v + 1 : v - 1;
+            const double ready = (fwd ? fwd_end_ : bwd_end_)[at(v, a.microbatch)];
+            if (ready < 0 || to < 0 || to >= V) {  // sent before computed, or to no one: a malformed program
+              blocked = true;
+              break;
+            }
+            const double t0 = std::max(st.p2p_free, ready);
+            st.p2p_free = t0 + (fwd ? cost.send(s, a.chunk).forward_seconds : cost.send(s, a.chunk).backward_seconds);
+            (fwd ? fwd_arrive_ : bwd_arrive_)[at(to, a.microbatch)] = st.p2p_free;
+            emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), &a, int(i));
+            break;
+          }
+          case StepOp::RecvF:
+          case StepOp::RecvB: {
+            // The transfer is the sender's; the receiver learns when it arrives
+            // (its compute waits for it in F or B).
+            const double arrive = (a.op == StepOp::RecvF ? fwd_arrive_ : bwd_arrive_)[at(v, a.microbatch)];
+            if (arrive < 0) {
+              blocked = true;
+              break;
+            }
+            emit(s, Stream::P2P, arrive, arrive, trace_name(a, false), &a, int(i));
+            break;
+          }
+          case StepOp::Gather: {
+            // On the comm stream in list order, once the buffer of the last
+            // released unit is free (at most the unit in use and the prefetched one).
+            const UnitCost& uc = cost.unit(a.unit);
+            double t0 = std::max(st.comm_free, st.release_done);
+            double fetched = 0;
+            if (uc.fetch_seconds > 0) {
+              const double c0 = std::max(st.copy_free, st.release_done);
+              st.copy_free = fetched = c0 + uc.fetch_seconds;
+              emit(s, Stream::Copy, c0, fetched, "param fetch", nullptr, -1);
+              t0 = std::max(t0, fetched);
+            }
+            st.comm_free = t0 + uc.gather_seconds;
+            param_ready_[size_t(a.unit)] = st.comm_free;
+            fetch_end_[size_t(a.unit)] = fetched;
+            emit(s, Stream::Comm, t0, st.comm_free, "gather", &a, int(i));
+            break;
+          }
+          case StepOp::Release:
+            st.release_done = st.compute_free;  // freed when the unit's last compute so far ends
+            emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", &a, int(i));
+            break;
+          case StepOp::Reduce:
+            if (sc.overlap_grad_reduce) reduce(i, 0);
+            else st.deferred.push_back(i);
+            break;
+          case StepOp::ToHost:
+            if (sc.overlap_grad_reduce) to_host(i, 0);
+            else st.deferred.push_back(i);
+            break;
+          case StepOp::Sync: {
+            for (size_t d : st.deferred) {
+              if (list[d].op == StepOp::Reduce) reduce(d, st.compute_free);
+              else to_host(d, st.compute_free);
+            }
+            st.deferred.clear();
+            if (sc.tied_grad_seconds > 0) {  // tied embedding, pp > 1: first and last stage sum the word gradient
+              const double t0 = std::max(st.comm_free, st.compute_free);
+              st.comm_free = t0 + sc.tied_grad_seconds;
+              emit(s, Stream::Comm, t0, st.comm_free, "tied embedding grad", nullptr, -1);
+            }
+            double t = st.compute_free;
+            wait_until(t, st.comm_free, tm.exposed_comm_seconds);
+            wait_until(t, st.copy_free, tm.offload_seconds);
+            wait_until(t, st.p2p_free, tm.exposed_comm_seconds);
+            emit(s, Stream::Compute, st.compute_free, t, "sync", &a, int(i));
+            st.compute_free = t;
+            break;
+          }
+          case StepOp::Norm: {
+            // One all-reduce over every rank: every stage waits for the slowest.
+            if (!st.at_norm) {
+              st.at_norm = true, ++at_norm, progress = true;
+              norm_start = std::max(norm_start, st.compute_free);
+            }
+            if (at_norm < pp) {
+              blocked = true;
+              break;
+            }
+            double t = st.compute_free;
+            wait_until(t, norm_start, tm.bubble_seconds);
+            tm.exposed_comm_seconds += norm_seconds;
+            st.compute_free = st.comm_free = t + norm_seconds;
+            emit(s, Stream::Comm, t, st.compute_free, "grad norm", &a, int(i));
+            break;
+          }
+          case StepOp::Opt:
+            if (sc.cpu_optimizer) {
+              // Offload: the CPU updates the stage's units one after another;
+              // each unit's ToDevice waits for its own update only.
+              const double t0 = std::max(st.cpu_free, st.compute_free);
+              double t = t0;
+              for (int c = 0; c < vpp; ++c) {
+                const auto [b, e] = part.units_of(s, c);
+                for (int u = b; u < e; ++u) param_updated_[size_t(u)] = t += cost.unit(u).cpu_adam_seconds;
+              }
+              st.cpu_free = t;
+              emit(s, Stream::Cpu, t0, t, "cpu adam", &a, int(i));
+            } else {
+              const double t0 = st.compute_free;
+              st.compute_free = t0 + sc.optimizer_seconds;
+              tm.optimizer_seconds += sc.optimizer_seconds;
+              for (int c = 0; c < vpp; ++c) {
+                const auto [b, e] = part.units_of(s, c);
+                for (int u = b; u < e; ++u) param_updated_[size_t(u)] = st.compute_free;
+              }
+              emit(s, Stream::Compute, t0, st.compute_free, "optimizer", &a, int(i));
+            }
+            break;
+          case StepOp::ToDevice: {
+            const double t0 = std::max(st.copy_free, param_updated_[size_t(a.unit)]);
+            st.copy_free = param_updated_[size_t(a.unit)] = t0 + cost.unit(a.unit).to_device_seconds;
+            emit(s, Stream::Copy, t0, st.copy_free, "to device", &a, int(i));
+            break;
+          }
+          case StepOp::AllGather: {
+            const double t0 = std::max(st.comm_free, param_updated_[size_t(a.unit)]);
+            st.comm_free = t0 + cost.unit(a.unit).all_gather_seconds;
+            emit(s, Stream::Comm, t0, st.comm_free, "all-gather", &a, int(i));
+            break;
           }
         }
+        if (blocked) break;  // waits for another stage
         ++st.next;
         progress = true;
       }
@@ -178,83 +310,46 @@ const SimResult& Simulator::run(const PipelineSchedule& sched, const CostModel& 
       return r;
     }
   }
-
-  // End of the step: DP reduction done, tied-embedding sync, the global
-  // gradient-norm all-reduce, then the optimizer and the parameter all-gather.
-  std::vector<double> ready(pp);
-  double sync = 0;
+  for (const StageTime& tm : r.stages) r.makespan_seconds = std::max(r.makespan_seconds, tm.end_seconds);
   for (int s = 0; s < pp; ++s) {
-    StageState& st = S[s];
-    StageTime& tm = r.stages[s];
-    const StageCost& sc = cost.stage(s);
-    double t = st.compute_free;
-    double comm_done = st.grad_done;
-    if (sc.tied_grad_seconds > 0) {
-      const double t0 = std::max({st.comm_free, st.compute_free});
-      comm_done = t0 + sc.tied_grad_seconds;
-      st.comm_free = comm_done;
-      emit(s, Stream::Comm, t0, comm_done, "tied embedding grad");
-    }
-    if (comm_done > t) tm.exposed_comm_seconds += comm_done - t, t = comm_done;
-    if (st.copy_done > t) tm.offload_seconds += st.copy_done - t, t = st.copy_done;
-    ready[s] = t;
-    sync = std::max(sync, t);
-  }
-  sync += cost.grad_norm_sync_seconds();
-  for (int s = 0; s < pp; ++s) {
-    StageState& st = S[s];
-    StageTime& tm = r.stages[s];
-    const StageCost& sc = cost.stage(s);
-    tm.bubble_seconds += sync - cost.grad_norm_sync_seconds() - ready[s];
-    tm.exposed_comm_seconds += cost.grad_norm_sync_seconds();
-    double t = sync;
-    if (sc.cpu_optimizer_seconds > 0) {
-      emit(s, Stream::Cpu, t, t + sc.cpu_optimizer_seconds, "cpu adam");
-      t += sc.cpu_optimizer_seconds;
-      tm.optimizer_seconds += sc.cpu_optimizer_seconds;
-      emit(s, Stream::Copy, t, t + sc.param_upload_seconds, "params to device");
-      t += sc.param_upload_seconds;
-      tm.offload_seconds += sc.param_upload_seconds;
-    }
-    if (sc.optimizer_seconds > 0) {
-      emit(s, Stream::Compute, t, t + sc.optimizer_seconds, "optimizer");
-      t += sc.optimizer_seconds;
-      tm.optimizer_seconds += sc.optimizer_seconds;
-    }
-    if (sc.param_allgather_seconds > 0) {
-      emit(s, Stream::Comm, t, t + sc.param_allgather_seconds, "param all-gather");
-      t += sc.param_allgather_seconds;
-      tm.exposed_comm_seconds += sc.param_allgather_seconds;
-    }
-    tm.end_seconds = t;
-    r.makespan_seconds = std::max(r.makespan_seconds, t);
-  }
-  for (int s = 0; s < pp; ++s) {
-    StageTime& tm = r.stages[s];
+    StageTime& tm = r.stages[size_t(s)];
     tm.bubble_seconds += r.makespan_seconds - tm.end_seconds;
-    if (tm.bubble_seconds < r.stages[r.critical_stage].bubble_seconds) r.critical_stage = s;
+    if (tm.bubble_seconds < r.stages[size_t(r.critical_stage)].bubble_seconds) r.critical_stage = s;
   }
   return r;
 }
 
-SimResult simulate(const PipelineSchedule& schedule, const CostModel& cost, const SimOptions& opt) {
+SimResult simulate(const StepProgram& program, const CostModel& cost, const SimOptions& opt) {
   Simulator sim;
-  return sim.run(schedule, cost, opt);
+  return sim.run(program, cost, opt);
 }
 
 double makespan_lower_bound(const CostModel& cost, int m) {
-  const int pp = cost.pp(), vpp = cost.vpp();
+  const LayerPartition& part = cost.partition();
+  const int pp = part.pp(), vpp = part.vpp();
   double best = 0, head = 0, tail = 0;
   for (int s = 0; s < pp; ++s) {
-    double busy = 0;
-    for (int c = 0; c < vpp; ++c) busy += cost.chunk(s, c).forward_seconds + cost.chunk(s, c).backward_seconds;
     const StageCost& sc = cost.stage(s);
-    const double after = sc.optimizer_seconds + sc.cpu_optimizer_seconds + sc.param_upload_seconds +
-                         sc.param_allgather_seconds;
+    double busy = 0, f0 = 0, b0 = 0, cpu = 0, to_device = 0, all_gather = 0, td_last = 0, ag_last = 0;
+    for (int c = 0; c < vpp; ++c) {
+      const auto [b, e] = part.units_of(s, c);
+      for (int u = b; u < e; ++u) {
+        const UnitCost& uc = cost.unit(u);
+        busy += uc.forward_seconds + uc.backward_seconds;
+        if (c == 0) f0 += uc.forward_seconds, b0 += uc.backward_seconds;
+        if (sc.cpu_optimizer) cpu += uc.cpu_adam_seconds;
+        to_device += uc.to_device_seconds, all_gather += uc.all_gather_seconds;
+        td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;
+      }
+    }
+    // After the norm: the GPU optimizer, or the CPU's unit after unit; the
+    // uploads (copy stream) and all-gathers (comm stream) are serial on their
+    // streams, and the last unit's follow its own update.
+    const double after = (sc.cpu_optimizer ? 0 : sc.optimizer_seconds) +
+                         std::max({cpu + td_last + ag_last, to_device + ag_last, all_gather});
     best = std::max(best, head + m * busy + tail + after);
-    const ChunkCost& c0 = cost.chunk(s, 0);
-    head += c0.forward_seconds + c0.send_forward_seconds;
-    tail += c0.backward_seconds + c0.send_backward_seconds;
+    head += f0 + cost.send(s, 0).forward_seconds;
+    tail += b0 + cost.send(s, 0).backward_seconds;
   }
   return best + cost.grad_norm_sync_seconds();
 }

@@ -1,14 +1,16 @@
 #pragma once
-// The step simulator: runs one training step's pipeline schedule (the action
-// lists the runtime executes) against a cost model and returns the makespan.
-// One representative rank per pipeline stage (DP and TP replicas are alike),
-// each with a compute stream and streams for collectives (DP/ZeRO), pipeline
-// sends, host copies and the CPU (offload). docs/TIME_MODEL.md ("Simulator").
+// The step simulator: walks the step program (strategies/step_program.hpp: the
+// action lists that the runtime's executor walks), one handler per action kind,
+// against a cost model, and returns the makespan, where each stage's time went
+// and the trace. One representative rank per pipeline stage (DP and TP replicas
+// are alike), each with a compute stream and streams for DP/ZeRO collectives,
+// pipeline sends, host copies and the CPU (offload). docs/TIME_MODEL.md
+// ("The simulator").
 #include <cstdint>
 #include <vector>
 
 #include "costmodel/cost_model.hpp"
-#include "strategies/schedule.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -19,27 +21,35 @@ struct TraceEvent {
   int stage = 0;
   Stream stream = Stream::Compute;
   double start_seconds = 0, end_seconds = 0;
-  const char* name = "";   // static string: "F", "B", "send", "grad reduce", ...
-  int microbatch = -1, chunk = 0;
+  const char* name = "";   // static string: "F", "B", "gather", "all-reduce", ... (trace_name of its action)
+  int microbatch = -1, chunk = 0, unit = -1;
+  int action = -1;         // index of its action in the stage's list; -1: a part of an action shown apart
+                           // (an offload fetch before a gather, the tied-embedding gradient at the Sync)
 };
+
+// The trace name of an action kind: "F", "B", "gather", "release", "all-reduce"
+// or "reduce-scatter" (by the action's scatter flag), "to host", "to device",
+// "all-gather", "sync", "grad norm", "optimizer" or "cpu adam" (offload),
+// "send activation", "recv activation", "send gradient", "recv gradient".
+const char* trace_name(const StepAction& a, bool cpu_optimizer);
 
 // Where one stage's step goes; the parts add up to the makespan.
 struct StageTime {
   double compute_seconds = 0;       // forward + backward + recompute kernels
   double tp_comm_seconds = 0;       // TP collectives inside the passes
-  double exposed_comm_seconds = 0;  // waiting for DP/ZeRO collectives, tied-embedding sync, parameter all-gather
+  double exposed_comm_seconds = 0;  // waiting for DP/ZeRO collectives, the gradient norm, tied-embedding sync
   double bubble_seconds = 0;        // waiting for other stages (pipeline fill/drain, the step's end)
   double optimizer_seconds = 0;     // GPU or CPU optimizer step
   double offload_seconds = 0;       // waiting for host<->device copies
-  double end_seconds = 0;           // when the stage finished
+  double end_seconds = 0;           // when the stage finished (all its streams)
 };
 
 struct SimResult {
   double makespan_seconds = 0;
   std::vector<StageTime> stages;
   int critical_stage = 0;           // the stage with the least bubble
-  bool deadlock = false;            // the schedule cannot finish (makespan is then infinite)
-  std::vector<TraceEvent> events;   // only with record_trace
+  bool deadlock = false;            // the program cannot finish (makespan is then infinite)
+  std::vector<TraceEvent> events;   // only with record_trace: one per action (zero-length ones too), plus parts
 };
 
 struct SimOptions {
@@ -49,20 +59,26 @@ struct SimOptions {
 // Reusable buffers, so the search simulates without allocating.
 class Simulator {
  public:
-  const SimResult& run(const PipelineSchedule& schedule, const CostModel& cost, const SimOptions& opt = {});
+  // Throws std::invalid_argument when the program's layout is not the cost model's.
+  const SimResult& run(const StepProgram& program, const CostModel& cost, const SimOptions& opt = {});
 
  private:
+  struct StageState;
   SimResult result_;
   std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_;
-  std::vector<int> b_left_;
+  std::vector<double> param_ready_, fetch_end_, grad_ready_, param_updated_;
+  std::vector<int> chunk_first_, chunk_last_;
 };
 
-SimResult simulate(const PipelineSchedule& schedule, const CostModel& cost, const SimOptions& opt = {});
+SimResult simulate(const StepProgram& program, const CostModel& cost, const SimOptions& opt = {});
 
 // A lower bound on the makespan that needs no simulation: the busiest stage's
 // compute stream, plus the forward of micro-batch 0 through the stages before
-// it and the backward of the last micro-batch through them, plus its optimizer.
-// Never above the simulated makespan, so the search may prune with it.
+// it and the backward of the last micro-batch through them, plus the global
+// gradient norm, its optimizer and the copies and all-gathers after it (every
+// unit's ToDevice and AllGather cost counts: a table prices them only where the
+// program has those actions). Never above the simulated makespan, so the search
+// may prune with it.
 double makespan_lower_bound(const CostModel& cost, int microbatches);
 
 }  // namespace planner

@@ -21,10 +21,12 @@ nlohmann::json chrome_trace_json(const SimResult& r, const std::string& title) {
                         {"args", {{"name", to_string(Stream(k))}}}});
   }
   for (const TraceEvent& e : r.events) {
+    if (!(e.end_seconds > e.start_seconds)) continue;  // releases, receives, syncs that did not wait
     std::string name = e.name;
     if (e.microbatch >= 0) name += fmt::format(" {}", e.microbatch);
     if (e.chunk > 0) name += fmt::format(".{}", e.chunk);
-    json args = {{"microbatch", e.microbatch}, {"chunk", e.chunk}};
+    if (e.unit >= 0) name += fmt::format(" u{}", e.unit);
+    json args = {{"microbatch", e.microbatch}, {"chunk", e.chunk}, {"unit", e.unit}, {"action", e.action}};
     events.push_back({{"name", name},
                       {"cat", to_string(e.stream)},
                       {"ph", "X"},

@@ -2,7 +2,8 @@
 // Chrome-trace JSON (chrome://tracing, https://ui.perfetto.dev) of a simulated
 // step: one process per pipeline stage (its representative rank), one thread
 // per stream. Format: the Trace Event Format, "X" complete events in
-// microseconds, "M" metadata events naming processes and threads.
+// microseconds, "M" metadata events naming processes and threads. Events of no
+// duration (releases, receives, a sync that did not wait) are left out.
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 

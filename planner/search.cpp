@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
@@ -15,6 +17,7 @@
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #include "strategies/search_space.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -82,6 +85,25 @@ double overcommit(const MemoryReport& m) {
   return std::max(g, h);
 }
 
+// Step programs depend on a few of the strategy's fields only; the search
+// simulates many strategies of one shape (tp, mbs, ckpt, precision vary).
+class ProgramCache {
+ public:
+  ProgramCache(int64_t layers, bool tied) : layers_(layers) { opt_.tied_embeddings = tied; }
+  const StepProgram& get(const Strategy& s) {
+    const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
+    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp > 1, int(s.schedule));
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    return cache_.emplace(key, build_step_program(s, layers_, opt_)).first->second;
+  }
+
+ private:
+  int64_t layers_;
+  StepOptions opt_;
+  std::map<std::tuple<int, int, int, int, int, bool, int>, StepProgram> cache_;
+};
+
 }  // namespace
 
 SearchResult search_plans(const SearchRequest& req) {
@@ -125,6 +147,7 @@ SearchResult search_plans(const SearchRequest& req) {
   // Phase 2: in increasing bound, memory check and simulate while the bound can still win.
   Plan plan{req.model, req.cluster, Strategy{}, req.seq, req.global_batch};
   Simulator sim;
+  ProgramCache programs(req.model.layers, req.model.tied_embeddings);
   std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
   std::array<double, kFamilies> fam_best;
   fam_best.fill(kInf);
@@ -161,7 +184,7 @@ SearchResult search_plans(const SearchRequest& req) {
       continue;
     }
     ctx.build(c.strategy, table);
-    const SimResult& r = sim.run(make_schedule(c.strategy), table);
+    const SimResult& r = sim.run(programs.get(c.strategy), table);
     ++out.stats.simulated;
     if (r.deadlock) continue;
     const double t = r.makespan_seconds;

@@ -49,7 +49,7 @@ bool runs_to_completion(const PipelineSchedule& sched, int pp, int vpp) {
   return true;
 }
 
-void check_schedule(const PipelineSchedule& sched, int pp, int m, int vpp) {
+void check_schedule(const PipelineSchedule& sched, int pp, int m, int vpp, Schedule kind) {
   REQUIRE(int(sched.size()) == pp);
   const int V = pp * vpp;
   for (int s = 0; s < pp; ++s) {
@@ -85,11 +85,19 @@ void check_schedule(const PipelineSchedule& sched, int pp, int m, int vpp) {
     REQUIRE(recvs_b == m * (vpp - last));
   }
   REQUIRE(runs_to_completion(sched, pp, vpp));
-  // The simulator finishes it too (no deadlock under its data dependencies).
-  TableCostModel cost(pp, vpp);
+  // The simulator finishes it too (no deadlock under its data dependencies),
+  // walking the step program built on this schedule.
+  Strategy st;
+  st.pp = pp, st.gas = m, st.schedule = kind, st.vpp = vpp;
+  const StepProgram prog = build_step_program(st, pp * vpp);
+  TableCostModel cost(prog.partition);
   for (int s = 0; s < pp; ++s)
-    for (int c = 0; c < vpp; ++c) cost.chunk(s, c).forward_seconds = 1, cost.chunk(s, c).backward_seconds = 2;
-  REQUIRE_FALSE(simulate(sched, cost).deadlock);
+    for (int c = 0; c < vpp; ++c) {
+      UnitCost chunk;
+      chunk.forward_seconds = 1, chunk.backward_seconds = 2;
+      cost.set_chunk(s, c, chunk);
+    }
+  REQUIRE_FALSE(simulate(prog, cost).deadlock);
 }
 
 }  // namespace
@@ -98,8 +106,8 @@ TEST_CASE("gpipe and 1f1b schedules keep their invariants for pp 1..8, 1..32 mic
   for (int pp = 1; pp <= 8; ++pp)
     for (int m = 1; m <= 32; ++m) {
       INFO("pp=" << pp << " m=" << m);
-      check_schedule(gpipe(pp, m), pp, m, 1);
-      check_schedule(one_f_one_b(pp, m), pp, m, 1);
+      check_schedule(gpipe(pp, m), pp, m, 1, Schedule::GPipe);
+      check_schedule(one_f_one_b(pp, m), pp, m, 1, Schedule::OneFOneB);
     }
 }
 
@@ -112,7 +120,7 @@ TEST_CASE("interleaved 1f1b keeps its invariants for pp 1..8, 1..32 micro-batche
           continue;
         }
         INFO("pp=" << pp << " m=" << m << " vpp=" << vpp);
-        check_schedule(interleaved_one_f_one_b(pp, m, vpp), pp, m, vpp);
+        check_schedule(interleaved_one_f_one_b(pp, m, vpp), pp, m, vpp, Schedule::Interleaved);
       }
 }
 

@@ -9,6 +9,7 @@
 #include "planner/bench.hpp"
 #include "planner/search.hpp"
 #include "strategies/search_space.hpp"
+#include "strategies/step_program.hpp"
 
 using namespace planner;
 
@@ -59,7 +60,7 @@ TEST_CASE("the lower bound never exceeds the simulated step", "[search]") {
     if (++n % 7) return;  // every 7th, to keep the test quick
     ctx.build(s, t);
     const double lb = makespan_lower_bound(t, s.gas);
-    const double step = sim.run(make_schedule(s), t).makespan_seconds;
+    const double step = sim.run(build_step_program(s, r.model.layers, {r.model.tied_embeddings}), t).makespan_seconds;
     INFO(s.to_string());
     REQUIRE(lb <= step * (1 + 1e-12));
   });

@@ -2,7 +2,12 @@
 // hand-picked durations (TableCostModel filled directly).
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <stdexcept>
+#include <string>
+
 #include "catch.hpp"
+#include "costmodel/collectives.hpp"
 #include "costmodel/simulator.hpp"
 #include "costmodel/trace.hpp"
 #include "strategies/schedule.hpp"
@@ -11,11 +16,28 @@ using namespace planner;
 
 namespace {
 
-TableCostModel uniform(int pp, int vpp, double f, double b) {
-  TableCostModel c(pp, vpp);
-  for (int s = 0; s < pp; ++s)
-    for (int k = 0; k < vpp; ++k) c.chunk(s, k).forward_seconds = f, c.chunk(s, k).backward_seconds = b;
+Strategy strategy(int pp, int m, Schedule sched = Schedule::OneFOneB, int vpp = 1) {
+  Strategy s;
+  s.pp = pp, s.gas = m, s.schedule = sched, s.vpp = vpp;
+  return s;
+}
+
+// Every chunk's forward f and backward b for one micro-batch, spread over its units.
+TableCostModel uniform(const StepProgram& p, double f, double b) {
+  TableCostModel c(p.partition);
+  for (int s = 0; s < p.partition.pp(); ++s)
+    for (int k = 0; k < p.partition.vpp(); ++k) {
+      UnitCost chunk;
+      chunk.forward_seconds = f, chunk.backward_seconds = b;
+      c.set_chunk(s, k, chunk);
+    }
   return c;
+}
+
+int count(const SimResult& r, const char* name, int stage = -1) {
+  int n = 0;
+  for (const auto& e : r.events) n += std::string(e.name) == name && (stage < 0 || e.stage == stage);
+  return n;
 }
 
 }  // namespace
@@ -23,20 +45,21 @@ TableCostModel uniform(int pp, int vpp, double f, double b) {
 TEST_CASE("GPipe and 1F1B: makespan (m + p - 1)(f + b), bubble fraction (p - 1)/(m + p - 1)", "[sim]") {
   const double f = 1.0, b = 2.0;
   for (int p : {1, 2, 4, 8})
-    for (int m : {1, 3, 8, 16}) {
-      const auto cost = uniform(p, 1, f, b);
-      for (const auto& sched : {gpipe(p, m), one_f_one_b(p, m)}) {
-        const SimResult r = simulate(sched, cost);
-        INFO("p=" << p << " m=" << m);
-        REQUIRE_FALSE(r.deadlock);
-        CHECK(r.makespan_seconds == Approx((m + p - 1) * (f + b)));
-        for (const auto& st : r.stages) {
-          CHECK(st.bubble_seconds / r.makespan_seconds == Approx(double(p - 1) / (m + p - 1)).margin(1e-12));
-          CHECK(st.compute_seconds == Approx(m * (f + b)));
+    for (int m : {1, 3, 8, 16})
+      for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB})
+        for (int layers : {p, 3 * p}) {  // one or three layers per stage: the units share the stage's f and b
+          const StepProgram prog = build_step_program(strategy(p, m, sched), layers);
+          const auto cost = uniform(prog, f, b);
+          const SimResult r = simulate(prog, cost);
+          INFO("p=" << p << " m=" << m << " layers=" << layers << " " << to_string(sched));
+          REQUIRE_FALSE(r.deadlock);
+          CHECK(r.makespan_seconds == Approx((m + p - 1) * (f + b)));
+          for (const auto& st : r.stages) {
+            CHECK(st.bubble_seconds / r.makespan_seconds == Approx(double(p - 1) / (m + p - 1)).margin(1e-12));
+            CHECK(st.compute_seconds == Approx(m * (f + b)));
+          }
+          CHECK(makespan_lower_bound(cost, m) == Approx(r.makespan_seconds));
         }
-        CHECK(makespan_lower_bound(cost, m) == Approx(r.makespan_seconds));
-      }
-    }
 }
 
 TEST_CASE("interleaved 1F1B divides the bubble by v", "[sim]") {
@@ -45,8 +68,9 @@ TEST_CASE("interleaved 1F1B divides the bubble by v", "[sim]") {
   for (int p : {2, 4, 8})
     for (int v : {2, 3, 4})
       for (int m : {2 * p, 4 * p}) {
-        const auto cost = uniform(p, v, f / v, b / v);
-        const SimResult r = simulate(interleaved_one_f_one_b(p, m, v), cost);
+        const StepProgram prog = build_step_program(strategy(p, m, Schedule::Interleaved, v), 2 * p * v);
+        const auto cost = uniform(prog, f / v, b / v);
+        const SimResult r = simulate(prog, cost);
         INFO("p=" << p << " v=" << v << " m=" << m);
         REQUIRE_FALSE(r.deadlock);
         const double bubble = (p - 1) * (f + b) / v;
@@ -57,53 +81,140 @@ TEST_CASE("interleaved 1F1B divides the bubble by v", "[sim]") {
 }
 
 TEST_CASE("pipeline sends add to the critical path; the lower bound stays below", "[sim]") {
-  auto cost = uniform(4, 1, 1.0, 2.0);
-  for (int s = 0; s < 4; ++s) cost.chunk(s, 0).send_forward_seconds = 0.1, cost.chunk(s, 0).send_backward_seconds = 0.1;
-  const SimResult r = simulate(one_f_one_b(4, 8), cost);
+  const StepProgram prog = build_step_program(strategy(4, 8), 4);
+  auto cost = uniform(prog, 1.0, 2.0);
+  for (int s = 0; s < 4; ++s) cost.send(s, 0).forward_seconds = 0.1, cost.send(s, 0).backward_seconds = 0.1;
+  const SimResult r = simulate(prog, cost);
   // Fill: three hops forward and three back, each 0.1 s, on top of (m + p - 1)(f + b).
   CHECK(r.makespan_seconds >= (8 + 3) * 3.0 + 6 * 0.1 - 1e-9);
   CHECK(makespan_lower_bound(cost, 8) <= r.makespan_seconds + 1e-12);
 }
 
-TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except the last bucket", "[sim]") {
-  // One stage, one micro-batch: forward 1 s, backward 4 s; 8 buckets of 0.25 s
-  // each (2 s in all). Bucket i is ready at 1 + 4 (i + 1)/8 and its reduction
-  // takes 0.25 s < 0.5 s between buckets, so only the last one is exposed.
-  TableCostModel cost = uniform(1, 1, 1.0, 4.0);
-  cost.chunk(0, 0).grad_reduce_seconds = 2.0;
-  cost.chunk(0, 0).grad_buckets = 8;
+TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except the last unit's", "[sim]") {
+  // One stage, one micro-batch, dp = 2: 6 layers, so 8 units (embedding,
+  // layers, head); forward 1 s, backward 4 s (0.5 s per unit). Each unit's
+  // all-reduce takes 0.25 s and starts when its backward ends, so each is done
+  // before the next unit's backward ends; only the last one (the embedding's) is exposed.
+  Strategy s = strategy(1, 1);
+  s.dp = 2;
+  const StepProgram prog = build_step_program(s, 6);
+  TableCostModel cost = uniform(prog, 1.0, 4.0);
+  for (int u = 0; u < 8; ++u) cost.unit(u).all_reduce_seconds = 0.25;
   cost.stage(0).optimizer_seconds = 0.5;
-  const SimResult r = simulate(one_f_one_b(1, 1), cost);
+  SimOptions trace;
+  trace.record_trace = true;
+  const SimResult r = simulate(prog, cost, trace);
+  CHECK(count(r, "all-reduce") == 8);
   CHECK(r.makespan_seconds == Approx(1 + 4 + 0.25 + 0.5));
   CHECK(r.stages[0].exposed_comm_seconds == Approx(0.25));
   CHECK(r.stages[0].optimizer_seconds == Approx(0.5));
+  // Ring all-reduce of S bytes over n ranks moves 2(n-1)/n S at the bottleneck B.
+  for (int n : {2, 4, 8}) {
+    const double S = 1e9, B = 100e9;
+    GroupLink g;
+    g.size = n, g.seconds_per_byte = 1 / B;
+    CHECK(all_reduce_seconds(S, g, 0) == Approx(2.0 * (n - 1) / n * S / B));
+  }
   // Without overlap the whole reduction is exposed.
-  cost.chunk(0, 0).overlap_grad_reduce = false;
-  CHECK(simulate(one_f_one_b(1, 1), cost).makespan_seconds == Approx(1 + 4 + 2 + 0.5));
-  // A reduction slower than the backward shows: 8 x 1 s behind a 4 s backward.
-  cost.chunk(0, 0).overlap_grad_reduce = true;
-  cost.chunk(0, 0).grad_reduce_seconds = 8.0;
-  CHECK(simulate(one_f_one_b(1, 1), cost).makespan_seconds == Approx(1 + 0.5 + 8 + 0.5));
+  cost.stage(0).overlap_grad_reduce = false;
+  CHECK(simulate(prog, cost).makespan_seconds == Approx(1 + 4 + 2 + 0.5));
+  // A reduction slower than the backward shows: 8 x 1 s, the first after 0.5 s of backward.
+  cost.stage(0).overlap_grad_reduce = true;
+  for (int u = 0; u < 8; ++u) cost.unit(u).all_reduce_seconds = 1.0;
+  CHECK(simulate(prog, cost).makespan_seconds == Approx(1 + 0.5 + 8 + 0.5));
 }
 
-TEST_CASE("ZeRO-3 parameter gathers are prefetched behind the previous action", "[sim]") {
-  // 4 micro-batches, forward 1 s and backward 2 s over 4 layers; gathering a
-  // chunk takes 0.4 s. Only the first layer's gather of the first forward waits.
-  TableCostModel cost = uniform(1, 1, 1.0, 2.0);
-  cost.chunk(0, 0).param_gather_seconds = 0.4;
-  cost.chunk(0, 0).layers = 4;
-  const SimResult r = simulate(one_f_one_b(1, 4), cost);
+TEST_CASE("ZeRO-2/3 reduce-scatter after every backward; ZeRO-0/1 all-reduce once", "[sim]") {
+  for (int zero = 0; zero <= 3; ++zero) {
+    Strategy s = strategy(1, 4);
+    s.dp = 2, s.zero = zero;
+    const StepProgram prog = build_step_program(s, 2);
+    TableCostModel cost = uniform(prog, 1.0, 2.0);
+    for (int u = 0; u < 4; ++u) cost.unit(u).all_reduce_seconds = 0.02, cost.unit(u).reduce_scatter_seconds = 0.01;
+    SimOptions trace;
+    trace.record_trace = true;
+    const SimResult r = simulate(prog, cost, trace);
+    INFO("zero=" << zero);
+    CHECK(count(r, "all-reduce") == (zero >= 2 ? 0 : 4));
+    CHECK(count(r, "reduce-scatter") == (zero >= 2 ? 4 * 4 : 0));
+    // Each unit's reduction hides behind the next unit's backward (0.5 s); the
+    // embedding's (last) is exposed once, at the step's end.
+    CHECK(r.makespan_seconds == Approx(4 * 3.0 + (zero >= 2 ? 0.01 : 0.02)));
+  }
+}
+
+TEST_CASE("ZeRO-3 parameter gathers are prefetched one unit ahead", "[sim]") {
+  // 4 micro-batches, forward 1 s and backward 2 s over 4 layers (6 units, 1/6
+  // and 1/3 s each); gathering a unit takes 0.1 s. A gather starts when the
+  // buffer of the last released unit is free, one unit ahead of its use: only
+  // the very first gather waits.
+  Strategy s = strategy(1, 4);
+  s.dp = 2, s.zero = 3;
+  const StepProgram prog = build_step_program(s, 4);
+  TableCostModel cost = uniform(prog, 1.0, 2.0);
+  for (int u = 0; u < 6; ++u) cost.unit(u).gather_seconds = 0.1;
+  SimOptions trace;
+  trace.record_trace = true;
+  const SimResult r = simulate(prog, cost, trace);
   CHECK(r.makespan_seconds == Approx(0.1 + 4 * 3.0));
   CHECK(r.stages[0].exposed_comm_seconds == Approx(0.1));
+  int gathers = 0;
+  for (const auto& a : prog.stages[0]) gathers += a.op == StepOp::Gather;
+  CHECK(count(r, "gather") == gathers);
+  // Slower gathers than the units' compute are exposed, each pass.
+  for (int u = 0; u < 6; ++u) cost.unit(u).gather_seconds = 0.5;
+  const SimResult slow = simulate(prog, cost);
+  CHECK(slow.makespan_seconds > 4 * 3.0 + 1.0);
+  CHECK(slow.stages[0].exposed_comm_seconds == Approx(slow.makespan_seconds - 4 * 3.0));
+  CHECK(makespan_lower_bound(cost, 4) <= slow.makespan_seconds);
+}
+
+TEST_CASE("offload: gradients go to the host as reduced, the CPU steps, parameters come back", "[sim]") {
+  // dp = 1, zero = 1, offload = optimizer, one micro-batch over 2 layers (4
+  // units): each unit's gradient copy (0.1 s) starts when its backward ends;
+  // the copies of the first three hide behind the next backward (0.5 s), the
+  // embedding's does not. Then the CPU updates the units one after another
+  // (0.25 s each), each unit's upload (0.2 s) following its own update: only
+  // the last upload shows.
+  Strategy s = strategy(1, 1);
+  s.zero = 1, s.offload = Offload::Optimizer;
+  const StepProgram prog = build_step_program(s, 2);
+  TableCostModel cost = uniform(prog, 1.0, 2.0);
+  for (int u = 0; u < 4; ++u) {
+    cost.unit(u).to_host_seconds = 0.1, cost.unit(u).to_device_seconds = 0.2;
+    cost.unit(u).cpu_adam_seconds = 0.25;
+  }
+  cost.stage(0).cpu_optimizer = true;
+  SimOptions trace;
+  trace.record_trace = true;
+  const SimResult r = simulate(prog, cost, trace);
+  CHECK(r.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 0.2));
+  CHECK(r.stages[0].offload_seconds == Approx(0.1 + 0.2));
+  CHECK(r.stages[0].optimizer_seconds == Approx(1.0));
+  CHECK(count(r, "to host") == 4);
+  CHECK(count(r, "to device") == 4);
+  CHECK(count(r, "cpu adam") == 1);
+  CHECK(makespan_lower_bound(cost, 1) <= r.makespan_seconds);
+  // ZeRO-1 with dp = 2: each unit's all-gather follows its upload, overlapping the next one.
+  s.dp = 2;
+  const StepProgram prog2 = build_step_program(s, 2);
+  TableCostModel cost2 = cost;
+  for (int u = 0; u < 4; ++u) cost2.unit(u).all_gather_seconds = 0.05;
+  const SimResult r2 = simulate(prog2, cost2);
+  CHECK(r2.makespan_seconds == Approx(3.0 + 0.1 + 1.0 + 0.2 + 0.05));
+  CHECK(makespan_lower_bound(cost2, 1) <= r2.makespan_seconds);
 }
 
 TEST_CASE("the step waits for the slowest stage before the optimizer", "[sim]") {
-  TableCostModel cost = uniform(2, 1, 1.0, 2.0);
-  cost.chunk(1, 0).grad_reduce_seconds = 10;  // stage 1's DP reduction dominates
+  Strategy s = strategy(2, 2);
+  s.dp = 2;
+  const StepProgram prog = build_step_program(s, 2);  // stage 1: layer 1 (unit 2) and the head (unit 3)
+  TableCostModel cost = uniform(prog, 1.0, 2.0);
+  cost.unit(2).all_reduce_seconds = 10;  // stage 1's DP reduction dominates
   cost.stage(0).optimizer_seconds = cost.stage(1).optimizer_seconds = 1;
   cost.set_grad_norm_sync_seconds(0.5);
-  const SimResult r = simulate(one_f_one_b(2, 2), cost);
-  // Stage 1 runs F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; its one bucket reduces
+  const SimResult r = simulate(prog, cost);
+  // Stage 1 runs F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; unit 2's all-reduce runs
   // over [7,17]; stage 0 ends its compute at 9 and waits; the norm sync takes
   // 0.5 s and the optimizer 1 s.
   CHECK(r.makespan_seconds == Approx(17 + 0.5 + 1));
@@ -112,14 +223,18 @@ TEST_CASE("the step waits for the slowest stage before the optimizer", "[sim]") 
 }
 
 TEST_CASE("the parts of a stage's time add up to the makespan", "[sim]") {
-  TableCostModel cost = uniform(4, 2, 0.5, 1.0);
-  for (int s = 0; s < 4; ++s) {
-    cost.chunk(s, 0).grad_reduce_seconds = 0.7;
-    cost.chunk(s, 1).send_forward_seconds = 0.05;
-    cost.stage(s).optimizer_seconds = 0.2;
-    cost.stage(s).param_allgather_seconds = 0.1;
+  Strategy s = strategy(4, 8, Schedule::Interleaved, 2);
+  s.dp = 2, s.zero = 1;
+  const StepProgram prog = build_step_program(s, 16);
+  TableCostModel cost = uniform(prog, 0.5, 1.0);
+  for (int st = 0; st < 4; ++st) {
+    UnitCost c0;
+    c0.forward_seconds = 0.5, c0.backward_seconds = 1.0, c0.all_reduce_seconds = 0.7, c0.all_gather_seconds = 0.1;
+    cost.set_chunk(st, 0, c0);
+    cost.send(st, 1).forward_seconds = 0.05;
+    cost.stage(st).optimizer_seconds = 0.2;
   }
-  const SimResult r = simulate(interleaved_one_f_one_b(4, 8, 2), cost);
+  const SimResult r = simulate(prog, cost);
   for (const auto& st : r.stages) {
     const double sum = st.compute_seconds + st.tp_comm_seconds + st.exposed_comm_seconds + st.bubble_seconds +
                        st.optimizer_seconds + st.offload_seconds;
@@ -127,12 +242,94 @@ TEST_CASE("the parts of a stage's time add up to the makespan", "[sim]") {
   }
 }
 
+TEST_CASE("the simulator visits every action of the step program exactly once", "[sim]") {
+  // Over dp, ZeRO, offload, pp, schedules and micro-batches, with a non-zero
+  // cost for everything: one trace event per action, named for its kind, and
+  // per kind as many events as actions.
+  int checked = 0;
+  for (int dp : {1, 2})
+    for (int zero = 0; zero <= 3; ++zero)
+      for (int off = 0; off < 3; ++off)
+        for (int pp : {1, 2, 4})
+          for (int gas : {1, 4, 8})
+            for (int sched = 0; sched < 3; ++sched)
+              for (bool tied : {false, true}) {
+                Strategy s;
+                s.dp = dp, s.zero = zero, s.offload = Offload(off), s.pp = pp, s.gas = gas;
+                s.schedule = Schedule(sched);
+                s.vpp = s.schedule == Schedule::Interleaved ? 2 : 1;
+                try {
+                  s.validate();
+                } catch (const std::exception&) {
+                  continue;
+                }
+                if (s.schedule == Schedule::Interleaved && (pp == 1 || gas % pp)) continue;
+                const StepProgram prog = build_step_program(s, 8, {tied});
+                TableCostModel cost(prog.partition);
+                for (int u = 0; u < prog.partition.units(); ++u) {
+                  UnitCost& c = cost.unit(u);
+                  c.forward_seconds = 0.01, c.backward_seconds = 0.02, c.gather_seconds = 0.003;
+                  c.fetch_seconds = off == 2 ? 0.002 : 0;
+                  c.all_reduce_seconds = 0.004, c.reduce_scatter_seconds = 0.002;
+                  c.to_host_seconds = 0.003, c.cpu_adam_seconds = off ? 0.005 : 0;
+                  // The lower bound counts every ToDevice and AllGather: priced only where the program has them.
+                  c.all_gather_seconds = dp > 1 && (zero == 1 || zero == 2) ? 0.002 : 0;
+                  c.to_device_seconds = off == 1 || (off == 2 && zero < 3) ? 0.003 : 0;
+                }
+                for (int st = 0; st < pp; ++st) {
+                  for (int c = 0; c < prog.partition.vpp(); ++c) cost.send(st, c) = {0.001, 0.001};
+                  cost.stage(st).cpu_optimizer = off != 0;
+                  cost.stage(st).optimizer_seconds = off ? 0 : 0.05;
+                  if (tied && pp > 1 && (st == 0 || st == pp - 1)) cost.stage(st).tied_grad_seconds = 0.004;
+                }
+                cost.set_grad_norm_sync_seconds(0.001);
+                SimOptions opt;
+                opt.record_trace = true;
+                const SimResult r = simulate(prog, cost, opt);
+                INFO(s.to_string() << " tied=" << tied);
+                REQUIRE_FALSE(r.deadlock);
+                for (int st = 0; st < pp; ++st) {
+                  const StepList& list = prog.stages[size_t(st)];
+                  std::vector<int> seen(list.size(), 0);
+                  std::map<std::string, int> want, got;
+                  for (const auto& a : list) ++want[trace_name(a, off != 0)];
+                  for (const auto& e : r.events) {
+                    if (e.stage != st || e.action < 0) continue;
+                    REQUIRE(size_t(e.action) < list.size());
+                    ++seen[size_t(e.action)];
+                    const StepAction& a = list[size_t(e.action)];
+                    CHECK(std::string(e.name) == trace_name(a, off != 0));
+                    CHECK(e.unit == a.unit);
+                    CHECK(e.microbatch == a.microbatch);
+                    CHECK(e.end_seconds >= e.start_seconds);
+                    ++got[e.name];
+                  }
+                  for (size_t i = 0; i < list.size(); ++i) CHECK(seen[i] == 1);
+                  CHECK(got == want);
+                }
+                const double sum = r.stages[0].compute_seconds + r.stages[0].tp_comm_seconds +
+                                   r.stages[0].exposed_comm_seconds + r.stages[0].bubble_seconds +
+                                   r.stages[0].optimizer_seconds + r.stages[0].offload_seconds;
+                CHECK(sum == Approx(r.makespan_seconds));
+                CHECK(makespan_lower_bound(cost, gas) <= r.makespan_seconds * (1 + 1e-12));
+                ++checked;
+              }
+  CHECK(checked > 100);
+}
+
+TEST_CASE("a program and a cost model of different layouts are refused", "[sim]") {
+  const StepProgram prog = build_step_program(strategy(2, 2), 4);
+  TableCostModel cost(LayerPartition(6, 2, 1));
+  CHECK_THROWS_AS(simulate(prog, cost), std::invalid_argument);
+}
+
 TEST_CASE("the Chrome trace has one process per stage and one thread per stream", "[sim]") {
-  auto cost = uniform(2, 1, 1.0, 2.0);
-  for (int s = 0; s < 2; ++s) cost.chunk(s, 0).send_forward_seconds = cost.chunk(s, 0).send_backward_seconds = 0.1;
+  const StepProgram prog = build_step_program(strategy(2, 2), 2);  // two units per stage
+  auto cost = uniform(prog, 1.0, 2.0);
+  for (int s = 0; s < 2; ++s) cost.send(s, 0) = {0.1, 0.1};
   SimOptions opt;
   opt.record_trace = true;
-  const SimResult r = simulate(one_f_one_b(2, 2), cost, opt);
+  const SimResult r = simulate(prog, cost, opt);
   const auto j = chrome_trace_json(r, "test");
   int complete = 0;
   for (const auto& e : j.at("traceEvents")) {
@@ -142,7 +339,10 @@ TEST_CASE("the Chrome trace has one process per stage and one thread per stream"
       CHECK(e.at("pid").get<int>() < 2);
     }
   }
-  CHECK(complete == 2 * (2 + 2) + 4);  // F and B on two stages; two activation and two gradient sends
+  // F and B of two units and two micro-batches on two stages; two activation
+  // and two gradient sends; stage 1's sync waits for its last gradient send.
+  CHECK(complete == 2 * 2 * (2 + 2) + 4 + 1);
+  CHECK(count(r, "sync", 1) == 1);
   CHECK(j.at("otherData").at("makespan_seconds").get<double>() == Approx(r.makespan_seconds));
 }
 
