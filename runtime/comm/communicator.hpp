@@ -23,7 +23,12 @@
 //   - every wait has a deadline (`timeout`): a collective that does not finish
 //     in time ends the whole job (MPI_Abort) after one line on stderr naming this
 //     rank, the group, the operation and the timeout: a dead or stuck peer never
-//     hangs the job.
+//     hangs the job. MPI counts the timeout from the wait() call; NCCL's
+//     watchdog (one thread per communicator, polling every 100 ms) from the
+//     moment the operation could start on the device (the caller's stream reached
+//     it), or from the call itself while NCCL's host side has not returned (its
+//     connection set-up waits for the peers). An asynchronous NCCL error ends the
+//     job the same way.
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -50,6 +55,11 @@ bool launched_by_mpi();
 // Ends every rank: prints `message` (one line, prefixed with this rank) on
 // stderr and calls MPI_Abort(MPI_COMM_WORLD, code).
 [[noreturn]] void abort_world(const std::string& message, int code = 1);
+// MPI_Finalize now, when init_world() started MPI and it is not finalized yet
+// (the atexit hook then does nothing). Every communicator must be gone first.
+void finalize_world();
+// True when this build has the NCCL backend (LibTorch with CUDA and NCCL found).
+bool has_nccl();
 
 class Work {
  public:
@@ -77,6 +87,7 @@ class Communicator {
   // In place: t = sum over the group.
   virtual WorkPtr all_reduce(at::Tensor t) = 0;
   // in.numel() == size() * out.numel(); out = sum over the group of chunk rank() of in.
+  // `out` may be in's own chunk rank() (in place).
   virtual WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor out) = 0;
   // out.numel() == size() * in.numel(); chunk r of out = in of rank r. `in` may be
   // out's own chunk rank() (in place).

@@ -1,0 +1,208 @@
+// The MPI backend: CPU tensors, non-blocking MPI calls (MPI_Iallreduce,
+// MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Isend/MPI_Irecv),
+// so every strategy runs on the CPU under `mpirun -np N` in CI.
+// 16-bit types travel as 2-byte MPI types and are summed by a user-defined
+// commutative operation in fp32 per element (world.cpp).
+#include <functional>
+#include <stdexcept>
+
+#include "runtime/comm/comm_detail.hpp"
+
+namespace planner::rt::detail {
+namespace {
+
+struct TypeOp {
+  MPI_Datatype type;
+  MPI_Op sum;
+};
+
+TypeOp mpi_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return {MPI_FLOAT, MPI_SUM};
+    case at::kDouble: return {MPI_DOUBLE, MPI_SUM};
+    case at::kLong: return {MPI_INT64_T, MPI_SUM};
+    case at::kBFloat16: return {mpi_bf16_type(), mpi_sum16_op()};
+    case at::kHalf: return {mpi_fp16_type(), mpi_sum16_op()};
+    default: throw std::runtime_error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
+  }
+}
+
+int count(const at::Tensor& t) { return static_cast<int>(t.numel()); }
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<const GroupInfo> g, const char* op, std::vector<at::Tensor> keep,
+          std::function<void()> finish = {})
+      : g_(std::move(g)), op_(op), keep_(std::move(keep)), finish_(std::move(finish)) {}
+  // A work dropped before it completed would leave MPI writing into freed
+  // memory: wait it out (with the deadline) instead.
+  ~MpiWork() override {
+    if (complete_ || req_ == MPI_REQUEST_NULL) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+  MPI_Request* request() { return &req_; }
+
+  void wait() override {
+    if (complete_) return;
+    wait_request(req_, *g_, op_, Clock::now());
+    finish();
+  }
+  bool done() override {
+    if (complete_) return true;
+    if (!mpi_thread_ok()) return false;  // only the MPI thread can make progress
+    int flag = 0;
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "communicator " + g_->name + ": " + op_ + ": MPI_Test");
+    if (flag) finish();
+    return complete_;
+  }
+
+ private:
+  void finish() {
+    complete_ = true;
+    if (finish_) finish_();
+    keep_.clear();
+  }
+  std::shared_ptr<const GroupInfo> g_;
+  const char* op_;
+  std::vector<at::Tensor> keep_;
+  std::function<void()> finish_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool complete_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(SplitGroup s) : comm_(s.comm), g_(std::make_shared<GroupInfo>(std::move(s.info))) {}
+  ~MpiCommunicator() override {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  Backend backend() const override { return Backend::Mpi; }
+  int rank() const override { return g_->rank; }
+  int size() const override { return static_cast<int>(g_->members.size()); }
+  const std::vector<int>& members() const override { return g_->members; }
+  const std::string& name() const override { return g_->name; }
+
+  WorkPtr all_reduce(at::Tensor t) override {
+    static const char* op = "all_reduce";
+    check_tensor(*g_, op, "t", t, at::kCPU);
+    auto w = start(op, {t});
+    const auto [type, sum] = mpi_type(t.scalar_type());
+    check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type, sum, comm_, w->request()), op, "MPI_Iallreduce");
+    return w;
+  }
+
+  WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor out) override {
+    static const char* op = "reduce_scatter";
+    check_tensor(*g_, op, "in", in, at::kCPU);
+    check_tensor(*g_, op, "out", out, at::kCPU);
+    check_pair(*g_, op, in, out);
+    if (in.numel() != size() * out.numel()) throw_sizes(op, "in", in, "out", out);
+    // In place (out is in's chunk rank()): MPI has no such form, so reduce into
+    // a temporary and copy it into out once done.
+    at::Tensor dst = chunk_in_place(*g_, op, out, in) ? at::empty_like(out) : out;
+    std::function<void()> finish;
+    if (!dst.is_same(out)) finish = [dst, out]() mutable { out.copy_(dst); };
+    auto w = start(op, {in, out, dst}, std::move(finish));
+    const auto [type, sum] = mpi_type(in.scalar_type());
+    check(MPI_Ireduce_scatter_block(in.data_ptr(), dst.data_ptr(), count(out), type, sum, comm_, w->request()), op,
+          "MPI_Ireduce_scatter_block");
+    return w;
+  }
+
+  WorkPtr all_gather(const at::Tensor& in, at::Tensor out) override {
+    static const char* op = "all_gather";
+    check_tensor(*g_, op, "in", in, at::kCPU);
+    check_tensor(*g_, op, "out", out, at::kCPU);
+    check_pair(*g_, op, in, out);
+    if (out.numel() != size() * in.numel()) throw_sizes(op, "out", out, "in", in);
+    const bool in_place = chunk_in_place(*g_, op, in, out);
+    auto w = start(op, {in, out});
+    const MPI_Datatype type = mpi_type(in.scalar_type()).type;
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type, out.data_ptr(), count(in), type,
+                         comm_, w->request()),
+          op, "MPI_Iallgather");
+    return w;
+  }
+
+  WorkPtr broadcast(at::Tensor t, int root) override {
+    static const char* op = "broadcast";
+    check_tensor(*g_, op, "t", t, at::kCPU);
+    check_peer(*g_, op, root, "root");
+    auto w = start(op, {t});
+    check(MPI_Ibcast(t.data_ptr(), count(t), mpi_type(t.scalar_type()).type, root, comm_, w->request()), op,
+          "MPI_Ibcast");
+    return w;
+  }
+
+  WorkPtr send(const at::Tensor& t, int peer) override {
+    static const char* op = "send";
+    check_tensor(*g_, op, "t", t, at::kCPU);
+    check_p2p_peer(op, peer);
+    auto w = start(op, {t});
+    check(MPI_Isend(t.data_ptr(), count(t), mpi_type(t.scalar_type()).type, peer, kTag, comm_, w->request()), op,
+          "MPI_Isend");
+    return w;
+  }
+
+  WorkPtr recv(at::Tensor t, int peer) override {
+    static const char* op = "recv";
+    check_tensor(*g_, op, "t", t, at::kCPU);
+    check_p2p_peer(op, peer);
+    auto w = start(op, {t});
+    check(MPI_Irecv(t.data_ptr(), count(t), mpi_type(t.scalar_type()).type, peer, kTag, comm_, w->request()), op,
+          "MPI_Irecv");
+    return w;
+  }
+
+  void barrier() override {
+    static const char* op = "barrier";
+    auto w = start(op, {});
+    check(MPI_Ibarrier(comm_, w->request()), op, "MPI_Ibarrier");
+    w->wait();
+  }
+
+ private:
+  // Messages between two ranks of one communicator match in the order they
+  // were posted (MPI's non-overtaking rule), as NCCL's send/recv do: one tag.
+  static constexpr int kTag = 0;
+
+  std::shared_ptr<MpiWork> start(const char* op, std::vector<at::Tensor> keep, std::function<void()> finish = {}) {
+    if (!mpi_thread_ok())
+      throw std::runtime_error("communicator " + g_->name + ": " + op +
+                               ": called from a second thread, but this MPI does not provide MPI_THREAD_MULTIPLE");
+    return std::make_shared<MpiWork>(g_, op, std::move(keep), std::move(finish));
+  }
+  void check(int rc, const char* op, const char* call) { check_mpi(rc, "communicator " + g_->name + ": " + op + ": " + call); }
+  void check_p2p_peer(const char* op, int peer) {
+    check_peer(*g_, op, peer, "peer");
+    if (peer == g_->rank)
+      throw std::runtime_error("communicator " + g_->name + ": " + op + ": peer " + std::to_string(peer) +
+                               " is this rank itself");
+  }
+  [[noreturn]] void throw_sizes(const char* op, const char* big, const at::Tensor& b, const char* small,
+                                const at::Tensor& s) {
+    throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + big + " has " + std::to_string(b.numel()) +
+                             " elements, expected size() * " + small + ".numel() = " + std::to_string(size()) + " * " +
+                             std::to_string(s.numel()) + " = " + std::to_string(size() * s.numel()));
+  }
+
+  MPI_Comm comm_;
+  std::shared_ptr<GroupInfo> g_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(SplitGroup split) {
+  return std::make_unique<MpiCommunicator>(std::move(split));
+}
+
+}  // namespace planner::rt::detail
