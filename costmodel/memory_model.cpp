@@ -150,17 +150,18 @@ MemoryReport estimate_memory(const Plan& plan) {
     // the one prefetched; with tied embeddings (one stage) the word matrix stays
     // gathered, and its gradient allocated, through the backward.
     double comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e);
+    // NCCL's own buffers, one set per communicator in use (dp, tp, pp).
+    const int communicators = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
+    comm += communicators * k.nccl_bytes_per_communicator;
     if (s.pp > 1) comm += 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1);  // one activation and one gradient, double-buffered
     g[int(MemCategory::CommBuffers)] = int64_t(comm);
 
     const double dynamic = act + g[int(MemCategory::LogitsLoss)];
-    const int communicators = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
     // The optimizer converts 16-bit gradients to fp32 in one reused chunk.
     const double work = s.precision == Precision::FP32 || s.offload != Offload::None
                             ? 0.0
                             : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
-    g[int(MemCategory::Overhead)] = int64_t(k.context_bytes + k.static_buffer_bytes + work +
-                                            communicators * k.nccl_bytes_per_communicator + k.fragmentation * dynamic);
+    g[int(MemCategory::Overhead)] = int64_t(k.context_bytes + k.static_buffer_bytes + work + k.fragmentation * dynamic);
 
     for (auto v : g) sm.gpu_peak_bytes += v;
     sm.host_bytes = int64_t(ms.host_bytes);

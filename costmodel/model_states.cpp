@@ -18,8 +18,11 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   k.optimizer_work_bytes = 4.0 * (1 << 26);
   k.loss_chunk_bytes = 256.0 * (1 << 20);
   // NCCL allocates per-channel buffers for each communicator (NCCL_BUFFSIZE 4 MiB
-  // times channels and peers); about 256 MiB each in practice.
-  k.nccl_bytes_per_communicator = 256.0 * (1 << 20);
+  // times channels, peers and protocols). Measured by the runtime as the growth
+  // of device memory outside the caching allocator across a dp communicator's
+  // set-up and first all-reduce: 840 MiB on two NVLink-connected H200s (NCCL
+  // 2.28, validation/h200x2/run1, every rank).
+  k.nccl_bytes_per_communicator = 840.0 * (1 << 20);
   // Reserved but unallocated memory of PyTorch's caching allocator, as a
   // fraction of the memory that comes and goes within a step (activations and
   // logits): measured 0.29 GiB of 21.2 GiB (gpt2-xl) and 0.42 of 27.7 GiB

@@ -378,9 +378,24 @@ void Engine::reduce(int u, bool scatter) {
   // Earlier units' gradients whose reduce-scatter has finished are gone by now.
   while (I.inflight_grads.size() > 1) I.inflight_grads.erase(I.inflight_grads.begin());
   if (I.reduces_done[size_t(u)] > 0) {
-    if (I.reduce_work[size_t(u)]) I.reduce_work[size_t(u)]->wait();
+    if (WorkPtr& prev = I.reduce_work[size_t(u)]) {
+      prev->wait();
+      // Waited for: drop it from the outstanding list, so that the unit
+      // gradient it holds is freed now, not at the step's Sync (the NCCL
+      // backend records its tensors on its stream, so the memory is reused
+      // only after the collective).
+      I.pending.erase(std::remove(I.pending.begin(), I.pending.end(), prev), I.pending.end());
+    }
     g.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk).add_(acc);
   }
+  // Finished collectives hold nothing worth keeping.
+  I.pending.erase(std::remove_if(I.pending.begin(), I.pending.end(),
+                                 [&](const WorkPtr& w) {
+                                   for (const auto& r : I.reduce_work)
+                                     if (r == w) return false;  // still needed for ordering
+                                   return w->done();
+                                 }),
+                  I.pending.end());
   if (dp_ && st_.dp > 1) {
     I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
     I.pending.push_back(I.reduce_work[size_t(u)]);

@@ -40,7 +40,7 @@ t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TESTS=ON \
   -DCMAKE_PREFIX_PATH="$SP/torch/share/cmake" -DNCCL_ROOT="$SP/nvidia/nccl" >>"$LOG" 2>&1 || { tail -30 "$LOG"; exit 1; }
 targets=planner
-[ "$PART" = dp ] && targets="planner dist_tests"
+[ "$PART" = dp ] && [ "${TESTS:-1}" = 1 ] && targets="planner dist_tests"
 cmake --build build-dev --target $targets >>"$LOG" 2>&1 || { grep -E "error|Error" "$LOG" | head -40; exit 1; }
 say "built in $(( $(date +%s) - t0 )) s"
 grep -E "NCCL|nccl" build-dev/CMakeCache.txt | grep -iE "PLANNER_HAS_NCCL|NCCL_INCLUDE|NCCL_LIB" | tee -a "$LOG"
@@ -52,12 +52,13 @@ run() {  # run NAME PLAN [extra env...]: planner exec with the result under $OUT
 }
 
 if [ "$PART" = dp ]; then
-  say "dist_tests (mpirun -np 2)"
+  [ "${TESTS:-1}" = 1 ] && say "dist_tests (mpirun -np 2)" && \
   timeout 240 mpirun --allow-run-as-root -np 2 --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
     -x NVSHMEM_DISABLE_NVLS ./build-dev/tests/dist_tests 2>&1 | tail -15 | tee -a "$LOG"
   run neo-dp1 $D/neo1.3b-dp1.json CUDA_VISIBLE_DEVICES=0
-  for z in 0 1 2 3; do run neo-dp2-zero$z $D/neo1.3b-dp2-zero$z.json; done
+  for z in ${ZEROS:-0 1 2 3}; do run neo-dp2-zero$z $D/neo1.3b-dp2-zero$z.json; done
   REF=benchmarks/pytorch_dist_reference.py
+  if [ "${REFS:-1}" = 1 ]; then
   say "PyTorch DDP"
   timeout 240 torchrun --nproc_per_node 2 $REF $D/neo1.3b-dp2-zero0.json --mode ddp --steps "$STEPS" --warmup "$WARMUP" \
     -o "$OUT/ddp.ref.json" 2>&1 | grep -vE "warm-up|^W[0-9]|OMP_NUM" | tail -4 | tee -a "$LOG"
@@ -66,14 +67,17 @@ if [ "$PART" = dp ]; then
     timeout 240 torchrun --nproc_per_node 2 $REF $D/neo1.3b-dp2-zero0.json --mode fsdp2 --reshard-after-forward $r \
       --steps "$STEPS" --warmup "$WARMUP" -o "$OUT/fsdp2-r$r.ref.json" 2>&1 | grep -vE "warm-up|^W[0-9]|OMP_NUM" | tail -4 | tee -a "$LOG"
   done
-  run neo-dp1-gas8 $D/neo1.3b-dp1-gas8.json CUDA_VISIBLE_DEVICES=0
+  fi
+  [ "${GAS8:-1}" = 1 ] && run neo-dp1-gas8 $D/neo1.3b-dp1-gas8.json CUDA_VISIBLE_DEVICES=0
 fi
-if [ "$PART" = offload ]; then
+if [ "$PART" = offload ] || [ "${OFFLOAD:-0}" = 1 ]; then
   free -g | tee -a "$LOG"
   STEPS=3 WARMUP=1
   run opt6.7b-offload-h100plan $D/opt6.7b-offload-h100.json CUDA_VISIBLE_DEVICES=0
-  run opt6.7b-offload-h200 $D/opt6.7b-offload-h200.json CUDA_VISIBLE_DEVICES=0
+  [ "${H200PLAN:-1}" = 1 ] && run opt6.7b-offload-h200 $D/opt6.7b-offload-h200.json CUDA_VISIBLE_DEVICES=0
 fi
 
 say "summary"
 python3 scripts/dist_summary.py "$OUT" 2>&1 | tee "$OUT/summary-$PART.txt" | tee -a "$LOG"
+# At most 8 files come back from the device tool: the JSON results travel as one archive.
+(cd "$OUT" && tar -czf "results-$PART.tgz" *.json && rm -f *.json)
