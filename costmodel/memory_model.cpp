@@ -31,32 +31,18 @@ std::vector<int> partition_layers(const ModelSpec& m, int chunks) {
 
 namespace {
 
-// Largest ZeRO-2/3 unit buffers alive at once on a stage (bytes): walking the
-// backward (units in reverse), the unit computing plus the previous unit still
-// reducing (gradients; ZeRO-3 also their gathered parameters, the prefetched
-// one included), plus the tied embedding's parameters and gradient when it is
-// kept (pp = 1).
+// ZeRO-2/3 unit buffers on a stage (bytes), as the runtime's executor keeps
+// them (runtime/engine.cpp, BufferPool): the embedding and the head each have
+// their own, the layers share two layer-sized slots (the unit computing and the
+// one prefetched or still reducing); gradients under ZeRO-2/3, gathered
+// parameters too under ZeRO-3.
 double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool head, int layers, int e) {
   if (s.zero < 2) return 0;
   const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
   const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
   const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
-  const bool tied = m.tied_embeddings && s.pp == 1;
-  std::vector<double> units;  // backward order
-  if (head) units.push_back(H);
-  for (int i = 0; i < layers; ++i) units.push_back(L);
-  if (emb) units.push_back(E);
-  double peak = 0;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const double pair = units[i] + (i > 0 ? units[i - 1] : 0);
-    double grads = pair, params = s.zero == 3 ? units[i] + (i + 1 < units.size() ? units[i + 1] : 0) : 0;
-    if (tied && emb && i + 1 < units.size()) {  // unit 0 is not one of the pair: it is held besides
-      grads += E;
-      if (s.zero == 3 && i + 2 < units.size()) params += E;
-    }
-    peak = std::max(peak, grads + params);
-  }
-  return double(e) * peak;
+  const double set = E + H + std::min(2, layers) * L;
+  return double(e) * set * (s.zero == 3 ? 2 : 1);
 }
 
 // Activations of micro-batches in flight on `stage`, in units of one chunk of

@@ -33,19 +33,41 @@ struct Engine::Unit {
   int64_t sbase = 0;                         // offset in the shard buffers
 };
 
+// Reused device buffers for ZeRO-2/3 units (DeepSpeed keeps fixed buffers the
+// same way): the embedding and the head each have their own, allocated at first
+// use; the layers, all of one size, share a pool that grows to the most units in
+// use at once (the unit computing and the one prefetched or still reducing).
+// Allocating once keeps the caching allocator from fragmenting under the churn
+// of unit-sized blocks freed while a collective still reads them.
+struct BufferPool {
+  std::map<int, at::Tensor> own;          // unit 0 and the head
+  std::map<int, WorkPtr> own_busy;        // a collective still reading it
+  std::vector<at::Tensor> slots;          // layer-sized
+  std::vector<WorkPtr> slot_busy;
+  std::vector<int> free;
+  std::map<int, int> slot_of;             // unit -> slot (layers)
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto& [u, t] : own) b += t.numel() * t.element_size();
+    for (const auto& t : slots) b += t.numel() * t.element_size();
+    return b;
+  }
+};
+
 struct Engine::Impl {
+  BufferPool gather_pool, grad_pool;
   std::vector<Unit> units;
   int ow = 1, orank = 0, dp_rank = 0;
   at::ScalarType dt = at::kFloat;
   bool mixed = false, offload = false, master_is_param = false;
   at::Tensor params, grads, pshard, gshard, master, m, v, work, step_count, empty;
   at::Tensor host_grad, host_param, host_work;  // offload (pinned)
-  std::vector<at::Tensor> gathered, ugrad;
+  std::vector<at::Tensor> gathered, ugrad;  // the pool buffer each unit uses now, or undefined
   std::vector<WorkPtr> gather_work, reduce_work;
   std::vector<bool> gather_on_copy;
   std::vector<int> reduces_done;
   std::vector<WorkPtr> pending;
-  std::vector<at::Tensor> inflight_grads;
+  int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
   std::unordered_map<int, at::Tensor> labels;
@@ -57,6 +79,47 @@ struct Engine::Impl {
   std::thread adam_thread;
   std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
 };
+
+namespace {
+
+// A buffer of `numel` elements for unit u: its own (unit 0, the head) or a free
+// layer slot. The stream that uses it next waits for the collective that last
+// read it.
+at::Tensor acquire(BufferPool& p, int u, bool layer, int64_t numel, const at::TensorOptions& o) {
+  if (!layer) {
+    at::Tensor& t = p.own[u];
+    if (!t.defined()) t = at::empty({numel}, o);
+    if (WorkPtr& w = p.own_busy[u]) w->wait(), w = nullptr;
+    return t;
+  }
+  // Two slots from the start, taken first-in first-out: the slot a unit just
+  // gave back (its collective maybe still running) is the last to be reused,
+  // so the compute stream rarely waits for it.
+  while (p.slots.size() < 2 || p.free.empty()) {
+    p.free.push_back(int(p.slots.size()));
+    p.slots.push_back(at::empty({numel}, o));
+    p.slot_busy.push_back(nullptr);
+    if (p.slots.size() >= 2 && !p.free.empty()) break;
+  }
+  const int k = p.free.front();
+  p.free.erase(p.free.begin());
+  if (WorkPtr& w = p.slot_busy[size_t(k)]) w->wait(), w = nullptr;
+  p.slot_of[u] = k;
+  return p.slots[size_t(k)];
+}
+
+void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
+  if (!layer) {
+    p.own_busy[u] = std::move(busy);
+    return;
+  }
+  const int k = p.slot_of.at(u);
+  p.slot_of.erase(u);
+  p.slot_busy[size_t(k)] = std::move(busy);
+  p.free.push_back(k);
+}
+
+}  // namespace
 
 Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
                std::shared_ptr<TokenSource> tokens, Communicator* dp)
@@ -108,28 +171,26 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
     base += un.padded, sbase += un.chunk;
   }
   shard_numel_ = sbase;
+  if (U > 2) I.layer_padded = I.units[1].padded;
   const int64_t full = base;
 
   auto dev = [&](at::ScalarType t) { return at::TensorOptions().device(device_).dtype(t); };
-  auto host = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).pinned_memory(cuda_); };
+  auto host_zeros = [&](int64_t n, at::ScalarType t) { return pinned_empty(n, t, cuda_).zero_(); };
   I.empty = at::empty({0}, dev(I.dt));
   if (s.zero < 3) I.params = at::zeros({full}, dev(I.dt));
   if (s.zero < 2) I.grads = at::zeros({full}, dev(I.dt));
-  if (s.zero == 3) I.pshard = s.offload == Offload::All ? at::zeros({sbase}, host(I.dt)) : at::zeros({sbase}, dev(I.dt));
+  if (s.zero == 3) I.pshard = s.offload == Offload::All ? host_zeros(sbase, I.dt) : at::zeros({sbase}, dev(I.dt));
   if (s.zero >= 2) I.gshard = at::zeros({sbase}, dev(I.dt));
-  if (!I.master_is_param) {
-    auto o = I.offload ? host(at::kFloat) : dev(at::kFloat);
-    I.master = at::zeros({sbase}, o);
-  }
+  auto state = [&](int64_t n) { return I.offload ? host_zeros(n, at::kFloat) : at::zeros({n}, dev(at::kFloat)); };
+  if (!I.master_is_param) I.master = state(sbase);
   {
-    auto o = I.offload ? host(at::kFloat) : dev(at::kFloat);
-    I.m = at::zeros({sbase}, o);
-    I.v = at::zeros({sbase}, o);
+    I.m = state(sbase);
+    I.v = state(sbase);
     I.step_count = at::zeros({}, I.offload ? at::TensorOptions().dtype(at::kFloat) : dev(at::kFloat));
   }
   if (I.offload) {
-    I.host_grad = at::zeros({sbase}, host(I.dt));
-    I.host_param = s.offload == Offload::All ? I.pshard : at::zeros({sbase}, host(I.dt));
+    I.host_grad = host_zeros(sbase, I.dt);
+    I.host_param = s.offload == Offload::All ? I.pshard : host_zeros(sbase, I.dt);
     if (I.mixed) I.host_work = at::empty({std::min(sbase, kOptChunk)}, at::TensorOptions().dtype(at::kFloat));
   } else if (I.mixed) {
     I.work = at::empty({std::min(sbase, kOptChunk)}, dev(at::kFloat));
@@ -297,7 +358,11 @@ void Engine::forward(int mb, int u, int64_t step) {
 void Engine::ensure_grad(int u) {
   Impl& I = *impl_;
   if (st_.zero < 2 || I.ugrad[size_t(u)].defined()) return;
-  I.ugrad[size_t(u)] = at::zeros({I.units[size_t(u)].padded}, at::TensorOptions().device(device_).dtype(I.dt));
+  const bool layer = u > 0 && u < program_.partition.head_unit();
+  const int64_t n = layer ? I.layer_padded : I.units[size_t(u)].padded;
+  I.ugrad[size_t(u)] = acquire(I.grad_pool, u, layer, n, at::TensorOptions().device(device_).dtype(I.dt))
+                           .narrow(0, 0, I.units[size_t(u)].padded);
+  I.ugrad[size_t(u)].zero_();
   bind_unit_grad(u, I.ugrad[size_t(u)]);
   transient_peak_ = std::max(transient_peak_, transient_bytes());
 }
@@ -329,7 +394,10 @@ void Engine::backward(int mb, int u) {
 void Engine::gather(int u) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
-  at::Tensor buf = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
+  const bool layer = u > 0 && u < program_.partition.head_unit();
+  at::Tensor buf = acquire(I.gather_pool, u, layer, layer ? I.layer_padded : un.padded,
+                           at::TensorOptions().device(device_).dtype(I.dt))
+                       .narrow(0, 0, un.padded);
   at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk);
   at::Tensor mine = buf.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
   if (st_.offload == Offload::All && cuda_) {
@@ -357,6 +425,9 @@ void Engine::release(int u) {
   Impl& I = *impl_;
   bind_unit(u, at::Tensor());
   I.gathered[size_t(u)] = at::Tensor();
+  // The next all-gather into this buffer is ordered after the compute that read
+  // it (a collective waits for the caller's stream when issued).
+  give_back(I.gather_pool, u, u > 0 && u < program_.partition.head_unit(), nullptr);
 }
 
 void Engine::reduce(int u, bool scatter) {
@@ -375,8 +446,6 @@ void Engine::reduce(int u, bool scatter) {
   // unit's gradient first, so the reduce-scatter leaves the running sum.
   at::Tensor g = I.ugrad[size_t(u)];
   at::Tensor acc = I.gshard.narrow(0, un.sbase, un.chunk);
-  // Earlier units' gradients whose reduce-scatter has finished are gone by now.
-  while (I.inflight_grads.size() > 1) I.inflight_grads.erase(I.inflight_grads.begin());
   if (I.reduces_done[size_t(u)] > 0) {
     if (WorkPtr& prev = I.reduce_work[size_t(u)]) {
       prev->wait();
@@ -403,9 +472,10 @@ void Engine::reduce(int u, bool scatter) {
     acc.copy_(g);
   }
   ++I.reduces_done[size_t(u)];
-  I.inflight_grads.push_back(g);  // alive until the collective is waited for (bookkeeping only)
   bind_unit_grad(u, at::Tensor());
-  I.ugrad[size_t(u)] = at::Tensor();  // freed once the collective no longer needs it
+  I.ugrad[size_t(u)] = at::Tensor();
+  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(),
+            dp_ && st_.dp > 1 ? I.reduce_work[size_t(u)] : nullptr);
 }
 
 at::Tensor Engine::shard_grad(int u) {
@@ -432,7 +502,6 @@ void Engine::sync() {
   for (auto& w : I.pending) w->wait();
   I.pending.clear();
   std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
-  I.inflight_grads.clear();
   I.copy->join();
   if (I.offload) I.copy->host_wait();
   I.keep.clear();
@@ -587,14 +656,7 @@ void Engine::collect_action_times() {
 }
 
 int64_t Engine::transient_bytes() const {
-  const Impl& I = *impl_;
-  int64_t b = 0;
-  for (const auto& t : I.gathered)
-    if (t.defined()) b += t.numel() * t.element_size();
-  for (const auto& t : I.ugrad)
-    if (t.defined()) b += t.numel() * t.element_size();
-  for (const auto& t : I.inflight_grads) b += t.numel() * t.element_size();
-  return b;
+  return impl_->gather_pool.bytes() + impl_->grad_pool.bytes();
 }
 
 at::Tensor Engine::full_params_fp32() {

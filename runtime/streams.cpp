@@ -1,5 +1,6 @@
 #include "runtime/streams.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -24,6 +25,14 @@ struct SideStream::Impl {
   std::optional<c10::cuda::CUDAStream> stream;
   cudaEvent_t to_side = nullptr, to_main = nullptr;
 };
+
+at::Tensor pinned_empty(int64_t n, at::ScalarType dtype, bool cuda) {
+  if (!cuda) return at::empty({n}, at::TensorOptions().dtype(dtype));
+  void* p = nullptr;
+  const size_t bytes = size_t(n) * c10::elementSize(dtype);
+  check(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault), "cudaHostAlloc");
+  return at::from_blob(p, {n}, [](void* q) { cudaFreeHost(q); }, at::TensorOptions().dtype(dtype));
+}
 
 SideStream::SideStream(bool cuda) : impl_(std::make_unique<Impl>()) {
   impl_->cuda = cuda;
@@ -59,6 +68,10 @@ void SideStream::host_wait() {
   if (impl_->cuda) check(cudaStreamSynchronize(impl_->stream->stream()), "cudaStreamSynchronize");
 }
 #else
+at::Tensor pinned_empty(int64_t n, at::ScalarType dtype, bool cuda) {
+  if (cuda) throw std::runtime_error("this build has no CUDA headers: no pinned memory");
+  return at::empty({n}, at::TensorOptions().dtype(dtype));
+}
 struct SideStream::Impl {};
 SideStream::SideStream(bool cuda) : impl_(std::make_unique<Impl>()) {
   if (cuda) throw std::runtime_error("this build has no CUDA headers: no side streams");
