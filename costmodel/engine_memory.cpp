@@ -19,22 +19,26 @@ ModelStateBytes deepspeed_states(double P, const Strategy& s) {
     const double opt = s.precision == Precision::FP32 ? 8.0 : 16.0;
     return {lp * P, lp * P, opt * P, 0};
   }
-  // ZeRO-1/2/3: each rank keeps an fp32 master partition
-  // (single_partition_of_fp32_groups, a clone even in fp32), the Adam moments and,
-  // for the step, its gradient partition in fp32: (4 + 4 + 8) / d. ZeRO-1 keeps
-  // the full 16-bit gradients until the accumulation boundary; ZeRO-2
-  // partitions them; ZeRO-3 also the 16-bit weights. This is the 18/d of
-  // estimate_zero2/3_model_states_mem_needs with the 2 of the 16-bit gradient.
+  // ZeRO-1/2: each rank keeps an fp32 master partition
+  // (single_partition_of_fp32_groups, a clone even in fp32), the Adam moments
+  // and, for the step, its gradient partition in fp32: (4 + 4 + 8) / d. ZeRO-1
+  // keeps the full 16-bit gradients until the accumulation boundary, ZeRO-2
+  // partitions them: estimate_zero2_model_states_mem_needs's 2 + 18/d.
+  // ZeRO-3 (stage3.py) also partitions the 16-bit weights, keeps the 16-bit
+  // gradient partitions in grad_partitions_flat_buffer, and makes the fp32
+  // gradient one sub-group (sub_group_size, 1e9 elements) at a time:
+  // (2 + 2 + 4 + 8) / d + 4 min(P/d, 1e9). Its estimator says 18/d, two less
+  // than this for models below 1e9 parameters per rank.
   ModelStateBytes out;
   out.gpu_params = s.zero == 3 ? lp * P / d : lp * P;
   out.gpu_grads = s.zero >= 2 ? lp * P / d : lp * P;
-  out.gpu_optimizer = 16.0 * P / d;
+  out.gpu_optimizer = s.zero == 3 ? 12.0 * P / d + 4.0 * std::min(P / d, 1e9) : 16.0 * P / d;
   if (s.offload != Offload::None) {
     // ZeRO-Offload: the fp32 partitions (master, moments, gradient) live in
     // pinned host memory; with ZeRO-2/3 the reduced 16-bit gradient partitions
     // are copied there too, so the GPU keeps only the weights (the estimators'
     // cpu_offload branch: 2 per parameter for ZeRO-2, 2/d for ZeRO-3).
-    out.host_bytes += out.gpu_optimizer;
+    out.host_bytes += out.gpu_optimizer + (s.zero == 3 ? out.gpu_grads : 0.0);  // stage3: its grad buffer too
     out.gpu_optimizer = 0;
     if (s.zero >= 2) out.gpu_grads = 0;
   }
