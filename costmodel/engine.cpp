@@ -85,7 +85,8 @@ std::string megatron_model_gap(const ModelSpec& m) {
 std::string megatron_gap(const Plan& p) {
   const Strategy& s = p.strategy;
   if (auto g = megatron_model_gap(p.model); !g.empty()) return g;
-  if (s.pp > 1 && s.schedule == Schedule::GPipe) return "Megatron-LM runs 1F1B or interleaved 1F1B pipelines, not GPipe";
+  if (s.pp > 1 && s.schedule == Schedule::GPipe)
+    return "Megatron-LM runs 1F1B or interleaved 1F1B pipelines, not GPipe";
   const int64_t chunks = int64_t(s.pp) * s.vpp;
   if (p.model.layers % chunks != 0)
     return fmt::format("Megatron-LM needs the layers ({}) divisible by pp*vpp = {}; this plan splits them unevenly",

@@ -155,7 +155,8 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
 
     // Buffers: gradient-reduction buckets (dp > 1), ZeRO-3 gathered layers with
     // prefetch, pipeline send/receive buffers.
-    const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;  // activation + gradient, double-buffered
+    // Pipeline send/receive: one activation and one gradient, double-buffered.
+    const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
     double comm = pp_buffers;
     if (engine != Engine::Ours) {
       comm = engine_comm_bytes(m, s, engine, double(sm.params), pp_buffers);

@@ -58,10 +58,12 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file) {
                          {"units", "each transformer block, then the root module"}};
     fs["mp_policy"] = low ? nlohmann::json{{"param_dtype", torch_dtype(s.precision)}, {"reduce_dtype", "float32"}}
                           : nlohmann::json(nullptr);
-    fs["offload_policy"] = s.offload == Offload::All ? nlohmann::json{{"class", "CPUOffloadPolicy"}, {"pin_memory", true}}
-                                                     : nlohmann::json(nullptr);
+    fs["offload_policy"] = s.offload == Offload::All
+                               ? nlohmann::json{{"class", "CPUOffloadPolicy"}, {"pin_memory", true}}
+                               : nlohmann::json(nullptr);
     j["fully_shard"] = fs;
-    if (s.precision == Precision::FP16) j["grad_scaler"] = "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler";
+    if (s.precision == Precision::FP16)
+      j["grad_scaler"] = "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler";
   }
   if (s.tp > 1) {
     nlohmann::json plan_styles = {{"attention.q/k/v", "ColwiseParallel"}, {"attention.out", "RowwiseParallel"},
@@ -82,7 +84,7 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file) {
   r.file_text = j.dump(2) + "\n";
   r.launch = fmt::format("{} train.py --fsdp-config {}", torchrun_prefix(plan.cluster), r.file);
   r.notes.insert(r.notes.begin(), "train.py is your training script: it builds the device mesh and applies these "
-                                  "settings (PyTorch has no stock trainer; torchtitan is one that takes the same)");
+                                  "settings (PyTorch has no stock trainer)");
   return r;
 }
 

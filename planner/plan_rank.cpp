@@ -56,8 +56,9 @@ std::vector<RankedEntry> rank_by_objective(const std::vector<ClusterSearch>& sea
   for (size_t s = 0; s < searches.size(); ++s)
     for (const auto& p : searches[s].result.plans)
       out.push_back({&p, s, train_cost(cost, searches[s].cluster, p.prediction.tokens_per_second)});
-  std::stable_sort(out.begin(), out.end(),
-                   [o](const RankedEntry& a, const RankedEntry& b) { return objective_key(a, o) < objective_key(b, o); });
+  std::stable_sort(out.begin(), out.end(), [o](const RankedEntry& a, const RankedEntry& b) {
+    return objective_key(a, o) < objective_key(b, o);
+  });
   return out;
 }
 
@@ -83,19 +84,20 @@ std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::
   }
   for (const auto& s : searches) {
     const auto& st = s.result.stats;
+    const auto& plans = s.result.plans;
+    const std::string best =
+        plans.empty() ? std::string("-") : fmt::format("{:.0f}", plans.front().prediction.tokens_per_second);
     out += fmt::format("{:<24} {} GPUs: {} strategies in {:.3f} s, {} fit and simulated, best {} tokens/s\n",
-                       s.cluster.name, s.cluster.world(), st.enumerated, st.wall_seconds, st.simulated,
-                       s.result.plans.empty() ? std::string("-")
-                                              : fmt::format("{:.0f}", s.result.plans.front().prediction.tokens_per_second));
+                       s.cluster.name, s.cluster.world(), st.enumerated, st.wall_seconds, st.simulated, best);
     for (const auto& note : s.result.notes) out += "  note: " + note + "\n";
   }
   out += fmt::format("\nBest first by {}:\n", to_string(o));
-  out += fmt::format("{:>3}  {:<18} {:<56} {:>9} {:>11} {:>6} {:>9} {:>10} {:>11} {:>10}\n", "#", "cluster", "strategy",
+  out += fmt::format("{:>3}  {:<18} {:<62} {:>9} {:>11} {:>6} {:>9} {:>10} {:>11} {:>10}\n", "#", "cluster", "strategy",
                      "step s", "tokens/s", "MFU", "GPU mem", "days", "GPU-hours", "cost");
   for (size_t i = 0; i < n; ++i) {
     const auto& e = ranked[i];
     const auto& q = e.plan->prediction;
-    out += fmt::format("{:>3}  {:<18} {:<56} {:>9.3f} {:>11.0f} {:>5.1f}% {:>9} {:>10} {:>11} {:>10}\n", i + 1,
+    out += fmt::format("{:>3}  {:<18} {:<62} {:>9.3f} {:>11.0f} {:>5.1f}% {:>9} {:>10} {:>11} {:>10}\n", i + 1,
                        searches[e.search].cluster.name, short_strategy(e.plan->plan.strategy), q.step_seconds,
                        q.tokens_per_second, 100 * q.mfu, format_bytes(double(q.memory.per_gpu_peak_bytes)),
                        e.train ? fmt::format("{:.2f}", e.train->days) : "-",

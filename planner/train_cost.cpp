@@ -41,7 +41,8 @@ double parse_tokens(std::string_view text) {
   }
   const auto v = parse_number(t);
   if (!v || *v <= 0 || *v * scale > 1e18)
-    throw InputError(fmt::format("--tokens: expected a positive token count such as 300B, 1.5T or 2e9, got '{}'", text));
+    throw InputError(
+        fmt::format("--tokens: expected a positive token count such as 300B, 1.5T or 2e9, got '{}'", text));
   return *v * scale;
 }
 

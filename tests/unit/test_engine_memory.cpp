@@ -205,7 +205,8 @@ TEST_CASE("megatron bytes per parameter follow dist_optimizer.md", "[engine]") {
     Precision p;
     double plain, replicated, sharded;
   };
-  for (const Row& row : {Row{Precision::BF16, 18, 6, 12}, Row{Precision::FP16, 20, 4, 16}, Row{Precision::FP32, 16, 8, 8}}) {
+  const Row rows[] = {{Precision::BF16, 18, 6, 12}, {Precision::FP16, 20, 4, 16}, {Precision::FP32, 16, 8, 8}};
+  for (const Row& row : rows) {
     Strategy s;
     s.dp = int(d), s.precision = row.p;
     auto total = [&](int zero) {

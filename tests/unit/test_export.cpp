@@ -63,7 +63,8 @@ Strategy from_megatron(const std::vector<std::string>& args, int world) {
   s.mbs = num("--micro-batch-size");
   s.dp = world / (s.tp * s.pp);
   s.gas = num("--global-batch-size") / (s.mbs * s.dp);
-  if (a.count("--recompute-granularity")) s.ckpt = a["--recompute-granularity"] == "full" ? Ckpt::Full : Ckpt::Selective;
+  if (a.count("--recompute-granularity"))
+    s.ckpt = a["--recompute-granularity"] == "full" ? Ckpt::Full : Ckpt::Selective;
   if (a.count("--use-distributed-optimizer")) s.zero = 1;
   if (a.count("--data-parallel-sharding-strategy"))
     s.zero = a["--data-parallel-sharding-strategy"] == "optim_grads" ? 2 : 3;
@@ -133,7 +134,8 @@ const Case kCases[] = {
     {"llama-2-7b", "8xH100", "zero=2,offload=optimizer,mbs=1,gas=8", true, false, false},
     {"llama-2-7b", "8xH100", "zero=3,offload=all,mbs=1,gas=8", true, false, true},
     {"llama-2-13b", "2x8xH100", "tp=8,pp=2,sp=1,zero=1,ckpt=selective,mbs=1,gas=8", false, true, false},
-    {"llama-2-70b", "4x8xH100", "tp=4,pp=4,schedule=interleaved,vpp=5,zero=1,ckpt=full,mbs=1,gas=8", false, true, false},
+    {"llama-2-70b", "4x8xH100", "tp=4,pp=4,schedule=interleaved,vpp=5,zero=1,ckpt=full,mbs=1,gas=8", false, true,
+     false},
     {"gpt2-large", "8xA100-80GB", "tp=2,zero=3,mbs=2,gas=2", true, true, true},
     {"gpt2-xl", "8xA100-80GB", "pp=2,zero=1,offload=optimizer,mbs=2,gas=4", true, true, false},
     {"gpt2-large", "8xV100-32GB", "zero=2,precision=fp16,mbs=2,gas=2", true, true, true},

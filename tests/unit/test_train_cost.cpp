@@ -22,7 +22,8 @@ TEST_CASE("token counts with K, M, B, T suffixes", "[cost]") {
   for (const char* bad : {"", "0", "-5B", "abc", "B", "1e19", "1.5TT", "nan", "inf"})
     CHECK(contains(error_of([&] { parse_tokens(bad); }), "--tokens"));
   CHECK(parse_price("2.5", "--price") == 2.5);
-  for (const char* bad : {"0", "-1", "cheap", "1e7", ""}) CHECK(contains(error_of([&] { parse_price(bad, "--price"); }), "--price"));
+  for (const char* bad : {"0", "-1", "cheap", "1e7", ""})
+    CHECK(contains(error_of([&] { parse_price(bad, "--price"); }), "--price"));
 }
 
 TEST_CASE("days, GPU-hours and cost", "[cost]") {
