@@ -45,8 +45,10 @@ namespace {
 
 // DeepSpeed 0.19.8: its ZeRO engine runs any data-parallel strategy; tensor
 // parallelism comes from AutoTP ("tensor_parallel": {"autotp_size"}), which
-// shards a whole Hugging Face model; pipelines from its PipelineModule, whose
-// only schedule is its TrainSchedule (1F1B).
+// shards a whole Hugging Face model, with ZeRO 0-3 (runtime/engine.py,
+// _configure_tensor_parallel_states: "AutoTP + ZeRO stage 3 is supported");
+// pipelines from its PipelineModule, whose only schedule is its TrainSchedule
+// (1F1B), with ZeRO 0-1 (runtime/pipe/engine.py asserts it).
 std::string deepspeed_gap(const Strategy& s) {
   if (s.sp && s.tp > 1)
     return "DeepSpeed has no Megatron-style sequence parallelism (its Ulysses splits attention heads instead); "

@@ -40,7 +40,7 @@ std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::st
 }  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput");
+  auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput, time or cost");
   cmd->footer(
       "Examples:\n"
       "  planner plan --model gpt2-xl --gpus 2xRTX3090 --global-batch 32 --explain\n"

@@ -49,7 +49,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       "--price 2.5\n"
       "  planner predict --model llama-2-7b --gpus 8xA100-80GB --strategy zero=1,mbs=2 --global-batch 512 "
       "--tokens 300B --prices prices.json --engine megatron\n"
-      "  planner predict --model gpt2-xl --gpus 2xRTX3090 --strategy tp=2,mbs=4 --global-batch 32 -o plan.json\n"
+      "  planner predict --model gpt2-large --gpus 2xRTX3090 --strategy tp=2,mbs=4 --global-batch 32 -o plan.json\n"
       "--tokens adds the days and GPU-hours to train that many tokens at the predicted throughput; --price (per\n"
       "GPU-hour) or --prices (JSON: {\"H100\": 2.5, ...}) the cost. --engine predicts the memory of that engine\n"
       "(the step time stays this planner's model). -o writes the plan given (for exec and export).");
