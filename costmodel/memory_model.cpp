@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/activations.hpp"
+#include "costmodel/engine_memory.hpp"
 #include "costmodel/model_states.hpp"
 #include "strategies/schedule.hpp"
 
@@ -61,20 +62,31 @@ int inflight(const Strategy& s, int stage) {
 
 }  // namespace
 
-MemoryReport estimate_memory(const Plan& plan) {
-  const ModelSpec& m = plan.model;
+MemoryReport estimate_memory(const Plan& plan, Engine engine) {
+  const bool megatron = engine == Engine::Megatron;
+  // Megatron-LM builds its embedding and output layer over a padded vocabulary.
+  ModelSpec padded = plan.model;
+  if (megatron) padded.vocab = megatron_padded_vocab(padded.vocab, plan.strategy.tp);
+  const ModelSpec& m = padded;
   const ClusterSpec& c = plan.cluster;
   const Strategy& s = plan.strategy;
   const MemoryConstants k = memory_constants(c);
   const int e = bytes_per_element(s.precision);
   const int chunks = s.pp * s.vpp;
   const std::vector<int> chunk_layers = partition_layers(m, chunks);
-  const AttentionImpl impl{};  // the runtime uses fused attention and no dropout
+  // The runtime uses fused attention and no dropout; so do the DeepSpeed and
+  // FSDP exports (the model code is the user's, assumed like ours). Megatron's
+  // GPT keeps its default --hidden-dropout and --attention-dropout of 0.1
+  // (arguments.py), which the export leaves as they are: two one-byte masks per
+  // layer; its attention backend is fused/flash (--attention-backend auto).
+  AttentionImpl impl{};
+  impl.dropout = megatron;
   const LayerActivationBytes per_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl);
   const double layer_act = per_layer.total(s.tp, s.sp);
   const double sbh = double(plan.seq) * s.mbs * m.hidden;
 
   MemoryReport r;
+  r.engine = engine;
   r.gpu_capacity_bytes = c.gpu.memory_bytes;
   r.host_capacity_bytes = c.host_memory_bytes;
   for (int st = 0; st < s.pp; ++st) {
@@ -90,7 +102,8 @@ MemoryReport estimate_memory(const Plan& plan) {
     sm.last_layer = first + chunk_layers[st];
     sm.layers = layers;
     sm.params = stage_params_per_rank(m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
-    const ModelStateBytes ms = model_state_bytes(double(sm.params), s, k);
+    const ModelStateBytes ms = engine == Engine::Ours ? model_state_bytes(double(sm.params), s, k)
+                                                      : engine_model_state_bytes(double(sm.params), s, engine);
 
     auto& g = sm.gpu;
     g[int(MemCategory::Parameters)] = int64_t(ms.gpu_params);
@@ -102,6 +115,11 @@ MemoryReport estimate_memory(const Plan& plan) {
     sm.inflight_microbatches = inflight(s, st);
     double act = sm.inflight_microbatches * layer_act * (double(layers) / s.vpp);
     if (sm.has_head) act += 2.0 * e * sbh / (s.sp ? s.tp : 1);  // final-norm input and LM-head input
+    if (megatron && sm.has_embedding) {
+      // Megatron's embedding dropout mask (sbh bytes) and the token ids (8sb)
+      // of each micro-batch in flight (theoretical_memory_usage.py counts both).
+      act += sm.inflight_microbatches * (sbh / (s.sp ? s.tp : 1) + 8.0 * plan.seq * s.mbs);
+    }
 
     double logits = 0;
     if (sm.has_head) {
@@ -116,8 +134,18 @@ MemoryReport estimate_memory(const Plan& plan) {
       const double vp = double((m.vocab + 63) / 64 * 64) / s.tp;
       const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
       const double tokens = double(plan.seq) * s.mbs;
-      logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
-               2.0 * e * vp * width;
+      if (megatron) {
+        // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
+        // cross_entropy.py) turns the logits to fp32 and saves their exponentials
+        // for the backward: 4 bytes per logit for every micro-batch waiting, and
+        // the 16-bit logits beside them while one is computed
+        // (theoretical_memory_usage.py: 4sbh(1 + V/h) with the LM-head input).
+        const double lg = tokens * double(m.vocab) / s.tp;
+        logits = 4.0 * lg * sm.inflight_microbatches + e * lg;
+      } else {
+        logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
+                 2.0 * e * vp * width;
+      }
       g[int(MemCategory::LogitsLoss)] = int64_t(logits);
     }
     // Full recomputation re-materialises one layer during its backward
@@ -129,22 +157,27 @@ MemoryReport estimate_memory(const Plan& plan) {
     }
     g[int(MemCategory::Activations)] = int64_t(act);
 
-    // Buffers, as the runtime's executor holds them (runtime/engine.hpp):
-    // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
-    // ZeRO-2/3 hold full gradients only for the unit whose backward runs and the
-    // one whose reduce-scatter is in flight; ZeRO-3 gathers the unit in use and
-    // the one prefetched; with tied embeddings (one stage) the word matrix stays
-    // gathered, and its gradient allocated, through the backward.
-    double comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e);
+    // Pipeline send/receive: one activation and one gradient, double-buffered.
+    const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
     // NCCL's own buffers, one set per communicator in use (dp, tp, pp).
     const int communicators = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
-    comm += communicators * k.nccl_bytes_per_communicator;
-    if (s.pp > 1) comm += 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1);  // one activation and one gradient, double-buffered
+    const double nccl = communicators * k.nccl_bytes_per_communicator;
+    double comm;
+    if (engine != Engine::Ours) {
+      comm = engine_comm_bytes(m, s, engine, double(sm.params), pp_buffers) + nccl;
+    } else {
+      // Buffers as the runtime's executor holds them (runtime/engine.hpp):
+      // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
+      // ZeRO-2/3 keep unit gradient buffers (and ZeRO-3 gathered units) in a
+      // fixed pool (zero_buffer_bytes).
+      comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e) + pp_buffers + nccl;
+    }
     g[int(MemCategory::CommBuffers)] = int64_t(comm);
 
     const double dynamic = act + g[int(MemCategory::LogitsLoss)];
     // The optimizer converts 16-bit gradients to fp32 in one reused chunk.
-    const double work = s.precision == Precision::FP32 || s.offload != Offload::None
+    // The other engines' optimizers work on their fp32 partitions in place.
+    const double work = s.precision == Precision::FP32 || s.offload != Offload::None || engine != Engine::Ours
                             ? 0.0
                             : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
     g[int(MemCategory::Overhead)] = int64_t(k.context_bytes + k.static_buffer_bytes + work + k.fragmentation * dynamic);
@@ -176,6 +209,7 @@ MemoryReport estimate_memory(const Plan& plan) {
 
 nlohmann::json memory_report_json(const MemoryReport& r) {
   nlohmann::json j;
+  j["engine"] = to_string(r.engine);
   j["fits"] = r.fits();
   j["gpu_fits"] = r.gpu_fits;
   j["host_fits"] = r.host_fits;

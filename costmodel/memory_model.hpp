@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/engine.hpp"
 #include "costmodel/plan.hpp"
 #include "strategies/partition.hpp"
 
@@ -50,6 +51,7 @@ struct MemoryReport {
   bool fits() const { return gpu_fits && host_fits; }
   MemCategory binding = MemCategory::Activations;  // the largest category on the peak stage
   std::vector<std::string> notes;        // e.g. "zero=1 with dp=1 shards nothing"
+  Engine engine = Engine::Ours;          // whose allocations these are
   const MemBreakdown& peak_breakdown() const { return stages.at(peak_stage).gpu; }
 };
 
@@ -57,7 +59,9 @@ struct MemoryReport {
 // layout, the one the runtime executes.
 std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 
-MemoryReport estimate_memory(const Plan& plan);
+// `engine`: what that engine allocates for the plan (costmodel/engine_memory.hpp);
+// the caller checks engine_gap first. Ours is this project's runtime.
+MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours);
 nlohmann::json memory_report_json(const MemoryReport& r);
 
 }  // namespace planner

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "costmodel/compat.hpp"
@@ -55,6 +56,33 @@ int64_t parse_global_batch(const std::string& text) {
   const int64_t v = parse_int(text, "--global-batch");
   if (v > (int64_t(1) << 32)) throw InputError(fmt::format("--global-batch {} is too large", v));
   return v;
+}
+
+void add_engine_option(CLI::App* cmd, std::string& engine) {
+  cmd->add_option("--engine", engine,
+                  "whose memory to predict: ours (this runtime, default), deepspeed, megatron or fsdp "
+                  "(what that engine allocates for the same strategy)");
+}
+
+Engine resolve_engine(const std::string& text, const Plan& plan) {
+  const Engine e = text.empty() ? Engine::Ours : parse_engine(text);
+  if (const std::string gap = engine_gap(plan, e); !gap.empty())
+    throw InputError(fmt::format("--engine {}: {}", to_string(e), gap));
+  return e;
+}
+
+void add_train_cost_options(CLI::App* cmd, TrainCostCli& o) {
+  cmd->add_option("--tokens", o.tokens, "tokens to train (300B, 1.5T, 2e9): adds the days and GPU-hours");
+  cmd->add_option("--price", o.price, "price of one GPU-hour (with --tokens): adds the cost");
+  cmd->add_option("--prices", o.prices, "prices.json, price per GPU-hour by GPU type, e.g. {\"H100\": 2.5}");
+}
+
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir)) throw InputError(fmt::format("output: directory '{}' does not exist", dir.string()));
+  if (fs::is_directory(target)) throw InputError(fmt::format("output: '{}' is a directory", path));
 }
 
 void emit(const std::string& path, const std::string& text) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/engine.hpp"
 #include "costmodel/plan.hpp"
 
 namespace planner {
@@ -22,8 +23,23 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
 int64_t parse_seq(const std::string& text);
 int64_t parse_global_batch(const std::string& text);
 
+// InputError when `path` could not be written because its directory does not
+// exist: lets a command refuse before it writes anything else.
+void check_writable(const std::string& path);
+
 // Writes `text` to `path`, or to stdout when path is empty or "-".
 void emit(const std::string& path, const std::string& text);
+
+// --engine ours|deepspeed|megatron|fsdp: parses it and refuses (InputError,
+// one line) a plan the engine cannot run, naming what it lacks.
+void add_engine_option(CLI::App* cmd, std::string& engine);
+Engine resolve_engine(const std::string& text, const Plan& plan);
+
+// --tokens, --price, --prices (planner/train_cost.hpp).
+struct TrainCostCli {
+  std::string tokens, price, prices;
+};
+void add_train_cost_options(CLI::App* cmd, TrainCostCli& o);
 
 // Each returns the subcommand; its callback sets `exit_code`.
 CLI::App* add_memory_command(CLI::App& app, int& exit_code);
@@ -33,5 +49,6 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code);
 CLI::App* add_bench_command(CLI::App& app, int& exit_code);
 CLI::App* add_exec_command(CLI::App& app, int& exit_code);
 CLI::App* add_list_command(CLI::App& app, int& exit_code);
+CLI::App* add_export_command(CLI::App& app, int& exit_code);
 
 }  // namespace planner

@@ -16,22 +16,36 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
       "  planner memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=1,mbs=4\n"
       "  planner memory --model llama-2-7b --gpus 8xA100-80GB --strategy tp=2,pp=2,ckpt=full --seq 4096 --json\n"
       "  planner memory --plan plan.json\n"
+      "  planner memory --model gpt-neo-2.7b --gpus 2xA100-80GB --strategy zero=2,mbs=2 --engine deepspeed\n"
+      "  planner memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=2,ckpt=full -o plan.json\n"
+      "--engine deepspeed|megatron|fsdp predicts what that engine allocates for the same strategy (exit 2 when\n"
+      "it cannot run it); -o writes the plan given, for predict --plan, export and exec.\n"
       "Exit codes: 0 answered (fits or not: see the verdict or \"fits\"), 2 bad input, 1 other failure.");
-  auto* o = new PlanOptions;  // lives as long as the program
-  auto* json = new bool(false);
-  add_plan_options(cmd, *o, true);
-  cmd->add_flag("--json", *json, "machine-readable output (schema in docs/ARCHITECTURE.md)");
-  cmd->callback([o, json, &exit_code] {
+  struct Opts {
+    PlanOptions plan;
+    std::string engine, output;
+    bool json = false;
+  };
+  auto* o = new Opts;  // lives as long as the program
+  add_plan_options(cmd, o->plan, true);
+  add_engine_option(cmd, o->engine);
+  cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
+  cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/ARCHITECTURE.md)");
+  cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
-    Plan plan = resolve_plan(*o, true, &notes);
-    MemoryReport r = estimate_memory(plan);
+    Plan plan = resolve_plan(o->plan, true, &notes);
+    const Engine engine = resolve_engine(o->engine, plan);
+    MemoryReport r = estimate_memory(plan, engine);
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
-    if (*json) {
+    if (!o->output.empty()) save_plan(plan, o->output);
+    if (o->json) {
       nlohmann::json j = memory_report_json(r);
       j["plan"] = plan_to_json(plan);
       emit("", j.dump(2) + "\n");
     } else {
-      emit("", plan_header(plan) + "\n" + memory_table(plan, r));
+      std::string text = plan_header(plan) + "\n" + memory_table(plan, r);
+      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit("", text);
     }
     exit_code = 0;
   });

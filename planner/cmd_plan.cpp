@@ -3,54 +3,104 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/compat.hpp"
 #include "planner/bench.hpp"
 #include "planner/cli.hpp"
+#include "planner/plan_rank.hpp"
 #include "planner/search.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
 namespace planner {
 
+namespace {
+
+// --gpus: one cluster (a spec string or a JSON file), or several spec strings
+// separated by commas.
+std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::string& host_memory) {
+  std::vector<std::string> specs;
+  if (std::filesystem::exists(gpus) || gpus.find(',') == std::string::npos) {
+    specs.push_back(gpus);
+  } else {
+    specs = split(gpus, ',');
+  }
+  std::vector<ClusterSpec> out;
+  for (const auto& spec : specs) {
+    if (trim(spec).empty()) throw InputError(fmt::format("--gpus: empty cluster in '{}'", gpus));
+    out.push_back(resolve_cluster(trim(spec)));
+    if (!host_memory.empty()) out.back().host_memory_bytes = parse_bytes(host_memory, "--host-memory");
+  }
+  return out;
+}
+
+}  // namespace
+
 CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput");
+  auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput, time or cost");
   cmd->footer(
       "Examples:\n"
       "  planner plan --model gpt2-xl --gpus 2xRTX3090 --global-batch 32 --explain\n"
       "  planner plan --model llama-2-70b --gpus 128x8xH100 --seq 4096 --global-batch 1024 --top 10\n"
       "  planner plan --model examples/models/llama-2-7b.json --gpus examples/clusters/4x8xA100.json -o plan.json\n"
+      "  planner plan --model gpt2-xl --gpus 2xRTX3090 --global-batch 32 --rank 3 -o third.json\n"
+      "  planner plan --model llama-2-7b --gpus 8xH100 --global-batch 512 --tokens 1T --price 2.5\n"
+      "  planner plan --model llama-2-7b --gpus 8xA100-80GB,8xH100,32xV100-32GB --global-batch 512 --tokens 1T "
+      "--prices prices.json --objective cost\n"
+      "  planner plan --model llama-2-7b --gpus 8xA100-80GB --global-batch 512 --engine megatron\n"
       "The space: every dp*tp*pp factorization, ZeRO 0-3, offload, checkpointing, micro-batch size and count,\n"
-      "schedule and virtual stages, sequence parallelism and precision where the GPU supports it.");
+      "schedule and virtual stages, sequence parallelism and precision where the GPU supports it.\n"
+      "--objective: throughput (default), time (days to train --tokens) or cost (with --price/--prices). For a\n"
+      "fixed token count time ranks as throughput; within one cluster cost does too, so cost differs only across\n"
+      "several clusters given as --gpus A,B,C (searched one by one, ranked in one list; needs --global-batch).\n"
+      "--engine keeps the strategies that engine can run, judged by the memory it allocates.\n"
+      "-o writes the best plan, or the --rank K-th of the list.");
   struct Opts {
     PlanOptions plan;
-    std::string top = "5", profile, output;
+    TrainCostCli cost;
+    std::string top = "5", profile, output, rank, engine, objective = "throughput";
     bool explain = false, json = false, quiet = false;
   };
   auto* o = new Opts;
   cmd->add_option("--model,-m", o->plan.model, "model preset or Hugging Face config.json")->required();
-  cmd->add_option("--gpus,-g", o->plan.gpus, "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON")->required();
+  cmd->add_option("--gpus,-g", o->plan.gpus,
+                  "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON; several clusters separated by commas")
+      ->required();
   cmd->add_option("--seq", o->plan.seq, "sequence length (default: the model's training length)");
   cmd->add_option("--global-batch", o->plan.global_batch, "sequences per step (default: the GPU count)");
   cmd->add_option("--host-memory", o->plan.host_memory, "host memory per node, e.g. 256GiB");
   cmd->add_option("--top", o->top, "how many plans to show (default 5)");
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
   cmd->add_flag("--explain", o->explain, "say why the best of each family (pure DP, ZeRO-3, TP, PP, offload) lost");
-  cmd->add_option("-o,--output", o->output, "write the best plan to this plan.json (for predict --plan and exec)");
+  cmd->add_option("-o,--output", o->output, "write the best plan (or the --rank K-th) to this plan.json");
+  cmd->add_option("--rank", o->rank, "with -o: write the K-th plan of the list instead of the best (default 1)");
+  cmd->add_option("--objective", o->objective, "rank by throughput (default), time or cost");
+  add_engine_option(cmd, o->engine);
+  add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
+    // Every option is checked before the first search and before anything is written.
     SearchRequest req;
     req.model = resolve_model(o->plan.model);
-    req.cluster = resolve_cluster(o->plan.gpus);
-    if (!o->plan.host_memory.empty()) req.cluster.host_memory_bytes = parse_bytes(o->plan.host_memory, "--host-memory");
+    const std::vector<ClusterSpec> clusters = resolve_clusters(o->plan.gpus, o->plan.host_memory);
     req.seq = o->plan.seq.empty() ? (req.model.default_seq > 0 ? req.model.default_seq : 1024)
                                   : parse_seq(o->plan.seq);
-    req.global_batch = o->plan.global_batch.empty() ? req.cluster.world() : parse_global_batch(o->plan.global_batch);
-    const int64_t top = parse_int(o->top, "--top");
-    req.top_k = int(std::min<int64_t>(top, 1000));
+    if (clusters.size() > 1 && o->plan.global_batch.empty())
+      throw InputError("several --gpus clusters need one --global-batch, so that every plan trains alike");
+    if (clusters.size() > 1 && o->explain) throw InputError("--explain takes one --gpus cluster");
+    const int64_t top = std::min<int64_t>(parse_int(o->top, "--top"), 1000);
+    const int64_t rank = o->rank.empty() ? 1 : std::min<int64_t>(parse_int(o->rank, "--rank"), 1000);
+    if (!o->rank.empty() && o->output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
+    req.engine = o->engine.empty() ? Engine::Ours : parse_engine(o->engine);
+    const Objective objective = parse_objective(o->objective);
+    const TrainCostOptions cost = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);
+    check_objective(objective, cost, clusters);
+    if (!o->output.empty()) check_writable(o->output);
+    req.top_k = int(std::max(top, rank));
     req.explain = o->explain;
     req.profile_path = o->profile;
     if (!o->quiet) {
@@ -64,13 +114,30 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
         std::cerr << fmt::format("planner: {} {}%\n", phase, pct) << std::flush;
       };
     }
-    SearchResult r = search_plans(req);
-    if (!o->output.empty()) {
-      if (r.plans.empty()) throw std::runtime_error("plan: no strategy fits, so no plan was written");
-      save_plan(r.plans.front().plan, o->output);
+    std::vector<ClusterSearch> searches;
+    for (const auto& c : clusters) {
+      req.cluster = c;
+      req.global_batch = o->plan.global_batch.empty() ? c.world() : parse_global_batch(o->plan.global_batch);
+      searches.push_back({c, search_plans(req)});
     }
-    emit("", o->json ? search_result_json(r).dump(2) + "\n" : search_result_table(r, o->explain));
-    if (!o->output.empty() && !o->json) std::cout << fmt::format("Wrote the best plan to {}\n", o->output);
+    std::vector<RankedEntry> ranked = rank_by_objective(searches, objective, cost);
+    if (!o->output.empty()) {
+      if (ranked.empty()) throw std::runtime_error("plan: no strategy fits, so no plan was written");
+      if (size_t(rank) > ranked.size())
+        throw std::runtime_error(fmt::format("plan: only {} plan(s) fit; --rank {} does not exist, nothing written",
+                                             ranked.size(), rank));
+      save_plan(ranked[size_t(rank) - 1].plan->plan, o->output);
+    }
+    // The tables show --top plans even when --rank asked the search for more.
+    std::vector<ClusterSearch> shown = searches;
+    for (auto& s : shown)
+      if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
+    const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
+    emit("", o->json ? ranked_json(shown, shown_ranked, objective, size_t(top)).dump(2) + "\n"
+                     : ranked_table(shown, shown_ranked, objective, size_t(top), o->explain));
+    if (!o->output.empty() && !o->json)
+      std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
+                                                                        : fmt::format("#{}", rank), o->output);
     exit_code = 0;
   });
   return cmd;

@@ -7,6 +7,7 @@
 #include "costmodel/predict_detail.hpp"
 #include "planner/cli.hpp"
 #include "planner/render.hpp"
+#include "planner/train_cost.hpp"
 #include "strategies/parse_util.hpp"
 
 namespace planner {
@@ -43,28 +44,50 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       "  planner predict --model gpt2-xl --gpus 2xRTX3090 --strategy zero=1,mbs=4 --global-batch 32\n"
       "  planner predict --model llama-2-70b --gpus 128x8xH100 --strategy tp=8,pp=4,mbs=1 --seq 4096 "
       "--global-batch 1024 --trace step.json\n"
-      "  planner predict --plan plan.json --json");
+      "  planner predict --plan plan.json --json\n"
+      "  planner predict --model llama-2-7b --gpus 8xH100 --strategy tp=2,mbs=2 --global-batch 512 --tokens 1T "
+      "--price 2.5\n"
+      "  planner predict --model llama-2-7b --gpus 8xA100-80GB --strategy zero=1,mbs=2 --global-batch 512 "
+      "--tokens 300B --prices prices.json --engine megatron\n"
+      "  planner predict --model gpt2-large --gpus 2xRTX3090 --strategy tp=2,mbs=4 --global-batch 32 -o plan.json\n"
+      "--tokens adds the days and GPU-hours to train that many tokens at the predicted throughput; --price (per\n"
+      "GPU-hour) or --prices (JSON: {\"H100\": 2.5, ...}) the cost. --engine predicts the memory of that engine\n"
+      "(the step time stays this planner's model). -o writes the plan given (for exec and export).");
   struct Opts {
     PlanOptions plan;
-    std::string profile, trace;
+    TrainCostCli cost;
+    std::string profile, trace, engine, output;
     bool json = false;
   };
   auto* o = new Opts;
   add_plan_options(cmd, o->plan, true);
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
+  add_engine_option(cmd, o->engine);
+  add_train_cost_options(cmd, o->cost);
+  cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
     Plan plan = resolve_plan(o->plan, true, &notes);
+    const Engine engine = resolve_engine(o->engine, plan);
+    const TrainCostOptions cost_opts = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);
+    if (!o->output.empty()) check_writable(o->output);
     StepPrediction p = predict_with_trace(plan, o->profile, o->trace);
+    if (engine != Engine::Ours) p.memory = estimate_memory(plan, engine);
     p.memory.notes.insert(p.memory.notes.begin(), notes.begin(), notes.end());
+    const std::optional<TrainCost> cost = train_cost(cost_opts, plan.cluster, p.tokens_per_second);
+    if (!o->output.empty()) save_plan(plan, o->output);
     if (o->json) {
       nlohmann::json j = prediction_json(p);
+      if (cost) j["train"] = train_cost_json(*cost);
       j["plan"] = plan_to_json(plan);
       emit("", j.dump(2) + "\n");
     } else {
-      emit("", prediction_table(plan, p));
+      std::string text = prediction_table(plan, p);
+      if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
+      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit("", text);
     }
     exit_code = 0;
   });

@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
       "  planner memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=1,mbs=4\n"
       "  planner predict --model llama-2-7b --gpus 8xA100-80GB --strategy tp=2,mbs=2 --global-batch 64\n"
       "  planner plan --model gpt2-xl --gpus 2xRTX3090 --global-batch 32 -o plan.json\n"
+      "  planner predict --model gpt2-large --gpus 2xRTX3090 --strategy tp=2,mbs=4 --global-batch 32 -o plan.json\n"
+      "  planner export plan.json --to deepspeed -o ds_config.json\n"
+      "  planner plan --model llama-2-7b --gpus 8xA100-80GB,8xH100 --global-batch 512 --tokens 1T --price 2.5 "
+      "--objective cost\n"
       "  planner exec plan.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
@@ -38,6 +42,7 @@ int main(int argc, char** argv) {
   planner::add_bench_command(app, exit_code);
   planner::add_exec_command(app, exit_code);
   planner::add_list_command(app, exit_code);
+  planner::add_export_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

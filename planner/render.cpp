@@ -34,6 +34,8 @@ std::string plan_header(const Plan& p) {
 
 std::string memory_table(const Plan& plan, const MemoryReport& r) {
   std::string out;
+  if (r.engine != Engine::Ours)
+    out += fmt::format("Memory as {} allocates it (--engine {})\n", engine_version(r.engine), to_string(r.engine));
   const int n = int(r.stages.size());
   out += fmt::format("{:<20}", "per GPU");
   for (const auto& s : r.stages) out += fmt::format("{:>14}", n == 1 ? std::string("all ranks") : fmt::format("stage {}", s.stage));

@@ -174,7 +174,11 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
     plan.strategy = c.strategy;
-    const MemoryReport mem = estimate_memory(plan);
+    if (req.engine != Engine::Ours && !engine_gap(plan, req.engine).empty()) {
+      ++out.stats.engine_refused;
+      continue;
+    }
+    const MemoryReport mem = estimate_memory(plan, req.engine);
     ++out.stats.memory_checked;
     if (!mem.fits()) {
       ++out.stats.not_fitting;
@@ -206,7 +210,9 @@ SearchResult search_plans(const SearchRequest& req) {
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
       return std::nullopt;
     }
-    return RankedPlan{plan, predict(plan, profile)};
+    RankedPlan ranked{plan, predict(plan, profile)};
+    if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine);
+    return ranked;
   };
   for (const auto& [t, i] : top)
     if (auto p = full(i)) out.plans.push_back(std::move(*p));
@@ -247,6 +253,9 @@ SearchResult search_plans(const SearchRequest& req) {
       out.families.push_back(std::move(e));
     }
   }
+  if (out.stats.engine_refused > 0)
+    out.notes.push_back(fmt::format("{} of the strategies checked were skipped: {} cannot run them",
+                                    out.stats.engine_refused, engine_version(req.engine)));
   if (out.plans.empty())
     out.notes.push_back(fmt::format("nothing fits: {} strategies checked, none within {} per GPU", out.stats.enumerated,
                                     format_bytes(double(req.cluster.gpu.memory_bytes))));

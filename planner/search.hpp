@@ -34,6 +34,7 @@ struct SearchRequest {
   bool search_fp32 = true;                  // also try fp32 training
   int max_vpp = 8;                          // interleaved: virtual stages per rank to try
   bool prune = true;                        // false: simulate everything that fits (tests compare the two)
+  Engine engine = Engine::Ours;             // keep what this engine can run; its memory decides what fits
   // Called now and then with the fraction done and the phase ("bounding", "simulating").
   std::function<void(double fraction, std::string_view phase)> progress;
 };
@@ -61,6 +62,7 @@ struct SearchStats {
   int64_t simulated = 0;       // step simulated
   int64_t pruned = 0;          // dropped by the lower bound without simulation
   int64_t rejected = 0;        // refused by check_compat (0 unless the space and the rules disagree)
+  int64_t engine_refused = 0;  // strategies the requested engine cannot run (engine_gap)
   double wall_seconds = 0;
   double candidates_per_second() const { return wall_seconds > 0 ? enumerated / wall_seconds : 0; }
 };
@@ -82,5 +84,10 @@ nlohmann::json search_result_json(const SearchResult& r);
 // Human table: the top plans with memory and time breakdowns; with explain, a
 // line per family.
 std::string search_result_table(const SearchResult& r, bool explain);
+// One plan of the list as search_result_json writes it ("rank", "strategy",
+// "cluster", "global_batch", "seq" and the prediction_json keys).
+nlohmann::json ranked_plan_json(const RankedPlan& p, int rank);
+// The compact strategy text of the tables (keys that differ from defaults).
+std::string short_strategy(const Strategy& s);
 
 }  // namespace planner

@@ -10,16 +10,20 @@ namespace planner {
 
 namespace {
 
-nlohmann::json plan_entry(const RankedPlan& p, int rank) {
+std::string pct(double part, double whole) { return fmt::format("{:.0f}%", whole > 0 ? 100 * part / whole : 0.0); }
+
+}  // namespace
+
+nlohmann::json ranked_plan_json(const RankedPlan& p, int rank) {
   nlohmann::json j = prediction_json(p.prediction);
   j["rank"] = rank;
   j["strategy"] = p.plan.strategy.to_string();
+  j["cluster"] = p.plan.cluster.name;
   j["global_batch"] = p.plan.global_batch;
   j["seq"] = p.plan.seq;
   return j;
 }
 
-// The keys that differ from the defaults, for a compact table column.
 std::string short_strategy(const Strategy& s) {
   std::string out = fmt::format("dp={},tp={},pp={}", s.dp, s.tp, s.pp);
   if (s.zero) out += fmt::format(",zero={}", s.zero);
@@ -33,10 +37,6 @@ std::string short_strategy(const Strategy& s) {
   return out;
 }
 
-std::string pct(double part, double whole) { return fmt::format("{:.0f}%", whole > 0 ? 100 * part / whole : 0.0); }
-
-}  // namespace
-
 nlohmann::json search_result_json(const SearchResult& r) {
   nlohmann::json j;
   j["candidates_evaluated"] = r.stats.enumerated;
@@ -45,17 +45,18 @@ nlohmann::json search_result_json(const SearchResult& r) {
   j["candidates_simulated"] = r.stats.simulated;
   j["pruned_by_bound"] = r.stats.pruned;
   j["rejected"] = r.stats.rejected;
+  j["candidates_engine_cannot_run"] = r.stats.engine_refused;
   j["wall_seconds"] = r.stats.wall_seconds;
   j["candidates_per_second"] = r.stats.candidates_per_second();
   j["plans"] = nlohmann::json::array();
-  for (size_t i = 0; i < r.plans.size(); ++i) j["plans"].push_back(plan_entry(r.plans[i], int(i) + 1));
+  for (size_t i = 0; i < r.plans.size(); ++i) j["plans"].push_back(ranked_plan_json(r.plans[i], int(i) + 1));
   if (!r.families.empty()) {
     j["explain"] = nlohmann::json::array();
     for (const auto& f : r.families) {
       nlohmann::json e{{"family", f.family}, {"definition", f.definition}, {"candidates", f.candidates},
                        {"fits", f.fits},     {"is_winner", f.is_winner},   {"reason", f.reason}};
-      if (f.best) e["best"] = plan_entry(*f.best, 0);
-      if (f.smallest) e["smallest"] = plan_entry(*f.smallest, 0);
+      if (f.best) e["best"] = ranked_plan_json(*f.best, 0);
+      if (f.smallest) e["smallest"] = ranked_plan_json(*f.smallest, 0);
       j["explain"].push_back(e);
     }
   }

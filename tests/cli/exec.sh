@@ -18,6 +18,18 @@ m = r["measurement"]
 assert len(m["losses"]) == 4 and all(l == l for l in m["losses"]), "one finite loss per step"
 assert m["step_seconds"]["median"] > 0
 PY
+# A plan that is not the search's best (full recomputation), written by predict -o, runs as it is.
+echo '{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 512, "n_positions": 128}' > "$TMP/tiny.json"
+expect_exit 0 $P predict --model "$TMP/tiny.json" --gpus 1xH100 --strategy mbs=2,ckpt=full,precision=fp32 --seq 64 \
+  --global-batch 4 -o "$TMP/p.json"
+expect_exit 0 $P exec "$TMP/p.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/r5.json"
+python3 - "$TMP/r5.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["plan"]["strategy"]
+assert s["ckpt"] == "full" and s["mbs"] == 2 and s["gas"] == 2, s
+assert len(r["measurement"]["losses"]) == 3
+PY
 # Bad plans: one line, exit 2, no result file.
 echo '{"format": "planner-plan"' > "$TMP/bad.json"
 expect_bad_input $P exec "$TMP/bad.json" -o "$TMP/r2.json"

@@ -1,0 +1,53 @@
+#pragma once
+// `planner export plan.json --to deepspeed|megatron|fsdp`: what that engine
+// needs to run the plan's strategy, and a one-line launch command.
+//
+//   deepspeed  a DeepSpeed config JSON (ZeRO stage, offload, micro-batch,
+//              accumulation, precision, activation checkpointing, AutoTP size,
+//              pipeline stages) and its `deepspeed` launcher line
+//   megatron   Megatron-LM arguments for pretrain_gpt.py (model shape, TP, PP,
+//              virtual stages, sequence parallel, recompute, distributed
+//              optimizer / Megatron-FSDP, batch, precision) and a torchrun line
+//   fsdp       PyTorch settings (device mesh, DDP / ZeroRedundancyOptimizer /
+//              FSDP2 fully_shard with its mixed precision and offload policy,
+//              tensor parallel plan, activation checkpointing) as JSON and a
+//              torchrun line for the user's train.py
+//
+// Versions targeted: costmodel/engine.hpp. A strategy or model the engine
+// cannot express is refused with engine_gap's one line (InputError).
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "costmodel/engine.hpp"
+#include "costmodel/plan.hpp"
+
+namespace planner {
+
+struct ExportResult {
+  Engine engine = Engine::DeepSpeed;
+  std::string file;                 // where the launch line expects the file (-o, or a default name)
+  std::string file_text;            // what -o writes
+  nlohmann::json config;            // deepspeed/fsdp: the JSON written; megatron: {"args": [...]}
+  std::vector<std::string> args;    // megatron: the arguments, one flag or value each
+  std::string launch;               // one line
+  std::vector<std::string> notes;   // what the user's side must do
+};
+
+// The default file name for an engine ("ds_config.json", "megatron_args.txt", "fsdp_config.json").
+std::string default_export_file(Engine e);
+
+// Throws InputError (exit 2) naming what the engine lacks. `file` is where the
+// config will be written (for the launch line); empty: the default name.
+ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file = "");
+
+// One engine each (export_deepspeed.cpp, export_megatron.cpp, export_fsdp.cpp);
+// the plan is known to be expressible.
+ExportResult export_deepspeed(const Plan& plan, const std::string& file);
+ExportResult export_megatron(const Plan& plan, const std::string& file);
+ExportResult export_fsdp(const Plan& plan, const std::string& file);
+
+// "torchrun --nproc-per-node 8 [--nnodes N --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port 29500]"
+std::string torchrun_prefix(const ClusterSpec& c);
+
+}  // namespace planner

@@ -1,0 +1,137 @@
+#include "planner/plan_rank.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+const char* to_string(Objective o) {
+  switch (o) {
+    case Objective::Throughput: return "throughput";
+    case Objective::Time: return "time";
+    case Objective::Cost: return "cost";
+  }
+  return "?";
+}
+
+Objective parse_objective(std::string_view text) {
+  const std::string t = to_lower(trim(text));
+  if (t == "throughput") return Objective::Throughput;
+  if (t == "time") return Objective::Time;
+  if (t == "cost") return Objective::Cost;
+  throw InputError(fmt::format("--objective: unknown objective '{}' (choose throughput, time or cost)", text));
+}
+
+void check_objective(Objective o, const TrainCostOptions& cost, const std::vector<ClusterSpec>& clusters) {
+  if (o == Objective::Time && !cost.tokens) throw InputError("--objective time needs --tokens");
+  if (o == Objective::Cost && (!cost.tokens || !cost.has_price()))
+    throw InputError("--objective cost needs --tokens and --price or --prices");
+  for (const auto& c : clusters) cost.price_for(c);  // a prices file must price every GPU type asked for
+}
+
+namespace {
+
+// Smaller is better.
+double objective_key(const RankedEntry& e, Objective o) {
+  switch (o) {
+    case Objective::Throughput: return -e.plan->prediction.tokens_per_second;
+    case Objective::Time: return e.train ? e.train->seconds : -e.plan->prediction.tokens_per_second;
+    case Objective::Cost: return e.train && e.train->cost ? *e.train->cost : -e.plan->prediction.tokens_per_second;
+  }
+  return 0;
+}
+
+std::string money(const std::optional<TrainCost>& t) { return t && t->cost ? fmt::format("{:.0f}", *t->cost) : "-"; }
+
+}  // namespace
+
+std::vector<RankedEntry> rank_by_objective(const std::vector<ClusterSearch>& searches, Objective o,
+                                           const TrainCostOptions& cost) {
+  std::vector<RankedEntry> out;
+  for (size_t s = 0; s < searches.size(); ++s)
+    for (const auto& p : searches[s].result.plans)
+      out.push_back({&p, s, train_cost(cost, searches[s].cluster, p.prediction.tokens_per_second)});
+  std::stable_sort(out.begin(), out.end(), [o](const RankedEntry& a, const RankedEntry& b) {
+    return objective_key(a, o) < objective_key(b, o);
+  });
+  return out;
+}
+
+std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::vector<RankedEntry>& ranked,
+                         Objective o, size_t top, bool explain) {
+  const size_t n = std::min(top, ranked.size());
+  std::string out;
+  if (searches.size() == 1) {
+    out = search_result_table(searches.front().result, explain);
+    if (n > 0 && ranked.front().train) {
+      out += fmt::format("\nTo train {} tokens:\n{:>3}  {:>10} {:>12} {:>12} {:>10}\n",
+                         format_tokens(ranked.front().train->tokens), "#", "days", "GPU-hours", "cost", "per GPU-h");
+      for (size_t i = 0; i < n; ++i) {
+        const auto& t = *ranked[i].train;
+        out += fmt::format("{:>3}  {:>10.2f} {:>12.0f} {:>12} {:>10}\n", i + 1, t.days, t.gpu_hours, money(t),
+                           t.price_per_gpu_hour ? fmt::format("{:.2f}", *t.price_per_gpu_hour) : "-");
+      }
+      if (o != Objective::Throughput)
+        out += fmt::format("note: within one cluster --objective {} ranks as throughput; give several clusters "
+                           "(--gpus 8xA100-80GB,8xH100) to compare them\n", to_string(o));
+    }
+    return out;
+  }
+  for (const auto& s : searches) {
+    const auto& st = s.result.stats;
+    const auto& plans = s.result.plans;
+    const std::string best =
+        plans.empty() ? std::string("-") : fmt::format("{:.0f}", plans.front().prediction.tokens_per_second);
+    out += fmt::format("{:<24} {} GPUs: {} strategies in {:.3f} s, {} fit and simulated, best {} tokens/s\n",
+                       s.cluster.name, s.cluster.world(), st.enumerated, st.wall_seconds, st.simulated, best);
+    for (const auto& note : s.result.notes) out += "  note: " + note + "\n";
+  }
+  out += fmt::format("\nBest first by {}:\n", to_string(o));
+  out += fmt::format("{:>3}  {:<18} {:<62} {:>9} {:>11} {:>6} {:>9} {:>10} {:>11} {:>10}\n", "#", "cluster", "strategy",
+                     "step s", "tokens/s", "MFU", "GPU mem", "days", "GPU-hours", "cost");
+  for (size_t i = 0; i < n; ++i) {
+    const auto& e = ranked[i];
+    const auto& q = e.plan->prediction;
+    out += fmt::format("{:>3}  {:<18} {:<62} {:>9.3f} {:>11.0f} {:>5.1f}% {:>9} {:>10} {:>11} {:>10}\n", i + 1,
+                       searches[e.search].cluster.name, short_strategy(e.plan->plan.strategy), q.step_seconds,
+                       q.tokens_per_second, 100 * q.mfu, format_bytes(double(q.memory.per_gpu_peak_bytes)),
+                       e.train ? fmt::format("{:.2f}", e.train->days) : "-",
+                       e.train ? fmt::format("{:.0f}", e.train->gpu_hours) : "-", money(e.train));
+  }
+  if (ranked.empty()) out += "nothing fits on any of the clusters\n";
+  return out;
+}
+
+nlohmann::json ranked_json(const std::vector<ClusterSearch>& searches, const std::vector<RankedEntry>& ranked,
+                           Objective o, size_t top) {
+  const size_t n = std::min(top, ranked.size());
+  nlohmann::json plans = nlohmann::json::array();
+  for (size_t i = 0; i < n; ++i) {
+    nlohmann::json p = ranked_plan_json(*ranked[i].plan, int(i) + 1);
+    if (ranked[i].train) p["train"] = train_cost_json(*ranked[i].train);
+    plans.push_back(p);
+  }
+  nlohmann::json j;
+  if (searches.size() == 1) {
+    j = search_result_json(searches.front().result);
+  } else {
+    j["clusters"] = nlohmann::json::array();
+    for (const auto& s : searches) {
+      nlohmann::json c = search_result_json(s.result);
+      c.erase("plans");
+      c["cluster"] = s.cluster.name;
+      c["gpus"] = s.cluster.world();
+      j["clusters"].push_back(c);
+    }
+  }
+  j["objective"] = to_string(o);
+  j["plans"] = plans;
+  return j;
+}
+
+}  // namespace planner

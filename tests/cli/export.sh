@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# planner export --to megatron|fsdp|deepspeed: files, launch lines, the Megatron-LM
+# flags against core_v0.19.0's parser list, refusals (exit 2, one line, nothing written).
+# DeepSpeed's own parser checks the DeepSpeed configs in export_deepspeed.sh.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+FLAGS="$ROOT/tests/data/megatron_core_v0.19.0_arguments.txt"
+
+# TP + SP + PP (interleaved) + selective recompute + distributed optimizer: Megatron only.
+expect_exit 0 $P predict --model llama-2-13b --gpus 4x8xH100 --strategy tp=8,pp=4,schedule=interleaved,vpp=2,sp=1,zero=1,ckpt=selective,mbs=1 \
+  --global-batch 64 -o "$TMP/mg.json"
+expect_exit 0 $P export "$TMP/mg.json" --to megatron -o "$TMP/args.txt"
+expect_grep "^launch: CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 4 --nproc-per-node 8 .* pretrain_gpt.py \\$\\(cat $TMP/args.txt\\)" "$TMP/out"
+python3 - "$TMP/args.txt" "$FLAGS" <<'PY' || fails=$((fails+1))
+import sys
+args = [line.split() for line in open(sys.argv[1]) if line.strip()]
+known = {}
+for line in open(sys.argv[2]):
+    if line.startswith("#") or not line.strip(): continue
+    parts = line.split()
+    known[parts[0]] = set(parts[1].split(",")) if len(parts) > 1 else set()
+a = {}
+for words in args:
+    flag = words[0]
+    assert flag in known, f"{flag} is not a Megatron-LM core_v0.19.0 flag"
+    if known[flag] and len(words) > 1: assert words[1] in known[flag], (flag, words[1], known[flag])
+    a[flag] = words[1] if len(words) > 1 else True
+# Parsed back as Megatron derives the rest: dp = 32 / (8 x 4) = 1, accumulation = 64 / (1 x 1).
+assert a["--tensor-model-parallel-size"] == "8" and a["--pipeline-model-parallel-size"] == "4"
+assert a["--num-virtual-stages-per-pipeline-rank"] == "2" and a["--sequence-parallel"] is True
+assert a["--recompute-granularity"] == "selective" and a["--use-distributed-optimizer"] is True
+assert a["--micro-batch-size"] == "1" and a["--global-batch-size"] == "64" and a["--bf16"] is True
+assert a["--num-layers"] == "40" and a["--hidden-size"] == "5120" and a["--swiglu"] is True
+assert a["--normalization"] == "RMSNorm" and a["--position-embedding-type"] == "rope"
+PY
+for engine in deepspeed fsdp; do
+  expect_bad_input $P export "$TMP/mg.json" --to $engine -o "$TMP/no-$engine.json"
+  [ ! -e "$TMP/no-$engine.json" ] || { echo "FAIL: $engine file written for a refused plan"; fails=$((fails+1)); }
+done
+expect_bad_input $P export "$TMP/mg.json" --to fsdp && expect_grep "no pipeline parallelism" "$TMP/err"
+
+# ZeRO-3 with TP as FSDP2 settings; without -o the file goes to stdout.
+expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,sp=1,zero=3,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/fs.json"
+expect_exit 0 $P export "$TMP/fs.json" --to fsdp --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+c = j["config"]
+assert j["engine"] == "fsdp" and j["launch"].startswith("torchrun --nproc-per-node 8 train.py --fsdp-config")
+assert c["device_mesh"] == {"shape": [4, 2], "dim_names": ["dp", "tp"]}
+assert c["fully_shard"]["reshard_after_forward"] is True
+assert c["fully_shard"]["mp_policy"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+assert c["tensor_parallel"]["sequence_parallel"] is True and c["activation_checkpointing"] == "full"
+assert c["micro_batch_size"] * c["gradient_accumulation_steps"] * 4 == c["global_batch_size"] == 16
+PY
+expect_bad_input $P export "$TMP/fs.json" --to deepspeed && expect_grep "sequence parallelism" "$TMP/err"
+expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=3,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
+expect_exit 0 $P export "$TMP/ds.json" --to deepspeed
+expect_grep "^# DeepSpeed 0.19.8 configuration" "$TMP/out"
+expect_grep '"autotp_size": 2' "$TMP/out" && expect_grep "^launch: deepspeed --num_gpus 8 train.py" "$TMP/out"
+expect_exit 0 $P export "$TMP/fs.json" --to megatron --json
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["args"]; i=a.index("--data-parallel-sharding-strategy"); assert a[i+1]=="optim_grads_params" and "--use-megatron-fsdp" in a and not j["launch"].startswith("CUDA_DEVICE")' "$TMP/out" || fails=$((fails+1))
+
+# Bad input: one line on stderr, exit 2, nothing written.
+expect_bad_input $P export "$TMP/fs.json" --to horovod -o "$TMP/x1" && expect_grep "deepspeed, megatron or fsdp" "$TMP/err"
+expect_bad_input $P export "$TMP/fs.json" --to ours -o "$TMP/x2"
+expect_bad_input $P export /nonexistent/plan.json --to deepspeed -o "$TMP/x3"
+expect_bad_input $P export "$TMP/fs.json" --to deepspeed -o /nonexistent-dir/ds.json
+expect_bad_input $P export "$TMP/fs.json"
+expect_exit 0 $P predict --model opt-1.3b --gpus 8xA100-80GB --strategy zero=1,mbs=4 --global-batch 32 -o "$TMP/opt.json"
+expect_bad_input $P export "$TMP/opt.json" --to megatron -o "$TMP/x4" && expect_grep "ReLU" "$TMP/err"
+for f in x1 x2 x3 x4; do [ ! -e "$TMP/$f" ] || { echo "FAIL: $f written on bad input"; fails=$((fails+1)); }; done
+expect_exit 0 $P export --help
+expect_grep "Examples:" "$TMP/out"
+finish
