@@ -6,10 +6,31 @@
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #if defined(PLANNER_HAS_RUNTIME)
+#include <iostream>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/predict.hpp"
+#include "planner/exec_report.hpp"
 #include "runtime/exec.hpp"
 #endif
 
 namespace planner {
+
+#if defined(PLANNER_HAS_RUNTIME)
+// The runtime runs and measures (all ranks); rank 0 puts the prediction beside
+// the measurement, prints, and writes the result file (atomically, only after
+// a successful run).
+int run_exec_and_report(const rt::ExecOptions& e) {
+  const rt::ExecRun r = rt::run_plan(e);
+  if (!r.report) return r.exit_code;
+  const ExecReport rep = make_exec_report(r.plan, predict(r.plan, e.profile_path), r.run);
+  const std::string text = rep.result.dump(2) + "\n";
+  if (!e.output_path.empty()) write_file_atomically(e.output_path, text);
+  if (e.json) std::cout << text;
+  else std::cout << rep.table << std::flush;
+  return 0;
+}
+#endif
 
 CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("exec", "Run a plan on this machine, measure, and compare with the prediction");
@@ -66,7 +87,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     } catch (const std::exception&) {
       throw InputError(fmt::format("--lr: expected a positive number such as 3e-4, got '{}'", o->lr));
     }
-    exit_code = rt::run_exec(e);
+    exit_code = run_exec_and_report(e);
 #else
     (void)o;
     exit_code = 1;

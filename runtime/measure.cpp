@@ -188,11 +188,11 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
 
     // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
     bool timing = false;
-    int64_t before_head = 0, peak_fb = 0, transient_at_head = 0, transient_peak = 0;
+    int64_t before_head = 0, peak_fb = 0, transient_peak = 0;
     engine.before_head = [&] {
       if (!timing) return;
       const int64_t now = memory_stats(cuda).allocated - before.allocated;
-      if (now > before_head) before_head = now, transient_at_head = engine.transient_bytes();
+      before_head = std::max(before_head, now);
     };
     engine.after_backward = [&] {
       if (timing) peak_fb = std::max(peak_fb, memory_stats(cuda).allocated_peak - before.allocated);
@@ -250,10 +250,11 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     mm.peak_step_reserved = cuda ? peak_res : peak_alloc;
     mm.outside_allocator = memory_outside_allocator(cuda);
     mm.device_total = device_total_memory(cuda);
-    // ZeRO-2/3 buffers that come and go (gathered units, unit gradients) are
-    // communication buffers, not activations.
+    // ZeRO-2/3 unit buffers (gathered units, unit gradients) are a fixed pool,
+    // allocated in the first step: part of the static bytes at a timed step's
+    // start, counted as communication buffers with NCCL's own.
     mm.comm_buffers = transient_peak + comm_bytes;
-    mm.activations = std::max<int64_t>(0, before_head - step_start - transient_at_head);
+    mm.activations = std::max<int64_t>(0, before_head - step_start);
     mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
     mm.total = mm.peak_step_reserved + mm.outside_allocator;
     const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +
