@@ -19,12 +19,14 @@ cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TEST
 cmake --build build-dev --target planner >>"$LOG" 2>&1 || { grep -E "error" "$LOG" | head -40; exit 1; }
 X=./build-dev/planner
 D=examples/plans/h200x2
+if [ "${KILL:-1}" = 1 ]; then
 say "rank 1 killed at step 4 (NCCL, ZeRO-3)"
 t0=$(date +%s)
 PLANNER_TEST_KILL=1:4 timeout 200 $X exec $D/neo1.3b-dp2-zero3.json --steps 8 --warmup 2 -q -o "$OUT/killed.json" >"$OUT/killed.out" 2>"$OUT/killed.err"
 rc=$?
 echo "exit $rc after $(( $(date +%s) - t0 )) s; result file: $([ -e "$OUT/killed.json" ] && echo WRITTEN || echo none)" | tee -a "$LOG"
 grep -iE "rank 1|rank" "$OUT/killed.err" | head -5 | tee -a "$LOG"
+fi
 for n in neo1.3b-dp2-zero3-offload-all neo1.3b-dp2-zero2-offload; do
   say "planner exec $n"
   timeout 240 $X exec $D/$n.json --steps 4 --warmup 1 -o "$OUT/$n.exec.json" 2>&1 | grep -vE "warm-up step" | tee -a "$LOG"
