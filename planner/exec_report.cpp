@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "costmodel/trace.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -142,6 +144,37 @@ ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, 
               {"machine", run.value("machine", json::object())}};
   r.table = render_table(plan, run, rows);
   return r;
+}
+
+nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, const nlohmann::json& run) {
+  json t = chrome_trace_json(predicted, fmt::format("{} on {}: {} (predicted: stages 0..; measured: ranks)",
+                                                    plan.model.name, plan.cluster.name, plan.strategy.to_string()));
+  json& events = t["traceEvents"];
+  const json& tl = run.at("measurement").at("timeline");
+  const json& actions = tl.at("actions");
+  int r = 0;
+  for (const json& flat : tl.at("ranks")) {
+    const int pid = 1000 + r;
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"name", fmt::format("measured rank {} (compute stream)", r)}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"sort_index", pid}}}});
+    for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {
+      const double a = flat[i].get<double>(), b = flat[i + 1].get<double>();
+      if (!(b > a)) continue;
+      events.push_back({{"name", actions[i / 2].get<std::string>()},
+                        {"cat", "measured"},
+                        {"ph", "X"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"ts", a * 1e6},
+                        {"dur", (b - a) * 1e6},
+                        {"args", {{"action", i / 2}}}});
+    }
+    ++r;
+  }
+  t["otherData"]["measured_step_seconds"] = run["measurement"]["step_seconds"]["median"];
+  return t;
 }
 
 }  // namespace planner

@@ -8,6 +8,7 @@
 
 #include "costmodel/plan.hpp"
 #include "costmodel/predict.hpp"
+#include "costmodel/simulator.hpp"
 
 namespace planner {
 
@@ -18,5 +19,13 @@ struct ExecReport {
 
 // `run`: {"created", "options", "measurement", "machine"} as the runtime writes them.
 ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run);
+
+// One Chrome trace (Perfetto) with the predicted step (the simulator's events:
+// one process per stage, a thread per stream) and the measured one (one
+// process per rank: each action of the step program on the compute stream,
+// CUDA-event times of the last timed step; asynchronous actions show only
+// their issue, Sync the wait for them), so the two timelines of one plan open
+// side by side. `run` must hold measurement.timeline (exec --trace).
+nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, const nlohmann::json& run);
 
 }  // namespace planner

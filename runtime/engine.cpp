@@ -287,7 +287,10 @@ at::Tensor Engine::step(int64_t step) {
   std::fill(I.reduces_done.begin(), I.reduces_done.end(), 0);
   I.loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
   I.skip = false;
+  if (trace_next_step) trace_ = std::make_unique<IntervalTimer>(cuda_), trace_next_step = false;
+  IntervalTimer* tr = trace_.get();
   for (const StepAction& a : program_.stages[0]) {
+    if (tr) tr->start();
     if (time_actions) {
       auto& t = I.timers[to_string(a.op)];
       if (!t) t = std::make_unique<IntervalTimer>(cuda_);
@@ -297,6 +300,7 @@ at::Tensor Engine::step(int64_t step) {
     } else {
       run_action(a, step);
     }
+    if (tr) tr->stop();
   }
   // The step ends when the updated parameters are in place.
   for (auto& w : I.pending) w->wait();
@@ -643,6 +647,13 @@ void Engine::all_gather(int u) {
 }
 
 // ---- inspection ----------------------------------------------------------------
+
+std::vector<std::pair<double, double>> Engine::traced_spans() {
+  if (!trace_) return {};
+  auto out = trace_->spans();
+  trace_.reset();
+  return out;
+}
 
 void Engine::collect_action_times() {
   times_ = {};

@@ -35,6 +35,7 @@
 #include "costmodel/model_spec.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
+#include "runtime/device.hpp"
 #include "runtime/model.hpp"
 #include "runtime/trainer.hpp"
 #include "strategies/step_program.hpp"
@@ -89,6 +90,12 @@ class Engine {
   std::function<void()> after_backward;
   // When set, every action is timed (CUDA events) into action_times().
   bool time_actions = false;
+  // When set, the next step records every action's start and end on the
+  // compute stream (CUDA events) for a measured timeline; read with
+  // traced_spans() after the step (then cleared).
+  bool trace_next_step = false;
+  // One (start, end) per action of program().stages[0], seconds from the step's first action.
+  std::vector<std::pair<double, double>> traced_spans();
   // Synchronises and sums the recorded intervals per action kind (all steps
   // since time_actions was set).
   void collect_action_times();
@@ -136,6 +143,7 @@ class Engine {
   int good_steps_ = 0;
   double cpu_adam_seconds_ = 0;
   int64_t transient_peak_ = 0;
+  std::unique_ptr<IntervalTimer> trace_;
   ActionTimes times_;
 };
 

@@ -72,6 +72,19 @@ json actions_json(const Measurement& r) {
   return a;
 }
 
+// The measured timeline of the last timed step (--trace): the actions and, per
+// rank, a flat list start0, end0, start1, end1, ... in seconds.
+json timeline_json(const Measurement& r) {
+  if (r.trace_spans.empty()) return nullptr;
+  json ranks = json::array();
+  for (const auto& sp : r.trace_spans) {
+    json flat = json::array();
+    for (const auto& [a, b] : sp) flat.push_back(a), flat.push_back(b);
+    ranks.push_back(flat);
+  }
+  return {{"actions", r.trace_actions}, {"ranks", ranks}};
+}
+
 json measurement_json(const Measurement& r) {
   return {{"device", r.device},
           {"precision", r.precision},
@@ -111,6 +124,7 @@ json measurement_json(const Measurement& r) {
           {"cpu_adam_params_per_second", num_or_null(r.cpu_adam_params_per_second, r.cpu_adam_seconds > 0)},
           {"host_copy_gbps", num_or_null(r.host_copy_gbps, r.host_copy_gbps > 0)},
           {"action_seconds", actions_json(r)},
+          {"timeline", timeline_json(r)},
           {"memory", memory_json(r.memory)},
           {"notes", r.notes}};
 }
@@ -238,6 +252,7 @@ ExecRun run_plan(const ExecOptions& o) {
   ro.progress = o.progress;
   ro.comm_timeout_seconds = o.comm_timeout_seconds;
   ro.time_actions = o.time_actions;
+  ro.trace = !o.trace_path.empty();
   const Measurement m = run_training(r.plan, ro);
   r.report = m.root;
   r.run = {{"created", utc_now()},

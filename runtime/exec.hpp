@@ -28,6 +28,7 @@ struct ExecOptions {
   bool oversubscribe = false;        // CPU: allow more ranks than cores (mpirun --oversubscribe)
   int comm_timeout_seconds = 300;    // a collective that takes longer ends every rank
   bool time_actions = true;          // time each action of the step program (exposed communication)
+  std::string trace_path;            // --trace: predicted and measured timeline, one Chrome-trace file
 };
 
 // The measured run of a plan. With dp > 1 outside an MPI launch, this process

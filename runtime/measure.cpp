@@ -227,6 +227,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
         timer.start();
       }
       if (timing && s == opt.warmup) engine.reset_transient_peak();
+      if (opt.trace && s == total - 1) engine.trace_next_step = true;
       at::Tensor loss = engine.step(s);
       if (timing) {
         timer.stop();
@@ -248,6 +249,20 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     if (opt.time_actions) {
       engine.collect_action_times();
       for (const auto& [name, sec] : engine.action_times().seconds) r.action_seconds.push_back({name, sec / opt.steps});
+    }
+    if (opt.trace) {
+      // Every rank's spans of the last step to every rank (the same list everywhere).
+      const auto spans = engine.traced_spans();
+      std::vector<double> flat;
+      for (const auto& [a, b] : spans) flat.push_back(a), flat.push_back(b);
+      const std::vector<double> all = all_gather_doubles(worldc.get(), flat);
+      const size_t per = flat.size();
+      for (size_t q = 0; per > 0 && q < all.size() / per; ++q) {
+        std::vector<std::pair<double, double>> rank_spans;
+        for (size_t i = 0; i < per; i += 2) rank_spans.push_back({all[q * per + i], all[q * per + i + 1]});
+        r.trace_spans.push_back(std::move(rank_spans));
+      }
+      for (const auto& a : engine.program().stages[0]) r.trace_actions.push_back(a.to_string());
     }
     if (engine.cpu_adam_seconds() > 0) {
       r.cpu_adam_seconds = engine.cpu_adam_seconds();
