@@ -140,6 +140,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
                                                                         : fmt::format("#{}", rank), o->output);
     exit_code = 0;
   });
+  add_compare_command(app, exit_code);  // `planner compare`, right after `plan` in --help
   return cmd;
 }
 
