@@ -268,7 +268,9 @@ void to_json(json& j, const GpuSpec& g) {
            {"pcie", to_string(g.pcie)},
            {"default_intra", to_string(g.default_intra)},
            {"default_gpus_per_node", g.default_gpus_per_node},
-           {"source", g.source}};
+           {"source", g.source},
+           {"calibrated", g.calibrated},
+           {"prediction_only", g.prediction_only}};
 }
 
 void from_json(const json& j, GpuSpec& out) {
@@ -279,7 +281,7 @@ void from_json(const json& j, GpuSpec& out) {
   Obj o{j, "gpu"};
   o.only({"name", "aliases", "memory", "memory_bytes", "memory_GBps", "peak_fp32_TFLOPS", "peak_tf32_TFLOPS",
           "peak_fp16_TFLOPS", "peak_bf16_TFLOPS", "gemm_efficiency", "memory_efficiency", "has_nvlink", "nvlink",
-          "nvlink_GBps", "pcie", "default_intra", "default_gpus_per_node", "source"});
+          "nvlink_GBps", "pcie", "default_intra", "default_gpus_per_node", "source", "calibrated", "prediction_only"});
   if (!o.has("name")) o.fail("missing 'name' (a catalog GPU such as \"RTX3090\", or a new name with its figures)");
   std::string name = o.text("name");
   GpuSpec g;
@@ -297,7 +299,6 @@ void from_json(const json& j, GpuSpec& out) {
     if (!o.has("memory") && !o.has("memory_bytes"))
       o.fail(fmt::format("'{}' is not in the catalog, so 'memory' (e.g. \"24GiB\") is required", name));
   }
-  (void)in_catalog;
   if (o.has("aliases")) {
     if (!j.at("aliases").is_array()) o.fail("'aliases' must be a list of strings");
     g.aliases.clear();
@@ -328,6 +329,9 @@ void from_json(const json& j, GpuSpec& out) {
   if (o.has("default_intra")) g.default_intra = parse_intra(o, "default_intra");
   if (o.has("default_gpus_per_node")) g.default_gpus_per_node = static_cast<int>(o.integer("default_gpus_per_node", kMaxGpus));
   if (o.has("source")) g.source = o.text("source");
+  if (!in_catalog) g.calibrated.clear();
+  if (o.has("calibrated")) g.calibrated = o.text("calibrated");
+  if (o.has("prediction_only")) g.prediction_only = o.boolean("prediction_only");
   check_gpu(g);
   out = std::move(g);
 }

@@ -53,6 +53,11 @@ struct GpuSpec {
   IntraNode default_intra = IntraNode::PCIe;  // typical node for this GPU
   int default_gpus_per_node = 8;
   std::string source;                  // datasheet citation
+  // Where this project measured the GPU and fit its efficiencies (a folder of
+  // validation/, e.g. "validation/h100"); empty: datasheet figures and assumed
+  // or published-benchmark efficiencies only, so predictions are uncalibrated.
+  std::string calibrated;
+  bool prediction_only = false;        // not a CUDA device: `planner exec` cannot run on it
   bool supports_bf16() const { return peak_bf16 > 0; }
   friend bool operator==(const GpuSpec&, const GpuSpec&) = default;
 };
@@ -80,6 +85,9 @@ struct ClusterSpec {
 // Catalog.
 std::vector<std::string> gpu_names();        // canonical names
 const GpuSpec& gpu_by_name(std::string_view name);   // case-insensitive, aliases; InputError with nearest
+// "" for a calibrated GPU, else the one-line note every prediction for it
+// prints ("H20 is not calibrated: ...").
+std::string calibration_note(const GpuSpec& g);
 Link default_link(LinkKind k);               // bandwidth and latency by generation
 bool consumer_nvlink(const GpuSpec& g);      // NVLink bridge only (pairs)
 

@@ -27,6 +27,7 @@
 #include <algorithm>
 
 #include "costmodel/cluster_spec.hpp"
+#include "costmodel/gpu_catalog_more.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -157,7 +158,8 @@ std::vector<GpuSpec> build_catalog() {
     c.push_back(g);
   }
 
-  // --- NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090):
+  // --- NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090;
+  // rechecked for issue 13: fp16/bf16 fp32-accumulate 165.2 dense, 330.4 sparse):
   // fp32 82.6 TF, tf32 82.6, fp16/bf16 tensor with fp32 accumulate 165.2 TF
   // dense, 24 GB GDDR6X at 1008 GB/s, no NVLink, PCIe Gen4.
   {
@@ -239,8 +241,11 @@ std::vector<GpuSpec> build_catalog() {
     g.source = std::string(h.src) + (h.sxm ? "; efficiencies measured on this workplace's devices (bf16 8192^3 matmul, "
                                              "device-to-device copy)"
                                            : "; efficiencies assumed");
+    if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100";
+    if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200x2";
     c.push_back(g);
   }
+  add_datasheet_gpus(c);  // gpu_catalog_more.cpp
   return c;
 }
 
@@ -318,6 +323,14 @@ const GpuSpec& gpu_by_name(std::string_view name) {
 //    (V100), NVLink3 300 (A100), NVLink4 450 (H100); NCCL latency ~3 us.
 //  * Network, one NIC: InfiniBand HDR 200 Gb/s = 25 GB/s, ~5 us; Ethernet 100
 //    Gb/s = 12.5 GB/s, ~15 us (TCP/RoCE through the NCCL socket/net plugin).
+std::string calibration_note(const GpuSpec& g) {
+  if (!g.calibrated.empty()) return "";
+  return fmt::format("{} is not calibrated: datasheet figures with {} efficiencies, not fit to measurements "
+                     "of this project{}", g.name, g.source.find("micro_bench") != std::string::npos
+                                                         ? "published-benchmark" : "assumed",
+                     g.prediction_only ? "; prediction only (planner exec cannot run on it)" : "");
+}
+
 Link default_link(LinkKind k) {
   switch (k) {
     case LinkKind::PCIe3: return {k, 12 * GB, 5e-6};

@@ -46,15 +46,18 @@ CLI::App* add_list_command(CLI::App& app, int& exit_code) {
         j.push_back({{"family", f}, {"sizes", fam.size()}, {"smallest", fam.front().name}, {"largest", fam.back().name}});
       }
     } else if (what == "gpus") {
-      out += fmt::format("{:<18}{:>10}{:>11}{:>10}{:>10}{:>10}{:>9}  {}\n", "gpu", "memory", "GB/s", "fp32 TF", "fp16 TF",
-                         "bf16 TF", "nvlink", "aliases");
+      out += fmt::format("{:<18}{:>10}{:>11}{:>10}{:>10}{:>10}{:>9}  {:<23}  {}\n", "gpu", "memory", "GB/s", "fp32 TF",
+                         "fp16 TF", "bf16 TF", "nvlink", "calibrated", "aliases");
       for (const auto& name : gpu_names()) {
         const GpuSpec& g = gpu_by_name(name);
         std::string aliases;
         for (const auto& a : g.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
-        out += fmt::format("{:<18}{:>10}{:>11.0f}{:>10.1f}{:>10.1f}{:>10.1f}{:>9}  {}\n", name,
+        const std::string cal = !g.calibrated.empty() ? g.calibrated
+                                : g.prediction_only                 ? "datasheet, predict only"
+                                                                    : "datasheet only";
+        out += fmt::format("{:<18}{:>10}{:>11.0f}{:>10.1f}{:>10.1f}{:>10.1f}{:>9}  {:<23}  {}\n", name,
                            format_bytes(double(g.memory_bytes)), g.memory_bandwidth_Bps / 1e9, g.peak_fp32 / 1e12,
-                           g.peak_fp16 / 1e12, g.peak_bf16 / 1e12, g.has_nvlink ? "yes" : "no", aliases);
+                           g.peak_fp16 / 1e12, g.peak_bf16 / 1e12, g.has_nvlink ? "yes" : "no", cal, aliases);
         j.push_back(g);
       }
     } else {

@@ -40,10 +40,13 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     if (!o->output.empty()) save_plan(plan, o->output);
     if (o->json) {
       nlohmann::json j = memory_report_json(r);
+      j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
+      if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["plan"] = plan_to_json(plan);
       emit("", j.dump(2) + "\n");
     } else {
       std::string text = plan_header(plan) + "\n" + memory_table(plan, r);
+      if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
       if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
       emit("", text);
     }

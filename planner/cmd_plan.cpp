@@ -2,6 +2,7 @@
 // (how fast that search is).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -133,8 +134,20 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     for (auto& s : shown)
       if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
     const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
-    emit("", o->json ? ranked_json(shown, shown_ranked, objective, size_t(top)).dump(2) + "\n"
-                     : ranked_table(shown, shown_ranked, objective, size_t(top), o->explain));
+    std::vector<std::string> calibration;
+    for (const auto& c : clusters)
+      if (const std::string note = calibration_note(c.gpu);
+          !note.empty() && std::find(calibration.begin(), calibration.end(), note) == calibration.end())
+        calibration.push_back(note);
+    if (o->json) {
+      nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
+      j["calibration_notes"] = calibration;
+      emit("", j.dump(2) + "\n");
+    } else {
+      std::string text = ranked_table(shown, shown_ranked, objective, size_t(top), o->explain);
+      for (const auto& note : calibration) text += "note: " + note + "\n";
+      emit("", text);
+    }
     if (!o->output.empty() && !o->json)
       std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
                                                                         : fmt::format("#{}", rank), o->output);

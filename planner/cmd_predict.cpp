@@ -81,11 +81,14 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = prediction_json(p);
       if (cost) j["train"] = train_cost_json(*cost);
+      j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
+      if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["plan"] = plan_to_json(plan);
       emit("", j.dump(2) + "\n");
     } else {
       std::string text = prediction_table(plan, p);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
+      if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
       if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
       emit("", text);
     }

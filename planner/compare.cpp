@@ -87,6 +87,12 @@ std::string compare_table(const CompareResult& r) {
                        w.train && w.train->cost ? fmt::format("{:.0f}", *w.train->cost) : "-",
                        format_bytes(double(w.headroom_bytes())));
   }
+  std::vector<std::string> notes;
+  for (const auto& w : r.rows)
+    if (const std::string note = calibration_note(w.cluster.gpu);
+        !note.empty() && std::find(notes.begin(), notes.end(), note) == notes.end())
+      notes.push_back(note);
+  for (const auto& note : notes) out += "note: " + note + "\n";
   out += "time: days (d) or hours (h) to train the tokens; cost: GPU-hours x price per GPU-hour;\n"
          "headroom: GPU memory minus the predicted peak per GPU. Full plans: planner plan --gpus CLUSTER.\n";
   return out;
@@ -105,6 +111,8 @@ nlohmann::json compare_json(const CompareResult& r) {
     c["gpu"] = w.cluster.gpu.name;
     c["gpus"] = w.cluster.world();
     c["fits"] = w.best.has_value();
+    c["gpu_calibrated"] = !w.cluster.gpu.calibrated.empty();
+    if (const std::string note = calibration_note(w.cluster.gpu); !note.empty()) c["calibration_note"] = note;
     c["candidates_evaluated"] = w.stats.enumerated;
     if (w.best) {
       const auto& q = w.best->prediction;

@@ -21,6 +21,7 @@ nlohmann::json ranked_plan_json(const RankedPlan& p, int rank) {
   j["cluster"] = p.plan.cluster.name;
   j["global_batch"] = p.plan.global_batch;
   j["seq"] = p.plan.seq;
+  j["gpu_calibrated"] = !p.plan.cluster.gpu.calibrated.empty();
   return j;
 }
 

@@ -250,16 +250,16 @@ TEST_CASE("cluster JSON: defaults, overrides, unknown keys", "[cluster]") {
 
   // A GPU outside the catalog, with its figures.
   ClusterSpec custom = cluster_from_json(json{{"gpu",
-                                               {{"name", "MI250X"},
+                                               {{"name", "MI250X-package"},
                                                 {"memory", "128GiB"},
                                                 {"memory_GBps", 3276.8},
                                                 {"peak_fp16_TFLOPS", 383},
                                                 {"peak_bf16_TFLOPS", 383},
                                                 {"peak_fp32_TFLOPS", 47.9}}},
                                               {"gpus_per_node", 4}});
-  CHECK(custom.gpu.name == "MI250X");
+  CHECK(custom.gpu.name == "MI250X-package");
   CHECK(custom.gpu.memory_bytes == 128 * GiB);
-  REQUIRE_THROWS_AS(cluster_from_json(json{{"gpu", {{"name", "MI250X"}, {"memory", "128GiB"}}}}), InputError);
+  REQUIRE_THROWS_AS(cluster_from_json(json{{"gpu", {{"name", "MI250X-package"}, {"memory", "128GiB"}}}}), InputError);
 }
 
 TEST_CASE("cluster JSON round trip is exact", "[cluster]") {
