@@ -70,19 +70,24 @@ std::string compare_table(const CompareResult& r) {
         break;
       }
   out += ":\n";
-  out += fmt::format("{:>2}  {:<18} {:>5}  {:<44} {:>8} {:>10} {:>6} {:>9} {:>11} {:>9}\n", "#", "cluster", "GPUs",
-                     "strategy", "step s", "tokens/s", "MFU", "time", "cost", "headroom");
+  size_t cw = 18, sw = 8;  // column widths: the longest cluster name and strategy
+  for (const auto& w : r.rows) {
+    cw = std::max(cw, w.cluster.name.size());
+    if (w.best) sw = std::max(sw, short_strategy(w.best->plan.strategy).size());
+  }
+  out += fmt::format("{:>2}  {:<{}} {:>5}  {:<{}} {:>8} {:>10} {:>6} {:>9} {:>11} {:>9}\n", "#", "cluster", cw, "GPUs",
+                     "strategy", sw, "step s", "tokens/s", "MFU", "time", "cost", "headroom");
   int rank = 0;
   for (const auto& w : r.rows) {
     if (!w.best) {
-      out += fmt::format("{:>2}  {:<18} {:>5}  {:<44}\n", "-", w.cluster.name, w.cluster.world(),
+      out += fmt::format("{:>2}  {:<{}} {:>5}  {}\n", "-", w.cluster.name, cw, w.cluster.world(),
                          "no strategy fits (see planner plan --explain)");
       continue;
     }
     const auto& q = w.best->prediction;
     const std::string strategy = short_strategy(w.best->plan.strategy);
-    out += fmt::format("{:>2}  {:<18} {:>5}  {:<44} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9} {:>11} {:>9}\n", ++rank,
-                       w.cluster.name, w.cluster.world(), strategy, q.step_seconds, q.tokens_per_second, 100 * q.mfu,
+    out += fmt::format("{:>2}  {:<{}} {:>5}  {:<{}} {:>8.3f} {:>10.0f} {:>5.1f}% {:>9} {:>11} {:>9}\n", ++rank,
+                       w.cluster.name, cw, w.cluster.world(), strategy, sw, q.step_seconds, q.tokens_per_second, 100 * q.mfu,
                        w.train ? days_text(w.train->days) : "-",
                        w.train && w.train->cost ? fmt::format("{:.0f}", *w.train->cost) : "-",
                        format_bytes(double(w.headroom_bytes())));
