@@ -23,7 +23,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxGpus = 1'000'000;
+constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input limits"
+// The topology model builds every GPU of one node and its links (time grows
+// faster than g^2: 0.8 s at 512, 4 s at 1024, 26 s at 2048), so a node is at
+// most 512 GPUs; larger NVLink domains are not modelled.
+constexpr int64_t kMaxGpusPerNode = 512;
 constexpr int64_t GiB = int64_t{1} << 30;
 constexpr double GB = 1e9;
 
@@ -244,7 +248,8 @@ void check_gpu(const GpuSpec& g) {
   if (g.has_nvlink && !(g.nvlink_bandwidth_Bps > 0)) fail("has_nvlink needs a positive NVLink bandwidth");
   if (g.has_nvlink && !is_nvlink(g.nvlink)) fail("nvlink must be nvlink2, nvlink3 or nvlink4");
   if (!is_pcie(g.pcie)) fail("pcie must be pcie3, pcie4 or pcie5");
-  if (g.default_gpus_per_node < 1 || g.default_gpus_per_node > kMaxGpus) fail("default_gpus_per_node must be positive");
+  if (g.default_gpus_per_node < 1 || g.default_gpus_per_node > kMaxGpusPerNode)
+    fail(fmt::format("default_gpus_per_node must be between 1 and {}", kMaxGpusPerNode));
 }
 
 }  // namespace
@@ -490,6 +495,9 @@ void ClusterSpec::validate() const {
   };
   if (nodes < 1) fail(fmt::format("nodes must be at least 1, got {}", nodes));
   if (gpus_per_node < 1) fail(fmt::format("gpus_per_node must be at least 1, got {}", gpus_per_node));
+  if (gpus_per_node > kMaxGpusPerNode)
+    fail(fmt::format("{} GPUs in one node are too many (at most {} per node; give NODESxNxTYPE, e.g. 128x8x{})",
+                     gpus_per_node, kMaxGpusPerNode, gpu.name));
   if (static_cast<int64_t>(nodes) * gpus_per_node > kMaxGpus)
     fail(fmt::format("{} GPUs are too many (at most {})", static_cast<int64_t>(nodes) * gpus_per_node, kMaxGpus));
   check_gpu(gpu);

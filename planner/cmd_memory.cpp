@@ -1,4 +1,5 @@
 // `planner memory`: the per-GPU and per-host memory of one plan.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -26,7 +27,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     std::string engine, output;
     bool json = false;
   };
-  auto* o = new Opts;  // lives as long as the program
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   add_engine_option(cmd, o->engine);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");

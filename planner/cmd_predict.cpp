@@ -1,4 +1,5 @@
 // `planner predict`: step time, throughput, MFU and memory of one plan.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -59,7 +60,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     std::string profile, trace, engine, output;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
