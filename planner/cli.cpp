@@ -98,4 +98,9 @@ void emit(const std::string& path, const std::string& text) {
   }
 }
 
+void emit_report(const std::string& output, const std::string& text) {
+  if (output != "-") return emit("", text);
+  std::cerr << text << (text.empty() || text.back() == '\n' ? "" : "\n") << std::flush;
+}
+
 }  // namespace planner

@@ -78,7 +78,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
                        {"config", r.config},          {"launch", r.launch},                 {"notes", r.notes}};
       if (engine == Engine::Megatron) j["args"] = r.args;
       if (!o->output.empty()) j["written"] = o->output;
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string out;
       if (o->output.empty()) {
@@ -88,7 +88,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
       }
       out += fmt::format("launch: {}\n", r.launch);
       for (const auto& n : r.notes) out += fmt::format("note: {}\n", n);
-      emit("", out);
+      emit_report(o->output, out);
     }
     exit_code = 0;
   });

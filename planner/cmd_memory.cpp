@@ -42,11 +42,11 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = memory_report_json(r);
       j["plan"] = plan_to_json(plan);
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = plan_header(plan) + "\n" + memory_table(plan, r);
-      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
-      emit("", text);
+      if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit_report(o->output, text);
     }
     exit_code = 0;
   });

@@ -134,9 +134,9 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     for (auto& s : shown)
       if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
     const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
-    emit("", o->json ? ranked_json(shown, shown_ranked, objective, size_t(top)).dump(2) + "\n"
-                     : ranked_table(shown, shown_ranked, objective, size_t(top), o->explain));
-    if (!o->output.empty() && !o->json)
+    emit_report(o->output, o->json ? ranked_json(shown, shown_ranked, objective, size_t(top)).dump(2) + "\n"
+                                   : ranked_table(shown, shown_ranked, objective, size_t(top), o->explain));
+    if (!o->output.empty() && o->output != "-" && !o->json)
       std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
                                                                         : fmt::format("#{}", rank), o->output);
     exit_code = 0;

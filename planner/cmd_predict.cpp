@@ -83,12 +83,12 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       nlohmann::json j = prediction_json(p);
       if (cost) j["train"] = train_cost_json(*cost);
       j["plan"] = plan_to_json(plan);
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = prediction_table(plan, p);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
-      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
-      emit("", text);
+      if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit_report(o->output, text);
     }
     exit_code = 0;
   });

@@ -52,8 +52,14 @@ expect_bad_input $P predict --model gpt2 --gpus 8xH100 --strategy dp=2,pp=4,gas=
 [ ! -e "$TMP/t.json" ] || { echo "FAIL: trace written"; fails=$((fails+1)); }
 
 # Output files.
-expect_exit 0 $P predict --model gpt2 --gpus 2xH100 -o - --json
-expect_grep '"format": "planner-plan"' "$TMP/out"
+# -o -: stdout is exactly the plan (the report goes to stderr), and it loads back.
+expect_exit 0 $P predict --model gpt2 --gpus 2xH100 -o -
+cp "$TMP/out" "$TMP/stdout_plan.json"
+expect_grep "Verdict" "$TMP/err"
+expect_exit 0 $P memory --plan "$TMP/stdout_plan.json"
+expect_exit 0 $P plan --model gpt2 --gpus 2xH100 --global-batch 8 -o -
+cp "$TMP/out" "$TMP/stdout_plan.json"
+expect_exit 0 $P predict --plan "$TMP/stdout_plan.json"
 [ ! -e ./- ] || { echo "FAIL: wrote a file named -"; fails=$((fails+1)); }
 expect_exit 0 $P predict --model gpt2 --gpus 2xH100 -o /dev/null
 [ -c /dev/null ] || { echo "FAIL: /dev/null replaced"; fails=$((fails+1)); }
