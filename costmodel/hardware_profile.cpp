@@ -35,6 +35,10 @@ void HardwareProfile::validate() const {
       throw InputError(fmt::format("profile: {}={} must be a fraction in (0, 1]", what, v));
   };
   positive(peak_fp32_flops, "peak_fp32_flops");
+  // Plausibility floors (a unit mistake, not a GPU): 1 GFLOP/s and 1 MB/s.
+  if (peak_fp32_flops < 1e9) throw InputError(fmt::format("profile: peak_fp32_flops={} is below 1e9 (FLOP/s, not TFLOP/s)", peak_fp32_flops));
+  if (memory_bandwidth_Bps < 1e6)
+    throw InputError(fmt::format("profile: memory_bandwidth_Bps={} is below 1e6 (bytes per second)", memory_bandwidth_Bps));
   non_negative(peak_tf32_flops, "peak_tf32_flops");  // 0: the GPU has none
   non_negative(peak_fp16_flops, "peak_fp16_flops");
   non_negative(peak_bf16_flops, "peak_bf16_flops");

@@ -32,6 +32,14 @@ for bad in '"peak_bf16_flops": -1e15' '"kernel_overhead_seconds": -1' '"nvlink_e
   expect_bad_input $P predict --model gpt2 --gpus 2xH100 --profile "$TMP/prof.json" && expect_grep "profile" "$TMP/err"
 done
 
+# Tiny cluster values (a unit mistake) are rejected when loaded, never turned into centuries or inf.
+for v in 1e-300 1e-12; do
+  sed "s/\"gbps\": 200/\"gbps\": $v/" "$ROOT/examples/clusters/4x8xA100.json" > "$TMP/cluster.json"
+  expect_bad_input $P predict --model gpt2 --gpus "$TMP/cluster.json" && expect_grep "network bandwidth .* at least 1 MB/s" "$TMP/err"
+done
+echo '{"peak_fp32_flops": 1e-3}' > "$TMP/prof.json"
+expect_bad_input $P predict --model gpt2 --gpus 2xH100 --profile "$TMP/prof.json" && expect_grep "peak_fp32_flops" "$TMP/err"
+
 # MFU above 100% of the profile's peak (a small model at a long sequence): refused, naming the sequence.
 cat > "$TMP/small.json" <<'JSON'
 {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
