@@ -25,10 +25,11 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input limits"
-// The topology model builds every GPU of one node and its links (time grows
-// faster than g^2: 0.8 s at 512, 4 s at 1024, 26 s at 2048), so a node is at
-// most 512 GPUs; larger NVLink domains are not modelled.
-constexpr int64_t kMaxGpusPerNode = 512;
+// The topology model builds every GPU of one node and its links; its cost
+// grows faster than g^2 (predict 0.1 s at 256 GPUs, 0.8 s at 512, 26 s at
+// 2048; plan 0.5 s at 256, 2.8 s at 512), so a node is at most 256 GPUs
+// (an NVL72 rack or a 256-GPU GH200 NVLink domain fits; NVL576 does not).
+constexpr int64_t kMaxGpusPerNode = 256;
 constexpr double kMinBandwidth_Bps = 1e6;
 constexpr int64_t GiB = int64_t{1} << 30;
 constexpr double GB = 1e9;

@@ -13,7 +13,7 @@ if grep -q '"per_gpu_peak_bytes": -' "$TMP/out"; then echo "FAIL: negative peak"
 expect_exit 0 $P max-model --gpus 1xRTX3090 --seq 16777216 --mbs 65536
 expect_grep "No model of family" "$TMP/out"
 for cmd in predict plan; do
-  expect_bad_input $P $cmd --model gpt2 --gpus 65537xH100 && expect_grep "at most 512 per node" "$TMP/err"
+  expect_bad_input $P $cmd --model gpt2 --gpus 65537xH100 && expect_grep "at most 256 per node" "$TMP/err"
 done
 expect_bad_input $P memory --model gpt2 --gpus 4xH100 --strategy dp=1047553,pp=4100 && expect_grep "dp\*tp\*pp" "$TMP/err"
 expect_bad_input $P memory --model gpt2 --gpus 4xH100 --strategy mbs=65537 && expect_grep "mbs" "$TMP/err"
@@ -50,7 +50,7 @@ expect_exit 0 $P predict --model "$TMP/small.json" --gpus 1xRTX3090 --seq 65536 
 expect_grep '"mfu": 0\.' "$TMP/out"
 
 # Bounded work: huge nodes refused by rule, huge schedules refused by the simulator's limit.
-expect_bad_input $P predict --model gpt2 --gpus 4096xH100 && expect_grep "512 per node" "$TMP/err"
+expect_bad_input $P predict --model gpt2 --gpus 4096xH100 && expect_grep "256 per node" "$TMP/err"
 expect_exit 0 $P predict --model gpt2 --gpus 12500x8xH100
 expect_exit 0 $P plan --model gpt2 --gpus 12500x8xH100 --global-batch 100000
 expect_bad_input $P predict --model gpt2 --gpus 8xH100 --strategy dp=2,pp=4,schedule=interleaved,vpp=2,gas=1048576 \
