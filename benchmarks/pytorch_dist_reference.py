@@ -368,37 +368,10 @@ def main():
         opt_step(s + 1)
         return loss_sum / gas
 
-    losses, times, ev = [], [], []
-    if cuda:
-        torch.cuda.synchronize()
-    for s in range(total):
-        timed = s >= a.warmup
-        if timed and s == a.warmup:
-            if cuda:
-                torch.cuda.synchronize()
-            dist.barrier()
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-        if timed:
-            if cuda:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-            else:
-                t0 = time.perf_counter()
-        loss = train_step(s)
-        if timed:
-            if cuda:
-                e1 = torch.cuda.Event(enable_timing=True)
-                e1.record()
-                ev.append((e0, e1))
-            else:
-                times.append(time.perf_counter() - t0)
-        losses.append(loss)
-        if not timed:
-            say(f"{a.mode}: warm-up step {s + 1}/{total} rank-0 loss {loss.item():.4f}", file=sys.stderr)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in ev]
+    losses, times = ref.timed_steps(
+        train_step, total, a.warmup, cuda,
+        lambda s, l: say(f"{a.mode}: warm-up step {s + 1}/{total} rank-0 loss {l.item():.4f}", file=sys.stderr),
+        before_timing=dist.barrier)
 
     # across ranks: global mean loss, slowest rank per step, largest peak memory
     lt = torch.stack(losses).float()

@@ -374,6 +374,47 @@ def model_flops(m, seq, tokens):
     return 3.0 * fwd * tokens
 
 
+def timed_steps(train_step, total, warmup, cuda, on_warmup_step, before_timing=None):
+    """Runs train_step(s) for s in range(total); the steps from `warmup` on are
+    timed (CUDA events on the current stream, or the host clock). Returns the
+    step losses (tensors) and the timed steps' seconds. `before_timing` runs once
+    before the first timed step (after a synchronisation); peak memory
+    statistics are reset there."""
+    losses, times, ev = [], [], []
+    if cuda:
+        torch.cuda.synchronize()
+    for s in range(total):
+        timed = s >= warmup
+        if timed and s == warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            if before_timing:
+                before_timing()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+        if timed:
+            if cuda:
+                e0 = torch.cuda.Event(enable_timing=True)
+                e0.record()
+            else:
+                t0 = time.perf_counter()
+        loss = train_step(s)
+        if timed:
+            if cuda:
+                e1 = torch.cuda.Event(enable_timing=True)
+                e1.record()
+                ev.append((e0, e1))
+            else:
+                times.append(time.perf_counter() - t0)
+        losses.append(loss)
+        if not timed:
+            on_warmup_step(s, loss)
+    if cuda:
+        torch.cuda.synchronize()
+        times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in ev]
+    return losses, times
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("plan")
@@ -447,36 +488,10 @@ def main():
         opt_step(s + 1)
         return loss_sum / gas
 
-    losses, times = [], []
     total = a.warmup + a.steps
-    if cuda:
-        torch.cuda.synchronize()
-    ev = []
-    for s in range(total):
-        timed = s >= a.warmup
-        if timed and s == a.warmup and cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        if timed:
-            if cuda:
-                e0 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-            else:
-                t0 = time.perf_counter()
-        l = train_step(s)
-        if timed:
-            if cuda:
-                e1 = torch.cuda.Event(enable_timing=True)
-                e1.record()
-                ev.append((e0, e1))
-            else:
-                times.append(time.perf_counter() - t0)
-        losses.append(l)
-        if not timed:
-            print(f"reference: warm-up step {s + 1}/{total} loss {l.item():.4f}", file=sys.stderr)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in ev]
+    losses, times = timed_steps(train_step, total, a.warmup, cuda,
+                                lambda s, l: print(f"reference: warm-up step {s + 1}/{total} loss {l.item():.4f}",
+                                                   file=sys.stderr))
     losses = [l.item() for l in losses]
     if a.profile:
         from torch.profiler import ProfilerActivity, profile

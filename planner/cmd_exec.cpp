@@ -7,10 +7,35 @@
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #if defined(PLANNER_HAS_RUNTIME)
+#include <iostream>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/predict.hpp"
+#include "costmodel/predict_detail.hpp"
+#include "planner/exec_report.hpp"
 #include "runtime/exec.hpp"
 #endif
 
 namespace planner {
+
+#if defined(PLANNER_HAS_RUNTIME)
+// The runtime runs and measures (all ranks); rank 0 puts the prediction beside
+// the measurement, prints, and writes the result file (atomically, only after
+// a successful run).
+int run_exec_and_report(const rt::ExecOptions& e) {
+  const rt::ExecRun r = rt::run_plan(e);
+  if (!r.report) return r.exit_code;
+  SimResult sim;
+  const StepPrediction pred = predict(r.plan, load_profile(e.profile_path, r.plan.cluster.gpu), &sim, !e.trace_path.empty());
+  const ExecReport rep = make_exec_report(r.plan, pred, r.run);
+  if (!e.trace_path.empty()) write_file_atomically(e.trace_path, exec_trace_json(r.plan, sim, r.run).dump() + "\n");
+  const std::string text = rep.result.dump(2) + "\n";
+  if (!e.output_path.empty()) write_file_atomically(e.output_path, text);
+  if (e.json) std::cout << text;
+  else std::cout << rep.table << std::flush;
+  return 0;
+}
+#endif
 
 CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("exec", "Run a plan on this machine, measure, and compare with the prediction");
@@ -18,14 +43,14 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  planner exec plan.json\n"
       "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
-      "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe\n"
+      "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe --trace step.json\n"
       "  mpirun -np 16 --hostfile hosts planner exec plan.json   # several nodes: one rank per GPU\n"
       "Runs on the GPU when there is one, else on the CPU. A plan with dp > 1 starts one process per rank\n"
       "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.");
   struct Opts {
     std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
                 lr = "3e-4", profile;
-    std::string comm_timeout = "300";
+    std::string comm_timeout = "300", trace;
     bool json = false, quiet = false, oversubscribe = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
@@ -42,6 +67,8 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
   cmd->add_flag("--json", o->json, "print the result JSON instead of the table");
   cmd->add_flag("--oversubscribe", o->oversubscribe, "CPU: start more ranks than cores (passed to mpirun)");
+  cmd->add_option("--trace", o->trace,
+                  "write one Chrome trace (Perfetto) with the predicted and the measured timeline of the step");
   cmd->add_option("--comm-timeout", o->comm_timeout,
                   "seconds a collective may take before every rank is ended (default 300)");
   cmd->callback([o, &exit_code] {
@@ -59,6 +86,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     e.profile_path = o->profile;
     e.progress = !o->quiet;
     e.oversubscribe = o->oversubscribe;
+    e.trace_path = o->trace;
     e.comm_timeout_seconds = int(std::min<int64_t>(parse_int(o->comm_timeout, "--comm-timeout"), 86400));
     try {
       size_t used = 0;
@@ -67,7 +95,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     } catch (const std::exception&) {
       throw InputError(fmt::format("--lr: expected a positive number such as 3e-4, got '{}'", o->lr));
     }
-    exit_code = rt::run_exec(e);
+    exit_code = run_exec_and_report(e);
 #else
     (void)o;
     exit_code = 1;

@@ -3,8 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +27,25 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
+#if defined(PLANNER_EXEC_FORWARD)
+// `planner exec ...` runs as `planner-exec exec ...`, the program with the
+// runtime, from this program's folder: the planning commands never load
+// LibTorch and CUDA.
+[[noreturn]] void forward_to_exec(char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string target = ((ec ? std::filesystem::path(argv[0]) : self).parent_path() / "planner-exec").string();
+  execv(target.c_str(), argv);  // argv[0] stays what the user typed (help and messages say `planner`)
+  std::cerr << "planner: exec: cannot start " << target << " (" << std::strerror(errno)
+            << "); build the runtime (scripts/setup.sh) or run it directly\n";
+  std::exit(1);
+}
+#endif
+
 int main(int argc, char** argv) {
+#if defined(PLANNER_EXEC_FORWARD)
+  if (argc >= 2 && std::string(argv[1]) == "exec") forward_to_exec(argv);
+#endif
   CLI::App app{"planner: parallelism-strategy simulator and executor for transformer training"};
   app.footer(
       "Examples:\n"

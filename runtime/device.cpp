@@ -295,6 +295,30 @@ std::vector<double> IntervalTimer::seconds() {
   return out;
 }
 
+std::vector<std::pair<double, double>> IntervalTimer::spans() {
+  std::vector<std::pair<double, double>> out;
+#ifdef PLANNER_RT_CUDA
+  if (impl_->cuda) {
+    auto since = [&](cudaEvent_t e) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, impl_->ev_start.front(), e) != cudaSuccess)
+        throw std::runtime_error("cudaEventElapsedTime failed");
+      return static_cast<double>(ms) * 1e-3;
+    };
+    if (!impl_->ev_stop.empty() && cudaEventSynchronize(impl_->ev_stop.back()) != cudaSuccess)
+      throw std::runtime_error("cudaEventSynchronize failed");
+    for (size_t i = 0; i < impl_->ev_stop.size(); ++i) out.push_back({since(impl_->ev_start[i]), since(impl_->ev_stop[i])});
+    return out;
+  }
+#endif
+  for (size_t i = 0; i < impl_->host_stop.size(); ++i) {
+    const auto t0 = impl_->host_start.front();
+    out.push_back({std::chrono::duration<double>(impl_->host_start[i] - t0).count(),
+                   std::chrono::duration<double>(impl_->host_stop[i] - t0).count()});
+  }
+  return out;
+}
+
 // ---- Machine ----------------------------------------------------------------
 MachineInfo machine_info(bool cuda) {
   MachineInfo m;

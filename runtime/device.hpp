@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace planner::rt {
@@ -53,6 +54,8 @@ class IntervalTimer {
   void stop();
   // Synchronises, then returns one duration per start/stop pair.
   std::vector<double> seconds();
+  // Synchronises, then returns each pair's start and stop, seconds after the first start.
+  std::vector<std::pair<double, double>> spans();
 
  private:
   struct Impl;

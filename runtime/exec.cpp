@@ -1,6 +1,8 @@
-// `planner exec`: load, check, predict, run, compare, write. No LibTorch here (the
-// run itself is runtime/measure.cpp), and no fmt: LibTorch ships its own fmt
-// headers, which shadow the system's in this library's include path.
+// `planner exec`, the runtime's half: load and check the plan, start the ranks
+// (or run inside a launch), run and measure. Predicting and comparing is the
+// planner's half (planner/exec_report.cpp). No LibTorch here (the run itself is
+// runtime/measure.cpp), and no fmt: LibTorch ships its own fmt headers, which
+// shadow the system's in this library's include path.
 #include "runtime/exec.hpp"
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include <unistd.h>
 #include <vector>
 
-#include "costmodel/predict.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
 #include "runtime/measure.hpp"
@@ -27,19 +28,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string fmtd(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
 json num_or_null(double v, bool ok = true) { return ok && std::isfinite(v) ? json(v) : json(nullptr); }
-
-// Error of the prediction relative to the measurement, in percent.
-json error_pct(double predicted, double measured) {
-  if (!(measured > 0) || !std::isfinite(predicted)) return nullptr;
-  return (predicted - measured) / measured * 100.0;
-}
 
 json memory_json(const MeasuredMemory& m) {
   json cats = {{"parameters", m.parameters},   {"gradients", m.gradients},     {"optimizer_states", m.optimizer_states},
@@ -83,6 +72,19 @@ json actions_json(const Measurement& r) {
   return a;
 }
 
+// The measured timeline of the last timed step (--trace): the actions and, per
+// rank, a flat list start0, end0, start1, end1, ... in seconds.
+json timeline_json(const Measurement& r) {
+  if (r.trace_spans.empty()) return nullptr;
+  json ranks = json::array();
+  for (const auto& sp : r.trace_spans) {
+    json flat = json::array();
+    for (const auto& [a, b] : sp) flat.push_back(a), flat.push_back(b);
+    ranks.push_back(flat);
+  }
+  return {{"actions", r.trace_actions}, {"ranks", ranks}};
+}
+
 json measurement_json(const Measurement& r) {
   return {{"device", r.device},
           {"precision", r.precision},
@@ -122,6 +124,7 @@ json measurement_json(const Measurement& r) {
           {"cpu_adam_params_per_second", num_or_null(r.cpu_adam_params_per_second, r.cpu_adam_seconds > 0)},
           {"host_copy_gbps", num_or_null(r.host_copy_gbps, r.host_copy_gbps > 0)},
           {"action_seconds", actions_json(r)},
+          {"timeline", timeline_json(r)},
           {"memory", memory_json(r.memory)},
           {"notes", r.notes}};
 }
@@ -137,108 +140,6 @@ json machine_json(const MachineInfo& m) {
           {"cpu", m.cpu},
           {"cpu_threads", m.cpu_threads},
           {"hostname", m.hostname}};
-}
-
-struct Row {
-  std::string name;
-  double predicted, measured;
-  bool have_pred = true, have_meas = true;
-};
-
-std::vector<Row> comparison_rows(const StepPrediction& p, const Measurement& m) {
-  std::vector<Row> rows;
-  rows.push_back({"step_seconds", p.step_seconds, m.median_s});
-  rows.push_back({"samples_per_second", p.samples_per_second, m.samples_per_second});
-  rows.push_back({"tokens_per_second", p.tokens_per_second, m.tokens_per_second});
-  rows.push_back({"model_tflops", p.tflops_per_gpu, m.model_tflops});
-  rows.push_back({"mfu", p.mfu, m.mfu, true, m.mfu >= 0});
-  // Exposed communication: the compute stream's wait at Sync (measured with
-  // events around each action) against the simulator's exposed_comm.
-  for (const auto& [k, v] : m.action_seconds)
-    if (k == "Sync") rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds, v});
-  const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
-  const MeasuredMemory& mm = m.memory;
-  const int64_t meas[kMemCategories] = {mm.parameters, mm.gradients, mm.optimizer_states, mm.activations,
-                                        mm.logits_loss, mm.comm_buffers, mm.overhead};
-  for (int i = 0; i < kMemCategories; ++i)
-    rows.push_back({std::string("memory.") + to_string(MemCategory(i)), double(bd[i]), double(meas[i]),
-                    !p.memory.stages.empty(), true});
-  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), double(mm.total), !p.memory.stages.empty(),
-                  true});
-  if (m.host_state_bytes > 0) {
-    // Host memory of the node: every rank's peak resident set.
-    double host = 0;
-    for (const auto& x : m.ranks) host += double(x.host_peak_bytes);
-    rows.push_back({"memory.host_node", double(p.memory.host_peak_bytes), host, !p.memory.stages.empty(), host > 0});
-  }
-  return rows;
-}
-
-json comparison_json(const std::vector<Row>& rows) {
-  json c = json::object();
-  for (const auto& r : rows) {
-    json e = {{"predicted", num_or_null(r.predicted, r.have_pred)}, {"measured", num_or_null(r.measured, r.have_meas)}};
-    e["error_pct"] = r.have_pred && r.have_meas ? error_pct(r.predicted, r.measured) : json(nullptr);
-    c[r.name] = e;
-  }
-  return c;
-}
-
-std::string render_value(const std::string& name, double v) {
-  if (name.rfind("memory.", 0) == 0) {
-    if (v >= double(1 << 30)) return fmtd("%.2f GiB", v / double(1 << 30));
-    if (v >= double(1 << 20)) return fmtd("%.1f MiB", v / double(1 << 20));
-    return fmtd("%.1f KiB", v / 1024.0);
-  }
-  if (name == "step_seconds" || name == "exposed_comm_seconds") return fmtd("%.4f s", v);
-  if (name == "mfu") return fmtd("%.1f %%", v * 100);
-  if (name == "model_tflops") return fmtd("%.1f", v);
-  return fmtd("%.1f", v);
-}
-
-std::string render_table(const Plan& plan, const Measurement& m, const std::vector<Row>& rows) {
-  std::ostringstream o;
-  const auto& s = plan.strategy;
-  o << "planner exec: " << plan.model.name << " (" << m.params << " parameters), seq " << plan.seq << ", "
-    << to_string(s.precision) << ", dp=" << s.dp << " zero=" << s.zero << " offload=" << to_string(s.offload)
-    << " mbs=" << s.mbs << " gas=" << s.gas << " ckpt=" << to_string(s.ckpt) << "\n";
-  if (m.world > 1) {
-    o << "ranks: " << m.world << " (step time = the slowest rank's); per rank median step / peak memory:";
-    for (const auto& x : m.ranks)
-      o << " [" << x.rank << "] " << fmtd("%.4f s", x.median_s) << " / " << fmtd("%.2f GiB", double(x.peak_bytes) / double(1 << 30));
-    o << "\n";
-  }
-  if (m.cpu_adam_seconds > 0)
-    o << "CPU AdamW: " << fmtd("%.3f s", m.cpu_adam_seconds) << " per step, " << fmtd("%.3g", m.cpu_adam_params_per_second)
-      << " parameters/s; host memcpy " << fmtd("%.1f GB/s", m.host_copy_gbps) << " (read + write)\n";
-  o << "device: " << m.device;
-  if (!m.machine.gpu_name.empty()) o << " " << m.machine.gpu_name << " (driver " << m.machine.driver << ", CUDA "
-                                     << m.machine.cuda_runtime << ")";
-  else o << " " << m.machine.cpu << " (" << m.machine.cpu_threads << " threads)";
-  o << ", LibTorch " << m.machine.libtorch << "\n";
-  o << "steps: " << m.warmup << " warm-up + " << m.steps << " timed; step time median " << fmtd("%.4f", m.median_s)
-    << " s (min " << fmtd("%.4f", m.min_s) << ", max " << fmtd("%.4f", m.max_s) << ", p10 " << fmtd("%.4f", m.p10_s)
-    << ", p90 " << fmtd("%.4f", m.p90_s) << ")\n";
-  if (!m.losses.empty())
-    o << "loss: " << fmtd("%.4f", m.losses.front()) << " (step 1) -> " << fmtd("%.4f", m.losses.back()) << " (step "
-      << m.losses.size() << ")\n";
-  o << "\n";
-  char line[160];
-  std::snprintf(line, sizeof(line), "%-26s %16s %16s %9s\n", "", "predicted", "measured", "error");
-  o << line;
-  for (const auto& r : rows) {
-    std::string label = r.name.rfind("memory.", 0) == 0 ? "  " + r.name.substr(7) : r.name;
-    if (r.name == "memory.parameters") o << "memory\n";
-    const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
-    const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
-    std::string ev = "";
-    if (r.have_pred && r.have_meas && r.measured > 0) ev = fmtd("%+.1f%%", (r.predicted - r.measured) / r.measured * 100);
-    std::snprintf(line, sizeof(line), "%-26s %16s %16s %9s\n", label.c_str(), pv.c_str(), mv.c_str(), ev.c_str());
-    o << line;
-  }
-  o << "(error = (predicted - measured) / measured)\n";
-  for (const auto& n : m.notes) o << "note: " << n << "\n";
-  return o.str();
 }
 
 std::string utc_now() {
@@ -323,22 +224,23 @@ int launch_ranks(const ExecOptions& o, const Plan& plan) {
   return 1;
 }
 
-struct Done {
-  Plan plan;
-  StepPrediction prediction;
-  Measurement measurement;
-  json result;
-};
+}  // namespace
 
-Done execute(const ExecOptions& o) {
+ExecRun run_plan(const ExecOptions& o) {
+  if (o.plan_path.empty()) throw InputError("exec: no plan file given");
   if (o.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(o.steps));
   if (o.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(o.warmup));
-  if (o.plan_path.empty()) throw InputError("exec: no plan file given");
-  Done d;
-  d.plan = load_plan(o.plan_path);
-  check_runnable(o, d.plan);
-  d.prediction = predict(d.plan, o.profile_path);
-
+  if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
+    throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
+  ExecRun r;
+  r.plan = load_plan(o.plan_path);
+  check_runnable(o, r.plan);
+  if (r.plan.strategy.world() > 1 && !launched_by_mpi()) {
+    // This process only starts the ranks; rank 0 of them reports.
+    r.exit_code = launch_ranks(o, r.plan);
+    r.report = false;
+    return r;
+  }
   RunOptions ro;
   ro.device = o.device;
   ro.steps = o.steps;
@@ -350,57 +252,21 @@ Done execute(const ExecOptions& o) {
   ro.progress = o.progress;
   ro.comm_timeout_seconds = o.comm_timeout_seconds;
   ro.time_actions = o.time_actions;
-  d.measurement = run_training(d.plan, ro);
-
-  const auto rows = comparison_rows(d.prediction, d.measurement);
-  d.result = {{"format", "planner-exec-result"},
-              {"version", 1},
-              {"created", utc_now()},
-              {"plan", plan_to_json(d.plan)},
-              {"options",
-               {{"steps", o.steps},
-                {"warmup", o.warmup},
-                {"device", o.device},
-                {"seed", o.seed},
-                {"lr", o.lr},
-                {"tokens_path", o.tokens_path},
-                {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
-              {"prediction", prediction_json(d.prediction)},
-              {"measurement", measurement_json(d.measurement)},
-              {"comparison", comparison_json(rows)},
-              {"machine", machine_json(d.measurement.machine)}};
-  d.result["table"] = render_table(d.plan, d.measurement, rows);
-  return d;
-}
-
-}  // namespace
-
-nlohmann::json exec_result(const ExecOptions& options) {
-  json r = execute(options).result;
-  r.erase("table");
+  ro.trace = !o.trace_path.empty();
+  const Measurement m = run_training(r.plan, ro);
+  r.report = m.root;
+  r.run = {{"created", utc_now()},
+           {"options",
+            {{"steps", o.steps},
+             {"warmup", o.warmup},
+             {"device", o.device},
+             {"seed", o.seed},
+             {"lr", o.lr},
+             {"tokens_path", o.tokens_path},
+             {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
+           {"measurement", measurement_json(m)},
+           {"machine", machine_json(m.machine)}};
   return r;
-}
-
-int run_exec(const ExecOptions& options) {
-  if (options.plan_path.empty()) throw InputError("exec: no plan file given");
-  if (options.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(options.steps));
-  if (options.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(options.warmup));
-  if (options.device != "auto" && options.device != "cuda" && options.device != "gpu" && options.device != "cpu")
-    throw InputError("--device '" + options.device + "' is not one of auto|cuda|cpu");
-  {
-    const Plan plan = load_plan(options.plan_path);
-    const int world = plan.strategy.world();
-    if (world > 1 && !launched_by_mpi()) return launch_ranks(options, plan);
-  }
-  Done d = execute(options);
-  if (!d.measurement.root) return 0;  // rank 0 reports
-  const std::string table = d.result["table"].get<std::string>();
-  d.result.erase("table");
-  const std::string text = d.result.dump(2) + "\n";
-  if (!options.output_path.empty()) write_file_atomically(options.output_path, text);
-  if (options.json) std::cout << text;
-  else std::cout << table << std::flush;
-  return 0;
 }
 
 }  // namespace planner::rt

@@ -1,12 +1,14 @@
 #pragma once
-// `planner exec plan.json`: run a one-device plan (dp = tp = pp = 1) on this
-// machine's GPU, or on the CPU when there is none, measure it, and put the
-// measurement beside the prediction (predict(plan)). Result schema: docs/RESULT.md.
-// No LibTorch types here: planner/ includes this header.
+// `planner exec plan.json`, the runtime's half: run a plan (data parallelism,
+// ZeRO, offload; one process per GPU under MPI) on this machine's GPUs, or on
+// the CPU, and measure it. Result schema: docs/RESULT.md. No LibTorch types
+// here: planner/ includes this header.
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/plan.hpp"
 
 namespace planner::rt {
 
@@ -26,19 +28,28 @@ struct ExecOptions {
   bool oversubscribe = false;        // CPU: allow more ranks than cores (mpirun --oversubscribe)
   int comm_timeout_seconds = 300;    // a collective that takes longer ends every rank
   bool time_actions = true;          // time each action of the step program (exposed communication)
+  std::string trace_path;            // --trace: predicted and measured timeline, one Chrome-trace file
 };
 
-// Returns 0 after a successful run (the result file, if asked for, is written).
+// The measured run of a plan. With dp > 1 outside an MPI launch, this process
+// only starts `mpirun -np N` with its own command line (refusing first, with
+// InputError, a plan that needs more GPUs or cores than present) and returns
+// mpirun's exit code with report = false; inside a launch every rank runs and
+// rank 0 gets report = true. `run` holds {"created", "options", "measurement",
+// "machine"} (docs/RESULT.md); planner/exec_report.hpp puts the prediction
+// beside it.
 // Throws planner::InputError (exit code 2) for bad input: a missing or malformed
-// plan file, a plan with dp/tp/pp > 1 or ZeRO/offload, steps < 1, warmup < 0, an
-// unknown --device or no GPU for --device cuda, an unreadable or malformed token
-// file, an output path in a directory that does not exist. Throws
-// std::runtime_error (exit code 1) when the run fails (CUDA out of memory...);
-// nothing is written then.
-int run_exec(const ExecOptions& options);
-
-// The same as run_exec, returning the result document instead of printing it and
-// writing nothing (tests use it).
-nlohmann::json exec_result(const ExecOptions& options);
+// plan file, a plan with tp or pp > 1, steps < 1, warmup < 0, an unknown
+// --device or no GPU for --device cuda, an unreadable or malformed token file,
+// an output path in a directory that does not exist, a launch with another
+// number of ranks than the plan's. Throws std::runtime_error (exit code 1) when
+// the run fails (CUDA out of memory...).
+struct ExecRun {
+  int exit_code = 0;
+  bool report = true;
+  Plan plan;
+  nlohmann::json run;
+};
+ExecRun run_plan(const ExecOptions& options);
 
 }  // namespace planner::rt

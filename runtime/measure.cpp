@@ -9,6 +9,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
+
+#include <ATen/Parallel.h>
 
 #include "costmodel/flops.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -91,6 +94,15 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       throw InputError("the plan needs " + std::to_string(world) + " ranks (dp*tp*pp) but " + std::to_string(wi.size) +
                        " were started; run it with mpirun -np " + std::to_string(world) + " or let planner exec start them");
   }
+  if (wi.local_size > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    // Several ranks on one node share its cores: each takes its part for
+    // LibTorch's intra-op threads (the CPU AdamW of offload runs on them).
+    // Measured on two H200 ranks with 32 threads each on 32 cores: host memcpy
+    // 11 GB/s and CPU AdamW 4.1e8 parameters/s, against 103 GB/s and 3.0e9 for
+    // one rank (validation/h200x2/run4).
+    const unsigned hw = std::thread::hardware_concurrency();
+    if (hw > 0) at::set_num_threads(std::max(1, int(hw) / wi.local_size));
+  }
   if (cuda) {
     const int n = cuda_device_count();
     if (wi.local_size > n)
@@ -132,9 +144,12 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     std::transform(a.begin(), a.end(), a.begin(), ::tolower);
     std::transform(b.begin(), b.end(), b.begin(), ::tolower);
     const std::string head = a.substr(0, a.find('-'));
-    if (b.find(head) == std::string::npos)
-      r.notes.push_back("the plan is for " + plan.cluster.gpu.name + " but this GPU is " + r.machine.gpu_name +
-                        "; MFU uses the plan's peak");
+    if (b.find(head) == std::string::npos) {
+      const std::string note = "the plan is for " + plan.cluster.gpu.name + " but this GPU is " + r.machine.gpu_name +
+                               "; MFU uses the plan's peak";
+      r.notes.push_back(note);
+      if (r.root && opt.progress) std::fprintf(stderr, "exec: warning: %s\n", note.c_str());  // before anything runs
+    }
   }
 
   // Communicators from the rank grid; the device memory NCCL takes is measured
@@ -188,11 +203,11 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
 
     // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
     bool timing = false;
-    int64_t before_head = 0, peak_fb = 0, transient_at_head = 0, transient_peak = 0;
+    int64_t before_head = 0, peak_fb = 0, transient_peak = 0;
     engine.before_head = [&] {
       if (!timing) return;
       const int64_t now = memory_stats(cuda).allocated - before.allocated;
-      if (now > before_head) before_head = now, transient_at_head = engine.transient_bytes();
+      before_head = std::max(before_head, now);
     };
     engine.after_backward = [&] {
       if (timing) peak_fb = std::max(peak_fb, memory_stats(cuda).allocated_peak - before.allocated);
@@ -215,6 +230,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
         timer.start();
       }
       if (timing && s == opt.warmup) engine.reset_transient_peak();
+      if (opt.trace && s == total - 1) engine.trace_next_step = true;
       at::Tensor loss = engine.step(s);
       if (timing) {
         timer.stop();
@@ -237,6 +253,20 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       engine.collect_action_times();
       for (const auto& [name, sec] : engine.action_times().seconds) r.action_seconds.push_back({name, sec / opt.steps});
     }
+    if (opt.trace) {
+      // Every rank's spans of the last step to every rank (the same list everywhere).
+      const auto spans = engine.traced_spans();
+      std::vector<double> flat;
+      for (const auto& [a, b] : spans) flat.push_back(a), flat.push_back(b);
+      const std::vector<double> all = all_gather_doubles(worldc.get(), flat);
+      const size_t per = flat.size();
+      for (size_t q = 0; per > 0 && q < all.size() / per; ++q) {
+        std::vector<std::pair<double, double>> rank_spans;
+        for (size_t i = 0; i < per; i += 2) rank_spans.push_back({all[q * per + i], all[q * per + i + 1]});
+        r.trace_spans.push_back(std::move(rank_spans));
+      }
+      for (const auto& a : engine.program().stages[0]) r.trace_actions.push_back(a.to_string());
+    }
     if (engine.cpu_adam_seconds() > 0) {
       r.cpu_adam_seconds = engine.cpu_adam_seconds();
       r.cpu_adam_params_per_second = double(engine.cpu_adam_params()) / r.cpu_adam_seconds;
@@ -250,10 +280,11 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     mm.peak_step_reserved = cuda ? peak_res : peak_alloc;
     mm.outside_allocator = memory_outside_allocator(cuda);
     mm.device_total = device_total_memory(cuda);
-    // ZeRO-2/3 buffers that come and go (gathered units, unit gradients) are
-    // communication buffers, not activations.
+    // ZeRO-2/3 unit buffers (gathered units, unit gradients) are a fixed pool,
+    // allocated in the first step: part of the static bytes at a timed step's
+    // start, counted as communication buffers with NCCL's own.
     mm.comm_buffers = transient_peak + comm_bytes;
-    mm.activations = std::max<int64_t>(0, before_head - step_start - transient_at_head);
+    mm.activations = std::max<int64_t>(0, before_head - step_start);
     mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
     mm.total = mm.peak_step_reserved + mm.outside_allocator;
     const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +

@@ -15,6 +15,7 @@ namespace planner::rt {
 struct RunOptions {
   int comm_timeout_seconds = 300;  // a collective that takes longer ends the job (dead or stuck peer)
   bool time_actions = false;       // time every action of the step program (exposed communication)
+  bool trace = false;              // record the last timed step's action spans on every rank
   std::string device = "auto";   // auto | cuda | cpu
   int steps = 10;                // timed steps
   int warmup = 3;                // untimed steps before them
@@ -72,6 +73,10 @@ struct Measurement {
   double cpu_adam_params_per_second = 0;
   double host_copy_gbps = 0;           // host memcpy bandwidth measured beside it (read + write bytes / s)
   std::vector<std::pair<std::string, double>> action_seconds;  // per step, by action kind (rank 0)
+  // With RunOptions::trace: the step program's actions (stage 0's list, every
+  // rank runs it) and, per rank, (start, end) of each in the last timed step.
+  std::vector<std::string> trace_actions;
+  std::vector<std::vector<std::pair<double, double>>> trace_spans;
   std::string device;         // "cuda:0" / "cpu"
   std::string precision;      // fp32 | fp16 | bf16
   int steps = 0, warmup = 0;

@@ -22,6 +22,20 @@ assert m["samples_per_step"] == 8
 assert len(m["losses"]) == 3 and all(l == l for l in m["losses"])
 assert r["plan"]["strategy"]["zero"] == 3
 PY
+# --trace: one Chrome trace with the predicted step (stage 0) and the measured
+# one of each rank (every action of the step program, in its order).
+expect_exit 0 $P exec "$PLAN" --device cpu --steps 1 --warmup 1 --oversubscribe -q --trace "$TMP/trace.json"
+python3 - "$TMP/trace.json" <<'PY' || fails=$((fails+1))
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+pids = {e["pid"] for e in ev}
+assert {0, 1000, 1001} <= pids, pids
+for pid in (1000, 1001):
+    names = [e["name"] for e in sorted((e for e in ev if e["pid"] == pid), key=lambda e: e["ts"])]
+    assert names[:3] == ["0G0", "0G1", "0F0.0"], names[:3]   # ZeRO-3: gather, prefetch, forward
+    assert "0Opt" in names and "0Sync" in names
+PY
 # Inside an existing mpirun launch: the same result.
 expect_exit 0 "${MPI[@]}" $P exec "$PLAN" --device cpu --steps 2 --warmup 1 -q -o "$TMP/r2.json"
 python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['measurement']['losses']; b=json.load(open(sys.argv[2]))['measurement']['losses']; assert a==b, (a,b)" "$TMP/r.json" "$TMP/r2.json" || { echo "FAIL: losses differ between the two launches"; fails=$((fails+1)); }

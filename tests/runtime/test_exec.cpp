@@ -1,4 +1,6 @@
-// `planner exec` through run_exec on the CPU: a tiny plan end to end, the result
+// `planner exec` on the CPU, its two halves as the CLI joins them: the
+// runtime's run_plan (run and measure) and the planner's make_exec_report
+// (prediction beside measurement): a tiny plan end to end, the result
 // document, and refusals of bad input (InputError -> exit code 2 in the CLI).
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include "costmodel/cluster_spec.hpp"
 #include "costmodel/plan.hpp"
 #include "runtime/data.hpp"
+#include "costmodel/predict.hpp"
+#include "planner/exec_report.hpp"
 #include "runtime/exec.hpp"
 #include "strategies/errors.hpp"
 
@@ -61,6 +65,15 @@ rt::ExecOptions opts(const std::string& plan) {
   return o;
 }
 
+// What planner/cmd_exec.cpp does with the two halves.
+int run_exec(const rt::ExecOptions& o) {
+  const rt::ExecRun r = rt::run_plan(o);
+  if (!r.report) return r.exit_code;
+  const ExecReport rep = make_exec_report(r.plan, predict(r.plan, o.profile_path), r.run);
+  if (!o.output_path.empty()) write_file_atomically(o.output_path, rep.result.dump(2));
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("exec: a tiny plan runs on the CPU and reports measured beside predicted", "[runtime][exec]") {
@@ -69,7 +82,7 @@ TEST_CASE("exec: a tiny plan runs on the CPU and reports measured beside predict
   fs::remove(out);
   auto o = opts(plan);
   o.output_path = out;
-  CHECK(rt::run_exec(o) == 0);
+  CHECK(run_exec(o) == 0);
   REQUIRE(fs::exists(out));
   std::ifstream in(out);
   auto j = nlohmann::json::parse(in);
@@ -102,19 +115,19 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
   SECTION("missing plan file") {
     auto o = opts((temp_dir() / "no-such-plan.json").string());
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("malformed plan file") {
     auto path = (temp_dir() / "broken.json").string();
     std::ofstream(path) << "{\"format\": \"planner-plan\", \"version\": 1, \"model\": ";
     auto o = opts(path);
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("not a plan") {
     auto path = (temp_dir() / "other.json").string();
     std::ofstream(path) << "{\"hello\": 1}";
-    CHECK_THROWS_AS(rt::run_exec(opts(path)), InputError);
+    CHECK_THROWS_AS(run_exec(opts(path)), InputError);
   }
   SECTION("a plan that needs more ranks than this machine has cores, before anything starts") {
     Plan p = tiny_plan();
@@ -123,26 +136,26 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
     auto o = opts(write_plan(p, "dp1024.json"));
     o.device = "cpu";
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("a plan with tp > 1 or pp > 1") {
     Plan p = tiny_plan();
     p.strategy = Strategy::parse("tp=2,mbs=2,gas=2,precision=fp32");
-    CHECK_THROWS_AS(rt::run_exec(opts(write_plan(p, "tp2.json"))), InputError);
+    CHECK_THROWS_AS(run_exec(opts(write_plan(p, "tp2.json"))), InputError);
     p.strategy = Strategy::parse("pp=2,mbs=2,gas=2,precision=fp32");
-    CHECK_THROWS_AS(rt::run_exec(opts(write_plan(p, "pp2.json"))), InputError);
+    CHECK_THROWS_AS(run_exec(opts(write_plan(p, "pp2.json"))), InputError);
   }
   SECTION("--steps 0") {
     auto o = opts(write_plan(tiny_plan(), "steps0.json"));
     o.steps = 0;
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("an unreadable token file") {
     auto o = opts(write_plan(tiny_plan(), "tok.json"));
     o.tokens_path = (temp_dir() / "no-such-tokens.bin").string();
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("a token file with an id outside the vocabulary") {
     auto tok = (temp_dir() / "bad-tokens.bin").string();
@@ -156,12 +169,12 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
     auto o = opts(write_plan(tiny_plan(), "tok2.json"));
     o.tokens_path = tok;
     o.output_path = out;
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   SECTION("an unknown device") {
     auto o = opts(write_plan(tiny_plan(), "dev.json"));
     o.device = "tpu";
-    CHECK_THROWS_AS(rt::run_exec(o), InputError);
+    CHECK_THROWS_AS(run_exec(o), InputError);
   }
   CHECK_FALSE(fs::exists(out));
 }

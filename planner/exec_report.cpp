@@ -1,0 +1,180 @@
+#include "planner/exec_report.hpp"
+
+#include <fmt/format.h>
+
+#include "costmodel/trace.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+namespace planner {
+
+namespace {
+
+using nlohmann::json;
+
+json num_or_null(double v, bool ok = true) { return ok && std::isfinite(v) ? json(v) : json(nullptr); }
+
+double num(const json& j, const char* key, double fallback = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+struct Row {
+  std::string name;
+  double predicted, measured;
+  bool have_pred = true, have_meas = true;
+};
+
+std::vector<Row> comparison_rows(const StepPrediction& p, const json& m) {
+  std::vector<Row> rows;
+  const double mfu = num(m, "mfu", -1);
+  rows.push_back({"step_seconds", p.step_seconds, num(m["step_seconds"], "median")});
+  rows.push_back({"samples_per_second", p.samples_per_second, num(m, "samples_per_second")});
+  rows.push_back({"tokens_per_second", p.tokens_per_second, num(m, "tokens_per_second")});
+  rows.push_back({"model_tflops", p.tflops_per_gpu, num(m, "model_tflops")});
+  rows.push_back({"mfu", p.mfu, mfu, true, mfu >= 0});
+  // Exposed communication: the compute stream's wait at the step program's Sync
+  // (CUDA events around each action) against the simulator's exposed
+  // communication and copies.
+  if (m.contains("action_seconds") && m["action_seconds"].contains("Sync"))
+    rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds,
+                    m["action_seconds"]["Sync"].get<double>()});
+  const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
+  const json& cats = m["memory"]["categories"];
+  for (int i = 0; i < kMemCategories; ++i) {
+    const char* name = to_string(MemCategory(i));
+    rows.push_back({std::string("memory.") + name, double(bd[i]), num(cats, name), !p.memory.stages.empty(), true});
+  }
+  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), num(m["memory"], "total_bytes"),
+                  !p.memory.stages.empty(), true});
+  if (num(m, "host_state_bytes") > 0) {
+    // Host memory of the node: every rank's peak resident set.
+    double host = 0;
+    for (const auto& x : m.value("ranks", json::array())) host += num(x, "host_peak_bytes");
+    rows.push_back({"memory.host_node", double(p.memory.host_peak_bytes), host, !p.memory.stages.empty(), host > 0});
+  }
+  return rows;
+}
+
+json comparison_json(const std::vector<Row>& rows) {
+  json c = json::object();
+  for (const auto& r : rows) {
+    json e = {{"predicted", num_or_null(r.predicted, r.have_pred)}, {"measured", num_or_null(r.measured, r.have_meas)}};
+    const bool both = r.have_pred && r.have_meas && r.measured > 0 && std::isfinite(r.predicted);
+    e["error_pct"] = both ? json((r.predicted - r.measured) / r.measured * 100.0) : json(nullptr);
+    c[r.name] = e;
+  }
+  return c;
+}
+
+std::string render_value(const std::string& name, double v) {
+  if (name.rfind("memory.", 0) == 0) {
+    if (v >= double(1 << 30)) return fmt::format("{:.2f} GiB", v / double(1 << 30));
+    if (v >= double(1 << 20)) return fmt::format("{:.1f} MiB", v / double(1 << 20));
+    return fmt::format("{:.1f} KiB", v / 1024.0);
+  }
+  if (name == "step_seconds" || name == "exposed_comm_seconds") return fmt::format("{:.4f} s", v);
+  if (name == "mfu") return fmt::format("{:.1f} %", v * 100);
+  return fmt::format("{:.1f}", v);
+}
+
+std::string render_table(const Plan& plan, const json& run, const std::vector<Row>& rows) {
+  const json& m = run["measurement"];
+  const json& mc = run["machine"];
+  std::ostringstream o;
+  const auto& s = plan.strategy;
+  o << fmt::format("planner exec: {} ({} parameters), seq {}, {}, dp={} zero={} offload={} mbs={} gas={} ckpt={}\n",
+                   plan.model.name, m.value("params", int64_t(0)), plan.seq, to_string(s.precision), s.dp, s.zero,
+                   to_string(s.offload), s.mbs, s.gas, to_string(s.ckpt));
+  if (m.value("world", 1) > 1) {
+    o << "ranks: " << m["world"].get<int>() << " (step time = the slowest rank's); per rank median step / peak memory:";
+    for (const auto& x : m["ranks"])
+      o << fmt::format(" [{}] {:.4f} s / {:.2f} GiB", x.value("rank", 0), num(x, "median_step_seconds"),
+                       num(x, "peak_bytes") / double(1 << 30));
+    o << "\n";
+  }
+  if (num(m, "cpu_adam_seconds") > 0)
+    o << fmt::format("CPU AdamW: {:.3f} s per step, {:.3g} parameters/s; host memcpy {:.1f} GB/s (read + write)\n",
+                     num(m, "cpu_adam_seconds"), num(m, "cpu_adam_params_per_second"), num(m, "host_copy_gbps"));
+  o << "device: " << mc.value("device", "");
+  if (!mc.value("gpu_name", "").empty())
+    o << " " << mc.value("gpu_name", "") << " (driver " << mc.value("driver", "") << ", CUDA "
+      << mc.value("cuda_runtime", "") << ")";
+  else
+    o << " " << mc.value("cpu", "") << " (" << mc.value("cpu_threads", 0) << " threads)";
+  o << ", LibTorch " << mc.value("libtorch", "") << "\n";
+  const json& st = m["step_seconds"];
+  o << fmt::format("steps: {} warm-up + {} timed; step time median {:.4f} s (min {:.4f}, max {:.4f}, p10 {:.4f}, p90 {:.4f})\n",
+                   m.value("warmup", 0), m.value("steps", 0), num(st, "median"), num(st, "min"), num(st, "max"),
+                   num(st, "p10"), num(st, "p90"));
+  const json losses = m.value("losses", json::array());
+  if (!losses.empty())
+    o << fmt::format("loss: {:.4f} (step 1) -> {:.4f} (step {})\n", losses.front().get<double>(),
+                     losses.back().get<double>(), losses.size());
+  o << "\n" << fmt::format("{:<26} {:>16} {:>16} {:>9}\n", "", "predicted", "measured", "error");
+  for (const auto& r : rows) {
+    const std::string label = r.name.rfind("memory.", 0) == 0 ? "  " + r.name.substr(7) : r.name;
+    if (r.name == "memory.parameters") o << "memory\n";
+    const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
+    const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
+    std::string ev;
+    if (r.have_pred && r.have_meas && r.measured > 0) ev = fmt::format("{:+.1f}%", (r.predicted - r.measured) / r.measured * 100);
+    o << fmt::format("{:<26} {:>16} {:>16} {:>9}\n", label, pv, mv, ev);
+  }
+  o << "(error = (predicted - measured) / measured)\n";
+  for (const auto& n : m.value("notes", json::array())) o << "note: " << n.get<std::string>() << "\n";
+  return o.str();
+}
+
+}  // namespace
+
+ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run) {
+  const auto rows = comparison_rows(prediction, run.at("measurement"));
+  ExecReport r;
+  r.result = {{"format", "planner-exec-result"},
+              {"version", 1},
+              {"created", run.value("created", "")},
+              {"plan", plan_to_json(plan)},
+              {"options", run.value("options", json::object())},
+              {"prediction", prediction_json(prediction)},
+              {"measurement", run.at("measurement")},
+              {"comparison", comparison_json(rows)},
+              {"machine", run.value("machine", json::object())}};
+  r.table = render_table(plan, run, rows);
+  return r;
+}
+
+nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, const nlohmann::json& run) {
+  json t = chrome_trace_json(predicted, fmt::format("{} on {}: {} (predicted: stages 0..; measured: ranks)",
+                                                    plan.model.name, plan.cluster.name, plan.strategy.to_string()));
+  json& events = t["traceEvents"];
+  const json& tl = run.at("measurement").at("timeline");
+  const json& actions = tl.at("actions");
+  int r = 0;
+  for (const json& flat : tl.at("ranks")) {
+    const int pid = 1000 + r;
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"name", fmt::format("measured rank {} (compute stream)", r)}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+                      {"args", {{"sort_index", pid}}}});
+    for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {
+      const double a = flat[i].get<double>(), b = flat[i + 1].get<double>();
+      if (!(b > a)) continue;
+      events.push_back({{"name", actions[i / 2].get<std::string>()},
+                        {"cat", "measured"},
+                        {"ph", "X"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"ts", a * 1e6},
+                        {"dur", (b - a) * 1e6},
+                        {"args", {{"action", i / 2}}}});
+    }
+    ++r;
+  }
+  t["otherData"]["measured_step_seconds"] = run["measurement"]["step_seconds"]["median"];
+  return t;
+}
+
+}  // namespace planner

@@ -1,0 +1,31 @@
+#pragma once
+// `planner exec`, the planner's half: the prediction for the plan that ran
+// (costmodel predict()) beside what the runtime measured (runtime/exec.hpp's
+// run document), category by category, as the result document of
+// docs/RESULT.md and the table the CLI prints. No LibTorch: planner_core.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/predict.hpp"
+#include "costmodel/simulator.hpp"
+
+namespace planner {
+
+struct ExecReport {
+  nlohmann::json result;  // docs/RESULT.md
+  std::string table;      // human output
+};
+
+// `run`: {"created", "options", "measurement", "machine"} as the runtime writes them.
+ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run);
+
+// One Chrome trace (Perfetto) with the predicted step (the simulator's events:
+// one process per stage, a thread per stream) and the measured one (one
+// process per rank: each action of the step program on the compute stream,
+// CUDA-event times of the last timed step; asynchronous actions show only
+// their issue, Sync the wait for them), so the two timelines of one plan open
+// side by side. `run` must hold measurement.timeline (exec --trace).
+nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, const nlohmann::json& run);
+
+}  // namespace planner
