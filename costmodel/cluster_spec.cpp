@@ -4,6 +4,7 @@
 // is exact).
 #include "costmodel/cluster_spec.hpp"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -23,7 +24,13 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxGpus = 1'000'000;
+constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input limits"
+// The topology model builds every GPU of one node and its links; its cost
+// grows faster than g^2 (predict 0.1 s at 256 GPUs, 0.8 s at 512, 26 s at
+// 2048; plan 0.5 s at 256, 2.8 s at 512), so a node is at most 256 GPUs
+// (an NVL72 rack or a 256-GPU GH200 NVLink domain fits; NVL576 does not).
+constexpr int64_t kMaxGpusPerNode = 256;
+constexpr double kMinBandwidth_Bps = 1e6;
 constexpr int64_t GiB = int64_t{1} << 30;
 constexpr double GB = 1e9;
 
@@ -234,17 +241,22 @@ void check_gpu(const GpuSpec& g) {
   auto fail = [&](const std::string& what) { throw InputError(fmt::format("GPU '{}': {}", g.name, what)); };
   if (g.name.empty()) throw InputError("GPU: 'name' must not be empty");
   if (g.memory_bytes <= 0) fail("memory must be positive");
-  if (!(g.memory_bandwidth_Bps > 0) || !std::isfinite(g.memory_bandwidth_Bps)) fail("memory bandwidth must be positive");
+  if (!(g.memory_bandwidth_Bps >= kMinBandwidth_Bps) || !std::isfinite(g.memory_bandwidth_Bps))
+    fail(fmt::format("memory bandwidth must be finite and at least 1 MB/s, got {} B/s", g.memory_bandwidth_Bps));
+  if (std::max({g.peak_fp32, g.peak_fp16, g.peak_bf16}) < 1e9 && std::max({g.peak_fp32, g.peak_fp16, g.peak_bf16}) > 0)
+    fail("peak below 1 GFLOP/s (a unit mistake?)");
   for (double p : {g.peak_fp32, g.peak_tf32, g.peak_fp16, g.peak_bf16})
     if (!(p >= 0) || !std::isfinite(p)) fail("peak FLOP/s must be zero or positive");
   if (g.peak_fp32 <= 0 && g.peak_fp16 <= 0 && g.peak_bf16 <= 0) fail("needs a peak FLOP/s (fp32, fp16 or bf16)");
   if (!(g.gemm_efficiency > 0 && g.gemm_efficiency <= 1)) fail(fmt::format("gemm_efficiency={} must be in (0, 1]", g.gemm_efficiency));
   if (!(g.memory_efficiency > 0 && g.memory_efficiency <= 1))
     fail(fmt::format("memory_efficiency={} must be in (0, 1]", g.memory_efficiency));
-  if (g.has_nvlink && !(g.nvlink_bandwidth_Bps > 0)) fail("has_nvlink needs a positive NVLink bandwidth");
+  if (g.has_nvlink && !(g.nvlink_bandwidth_Bps >= kMinBandwidth_Bps && std::isfinite(g.nvlink_bandwidth_Bps)))
+    fail("has_nvlink needs a finite NVLink bandwidth of at least 1 MB/s");
   if (g.has_nvlink && !is_nvlink(g.nvlink)) fail("nvlink must be nvlink2, nvlink3 or nvlink4");
   if (!is_pcie(g.pcie)) fail("pcie must be pcie3, pcie4 or pcie5");
-  if (g.default_gpus_per_node < 1 || g.default_gpus_per_node > kMaxGpus) fail("default_gpus_per_node must be positive");
+  if (g.default_gpus_per_node < 1 || g.default_gpus_per_node > kMaxGpusPerNode)
+    fail(fmt::format("default_gpus_per_node must be between 1 and {}", kMaxGpusPerNode));
 }
 
 }  // namespace
@@ -494,11 +506,17 @@ void ClusterSpec::validate() const {
   };
   if (nodes < 1) fail(fmt::format("nodes must be at least 1, got {}", nodes));
   if (gpus_per_node < 1) fail(fmt::format("gpus_per_node must be at least 1, got {}", gpus_per_node));
+  if (gpus_per_node > kMaxGpusPerNode)
+    fail(fmt::format("{} GPUs in one node are too many (at most {} per node; give NODESxNxTYPE, e.g. 128x8x{})",
+                     gpus_per_node, kMaxGpusPerNode, gpu.name));
   if (static_cast<int64_t>(nodes) * gpus_per_node > kMaxGpus)
     fail(fmt::format("{} GPUs are too many (at most {})", static_cast<int64_t>(nodes) * gpus_per_node, kMaxGpus));
   check_gpu(gpu);
   auto check_link = [&](const Link& l, const char* what) {
-    if (!(l.bandwidth_Bps > 0) || !std::isfinite(l.bandwidth_Bps)) fail(fmt::format("{} bandwidth must be positive", what));
+    // At least 1 MB/s: anything slower is a unit mistake and would give step
+    // times of centuries (issue 11).
+    if (!(l.bandwidth_Bps >= kMinBandwidth_Bps) || !std::isfinite(l.bandwidth_Bps))
+      fail(fmt::format("{} bandwidth must be finite and at least 1 MB/s, got {} B/s", what, l.bandwidth_Bps));
     if (!(l.latency_s >= 0) || l.latency_s > 1) fail(fmt::format("{} latency must be between 0 and 1 s", what));
   };
   check_link(gpu_link, "gpu_link");
@@ -512,9 +530,10 @@ void ClusterSpec::validate() const {
   if (!is_network(network.kind)) fail(fmt::format("network must be infiniband or ethernet, got {}", to_string(network.kind)));
   if (nics_per_node < 1) fail("nics_per_node must be at least 1");
   if (host_memory_bytes <= 0) fail("host memory must be positive");
-  if (!(host_memory_bandwidth_Bps > 0)) fail("host memory bandwidth must be positive");
+  if (!(host_memory_bandwidth_Bps >= kMinBandwidth_Bps) || !std::isfinite(host_memory_bandwidth_Bps))
+    fail(fmt::format("host memory bandwidth must be finite and at least 1 MB/s, got {} B/s", host_memory_bandwidth_Bps));
   if (cpu_cores < 1) fail("cpu_cores must be at least 1");
-  if (!(cpu_flops > 0) || !std::isfinite(cpu_flops)) fail("cpu_flops must be positive");
+  if (!(cpu_flops >= 1e6) || !std::isfinite(cpu_flops)) fail(fmt::format("cpu_flops must be finite and at least 1e6, got {}", cpu_flops));
 }
 
 }  // namespace planner

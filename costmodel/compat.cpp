@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
 
 namespace planner {
@@ -30,7 +31,13 @@ std::vector<std::string> check_compat(const Plan& plan) {
     throw InputError(fmt::format("strategy: precision=bf16 needs a GPU with bfloat16 ({} has none; use fp16)", c.gpu.name));
   if (s.precision == Precision::FP16 && c.gpu.peak_fp16 <= 0)
     throw InputError(fmt::format("strategy: precision=fp16 is not supported on {}", c.gpu.name));
-  if (plan.seq < 1) throw InputError("seq must be at least 1");
+  if (plan.seq < 1 || plan.seq > kMaxSeq)
+    throw InputError(fmt::format("seq={} must be between 1 and {} (2^24)", plan.seq, kMaxSeq));
+  if (const int64_t tokens = checked_mul(plan.seq, s.mbs, "seq*mbs"); tokens > kMaxMicroBatchTokens)
+    throw InputError(fmt::format("mbs*seq = {}*{} = {} tokens per micro-batch is more than {} (2^32)", s.mbs, plan.seq,
+                                 tokens, kMaxMicroBatchTokens));
+  if (plan.global_batch < 1 || plan.global_batch > kMaxGlobalBatch)
+    throw InputError(fmt::format("global batch {} must be between 1 and {} (2^32)", plan.global_batch, kMaxGlobalBatch));
   if (m.pos == PosEmbed::Learned && m.max_positions > 0 && plan.seq > m.max_positions)
     throw InputError(fmt::format("seq={} exceeds the {} learned positions of {}", plan.seq, m.max_positions, m.name));
   if (plan.global_batch != s.global_batch())
@@ -54,19 +61,22 @@ Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes) {
   p.strategy = req.strategy.empty() ? Strategy{} : Strategy::parse(req.strategy, &given);
   auto has = [&](const char* k) { return std::find(given.begin(), given.end(), k) != given.end(); };
   Strategy& s = p.strategy;
-  const int world = p.cluster.world();
+  const int64_t world = p.cluster.world();
   if (!has("dp")) {
-    if (world % (s.tp * s.pp) != 0)
-      throw InputError(fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", s.tp * s.pp, world));
-    s.dp = world / (s.tp * s.pp);
+    const int64_t tp_pp = checked_mul(s.tp, s.pp, "strategy: tp*pp");
+    if (world % tp_pp != 0)
+      throw InputError(fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", tp_pp, world));
+    s.dp = static_cast<int>(world / tp_pp);
   }
   p.seq = req.seq ? *req.seq : (p.model.default_seq > 0 ? p.model.default_seq : 1024);
   if (req.global_batch) {
-    const int64_t per_step = int64_t(s.dp) * s.mbs;
+    const int64_t per_step = checked_mul(s.dp, s.mbs, "dp*mbs");
     if (!has("gas")) {
       if (*req.global_batch % per_step != 0)
         throw InputError(fmt::format("global batch {} is not a multiple of dp*mbs = {}", *req.global_batch, per_step));
-      if (*req.global_batch / per_step > (1 << 20)) throw InputError("global batch: too many micro-batches");
+      if (*req.global_batch / per_step > kMaxDegree)
+        throw InputError(fmt::format("global batch {} needs {} micro-batches per step (gas), more than {}", *req.global_batch,
+                                     *req.global_batch / per_step, kMaxDegree));
       s.gas = static_cast<int>(*req.global_batch / per_step);
     }
     p.global_batch = *req.global_batch;

@@ -9,6 +9,11 @@
 
 namespace planner {
 
+// Input limits (docs/ARCHITECTURE.md, "Input limits").
+constexpr int64_t kMaxSeq = int64_t(1) << 24;                // tokens per sequence
+constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;   // mbs * seq
+constexpr int64_t kMaxGlobalBatch = int64_t(1) << 32;        // sequences per step
+
 // Throws InputError naming the rule broken: dp*tp*pp must equal the GPU count,
 // tp divides heads, kv-heads and the FFN width, pp (times vpp) at most the
 // layers, bf16 only on GPUs that have it, the global batch equals dp*mbs*gas,

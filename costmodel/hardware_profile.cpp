@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/plan.hpp"
@@ -20,14 +21,31 @@ double HardwareProfile::peak_flops(Precision p) const {
 }
 
 void HardwareProfile::validate() const {
+  // Every number must be finite: an infinite bandwidth or a negative latency
+  // would turn into zero or negative times and an MFU above 100% (issue 11).
   auto positive = [](double v, const char* what) {
-    if (!(v > 0)) throw InputError(fmt::format("profile: {}={} must be positive", what, v));
+    if (!(v > 0) || !std::isfinite(v)) throw InputError(fmt::format("profile: {}={} must be positive and finite", what, v));
+  };
+  auto non_negative = [](double v, const char* what) {
+    if (!(v >= 0) || !std::isfinite(v))
+      throw InputError(fmt::format("profile: {}={} must be zero or positive and finite", what, v));
   };
   auto fraction = [](double v, const char* what) {
     if (!(v > 0 && v <= 1.0))
       throw InputError(fmt::format("profile: {}={} must be a fraction in (0, 1]", what, v));
   };
   positive(peak_fp32_flops, "peak_fp32_flops");
+  // Plausibility floors (a unit mistake, not a GPU): 1 GFLOP/s and 1 MB/s.
+  if (peak_fp32_flops < 1e9) throw InputError(fmt::format("profile: peak_fp32_flops={} is below 1e9 (FLOP/s, not TFLOP/s)", peak_fp32_flops));
+  if (memory_bandwidth_Bps < 1e6)
+    throw InputError(fmt::format("profile: memory_bandwidth_Bps={} is below 1e6 (bytes per second)", memory_bandwidth_Bps));
+  non_negative(peak_tf32_flops, "peak_tf32_flops");  // 0: the GPU has none
+  non_negative(peak_fp16_flops, "peak_fp16_flops");
+  non_negative(peak_bf16_flops, "peak_bf16_flops");
+  positive(gemm_k_half, "gemm_k_half");
+  non_negative(kernel_overhead_seconds, "kernel_overhead_seconds");
+  non_negative(collective_base_latency_seconds, "collective_base_latency_seconds");
+  positive(cpu_adam_flops_per_param, "cpu_adam_flops_per_param");
   positive(memory_bandwidth_Bps, "memory_bandwidth_Bps");
   fraction(gemm_efficiency, "gemm_efficiency");
   fraction(memory_efficiency, "memory_efficiency");

@@ -1,5 +1,7 @@
 #include "costmodel/memory_model.hpp"
 
+#include "strategies/checked.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,7 +57,14 @@ int inflight(const Strategy& s, int stage) {
   switch (s.schedule) {
     case Schedule::GPipe: return s.gas;
     case Schedule::OneFOneB: return std::min(s.pp - stage, s.gas);
-    case Schedule::Interleaved: return max_inflight(interleaved_one_f_one_b(s.pp, s.gas, s.vpp)[stage]);
+    case Schedule::Interleaved: {
+      // The warm-up holds at most 2(pp - stage - 1) + (vpp - 1)pp + 1 chunks
+      // (Megatron-LM's interleaved schedule); past that the steady state keeps
+      // the count, so a schedule of pp(vpp + 2) micro-batches (a multiple of pp,
+      // as gas is) has the same peak and the cost stays bounded for any gas.
+      const int gas = std::min(s.gas, s.pp * (s.vpp + 2));
+      return max_inflight(interleaved_one_f_one_b(s.pp, gas, s.vpp)[stage]);
+    }
   }
   return s.gas;
 }
@@ -106,9 +115,9 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
                                                       : engine_model_state_bytes(double(sm.params), s, engine);
 
     auto& g = sm.gpu;
-    g[int(MemCategory::Parameters)] = int64_t(ms.gpu_params);
-    g[int(MemCategory::Gradients)] = int64_t(ms.gpu_grads);
-    g[int(MemCategory::OptimizerStates)] = int64_t(ms.gpu_optimizer);
+    g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
+    g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
+    g[int(MemCategory::OptimizerStates)] = saturate_bytes(ms.gpu_optimizer);
 
     // Activations: each in-flight chunk of a micro-batch holds its layers'
     // saved tensors. A stage's chunks have equal layers up to one; use the mean.
@@ -146,7 +155,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
         logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
                  2.0 * e * vp * width;
       }
-      g[int(MemCategory::LogitsLoss)] = int64_t(logits);
+      g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
     }
     // Full recomputation re-materialises one layer during its backward
     // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
@@ -155,7 +164,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
       const double one_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
       act += std::max(0.0, one_layer - logits);
     }
-    g[int(MemCategory::Activations)] = int64_t(act);
+    g[int(MemCategory::Activations)] = saturate_bytes(act);
 
     // Pipeline send/receive: one activation and one gradient, double-buffered.
     const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
@@ -172,7 +181,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
       // fixed pool (zero_buffer_bytes).
       comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e) + pp_buffers + nccl;
     }
-    g[int(MemCategory::CommBuffers)] = int64_t(comm);
+    g[int(MemCategory::CommBuffers)] = saturate_bytes(comm);
 
     const double dynamic = act + g[int(MemCategory::LogitsLoss)];
     // The optimizer converts 16-bit gradients to fp32 in one reused chunk.
@@ -180,10 +189,10 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
     const double work = s.precision == Precision::FP32 || s.offload != Offload::None || engine != Engine::Ours
                             ? 0.0
                             : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
-    g[int(MemCategory::Overhead)] = int64_t(k.context_bytes + k.static_buffer_bytes + work + k.fragmentation * dynamic);
+    g[int(MemCategory::Overhead)] = saturate_bytes(k.context_bytes + k.static_buffer_bytes + work + k.fragmentation * dynamic);
 
-    for (auto v : g) sm.gpu_peak_bytes += v;
-    sm.host_bytes = int64_t(ms.host_bytes);
+    for (auto v : g) sm.gpu_peak_bytes = saturating_add_bytes(sm.gpu_peak_bytes, v);
+    sm.host_bytes = saturate_bytes(ms.host_bytes);
     r.stages.push_back(sm);
   }
 
@@ -196,7 +205,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
   // gpus_per_node ranks of the stages with the most offloaded state.
   int64_t max_rank_host = 0;
   for (const auto& sm : r.stages) max_rank_host = std::max(max_rank_host, sm.host_bytes);
-  r.host_peak_bytes = int64_t(c.gpus_per_node * (max_rank_host + k.host_bytes_per_process));
+  r.host_peak_bytes = saturate_bytes(double(c.gpus_per_node) * (double(max_rank_host) + k.host_bytes_per_process));
   r.host_fits = r.host_peak_bytes <= r.host_capacity_bytes;
 
   const MemBreakdown& peak = r.stages[r.peak_stage].gpu;

@@ -41,10 +41,13 @@ Plan plan_from_json(const nlohmann::json& j) {
     throw InputError("plan: not a plan file (\"format\": \"planner-plan\" missing)");
   if (!j.contains("version") || !j["version"].is_number_integer())
     throw InputError("plan: missing integer field 'version'");
-  const int version = j["version"].get<int>();
+  // Read as a 64-bit integer: get<int>() would wrap 4294967297 to 1.
+  const int64_t version = j["version"].is_number_unsigned() && j["version"].get<uint64_t>() > uint64_t(INT64_MAX)
+                              ? int64_t(-1)
+                              : j["version"].get<int64_t>();
   if (version != kPlanFormatVersion)
-    throw InputError(fmt::format("plan: format version {} is not supported (this planner reads version {})", version,
-                                 kPlanFormatVersion));
+    throw InputError(fmt::format("plan: format version {} is not supported (this planner reads version {})",
+                                 j["version"].dump(), kPlanFormatVersion));
   for (const char* key : {"model", "cluster", "strategy"})
     if (!j.contains(key)) throw InputError(fmt::format("plan: missing field '{}'", key));
   Plan p;
@@ -82,31 +85,6 @@ Plan load_plan(const std::string& path) {
     std::string msg = e.what();
     if (msg.find(path) == std::string::npos) msg = fmt::format("{} (in '{}')", msg, path);
     throw InputError(msg);
-  }
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir)) throw InputError(fmt::format("output: directory '{}' does not exist", dir.string()));
-  fs::path tmp = dir / fmt::format(".{}.tmp{}", target.filename().string(), ::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw InputError(fmt::format("output: cannot write '{}'", path));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("output: writing '{}' failed", path));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw InputError(fmt::format("output: cannot write '{}'", path));
   }
 }
 

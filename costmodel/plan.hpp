@@ -31,7 +31,13 @@ Plan plan_from_json(const nlohmann::json& j);   // InputError naming the bad fie
 Plan load_plan(const std::string& path);        // InputError for a missing or malformed file
 // Writes atomically (temporary file, then rename), so a failure leaves nothing half-written.
 void save_plan(const Plan& p, const std::string& path);
+// `path` "-" is stdout; an existing FIFO or /dev/null is written in place; any
+// other existing non-regular file is refused (InputError); otherwise an O_EXCL
+// mkstemp temporary beside the target, renamed over it. A failed write is a
+// std::runtime_error (exit 1). Details in costmodel/output_file.cpp.
 void write_file_atomically(const std::string& path, const std::string& text);
+// Writes to stdout and flushes; std::runtime_error when that fails (/dev/full, closed pipe).
+void write_stdout_checked(const std::string& text);
 nlohmann::json read_json_file(const std::string& path, const std::string& what);  // InputError on failure
 
 }  // namespace planner

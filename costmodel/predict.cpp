@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -10,6 +11,7 @@
 #include "costmodel/flops.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/trace.hpp"
+#include "strategies/errors.hpp"
 
 namespace planner {
 
@@ -30,9 +32,29 @@ void fill_prediction(const Plan& plan, const HardwareProfile& profile, const Sim
   p.bubble_seconds = c.bubble_seconds;
   p.optimizer_seconds = c.optimizer_seconds;
   p.offload_seconds = c.offload_seconds;
+  check_physical(plan, profile, p);
+}
+
+void check_physical(const Plan& plan, const HardwareProfile& profile, const StepPrediction& p) {
+  // A time that is not finite and positive, or more work per second than the
+  // GPUs' stated peak, is no answer: refuse it and say which inputs led there.
+  if (!std::isfinite(p.step_seconds) || !(p.step_seconds > 0))
+    throw InputError(fmt::format("predict: step time {} s is not a finite positive time; check the cluster ({}) and "
+                                 "profile values (bandwidths, efficiencies, latencies)",
+                                 p.step_seconds, plan.cluster.name));
+  if (!std::isfinite(p.mfu) || p.mfu > 1.0)
+    throw InputError(fmt::format(
+        "predict: MFU {:.1f}% is above 100% of the {} peak of the profile ({:.0f} TFLOP/s) at seq={}: the model-FLOPs "
+        "count (6N + 12*layers*hidden*seq, non-causal attention) exceeds the work the cost model times; refused",
+        100.0 * p.mfu, to_string(plan.strategy.precision), profile.peak_flops(plan.strategy.precision) / 1e12,
+        plan.seq));
 }
 
 StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResult* sim_out, bool record_trace) {
+  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxSimulatedChunks)
+    throw InputError(fmt::format("predict: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
+                                 "simulator's limit of {}; use a larger mbs or a smaller global batch",
+                                 plan.strategy.pp, plan.strategy.vpp, plan.strategy.gas, chunks, kMaxSimulatedChunks));
   const TableCostModel cost = build_cost_model(plan, profile);
   SimOptions opt;
   opt.record_trace = record_trace;
@@ -56,6 +78,13 @@ StepPrediction predict(const Plan& plan, const std::string& profile_path) {
 StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_path, const std::string& trace_path) {
   const HardwareProfile profile = load_profile(profile_path, plan.cluster.gpu);
   if (trace_path.empty()) return predict(plan, profile);
+  // A Chrome trace holds a few events per micro-batch chunk of every stage
+  // and about 1 KB of JSON per event while it is built: refuse large ones
+  // before simulating rather than run out of memory (issue 11).
+  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxTraceChunks)
+    throw InputError(fmt::format("--trace: pp*vpp*gas = {} micro-batch chunks would make a trace of at least {} events; "
+                                 "the limit is {} chunks (trace a step with fewer micro-batches, e.g. a smaller gas)",
+                                 chunks, 2 * chunks, kMaxTraceChunks));
   SimResult sim;
   StepPrediction p = predict(plan, profile, &sim, true);
   write_chrome_trace(sim, fmt::format("{} on {}: {}", plan.model.name, plan.cluster.name, plan.strategy.to_string()),

@@ -20,5 +20,8 @@ StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_p
 
 // Fills the time fields of `p` from a simulation (step, throughput, FLOP/s, MFU, breakdown).
 void fill_prediction(const Plan& plan, const HardwareProfile& profile, const SimResult& sim, StepPrediction& p);
+// InputError when the prediction is not physical: a step time that is not
+// finite and positive, or an MFU above 100% of the profile's peak (issue 11).
+void check_physical(const Plan& plan, const HardwareProfile& profile, const StepPrediction& p);
 
 }  // namespace planner

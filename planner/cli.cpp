@@ -48,13 +48,13 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
 
 int64_t parse_seq(const std::string& text) {
   const int64_t v = parse_int(text, "--seq");
-  if (v > (int64_t(1) << 24)) throw InputError(fmt::format("--seq {} is too large", v));
+  if (v > kMaxSeq) throw InputError(fmt::format("--seq {} is too large (at most {} = 2^24)", v, kMaxSeq));
   return v;
 }
 
 int64_t parse_global_batch(const std::string& text) {
   const int64_t v = parse_int(text, "--global-batch");
-  if (v > (int64_t(1) << 32)) throw InputError(fmt::format("--global-batch {} is too large", v));
+  if (v > kMaxGlobalBatch) throw InputError(fmt::format("--global-batch {} is too large (at most {} = 2^32)", v, kMaxGlobalBatch));
   return v;
 }
 
@@ -79,18 +79,28 @@ void add_train_cost_options(CLI::App* cmd, TrainCostCli& o) {
 
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
+  if (path == "-") return;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(dir)) throw InputError(fmt::format("output: directory '{}' does not exist", dir.string()));
   if (fs::is_directory(target)) throw InputError(fmt::format("output: '{}' is a directory", path));
+  std::error_code ec;
+  const auto st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_fifo(st) && !fs::is_character_file(st))
+    throw InputError(fmt::format("output: '{}' exists and is not a regular file, a FIFO or /dev/null", path));
 }
 
 void emit(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
-    std::cout << text << (text.empty() || text.back() == '\n' ? "" : "\n") << std::flush;
+    write_stdout_checked(text.empty() || text.back() == '\n' ? text : text + "\n");
   } else {
     write_file_atomically(path, text);
   }
+}
+
+void emit_report(const std::string& output, const std::string& text) {
+  if (output != "-") return emit("", text);
+  std::cerr << text << (text.empty() || text.back() == '\n' ? "" : "\n") << std::flush;
 }
 
 }  // namespace planner

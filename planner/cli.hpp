@@ -29,6 +29,9 @@ void check_writable(const std::string& path);
 
 // Writes `text` to `path`, or to stdout when path is empty or "-".
 void emit(const std::string& path, const std::string& text);
+// A command's report (table or --json): on stdout, or on stderr when `-o -`
+// already puts the written file on stdout, so that stdout is exactly that file.
+void emit_report(const std::string& output, const std::string& text);
 
 // --engine ours|deepspeed|megatron|fsdp: parses it and refuses (InputError,
 // one line) a plan the engine cannot run, naming what it lacks.

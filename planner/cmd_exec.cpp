@@ -1,5 +1,6 @@
 // `planner exec`: run a plan on this machine's GPU (or CPU) and put measured
 // beside predicted. Needs the LibTorch runtime (built when LibTorch is found).
+#include <memory>
 #include <fmt/format.h>
 
 #include "planner/cli.hpp"
@@ -52,7 +53,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     std::string comm_timeout = "300", trace;
     bool json = false, quiet = false, oversubscribe = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json to run")->required();
   cmd->add_option("--steps", o->steps, "timed steps (default 10)");
   cmd->add_option("--warmup", o->warmup, "warm-up steps before timing (default 3)");

@@ -1,5 +1,6 @@
 // `planner export plan.json --to deepspeed|megatron|fsdp`: the engine's
 // configuration for the plan and its launch line.
+#include <memory>
 #include <fmt/format.h>
 
 #include <iostream>
@@ -60,7 +61,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
     std::string plan, to, output;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json (from plan -o, predict -o or memory -o)")->required();
   cmd->add_option("--to", o->to, "deepspeed, megatron or fsdp")->required();
   cmd->add_option("-o,--output", o->output, "write the configuration here (the launch line refers to it)");
@@ -77,7 +78,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
                        {"config", r.config},          {"launch", r.launch},                 {"notes", r.notes}};
       if (engine == Engine::Megatron) j["args"] = r.args;
       if (!o->output.empty()) j["written"] = o->output;
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string out;
       if (o->output.empty()) {
@@ -87,7 +88,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
       }
       out += fmt::format("launch: {}\n", r.launch);
       for (const auto& n : r.notes) out += fmt::format("note: {}\n", n);
-      emit("", out);
+      emit_report(o->output, out);
     }
     exit_code = 0;
   });

@@ -1,4 +1,5 @@
 // `planner list`: the model presets, families and GPU catalog this planner knows.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,7 @@ CLI::App* add_list_command(CLI::App& app, int& exit_code) {
     std::string what;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("what", o->what, "models, families or gpus")->required();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {

@@ -1,4 +1,5 @@
 // `planner max-model`: the largest model of a family that fits.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,7 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     std::string gpus, family = "gpt", offload = "none", seq = "2048", mbs = "1", host_memory;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--gpus,-g", o->gpus, "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON")->required();
   cmd->add_option("--family,-f", o->family, "model family (default gpt)");
   cmd->add_option("--offload", o->offload, "the most offload allowed: none, optimizer or all (default none)");

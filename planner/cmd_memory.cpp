@@ -1,4 +1,5 @@
 // `planner memory`: the per-GPU and per-host memory of one plan.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -26,7 +27,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     std::string engine, output;
     bool json = false;
   };
-  auto* o = new Opts;  // lives as long as the program
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   add_engine_option(cmd, o->engine);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
@@ -43,12 +44,12 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["plan"] = plan_to_json(plan);
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = plan_header(plan) + "\n" + memory_table(plan, r);
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
-      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
-      emit("", text);
+      if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit_report(o->output, text);
     }
     exit_code = 0;
   });

@@ -1,5 +1,6 @@
 // `planner plan` (search every strategy, rank what fits) and `planner bench`
 // (how fast that search is).
+#include <memory>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -65,7 +66,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     std::string top = "5", profile, output, rank, engine, objective = "throughput";
     bool explain = false, json = false, quiet = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->plan.model, "model preset or Hugging Face config.json")->required();
   cmd->add_option("--gpus,-g", o->plan.gpus,
                   "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON; several clusters separated by commas")
@@ -142,13 +143,13 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
       j["calibration_notes"] = calibration;
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = ranked_table(shown, shown_ranked, objective, size_t(top), o->explain);
       for (const auto& note : calibration) text += "note: " + note + "\n";
-      emit("", text);
+      emit_report(o->output, text);
     }
-    if (!o->output.empty() && !o->json)
+    if (!o->output.empty() && o->output != "-" && !o->json)
       std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
                                                                         : fmt::format("#{}", rank), o->output);
     exit_code = 0;
@@ -168,7 +169,7 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
     std::string model = "llama-2-70b", gpus = "128x8xH100", seq = "4096", global_batch = "1024", repeats = "3";
     bool explain = false, json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->model, "model (default llama-2-70b)");
   cmd->add_option("--gpus,-g", o->gpus, "GPUs (default 128x8xH100)");
   cmd->add_option("--seq", o->seq, "sequence length (default 4096)");

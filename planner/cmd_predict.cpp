@@ -1,4 +1,5 @@
 // `planner predict`: step time, throughput, MFU and memory of one plan.
+#include <memory>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -59,7 +60,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     std::string profile, trace, engine, output;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
@@ -84,13 +85,13 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["plan"] = plan_to_json(plan);
-      emit("", j.dump(2) + "\n");
+      emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = prediction_table(plan, p);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
-      if (!o->output.empty()) text += fmt::format("Wrote the plan to {}\n", o->output);
-      emit("", text);
+      if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
+      emit_report(o->output, text);
     }
     exit_code = 0;
   });

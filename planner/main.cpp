@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,6 +60,8 @@ int main(int argc, char** argv) {
       "  planner exec plan.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
+  // A closed pipe is a failed write (EPIPE, exit 1 with one line), not a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   int exit_code = 0;
   planner::add_memory_command(app, exit_code);
   planner::add_max_model_command(app, exit_code);
@@ -88,6 +92,12 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "planner: error: " << one_line(e.what()) << "\n";
+    return 1;
+  }
+  // Every write to stdout is checked: /dev/full or a closed pipe is a failure.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::cerr << "planner: error: writing to stdout failed\n";
     return 1;
   }
   return exit_code;

@@ -174,6 +174,12 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
     plan.strategy = c.strategy;
+    if (simulated_chunks(c.strategy) > kMaxSimulatedChunks) {  // predict would refuse it too
+      if (out.stats.too_long++ == 0)
+        out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
+                                        "micro-batch chunks", kMaxSimulatedChunks));
+      continue;
+    }
     if (req.engine != Engine::Ours && !engine_gap(plan, req.engine).empty()) {
       ++out.stats.engine_refused;
       continue;
@@ -210,7 +216,14 @@ SearchResult search_plans(const SearchRequest& req) {
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
       return std::nullopt;
     }
-    RankedPlan ranked{plan, predict(plan, profile)};
+    RankedPlan ranked{plan, {}};
+    try {
+      ranked.prediction = predict(plan, profile);
+    } catch (const InputError& e) {  // not physical (check_physical): never ranked
+      ++out.stats.rejected;
+      out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
+      return std::nullopt;
+    }
     if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine);
     return ranked;
   };

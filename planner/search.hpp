@@ -63,6 +63,7 @@ struct SearchStats {
   int64_t pruned = 0;          // dropped by the lower bound without simulation
   int64_t rejected = 0;        // refused by check_compat (0 unless the space and the rules disagree)
   int64_t engine_refused = 0;  // strategies the requested engine cannot run (engine_gap)
+  int64_t too_long = 0;        // above kMaxSimulatedChunks (strategies/step_program.hpp): not simulated
   double wall_seconds = 0;
   double candidates_per_second() const { return wall_seconds > 0 ? enumerated / wall_seconds : 0; }
 };

@@ -29,6 +29,7 @@ struct Engine::Unit {
   int64_t decay = 0;                         // decayed elements at the unit's start
   std::vector<int> ids;                      // parameters of the unit, in layout order
   std::vector<int64_t> offs;                 // their offsets inside the unit
+  bool owned = true;                         // held by this rank's pipeline stage
   int64_t base = 0;                          // offset in the full flat buffers (ZeRO-0/1/2)
   int64_t sbase = 0;                         // offset in the shard buffers
 };
@@ -70,6 +71,7 @@ struct Engine::Impl {
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
+  std::unordered_map<int64_t, at::Tensor> recv;  // received activations (key(mb, first unit)) and gradients (key(mb, -1 - last unit))
   std::unordered_map<int, at::Tensor> labels;
   at::Tensor loss_sum, divisor;
   double divisor_host = 1.0;
@@ -122,13 +124,24 @@ void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
 }  // namespace
 
 Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
-               std::shared_ptr<TokenSource> tokens, Communicator* dp)
+               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp)
     : spec_(spec), st_(s), cfg_(cfg), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
+      pp_(pp), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(s, spec.layers, StepOptions{spec.tied_embeddings})),
       impl_(std::make_unique<Impl>()) {
-  if (s.tp != 1 || s.pp != 1)
-    throw InputError("the runtime executes data parallelism, ZeRO and offload; tp and pp must be 1 (got tp=" +
-                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) + ")");
+  if (s.tp != 1)
+    throw InputError("the runtime does not execute tensor parallelism yet (tp=" + std::to_string(s.tp) + ")");
+  if (s.pp > 1) {
+    if (!pp || pp->size() != s.pp)
+      throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
+                                  std::to_string(pp ? pp->size() : 1) + " ranks");
+    if (s.schedule == Schedule::Interleaved)
+      throw InputError("the runtime does not execute the interleaved schedule yet (use gpipe or 1f1b)");
+    if (spec.tied_embeddings)
+      throw InputError("the runtime does not execute tied embeddings with pp > 1 yet (" + spec.name + ")");
+    if (device.is_cuda())
+      throw InputError("pipeline parallelism runs on the CPU only for now (NCCL send/receive pairs are not batched)");
+  }
   if (s.dp > 1 && (!dp || dp->size() != s.dp))
     throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
                                 std::to_string(dp ? dp->size() : 1) + " ranks");
@@ -163,10 +176,13 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
       un.numel += infos[k].numel;
       if (pass == 0) un.decay = un.numel;
     }
+  for (Unit& un : I.units) un.owned = false;
+  for (int u : program_.partition.stage_units(stage_)) I.units[size_t(u)].owned = true;
   int64_t base = 0, sbase = 0;
   for (Unit& un : I.units) {
     un.padded = (un.numel + I.ow - 1) / I.ow * I.ow;
     un.chunk = un.padded / I.ow;
+    if (!un.owned) continue;  // another stage's
     un.base = base, un.sbase = sbase;
     base += un.padded, sbase += un.chunk;
   }
@@ -211,6 +227,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
         const ParamInfo& info = infos[size_t(un.ids[k])];
         model_->init_tensor(info, tmp.narrow(0, un.offs[k], info.numel));
       }
+      if (!un.owned) continue;  // drawn all the same: the generator's sequence is the model's
       at::Tensor mine = tmp.narrow(0, int64_t(I.orank) * un.chunk, un.chunk);
       if (s.zero < 3) I.params.narrow(0, un.base, un.padded).copy_(tmp);
       else I.pshard.narrow(0, un.sbase, un.chunk).copy_(mine);
@@ -225,6 +242,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   I.reduces_done.assign(size_t(U), 0);
   for (int u = 0; u < U; ++u) {
     const Unit& un = I.units[size_t(u)];
+    if (!un.owned) continue;
     bind_unit(u, s.zero < 3 ? I.params.narrow(0, un.base, un.padded) : at::Tensor());
     if (s.zero < 2) bind_unit_grad(u, I.grads.narrow(0, un.base, un.padded));
   }
@@ -289,7 +307,7 @@ at::Tensor Engine::step(int64_t step) {
   I.skip = false;
   if (trace_next_step) trace_ = std::make_unique<IntervalTimer>(cuda_), trace_next_step = false;
   IntervalTimer* tr = trace_.get();
-  for (const StepAction& a : program_.stages[0]) {
+  for (const StepAction& a : program_.stages[size_t(stage_)]) {
     if (tr) tr->start();
     if (time_actions) {
       auto& t = I.timers[to_string(a.op)];
@@ -313,8 +331,8 @@ at::Tensor Engine::step(int64_t step) {
 
 void Engine::run_action(const StepAction& a, int64_t step) {
   switch (a.op) {
-    case StepOp::Forward: return forward(a.microbatch, a.unit, step);
-    case StepOp::Backward: return backward(a.microbatch, a.unit);
+    case StepOp::Forward: return forward(a.microbatch, a.unit, a.chunk, step);
+    case StepOp::Backward: return backward(a.microbatch, a.unit, a.chunk);
     case StepOp::Gather: return gather(a.unit);
     case StepOp::Release: return release(a.unit);
     case StepOp::Reduce: return reduce(a.unit, a.scatter);
@@ -324,15 +342,14 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);
     case StepOp::AllGather: return all_gather(a.unit);
-    case StepOp::SendF:
-    case StepOp::RecvF:
-    case StepOp::SendB:
-    case StepOp::RecvB:
-      throw std::logic_error("pipeline sends and receives need pp > 1, which this runtime does not execute yet");
+    case StepOp::SendF: return send_f(a.microbatch, a.chunk);
+    case StepOp::RecvF: return recv_f(a.microbatch, a.chunk);
+    case StepOp::SendB: return send_b(a.microbatch, a.chunk);
+    case StepOp::RecvB: return recv_b(a.microbatch, a.chunk);
   }
 }
 
-void Engine::forward(int mb, int u, int64_t step) {
+void Engine::forward(int mb, int u, int chunk, int64_t step) {
   Impl& I = *impl_;
   if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
   if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
@@ -342,22 +359,71 @@ void Engine::forward(int mb, int u, int64_t step) {
     const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
     auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
                                     device_, scratch);
-    I.labels[mb] = labels;
+    if (program_.partition.owner(head).first == stage_) I.labels[mb] = labels;
     I.out[key(mb, 0)] = model_->embed(ids);
     return;
   }
-  at::Tensor x = I.out.at(key(mb, u - 1)).detach().requires_grad_(true);
+  const auto [first, last] = program_.partition.units_of(stage_, chunk);
+  (void)last;
+  at::Tensor x;
+  if (u == first) {  // the stage's input: received from the previous stage (RecvF)
+    x = I.recv.at(key(mb, first));
+    I.recv.erase(key(mb, first));
+  } else {
+    x = I.out.at(key(mb, u - 1)).detach().requires_grad_(true);
+  }
   I.in[key(mb, u)] = x;
   if (u == head) {
     if (before_head) before_head();
+    if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
+      std::vector<int64_t> scratch;
+      const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+      I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
+                                device_, scratch).second;
+    }
     const double mult = loss_scale_ / double(st_.gas * st_.dp);
     at::Tensor loss = model_->head_loss(x, I.labels.at(mb), mult);
     I.loss_sum.add_(loss.detach());
     I.out[key(mb, u)] = loss;
+    I.labels.erase(mb);
   } else {
     I.out[key(mb, u)] = model_->block(u - 1, x, st_.ckpt);
   }
 }
+
+// Pipeline point-to-point (MPI's non-blocking sends on the CPU): activations
+// to the next stage, gradients to the previous one. A send is waited for at the
+// step's Sync (its Work keeps the tensor); a receive before the tensor is used.
+void Engine::send_f(int mb, int chunk) {
+  const int last = program_.partition.units_of(stage_, chunk).second - 1;
+  at::Tensor t = I_out_detached(mb, last);
+  impl_->pending.push_back(pp_->send(t, (stage_ + 1) % st_.pp));
+}
+
+void Engine::recv_f(int mb, int chunk) {
+  const int first = program_.partition.units_of(stage_, chunk).first;
+  at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
+                           at::TensorOptions().device(device_).dtype(impl_->dt));
+  pp_->recv(t, (stage_ - 1 + st_.pp) % st_.pp)->wait();
+  impl_->recv[key(mb, first)] = t.requires_grad_(true);
+}
+
+void Engine::send_b(int mb, int chunk) {
+  const int first = program_.partition.units_of(stage_, chunk).first;
+  at::Tensor g = impl_->in.at(key(mb, first)).grad();
+  impl_->in.erase(key(mb, first));
+  impl_->pending.push_back(pp_->send(g.contiguous(), (stage_ - 1 + st_.pp) % st_.pp));
+}
+
+void Engine::recv_b(int mb, int chunk) {
+  const int last = program_.partition.units_of(stage_, chunk).second - 1;
+  at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
+                           at::TensorOptions().device(device_).dtype(impl_->dt));
+  pp_->recv(t, (stage_ + 1) % st_.pp)->wait();
+  impl_->recv[key(mb, -1 - last)] = t;  // negative keys: output gradients
+}
+
+at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
 
 void Engine::ensure_grad(int u) {
   Impl& I = *impl_;
@@ -371,28 +437,33 @@ void Engine::ensure_grad(int u) {
   transient_peak_ = std::max(transient_peak_, transient_bytes());
 }
 
-void Engine::backward(int mb, int u) {
+void Engine::backward(int mb, int u, int chunk) {
   Impl& I = *impl_;
   if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
   if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
   const int head = program_.partition.head_unit();
   ensure_grad(u);
   if (u == head && spec_.tied_embeddings) ensure_grad(0);
+  const auto [first, last] = program_.partition.units_of(stage_, chunk);
   at::Tensor y = I.out.at(key(mb, u));
   if (u == head) {
     const double mult = loss_scale_ / double(st_.gas * st_.dp);
     torch::autograd::backward({y * mult});
+  } else if (u == last - 1) {  // the gradient of the stage's output, received from the next stage (RecvB)
+    torch::autograd::backward({y}, {I.recv.at(key(mb, -1 - u))});
+    I.recv.erase(key(mb, -1 - u));
   } else {
     at::Tensor g = I.in.at(key(mb, u + 1)).grad();
     torch::autograd::backward({y}, {g});
     I.in.erase(key(mb, u + 1));
   }
   I.out.erase(key(mb, u));
-  if (u == 0) {
-    I.labels.erase(mb);
+  if (u == first && u > 0) {
+    // The input's gradient waits for SendB (or is the first stage's: none).
+  } else if (u == first) {
     I.in.erase(key(mb, 1));
   }
-  if (u == 0 && after_backward && mb == st_.gas - 1) after_backward();
+  if (u == program_.partition.units_of(stage_, 0).first && after_backward && mb == st_.gas - 1) after_backward();
 }
 
 void Engine::gather(int u) {
@@ -511,6 +582,7 @@ void Engine::sync() {
   I.keep.clear();
   // The step's loss: the mean over the global batch.
   I.loss_sum.div_(double(st_.gas));
+  if (pp_ && st_.pp > 1) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
   if (dp_ && st_.dp > 1) {
     dp_->all_reduce(I.loss_sum)->wait();
     I.loss_sum.div_(double(st_.dp));
@@ -525,6 +597,7 @@ void Engine::norm() {
   at::Tensor g = st_.zero >= 2 ? I.gshard : I.grads;
   at::Tensor sq = at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat).square();
   if (st_.zero >= 2 && dp_ && st_.dp > 1) dp_->all_reduce(sq)->wait();
+  if (pp_ && st_.pp > 1) pp_->all_reduce(sq)->wait();  // every stage's share of the model
   at::Tensor nrm = sq.sqrt();
   if (st_.precision == Precision::FP16) {
     // Dynamic loss scaling (Micikevicius et al. 2018), as Trainer: one host sync.
@@ -585,6 +658,7 @@ void Engine::opt() {
   if (!I.offload) {
     for (int u = 0; u < U; ++u) {
       const Unit& un = I.units[size_t(u)];
+      if (!un.owned) continue;
       at::Tensor p = param_chunk(un);
       at::Tensor master = I.master_is_param ? p : I.master.narrow(0, un.sbase, un.chunk);
       adam_range(master, I.m.narrow(0, un.sbase, un.chunk), I.v.narrow(0, un.sbase, un.chunk), shard_grad(u), I.work,
@@ -606,6 +680,10 @@ void Engine::opt() {
     for (size_t u = 0; u < J.units.size(); ++u) {
       try {
         const Unit& un = J.units[u];
+        if (!un.owned) {
+          promises[u].set_value();
+          continue;
+        }
         at::Tensor master = J.master.narrow(0, un.sbase, un.chunk);
         adam_range(master, J.m.narrow(0, un.sbase, un.chunk), J.v.narrow(0, un.sbase, un.chunk),
                    J.host_grad.narrow(0, un.sbase, un.chunk), J.host_work, decay_len(un), cfg_, J.step_count, divisor);
@@ -677,6 +755,7 @@ at::Tensor Engine::full_params_fp32() {
   at::Tensor out = at::zeros({store.numel()}, at::TensorOptions().device(device_).dtype(at::kFloat));
   for (size_t u = 0; u < I.units.size(); ++u) {
     const Unit& un = I.units[u];
+    if (!un.owned) continue;  // another stage's (summed in below)
     at::Tensor unit;
     if (st_.zero < 3) {
       unit = I.params.narrow(0, un.base, un.padded);
@@ -691,6 +770,7 @@ at::Tensor Engine::full_params_fp32() {
       out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
     }
   }
+  if (pp_ && st_.pp > 1) pp_->all_reduce(out)->wait();  // each stage filled its own units, zeros elsewhere
   synchronize(cuda_);
   return out;
 }

@@ -58,8 +58,14 @@ class Engine {
   // `dp`: the data-parallel communicator (null when strategy.dp == 1). The
   // strategy's dp, zero, offload, ckpt, mbs, gas and precision are used; tp and
   // pp must be 1 (issue: tensor and pipeline parallelism come next).
+  // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
+  // stage order; this rank runs stage pp->rank() of the program. Pipeline
+  // parallelism runs GPipe and 1F1B on the CPU (MPI's non-blocking sends); it
+  // is not yet executed on GPUs (NCCL's send/receive need the pairs of a step
+  // batched to avoid the 1F1B deadlock) nor interleaved, nor with tied
+  // embeddings (the last stage's copy of the word matrix and its gradient sync).
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
-         std::shared_ptr<TokenSource> tokens, Communicator* dp);
+         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
@@ -111,8 +117,13 @@ class Engine {
   struct Unit;
   struct Impl;
   void run_action(const StepAction& a, int64_t step);
-  void forward(int mb, int u, int64_t step);
-  void backward(int mb, int u);
+  void forward(int mb, int u, int chunk, int64_t step);
+  void backward(int mb, int u, int chunk);
+  void send_f(int mb, int chunk);
+  void recv_f(int mb, int chunk);
+  void send_b(int mb, int chunk);
+  void recv_b(int mb, int chunk);
+  at::Tensor I_out_detached(int mb, int u);
   void gather(int u);
   void release(int u);
   void reduce(int u, bool scatter);
@@ -134,6 +145,8 @@ class Engine {
   bool cuda_;
   std::shared_ptr<TokenSource> tokens_;
   Communicator* dp_;
+  Communicator* pp_ = nullptr;
+  int stage_ = 0;
   std::unique_ptr<TransformerModel> model_;
   StepProgram program_;
   std::unique_ptr<Impl> impl_;

@@ -144,9 +144,12 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     std::transform(a.begin(), a.end(), a.begin(), ::tolower);
     std::transform(b.begin(), b.end(), b.begin(), ::tolower);
     const std::string head = a.substr(0, a.find('-'));
-    if (b.find(head) == std::string::npos)
-      r.notes.push_back("the plan is for " + plan.cluster.gpu.name + " but this GPU is " + r.machine.gpu_name +
-                        "; MFU uses the plan's peak");
+    if (b.find(head) == std::string::npos) {
+      const std::string note = "the plan is for " + plan.cluster.gpu.name + " but this GPU is " + r.machine.gpu_name +
+                               "; MFU uses the plan's peak";
+      r.notes.push_back(note);
+      if (r.root && opt.progress) std::fprintf(stderr, "exec: warning: %s\n", note.c_str());  // before anything runs
+    }
   }
 
   // Communicators from the rank grid; the device memory NCCL takes is measured

@@ -88,6 +88,7 @@ int64_t parse_bytes(std::string_view text, std::string_view what) {
   double bytes = v * mult;
   if (!std::isfinite(bytes) || bytes <= 0)
     throw InputError(fmt::format("{}: size must be positive, got '{}'", what, t));
+  if (bytes < 1) throw InputError(fmt::format("{}: size must be at least 1 byte, got '{}'", what, t));  // "0.5", "1e-9GB"
   if (bytes > 9.0e18) throw InputError(fmt::format("{}: '{}' is too large", what, t));
   return static_cast<int64_t>(bytes);
 }

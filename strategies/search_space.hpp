@@ -17,6 +17,7 @@
 // (docs/TIME_MODEL.md): fp16 where bf16 exists (same tensor-core rate, same
 // bytes), GPipe and interleaved with pp = 1, zero>=1 without offload at dp = 1
 // (nothing to shard).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -50,8 +51,11 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
       const int dp = L.world / (tp * pp);
       if (L.global_batch % dp) continue;
       const int64_t per_replica = L.global_batch / dp;
-      for (int64_t mbs = 1; mbs <= per_replica; ++mbs) {
-        if (per_replica % mbs || (L.max_mbs > 0 && mbs > L.max_mbs)) continue;
+      // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
+      // bounds the loop too, whatever the global batch (issue 11).
+      const int64_t mbs_end = std::min<int64_t>(per_replica, L.max_mbs > 0 ? std::min<int64_t>(L.max_mbs, kMaxMbs) : kMaxMbs);
+      for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
+        if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
         const int gas = int(per_replica / mbs);
         s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
         for (int zero = 0; zero <= 3; ++zero) {

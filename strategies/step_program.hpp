@@ -78,6 +78,16 @@ struct StepOptions {
   bool tied_embeddings = false;
 };
 
+// The simulator walks every micro-batch of every (virtual) stage, so its time
+// and memory grow with pp*vpp*gas (about 6 us and 2 KB each). Plans above this
+// many micro-batch chunks are refused by predict and skipped by the search, so
+// that no input makes the planner take more than about a second (issue 11).
+constexpr int64_t kMaxSimulatedChunks = int64_t(1) << 18;
+// --trace is limited further: each chunk becomes a few trace events of ~1 KB
+// while the JSON is built, so 2^14 chunks keep a trace under ~100 MB.
+constexpr int64_t kMaxTraceChunks = int64_t(1) << 14;
+inline int64_t simulated_chunks(const Strategy& s) { return int64_t(s.pp) * s.vpp * s.gas; }
+
 // The step of strategy `s` for a model of `layers` transformer layers.
 StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOptions& opt = {});
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -82,11 +83,10 @@ bool parse_bool(const std::string& key, const std::string& v) {
   throw InputError(fmt::format("strategy: {}='{}' must be 0 or 1", key, v));
 }
 
-constexpr int kMaxDegree = 1 << 20;
-
 int parse_degree(const std::string& key, const std::string& v, bool allow_zero = false) {
   int64_t n = parse_int(v, "strategy: " + key, allow_zero);
-  if (n > kMaxDegree) throw InputError(fmt::format("strategy: {}={} is too large", key, n));
+  const int64_t max = key == "mbs" ? kMaxMbs : kMaxDegree;
+  if (n > max) throw InputError(fmt::format("strategy: {}={} is too large (at most {})", key, n, max));
   return static_cast<int>(n);
 }
 
@@ -114,6 +114,21 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
 }  // namespace
 
 void Strategy::validate() const {
+  auto in_range = [](const char* key, int v, int lo) {
+    if (v < lo || v > kMaxDegree) throw InputError(fmt::format("strategy: {}={} must be between {} and {}", key, v, lo, kMaxDegree));
+  };
+  in_range("dp", dp, 1);
+  in_range("tp", tp, 1);
+  in_range("pp", pp, 1);
+  in_range("vpp", vpp, 1);
+  in_range("gas", gas, 1);
+  if (mbs < 1 || mbs > kMaxMbs) throw InputError(fmt::format("strategy: mbs={} must be between 1 and {}", mbs, kMaxMbs));
+  const int64_t w = checked_product({dp, tp, pp}, "strategy: dp*tp*pp");
+  if (w > kMaxDegree)
+    throw InputError(fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} is more than {} GPUs", dp, tp, pp, w, kMaxDegree));
+  const int64_t stages = checked_mul(pp, vpp, "strategy: pp*vpp");
+  if (stages > kMaxDegree)
+    throw InputError(fmt::format("strategy: pp*vpp = {}*{} = {} is more than {} pipeline stages", pp, vpp, stages, kMaxDegree));
   if (zero < 0 || zero > 3) throw InputError(fmt::format("strategy: zero={} must be 0, 1, 2 or 3", zero));
   if (offload == Offload::Optimizer && zero < 1)
     throw InputError("strategy: offload=optimizer needs zero>=1 (DeepSpeed offloads the partitioned optimizer state)");

@@ -27,6 +27,11 @@ const char* to_string(Precision p);
 // Bytes of one parameter/activation element in the working precision.
 int bytes_per_element(Precision p);
 
+// Input limits (docs/ARCHITECTURE.md, "Input limits"): every degree (dp, tp,
+// pp, vpp, gas) and their product dp*tp*pp at most 2^20; mbs at most 2^16.
+constexpr int kMaxDegree = 1 << 20;
+constexpr int kMaxMbs = 1 << 16;
+
 struct Strategy {
   int dp = 1;
   int tp = 1;
@@ -41,6 +46,7 @@ struct Strategy {
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
 
+  // Valid once validate() passed (dp*tp*pp <= 2^20).
   int world() const { return dp * tp * pp; }
   int64_t global_batch() const { return int64_t(dp) * mbs * gas; }
 
