@@ -77,6 +77,22 @@ void add_train_cost_options(CLI::App* cmd, TrainCostCli& o) {
   cmd->add_option("--prices", o.prices, "prices.json, price per GPU-hour by GPU type, e.g. {\"H100\": 2.5}");
 }
 
+std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::string& host_memory) {
+  std::vector<std::string> specs;
+  if (std::filesystem::exists(gpus) || gpus.find(',') == std::string::npos) {
+    specs.push_back(gpus);
+  } else {
+    specs = split(gpus, ',');
+  }
+  std::vector<ClusterSpec> out;
+  for (const auto& spec : specs) {
+    if (trim(spec).empty()) throw InputError(fmt::format("--gpus: empty cluster in '{}'", gpus));
+    out.push_back(resolve_cluster(trim(spec)));
+    if (!host_memory.empty()) out.back().host_memory_bytes = parse_bytes(host_memory, "--host-memory");
+  }
+  return out;
+}
+
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
   if (path == "-") return;

@@ -18,6 +18,11 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy);
 // Loads or builds the plan; fills `notes` with remarks on legal but odd choices.
 Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes);
 
+// --gpus of plan and compare: one cluster (NxTYPE, NODESxNxTYPE or a cluster
+// JSON file) or several spec strings separated by commas; --host-memory, when
+// given, applies to each.
+std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::string& host_memory);
+
 // --seq and --global-batch: positive whole numbers with sane upper bounds
 // (2^24 tokens, 2^32 sequences); InputError otherwise.
 int64_t parse_seq(const std::string& text);
@@ -53,8 +58,6 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code);
 CLI::App* add_exec_command(CLI::App& app, int& exit_code);
 CLI::App* add_list_command(CLI::App& app, int& exit_code);
 CLI::App* add_export_command(CLI::App& app, int& exit_code);
-// Registered by add_plan_command (planner/main.cpp is being reworked elsewhere;
-// move the call there once it settles).
 CLI::App* add_compare_command(CLI::App& app, int& exit_code);
 
 }  // namespace planner

@@ -2,7 +2,7 @@
 // or time to train (planner/compare.hpp).
 #include <fmt/format.h>
 
-#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "planner/cli.hpp"
@@ -17,7 +17,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   cmd->footer(
       "Examples:\n"
       "  planner compare --model llama-2-7b --gpus 8xA100-80GB,8xH100,32xV100-32GB --tokens 1T "
-      "--prices examples/prices.json\n"
+      "--prices examples/prices/v100-a100-h100.json\n"
       "  planner compare --model llama-2-7b --gpus 8xA100-80GB,2x8xH100,16xV100-32GB --tokens 300B --price 2.0 --json\n"
       "  planner compare --model gpt2-xl --gpus 2xRTX3090,2xRTX4090,1xA100-80GB --global-batch 32 --seq 1024\n"
       "Each cluster is searched as 'planner plan' does and its best plan kept. Ranked by cost with --price or\n"
@@ -29,9 +29,9 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
     TrainCostCli cost;
     bool json = false;
   };
-  auto* o = new Opts;
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->model, "model preset or Hugging Face config.json")->required();
-  cmd->add_option("--gpus,-g", o->gpus, "clusters separated by commas, each NxTYPE or NODESxNxTYPE")->required();
+  cmd->add_option("--gpus,-g", o->gpus, "clusters separated by commas, each NxTYPE or NODESxNxTYPE (or one cluster JSON)")->required();
   cmd->add_option("--seq", o->seq, "sequence length (default: the model's training length)");
   cmd->add_option("--global-batch", o->global_batch,
                   "sequences per step on every cluster (default: least common multiple of the GPU counts)");
@@ -43,12 +43,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   cmd->callback([o, &exit_code] {
     SearchRequest req;
     req.model = resolve_model(o->model);
-    std::vector<ClusterSpec> clusters;
-    for (const auto& spec : split(o->gpus, ',')) {
-      if (trim(spec).empty()) throw InputError(fmt::format("--gpus: empty cluster in '{}'", o->gpus));
-      clusters.push_back(resolve_cluster(trim(spec)));
-      if (!o->host_memory.empty()) clusters.back().host_memory_bytes = parse_bytes(o->host_memory, "--host-memory");
-    }
+    const std::vector<ClusterSpec> clusters = resolve_clusters(o->gpus, o->host_memory);
     req.seq = o->seq.empty() ? (req.model.default_seq > 0 ? req.model.default_seq : 1024) : parse_seq(o->seq);
     const int64_t global_batch =
         o->global_batch.empty() ? default_compare_batch(clusters) : parse_global_batch(o->global_batch);

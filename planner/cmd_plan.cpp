@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -18,28 +17,6 @@
 #include "strategies/parse_util.hpp"
 
 namespace planner {
-
-namespace {
-
-// --gpus: one cluster (a spec string or a JSON file), or several spec strings
-// separated by commas.
-std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::string& host_memory) {
-  std::vector<std::string> specs;
-  if (std::filesystem::exists(gpus) || gpus.find(',') == std::string::npos) {
-    specs.push_back(gpus);
-  } else {
-    specs = split(gpus, ',');
-  }
-  std::vector<ClusterSpec> out;
-  for (const auto& spec : specs) {
-    if (trim(spec).empty()) throw InputError(fmt::format("--gpus: empty cluster in '{}'", gpus));
-    out.push_back(resolve_cluster(trim(spec)));
-    if (!host_memory.empty()) out.back().host_memory_bytes = parse_bytes(host_memory, "--host-memory");
-  }
-  return out;
-}
-
-}  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput, time or cost");
@@ -154,7 +131,6 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
                                                                         : fmt::format("#{}", rank), o->output);
     exit_code = 0;
   });
-  add_compare_command(app, exit_code);  // `planner compare`, right after `plan` in --help
   return cmd;
 }
 

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
       "  planner export plan.json --to deepspeed -o ds_config.json\n"
       "  planner plan --model llama-2-7b --gpus 8xA100-80GB,8xH100 --global-batch 512 --tokens 1T --price 2.5 "
       "--objective cost\n"
+      "  planner compare --model llama-2-7b --gpus 8xA100-80GB,8xH100,32xV100-32GB --tokens 1T "
+      "--prices examples/prices/v100-a100-h100.json\n"
       "  planner exec plan.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   planner::add_max_model_command(app, exit_code);
   planner::add_predict_command(app, exit_code);
   planner::add_plan_command(app, exit_code);
+  planner::add_compare_command(app, exit_code);
   planner::add_bench_command(app, exit_code);
   planner::add_exec_command(app, exit_code);
   planner::add_list_command(app, exit_code);

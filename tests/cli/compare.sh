@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # planner compare: the best plan per cluster in one table, ranked by cost or time; --json; bad input.
 . "$(dirname "$0")/../cli_lib.sh"
-P="$PLANNER"
+P=$(realpath "$PLANNER"); ROOT=$(realpath "$ROOT")  # absolute: the bad-input checks run in an empty folder
 PRICES="$ROOT/examples/prices/v100-a100-h100.json"
 GPUS=8xA100-80GB,8xH100,32xV100-32GB
 
@@ -56,7 +56,12 @@ expect_grep "^ -  1xRTX3090 .*no strategy fits" "$TMP/out"
 expect_exit 0 $P compare --help
 expect_grep "planner compare --model llama-2-7b" "$TMP/out"
 
-# Bad input: one line, exit 2.
+# One cluster given as a JSON file is searched like its spec string.
+expect_exit 0 $P compare --model gpt2-xl --gpus "$ROOT/examples/clusters/2x3090-nvlink.json" --global-batch 8 --json
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["clusters"]; assert len(c)==1 and c[0]["fits"], c' "$TMP/out" || fails=$((fails+1))
+
+# Bad input: one line, exit 2, nothing on stdout and no file written (run in an empty folder).
+mkdir "$TMP/w"; cd "$TMP/w" || exit 1
 expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB,,8xH100
 expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB,8xB300
 expect_bad_input $P compare --model no-such-model --gpus 8xA100-80GB
@@ -65,4 +70,6 @@ expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB,8xL4 --tokens 
 expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB --tokens lots
 expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB --global-batch 0
 expect_bad_input $P compare --model llama-2-7b
+expect_bad_input $P compare --model llama-2-7b --gpus 8xA100-80GB -o out.json
+[ -z "$(ls -A "$TMP/w")" ] || { echo "FAIL: bad input wrote files: $(ls -A "$TMP/w")"; fails=$((fails+1)); }
 finish
