@@ -341,7 +341,16 @@ void from_json(const json& j, GpuSpec& out) {
   if (o.has("default_intra")) g.default_intra = parse_intra(o, "default_intra");
   if (o.has("default_gpus_per_node")) g.default_gpus_per_node = static_cast<int>(o.integer("default_gpus_per_node", kMaxGpus));
   if (o.has("source")) g.source = o.text("source");
-  if (!in_catalog) g.calibrated.clear();
+  // A catalog GPU whose speed figures the file changes is no longer what was
+  // measured: its calibration mark goes unless the file states one itself
+  // (a plan written by this program repeats the catalog figures and the mark).
+  if (in_catalog && !o.has("calibrated")) {
+    const GpuSpec& c = gpu_by_name(name);
+    if (g.memory_bandwidth_Bps != c.memory_bandwidth_Bps || g.peak_fp32 != c.peak_fp32 ||
+        g.peak_tf32 != c.peak_tf32 || g.peak_fp16 != c.peak_fp16 || g.peak_bf16 != c.peak_bf16 ||
+        g.gemm_efficiency != c.gemm_efficiency || g.memory_efficiency != c.memory_efficiency)
+      g.calibrated.clear();
+  }
   if (o.has("calibrated")) g.calibrated = o.text("calibrated");
   if (o.has("prediction_only")) g.prediction_only = o.boolean("prediction_only");
   check_gpu(g);

@@ -88,6 +88,9 @@ const GpuSpec& gpu_by_name(std::string_view name);   // case-insensitive, aliase
 // "" for a calibrated GPU, else the one-line note every prediction for it
 // prints ("H20 is not calibrated: ...").
 std::string calibration_note(const GpuSpec& g);
+// Appends g's note to `notes` unless it is empty or already there (one note per
+// GPU type over several clusters).
+void add_calibration_note(std::vector<std::string>& notes, const GpuSpec& g);
 Link default_link(LinkKind k);               // bandwidth and latency by generation
 bool consumer_nvlink(const GpuSpec& g);      // NVLink bridge only (pairs)
 

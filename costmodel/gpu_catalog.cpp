@@ -312,6 +312,19 @@ const GpuSpec& gpu_by_name(std::string_view name) {
                                fmt::join(gpu_names(), ", ")));
 }
 
+std::string calibration_note(const GpuSpec& g) {
+  if (!g.calibrated.empty()) return "";
+  return fmt::format("{} is not calibrated: datasheet figures with {} efficiencies, not fit to measurements "
+                     "of this project{}", g.name, g.source.find("micro_bench") != std::string::npos
+                                                         ? "published-benchmark" : "assumed",
+                     g.prediction_only ? "; prediction only (planner exec cannot run on it)" : "");
+}
+
+void add_calibration_note(std::vector<std::string>& notes, const GpuSpec& g) {
+  if (std::string note = calibration_note(g); !note.empty() && std::find(notes.begin(), notes.end(), note) == notes.end())
+    notes.push_back(std::move(note));
+}
+
 // Achievable per-direction bandwidths and alpha latencies by link kind.
 //  * PCIe x16: 16/32/64 GB/s theoretical per direction for Gen3/4/5 (PCI-SIG);
 //    pinned host<->device copies reach ~12 GB/s (Gen3, CUDA bandwidthTest on
@@ -323,14 +336,6 @@ const GpuSpec& gpu_by_name(std::string_view name) {
 //    (V100), NVLink3 300 (A100), NVLink4 450 (H100); NCCL latency ~3 us.
 //  * Network, one NIC: InfiniBand HDR 200 Gb/s = 25 GB/s, ~5 us; Ethernet 100
 //    Gb/s = 12.5 GB/s, ~15 us (TCP/RoCE through the NCCL socket/net plugin).
-std::string calibration_note(const GpuSpec& g) {
-  if (!g.calibrated.empty()) return "";
-  return fmt::format("{} is not calibrated: datasheet figures with {} efficiencies, not fit to measurements "
-                     "of this project{}", g.name, g.source.find("micro_bench") != std::string::npos
-                                                         ? "published-benchmark" : "assumed",
-                     g.prediction_only ? "; prediction only (planner exec cannot run on it)" : "");
-}
-
 Link default_link(LinkKind k) {
   switch (k) {
     case LinkKind::PCIe3: return {k, 12 * GB, 5e-6};

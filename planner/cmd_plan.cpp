@@ -113,10 +113,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
       if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
     const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
     std::vector<std::string> calibration;
-    for (const auto& c : clusters)
-      if (const std::string note = calibration_note(c.gpu);
-          !note.empty() && std::find(calibration.begin(), calibration.end(), note) == calibration.end())
-        calibration.push_back(note);
+    for (const auto& c : clusters) add_calibration_note(calibration, c.gpu);
     if (o->json) {
       nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
       j["calibration_notes"] = calibration;

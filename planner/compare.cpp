@@ -93,10 +93,7 @@ std::string compare_table(const CompareResult& r) {
                        format_bytes(double(w.headroom_bytes())));
   }
   std::vector<std::string> notes;
-  for (const auto& w : r.rows)
-    if (const std::string note = calibration_note(w.cluster.gpu);
-        !note.empty() && std::find(notes.begin(), notes.end(), note) == notes.end())
-      notes.push_back(note);
+  for (const auto& w : r.rows) add_calibration_note(notes, w.cluster.gpu);
   for (const auto& note : notes) out += "note: " + note + "\n";
   out += "time: days (d) or hours (h) to train the tokens; cost: GPU-hours x price per GPU-hour;\n"
          "headroom: GPU memory minus the predicted peak per GPU. Full plans: planner plan --gpus CLUSTER.\n";
