@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "runtime/batch.hpp"
+#include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
 #include "runtime/streams.hpp"
 #include "strategies/errors.hpp"
@@ -135,12 +136,8 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
     if (!pp || pp->size() != s.pp)
       throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
                                   std::to_string(pp ? pp->size() : 1) + " ranks");
-    if (s.schedule == Schedule::Interleaved)
-      throw InputError("the runtime does not execute the interleaved schedule yet (use gpipe or 1f1b)");
     if (spec.tied_embeddings)
       throw InputError("the runtime does not execute tied embeddings with pp > 1 yet (" + spec.name + ")");
-    if (device.is_cuda())
-      throw InputError("pipeline parallelism runs on the CPU only for now (NCCL send/receive pairs are not batched)");
   }
   if (s.dp > 1 && (!dp || dp->size() != s.dp))
     throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
@@ -158,6 +155,8 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   if (I.offload && cuda_) I.copy = std::make_unique<SideStream>(true);
   else I.copy = std::make_unique<SideStream>(false);
 
+  if (s.pp > 1)
+    links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
@@ -391,20 +390,23 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   }
 }
 
-// Pipeline point-to-point (MPI's non-blocking sends on the CPU): activations
-// to the next stage, gradients to the previous one. A send is waited for at the
-// step's Sync (its Work keeps the tensor); a receive before the tensor is used.
+// Pipeline point-to-point over the links of runtime/comm/pipe_links.hpp:
+// activations to the next stage, gradients to the previous one (the next and
+// previous stage of the ring under the interleaved schedule). A send is waited
+// for at the step's Sync (its Work keeps the tensor alive); a receive before
+// the tensor is used (on the GPU an event wait on the compute stream: the host
+// walks on).
 void Engine::send_f(int mb, int chunk) {
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = I_out_detached(mb, last);
-  impl_->pending.push_back(pp_->send(t, (stage_ + 1) % st_.pp));
+  impl_->pending.push_back(links_->f_out->send(t, 1));
 }
 
 void Engine::recv_f(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
   at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
-  pp_->recv(t, (stage_ - 1 + st_.pp) % st_.pp)->wait();
+  links_->f_in->recv(t, 0)->wait();
   impl_->recv[key(mb, first)] = t.requires_grad_(true);
 }
 
@@ -412,14 +414,14 @@ void Engine::send_b(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
   at::Tensor g = impl_->in.at(key(mb, first)).grad();
   impl_->in.erase(key(mb, first));
-  impl_->pending.push_back(pp_->send(g.contiguous(), (stage_ - 1 + st_.pp) % st_.pp));
+  impl_->pending.push_back(links_->b_out->send(g.contiguous(), 1));
 }
 
 void Engine::recv_b(int mb, int chunk) {
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
-  pp_->recv(t, (stage_ + 1) % st_.pp)->wait();
+  links_->b_in->recv(t, 0)->wait();
   impl_->recv[key(mb, -1 - last)] = t;  // negative keys: output gradients
 }
 
