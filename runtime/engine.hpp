@@ -62,9 +62,9 @@ class Engine {
   // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
   // stage order; this rank runs stage pp->rank() of the program (GPipe, 1F1B or
   // interleaved 1F1B). The constructor makes the send/receive links
-  // (runtime/comm/pipe_links.hpp) from it, a collective over the world. Tied
-  // embeddings with pp > 1 are refused (the last stage's copy of the word
-  // matrix and its gradient sync are not built yet).
+  // (runtime/comm/pipe_links.hpp) from it, and for tied embeddings the
+  // first-and-last-stage group, collectives over the world. With tied
+  // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
          std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr);
   ~Engine();
@@ -137,7 +137,8 @@ class Engine {
   void ensure_grad(int u);
   void bind_unit(int u, const at::Tensor& data);
   void bind_unit_grad(int u, const at::Tensor& grad);
-  at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
+  at::Tensor shard_grad(int u);
+  at::Tensor tied_grad();  // the rank's reduced gradient chunk of unit u (working precision)
 
   ModelSpec spec_;
   Strategy st_;

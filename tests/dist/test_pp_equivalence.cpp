@@ -1,9 +1,9 @@
 // Pipeline parallelism through the Engine on the CPU (MPI), composed with data
 // parallelism and ZeRO-1: GPipe, 1F1B and interleaved 1F1B (vpp = 2) with pp =
-// the world (2 or 4 ranks) and
-// dp2·pp2 (4 ranks); losses and every parameter after three steps within 1e-5
-// of the single-process Trainer on the same global batch (fp32). Untied models
-// (tied embeddings with pp > 1 are not executed yet).
+// the world (2 or 4 ranks) and dp2·pp2 (4 ranks), on untied models (LLaMA-,
+// GPT-J-like) and a tied one (GPT-2-like: the last stage's copy of the word
+// matrix); losses and every parameter after three steps within 1e-5 of the
+// single-process Trainer on the same global batch (fp32).
 #include <chrono>
 
 #include "equivalence.hpp"
@@ -24,7 +24,7 @@ void check_pp(int dp, int pp, const char* text) {
   auto dpc = rt::make_communicator(grid.all_dp_groups(), "dp", at::Device(at::kCPU), std::chrono::seconds(120));
   auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
   REQUIRE(ppc->rank() == grid.coord(w.rank).pp);
-  for (const ModelSpec& base : {llama_like(), gptj_like()}) {
+  for (const ModelSpec& base : {llama_like(), gptj_like(), gpt2_like()}) {
     for (const char* sched : {"gpipe", "1f1b", "interleaved"}) {
       Strategy s = Strategy::parse(text);
       s.dp = dp, s.pp = pp, s.precision = Precision::FP32;
