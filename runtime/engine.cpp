@@ -82,7 +82,8 @@ struct Engine::Impl {
   std::thread adam_thread;
   std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
   int tied_id = -1;                   // the word matrix, when the last stage keeps a copy (tied, pp > 1)
-  std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 1)
+  std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 2)
+  Communicator* emb_comm = nullptr;   // emb, or the pp group when pp == 2
 };
 
 namespace {
@@ -197,10 +198,16 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
       hu.numel += n;
       hu.decay += n;
     }
+    // Two stages: the first and the last are the pp group itself (no second
+    // communicator, whose NCCL buffers would cost about 1 GiB).
     const std::vector<int>& m = pp->members();
     const bool ends = stage_ == 0 || stage_ == s.pp - 1;
-    I.emb = make_group_communicator(ends ? std::vector<int>{m.front(), m.back()} : std::vector<int>{m[size_t(stage_)]},
-                                    "embedding", device_, pp->timeout());
+    if (s.pp == 2) I.emb_comm = pp;
+    else {
+      I.emb = make_group_communicator(ends ? std::vector<int>{m.front(), m.back()} : std::vector<int>{m[size_t(stage_)]},
+                                      "embedding", device_, pp->timeout());
+      I.emb_comm = I.emb.get();
+    }
   }
   int64_t base = 0, sbase = 0;
   for (Unit& un : I.units) {
@@ -630,7 +637,7 @@ void Engine::sync() {
   if (I.offload) I.copy->host_wait();
   I.keep.clear();
   if (at::Tensor g = tied_grad(); g.defined()) {
-    I.emb->all_reduce(g)->wait();  // both copies get the sum
+    I.emb_comm->all_reduce(g)->wait();  // both copies get the sum
     if (I.offload)  // the unit's gradient went to the host before the sum: send its chunk again
       for (int u : {0, program_.partition.head_unit()})
         if (I.units[size_t(u)].owned)

@@ -295,8 +295,12 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     // first operation, so this is read after the timed steps).
     const int64_t comm_bytes = world > 1 ? std::max<int64_t>(0, memory_outside_allocator(cuda) - outside0) : 0;
     mm.comm_buffers = transient_peak + comm_bytes;
-    mm.activations = std::max<int64_t>(0, before_head - step_start);
-    mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
+    if (before_head > 0) {
+      mm.activations = std::max<int64_t>(0, before_head - step_start);
+      mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
+    } else {  // a pipeline stage without the head: no logits
+      mm.activations = std::max<int64_t>(0, peak_fb - step_start);
+    }
     mm.total = mm.peak_step_reserved + mm.outside_allocator;
     const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +
                           mm.comm_buffers;
