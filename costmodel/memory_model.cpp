@@ -53,6 +53,25 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
 // (Narayanan et al. 2021, sec. 2.2); the interleaved count comes from the
 // schedule itself. tests/unit/test_memory_model.cpp checks the closed forms
 // against max_inflight of the generated schedules.
+}  // namespace
+
+// NCCL's own buffers on a rank of `stage`, as the runtime makes its
+// communicators (runtime/measure.cpp, runtime/engine.cpp): one per group used
+// for collectives (dp, tp, pp; the first and last stage of a tied model with
+// pp > 2 one more for the word matrix's gradient), and the pipeline's
+// send/receive links (runtime/comm/pipe_links.hpp), one per neighbour and
+// direction of travel: two on the first and the last stage, four on the
+// others and on every stage of the interleaved schedule's ring.
+double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k) {
+  const bool ends = stage == 0 || stage == s.pp - 1;
+  const int collectives = (s.dp > 1) + (s.tp > 1) + (s.pp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
+  const bool ring = s.schedule == Schedule::Interleaved && s.vpp > 1;
+  const int links = s.pp < 2 ? 0 : (ring || !ends) ? 4 : 2;
+  return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link;
+}
+
+namespace {
+
 int inflight(const Strategy& s, int stage) {
   switch (s.schedule) {
     case Schedule::GPipe: return s.gas;
@@ -168,9 +187,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
 
     // Pipeline send/receive: one activation and one gradient, double-buffered.
     const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
-    // NCCL's own buffers, one set per communicator in use (dp, tp, pp).
-    const int communicators = (s.dp > 1) + (s.tp > 1) + (s.pp > 1);
-    const double nccl = communicators * k.nccl_bytes_per_communicator;
+    const double nccl = nccl_bytes(m, s, sm.stage, k);
     double comm;
     if (engine != Engine::Ours) {
       comm = engine_comm_bytes(m, s, engine, double(sm.params), pp_buffers) + nccl;

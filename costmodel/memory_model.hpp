@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "costmodel/engine.hpp"
+#include "costmodel/model_states.hpp"
 #include "costmodel/plan.hpp"
 #include "strategies/partition.hpp"
 
@@ -62,6 +63,8 @@ std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 // `engine`: what that engine allocates for the plan (costmodel/engine_memory.hpp);
 // the caller checks engine_gap first. Ours is this project's runtime.
 MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours);
+// NCCL's device memory on one rank of pipeline stage `stage` (memory_model.cpp).
+double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k);
 nlohmann::json memory_report_json(const MemoryReport& r);
 
 }  // namespace planner

@@ -18,11 +18,19 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   k.optimizer_work_bytes = 4.0 * (1 << 26);
   k.loss_chunk_bytes = 256.0 * (1 << 20);
   // NCCL allocates per-channel buffers for each communicator (NCCL_BUFFSIZE 4 MiB
-  // times channels, peers and protocols). Measured by the runtime as the growth
-  // of device memory outside the caching allocator across a dp communicator's
-  // set-up and first all-reduce: 840 MiB on two NVLink-connected H200s (NCCL
-  // 2.28, validation/h200x2/run1, every rank).
-  k.nccl_bytes_per_communicator = 840.0 * (1 << 20);
+  // times channels, peers and protocols), connecting lazily at first use.
+  // Measured by the runtime as the growth of device memory outside the caching
+  // allocator from before the first communicator to the end of the timed steps,
+  // on two NVLink-connected H200s (NCCL 2.28), validation/h200x2-3d/run1:
+  //  - a communicator used for collectives: 990 MiB (the dp communicator of a
+  //    dp=2 ZeRO-1 run: all-reduce and all-gather; 840 MiB right after its
+  //    first all-reduce, validation/h200x2/run1);
+  //  - a pipeline link (runtime/comm/pipe_links.hpp: a two-rank communicator
+  //    carrying sends one way): 168 MiB, from the pp=2 1F1B run's 2316 MiB =
+  //    two collective communicators (pp, and the tied embedding's then
+  //    separate group) + two links on each rank.
+  k.nccl_bytes_per_communicator = 990.0 * (1 << 20);
+  k.nccl_bytes_per_pipe_link = 168.0 * (1 << 20);
   // Reserved but unallocated memory of PyTorch's caching allocator, as a
   // fraction of the memory that comes and goes within a step (activations and
   // logits): measured 0.29 GiB of 21.2 GiB (gpt2-xl) and 0.42 of 27.7 GiB

@@ -17,7 +17,8 @@ struct MemoryConstants {
   double static_buffer_bytes = 0;            // cuBLAS workspaces and small buffers inside the allocator
   double optimizer_work_bytes = 0;           // the optimizer's fp32 gradient chunk (16-bit training)
   double loss_chunk_bytes = 0;               // the cross-entropy's fp32 chunk
-  double nccl_bytes_per_communicator = 0;    // NCCL channel buffers
+  double nccl_bytes_per_communicator = 0;    // NCCL channel buffers of a communicator used for collectives
+  double nccl_bytes_per_pipe_link = 0;       // NCCL buffers of one pipeline send/receive link
   double fragmentation = 0;                  // caching-allocator slack, fraction of the dynamic memory
   double bucket_bytes = 0;                   // one gradient-reduction bucket
   double reduce_buckets = 0;                 // buckets alive at once

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "costmodel/trace.hpp"
+#include "strategies/rank_grid.hpp"
 
 #include <cmath>
 #include <sstream>
@@ -27,7 +28,7 @@ struct Row {
   bool have_pred = true, have_meas = true;
 };
 
-std::vector<Row> comparison_rows(const StepPrediction& p, const json& m) {
+std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, const json& m) {
   std::vector<Row> rows;
   const double mfu = num(m, "mfu", -1);
   rows.push_back({"step_seconds", p.step_seconds, num(m["step_seconds"], "median")});
@@ -41,14 +42,32 @@ std::vector<Row> comparison_rows(const StepPrediction& p, const json& m) {
   if (m.contains("action_seconds") && m["action_seconds"].contains("Sync"))
     rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds,
                     m["action_seconds"]["Sync"].get<double>()});
-  const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
+  // The categories are rank 0's, which runs pipeline stage 0.
+  const auto& bd = p.memory.stages.empty() ? MemBreakdown{}
+                   : s.pp > 1                ? p.memory.stages[0].gpu
+                                             : p.memory.peak_breakdown();
   const json& cats = m["memory"]["categories"];
   for (int i = 0; i < kMemCategories; ++i) {
     const char* name = to_string(MemCategory(i));
     rows.push_back({std::string("memory.") + name, double(bd[i]), num(cats, name), !p.memory.stages.empty(), true});
   }
-  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), num(m["memory"], "total_bytes"),
-                  !p.memory.stages.empty(), true});
+  double peak = num(m["memory"], "total_bytes");  // rank 0's; the fullest rank's under pipeline parallelism
+  if (s.pp > 1)
+    for (const auto& x : m.value("ranks", json::array())) peak = std::max(peak, num(x, "peak_bytes"));
+  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), peak, !p.memory.stages.empty(), true});
+  if (s.pp > 1 && p.memory.stages.size() == size_t(s.pp)) {
+    // Pipeline stages hold different layers: each stage's predicted peak against
+    // the fullest rank of that stage (the categories above are rank 0's).
+    const RankGrid grid(s.dp, s.pp, s.tp);
+    std::vector<double> meas(size_t(s.pp), 0.0);
+    for (const auto& x : m.value("ranks", json::array())) {
+      const int r = x.value("rank", 0);
+      if (r >= 0 && r < grid.world()) meas[size_t(grid.coord(r).pp)] = std::max(meas[size_t(grid.coord(r).pp)], num(x, "peak_bytes"));
+    }
+    for (int st = 0; st < s.pp; ++st)
+      rows.push_back({fmt::format("memory.stage{}_peak", st), double(p.memory.stages[size_t(st)].gpu_peak_bytes),
+                      meas[size_t(st)], true, meas[size_t(st)] > 0});
+  }
   if (num(m, "host_state_bytes") > 0) {
     // Host memory of the node: every rank's peak resident set.
     double host = 0;
@@ -85,9 +104,12 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
   const json& mc = run["machine"];
   std::ostringstream o;
   const auto& s = plan.strategy;
-  o << fmt::format("planner exec: {} ({} parameters), seq {}, {}, dp={} zero={} offload={} mbs={} gas={} ckpt={}\n",
-                   plan.model.name, m.value("params", int64_t(0)), plan.seq, to_string(s.precision), s.dp, s.zero,
-                   to_string(s.offload), s.mbs, s.gas, to_string(s.ckpt));
+  o << fmt::format("planner exec: {} ({} parameters), seq {}, {}, dp={} tp={} pp={} zero={} offload={} mbs={} gas={} ckpt={}{}\n",
+                   plan.model.name, m.value("params", int64_t(0)), plan.seq, to_string(s.precision), s.dp, s.tp, s.pp,
+                   s.zero, to_string(s.offload), s.mbs, s.gas, to_string(s.ckpt),
+                   s.pp > 1 ? fmt::format(" schedule={}{}", to_string(s.schedule),
+                                          s.schedule == Schedule::Interleaved ? fmt::format(" vpp={}", s.vpp) : "")
+                            : std::string());
   if (m.value("world", 1) > 1) {
     o << "ranks: " << m["world"].get<int>() << " (step time = the slowest rank's); per rank median step / peak memory:";
     for (const auto& x : m["ranks"])
@@ -131,7 +153,7 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
 }  // namespace
 
 ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run) {
-  const auto rows = comparison_rows(prediction, run.at("measurement"));
+  const auto rows = comparison_rows(plan.strategy, prediction, run.at("measurement"));
   ExecReport r;
   r.result = {{"format", "planner-exec-result"},
               {"version", 1},
@@ -151,12 +173,14 @@ nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, con
                                                     plan.model.name, plan.cluster.name, plan.strategy.to_string()));
   json& events = t["traceEvents"];
   const json& tl = run.at("measurement").at("timeline");
-  const json& actions = tl.at("actions");
+  const json& rank_stage = tl.at("rank_stage");
   int r = 0;
   for (const json& flat : tl.at("ranks")) {
     const int pid = 1000 + r;
+    const int stage = r < int(rank_stage.size()) ? rank_stage[size_t(r)].get<int>() : 0;
+    const json& actions = tl.at("stage_actions").at(size_t(stage));
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
-                      {"args", {{"name", fmt::format("measured rank {} (compute stream)", r)}}}});
+                      {"args", {{"name", fmt::format("measured rank {}, stage {} (compute stream)", r, stage)}}}});
     events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
                       {"args", {{"sort_index", pid}}}});
     for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {

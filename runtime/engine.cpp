@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "runtime/batch.hpp"
+#include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
 #include "runtime/streams.hpp"
 #include "strategies/errors.hpp"
@@ -80,6 +81,9 @@ struct Engine::Impl {
   std::vector<std::future<void>> adam_done;
   std::thread adam_thread;
   std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
+  int tied_id = -1;                   // the word matrix, when the last stage keeps a copy (tied, pp > 1)
+  std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 2)
+  Communicator* emb_comm = nullptr;   // emb, or the pp group when pp == 2
 };
 
 namespace {
@@ -135,12 +139,6 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
     if (!pp || pp->size() != s.pp)
       throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
                                   std::to_string(pp ? pp->size() : 1) + " ranks");
-    if (s.schedule == Schedule::Interleaved)
-      throw InputError("the runtime does not execute the interleaved schedule yet (use gpipe or 1f1b)");
-    if (spec.tied_embeddings)
-      throw InputError("the runtime does not execute tied embeddings with pp > 1 yet (" + spec.name + ")");
-    if (device.is_cuda())
-      throw InputError("pipeline parallelism runs on the CPU only for now (NCCL send/receive pairs are not batched)");
   }
   if (s.dp > 1 && (!dp || dp->size() != s.dp))
     throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
@@ -158,6 +156,8 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   if (I.offload && cuda_) I.copy = std::make_unique<SideStream>(true);
   else I.copy = std::make_unique<SideStream>(false);
 
+  if (s.pp > 1)
+    links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
@@ -178,6 +178,37 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
     }
   for (Unit& un : I.units) un.owned = false;
   for (int u : program_.partition.stage_units(stage_)) I.units[size_t(u)].owned = true;
+  // Tied embeddings over a pipeline (Megatron-LM's scheme, Shoeybi et al.
+  // 2019): the last stage keeps its own copy of the word matrix, first in its
+  // head unit (a matrix: weight decay), with the same initial values; after the
+  // backward the two copies' gradients are summed over the first and the last
+  // stage (Sync), so both apply the same update; the global gradient norm
+  // counts the copy once.
+  const int head_u = program_.partition.head_unit();
+  if (spec.tied_embeddings && s.pp > 1) {
+    for (size_t k = 0; k < infos.size(); ++k)
+      if (infos[k].name == "wte") I.tied_id = int(k);
+    if (I.tied_id < 0) throw std::logic_error("Engine: tied embeddings but no word matrix");
+    const int64_t n = infos[size_t(I.tied_id)].numel;
+    if (I.units[size_t(head_u)].owned) {
+      Unit& hu = I.units[size_t(head_u)];
+      for (int64_t& o : hu.offs) o += n;
+      hu.ids.insert(hu.ids.begin(), I.tied_id);
+      hu.offs.insert(hu.offs.begin(), 0);
+      hu.numel += n;
+      hu.decay += n;
+    }
+    // Two stages: the first and the last are the pp group itself (no second
+    // communicator, whose NCCL buffers would cost about 1 GiB).
+    const std::vector<int>& m = pp->members();
+    const bool ends = stage_ == 0 || stage_ == s.pp - 1;
+    if (s.pp == 2) I.emb_comm = pp;
+    else {
+      I.emb = make_group_communicator(ends ? std::vector<int>{m.front(), m.back()} : std::vector<int>{m[size_t(stage_)]},
+                                      "embedding", device_, pp->timeout());
+      I.emb_comm = I.emb.get();
+    }
+  }
   int64_t base = 0, sbase = 0;
   for (Unit& un : I.units) {
     un.padded = (un.numel + I.ow - 1) / I.ow * I.ow;
@@ -217,6 +248,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   at::manual_seed(cfg_.seed);
   {
     at::NoGradGuard ng;
+    at::Tensor tied_init;
     for (int u = 0; u < U; ++u) {
       const Unit& un = I.units[size_t(u)];
       at::Tensor tmp = at::zeros({un.padded}, dev(at::kFloat));
@@ -225,7 +257,12 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
       std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return un.ids[a] < un.ids[b]; });
       for (size_t k : order) {
         const ParamInfo& info = infos[size_t(un.ids[k])];
+        if (info.group != u) {  // the last stage's copy of the tied word matrix: unit 0's values
+          tmp.narrow(0, un.offs[k], info.numel).copy_(tied_init);
+          continue;
+        }
         model_->init_tensor(info, tmp.narrow(0, un.offs[k], info.numel));
+        if (un.ids[k] == I.tied_id) tied_init = tmp.narrow(0, un.offs[k], info.numel).clone();
       }
       if (!un.owned) continue;  // drawn all the same: the generator's sequence is the model's
       at::Tensor mine = tmp.narrow(0, int64_t(I.orank) * un.chunk, un.chunk);
@@ -391,20 +428,23 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   }
 }
 
-// Pipeline point-to-point (MPI's non-blocking sends on the CPU): activations
-// to the next stage, gradients to the previous one. A send is waited for at the
-// step's Sync (its Work keeps the tensor); a receive before the tensor is used.
+// Pipeline point-to-point over the links of runtime/comm/pipe_links.hpp:
+// activations to the next stage, gradients to the previous one (the next and
+// previous stage of the ring under the interleaved schedule). A send is waited
+// for at the step's Sync (its Work keeps the tensor alive); a receive before
+// the tensor is used (on the GPU an event wait on the compute stream: the host
+// walks on).
 void Engine::send_f(int mb, int chunk) {
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = I_out_detached(mb, last);
-  impl_->pending.push_back(pp_->send(t, (stage_ + 1) % st_.pp));
+  impl_->pending.push_back(links_->f_out->send(t, 1));
 }
 
 void Engine::recv_f(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
   at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
-  pp_->recv(t, (stage_ - 1 + st_.pp) % st_.pp)->wait();
+  links_->f_in->recv(t, 0)->wait();
   impl_->recv[key(mb, first)] = t.requires_grad_(true);
 }
 
@@ -412,14 +452,14 @@ void Engine::send_b(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
   at::Tensor g = impl_->in.at(key(mb, first)).grad();
   impl_->in.erase(key(mb, first));
-  impl_->pending.push_back(pp_->send(g.contiguous(), (stage_ - 1 + st_.pp) % st_.pp));
+  impl_->pending.push_back(links_->b_out->send(g.contiguous(), 1));
 }
 
 void Engine::recv_b(int mb, int chunk) {
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
-  pp_->recv(t, (stage_ + 1) % st_.pp)->wait();
+  links_->b_in->recv(t, 0)->wait();
   impl_->recv[key(mb, -1 - last)] = t;  // negative keys: output gradients
 }
 
@@ -553,6 +593,22 @@ void Engine::reduce(int u, bool scatter) {
             dp_ && st_.dp > 1 ? I.reduce_work[size_t(u)] : nullptr);
 }
 
+// The gradient of this stage's copy of the tied word matrix (the first stage's
+// own, the last stage's copy), or undefined. ZeRO-0/1 only (pp > 1 excludes
+// ZeRO-2/3), so the whole gradient is in I.grads.
+at::Tensor Engine::tied_grad() {
+  Impl& I = *impl_;
+  if (I.tied_id < 0 || !I.grads.defined()) return {};
+  for (int u : {0, program_.partition.head_unit()}) {
+    const Unit& un = I.units[size_t(u)];
+    if (!un.owned) continue;
+    for (size_t k = 0; k < un.ids.size(); ++k)
+      if (un.ids[k] == I.tied_id)
+        return I.grads.narrow(0, un.base + un.offs[k], model_->store().infos()[size_t(I.tied_id)].numel);
+  }
+  return {};
+}
+
 at::Tensor Engine::shard_grad(int u) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
@@ -580,6 +636,13 @@ void Engine::sync() {
   I.copy->join();
   if (I.offload) I.copy->host_wait();
   I.keep.clear();
+  if (at::Tensor g = tied_grad(); g.defined()) {
+    I.emb_comm->all_reduce(g)->wait();  // both copies get the sum
+    if (I.offload)  // the unit's gradient went to the host before the sum: send its chunk again
+      for (int u : {0, program_.partition.head_unit()})
+        if (I.units[size_t(u)].owned)
+          I.host_grad.narrow(0, I.units[size_t(u)].sbase, I.units[size_t(u)].chunk).copy_(shard_grad(u));
+  }
   // The step's loss: the mean over the global batch.
   I.loss_sum.div_(double(st_.gas));
   if (pp_ && st_.pp > 1) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
@@ -596,6 +659,10 @@ void Engine::norm() {
   // chunks, and the squares are summed over the dp group.
   at::Tensor g = st_.zero >= 2 ? I.gshard : I.grads;
   at::Tensor sq = at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat).square();
+  if (stage_ > 0 && I.tied_id >= 0) {  // the copy of the word matrix counts once (on the first stage)
+    if (at::Tensor c = tied_grad(); c.defined())
+      sq.sub_(at::linalg_vector_norm(c, 2, std::nullopt, false, at::kFloat).square());
+  }
   if (st_.zero >= 2 && dp_ && st_.dp > 1) dp_->all_reduce(sq)->wait();
   if (pp_ && st_.pp > 1) pp_->all_reduce(sq)->wait();  // every stage's share of the model
   at::Tensor nrm = sq.sqrt();
@@ -767,6 +834,7 @@ at::Tensor Engine::full_params_fp32() {
     }
     for (size_t k = 0; k < un.ids.size(); ++k) {
       const ParamInfo& info = store.infos()[size_t(un.ids[k])];
+      if (info.group != int(u)) continue;  // the last stage's copy of the tied word matrix
       out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
     }
   }

@@ -44,6 +44,7 @@
 namespace planner::rt {
 
 class SideStream;
+struct PipeLinks;
 
 // Time spent per action kind on the compute stream's timeline (seconds, summed
 // over the step): for asynchronous actions this is only the issuing; for Sync
@@ -59,11 +60,11 @@ class Engine {
   // strategy's dp, zero, offload, ckpt, mbs, gas and precision are used; tp and
   // pp must be 1 (issue: tensor and pipeline parallelism come next).
   // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
-  // stage order; this rank runs stage pp->rank() of the program. Pipeline
-  // parallelism runs GPipe and 1F1B on the CPU (MPI's non-blocking sends); it
-  // is not yet executed on GPUs (NCCL's send/receive need the pairs of a step
-  // batched to avoid the 1F1B deadlock) nor interleaved, nor with tied
-  // embeddings (the last stage's copy of the word matrix and its gradient sync).
+  // stage order; this rank runs stage pp->rank() of the program (GPipe, 1F1B or
+  // interleaved 1F1B). The constructor makes the send/receive links
+  // (runtime/comm/pipe_links.hpp) from it, and for tied embeddings the
+  // first-and-last-stage group, collectives over the world. With tied
+  // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
          std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr);
   ~Engine();
@@ -136,7 +137,8 @@ class Engine {
   void ensure_grad(int u);
   void bind_unit(int u, const at::Tensor& data);
   void bind_unit_grad(int u, const at::Tensor& grad);
-  at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
+  at::Tensor shard_grad(int u);
+  at::Tensor tied_grad();  // the rank's reduced gradient chunk of unit u (working precision)
 
   ModelSpec spec_;
   Strategy st_;
@@ -146,6 +148,7 @@ class Engine {
   std::shared_ptr<TokenSource> tokens_;
   Communicator* dp_;
   Communicator* pp_ = nullptr;
+  std::unique_ptr<PipeLinks> links_;  // pipeline send/receive links (pp > 1)
   int stage_ = 0;
   std::unique_ptr<TransformerModel> model_;
   StepProgram program_;

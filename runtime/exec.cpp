@@ -72,8 +72,9 @@ json actions_json(const Measurement& r) {
   return a;
 }
 
-// The measured timeline of the last timed step (--trace): the actions and, per
-// rank, a flat list start0, end0, start1, end1, ... in seconds.
+// The measured timeline of the last timed step (--trace): the action list of
+// each pipeline stage, each rank's stage and, per rank, a flat list start0,
+// end0, start1, end1, ... in seconds (one pair per action of its stage).
 json timeline_json(const Measurement& r) {
   if (r.trace_spans.empty()) return nullptr;
   json ranks = json::array();
@@ -82,7 +83,7 @@ json timeline_json(const Measurement& r) {
     for (const auto& [a, b] : sp) flat.push_back(a), flat.push_back(b);
     ranks.push_back(flat);
   }
-  return {{"actions", r.trace_actions}, {"ranks", ranks}};
+  return {{"stage_actions", r.trace_actions}, {"rank_stage", r.trace_rank_stage}, {"ranks", ranks}};
 }
 
 json measurement_json(const Measurement& r) {
@@ -153,9 +154,9 @@ std::string utc_now() {
 // starts: bad input exits 2 with one line and writes nothing.
 void check_runnable(const ExecOptions& o, const Plan& plan) {
   const Strategy& s = plan.strategy;
-  if (s.tp != 1 || s.pp != 1)
-    throw InputError("exec runs data-parallel, ZeRO and offload plans; '" + o.plan_path + "' has tp=" +
-                     std::to_string(s.tp) + ", pp=" + std::to_string(s.pp) +
+  if (s.tp != 1)
+    throw InputError("exec runs data-parallel, ZeRO, offload and pipeline plans; '" + o.plan_path + "' has tp=" +
+                     std::to_string(s.tp) +
                      " (tensor and pipeline parallelism are not executable yet)");
   if (plan.global_batch != s.global_batch())
     throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(plan.global_batch) +

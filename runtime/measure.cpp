@@ -70,9 +70,9 @@ void maybe_die(int rank, int step) {
 
 Measurement run_training(const Plan& plan, const RunOptions& opt) {
   const Strategy& st = plan.strategy;
-  if (st.tp != 1 || st.pp != 1)
-    throw InputError("exec runs data-parallel, ZeRO and offload plans; tensor and pipeline parallelism are not "
-                     "executable yet (this plan has tp=" + std::to_string(st.tp) + ", pp=" + std::to_string(st.pp) + ")");
+  if (st.tp != 1)
+    throw InputError("exec runs data-parallel, ZeRO, offload and pipeline plans; tensor parallelism is not "
+                     "executable yet (this plan has tp=" + std::to_string(st.tp) + ")");
   if (opt.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(opt.steps));
   if (opt.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(opt.warmup));
   if (plan.seq <= 0) throw InputError("plan: seq must be positive");
@@ -155,19 +155,17 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   // Communicators from the rank grid; the device memory NCCL takes is measured
   // as the growth of memory outside the caching allocator across their set-up
   // and a first collective.
-  std::unique_ptr<Communicator> dpc, worldc;
-  int64_t comm_bytes = 0;
+  // The pipeline's send/receive links are made by the Engine (runtime/comm/pipe_links.hpp).
+  std::unique_ptr<Communicator> dpc, ppc, worldc;
+  const RankGrid grid(st.dp, st.pp, st.tp);
+  const int64_t outside0 = world > 1 ? memory_outside_allocator(cuda) : 0;
   if (world > 1) {
     const auto timeout = std::chrono::seconds(opt.comm_timeout_seconds);
     std::vector<int> all(static_cast<size_t>(world));
     for (int i = 0; i < world; ++i) all[size_t(i)] = i;
     worldc = make_communicator(std::vector<std::vector<int>>{all}, "world", at::Device(at::kCPU), timeout);
-    const int64_t outside0 = memory_outside_allocator(cuda);
-    dpc = make_communicator(RankGrid(st.dp, st.pp, st.tp).all_dp_groups(), "dp", device, timeout);
-    at::Tensor probe = at::ones({1}, at::TensorOptions().device(device).dtype(at::kFloat));
-    dpc->all_reduce(probe)->wait();
-    synchronize(cuda);
-    comm_bytes = std::max<int64_t>(0, memory_outside_allocator(cuda) - outside0);
+    if (st.dp > 1) dpc = make_communicator(grid.all_dp_groups(), "dp", device, timeout);
+    if (st.pp > 1) ppc = make_communicator(grid.all_pp_groups(), "pp", device, timeout);
   }
 
   TrainConfig cfg;
@@ -183,7 +181,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     reset_peak_memory(cuda);
     const MemStats before = memory_stats(cuda);
-    Engine engine(plan.model, st, cfg, device, tokens, dpc.get());
+    Engine engine(plan.model, st, cfg, device, tokens, dpc.get(), ppc.get());
     synchronize(cuda);
     empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
     r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -254,18 +252,27 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       for (const auto& [name, sec] : engine.action_times().seconds) r.action_seconds.push_back({name, sec / opt.steps});
     }
     if (opt.trace) {
-      // Every rank's spans of the last step to every rank (the same list everywhere).
+      // Every rank's spans of the last step to every rank (the same list
+      // everywhere). Pipeline stages run different action lists: each rank's
+      // spans are padded to the longest list for the all-gather.
       const auto spans = engine.traced_spans();
       std::vector<double> flat;
       for (const auto& [a, b] : spans) flat.push_back(a), flat.push_back(b);
+      size_t per = flat.size();
+      for (double n : all_gather_doubles(worldc.get(), {double(flat.size())})) per = std::max(per, size_t(n));
+      flat.resize(per, -1.0);
       const std::vector<double> all = all_gather_doubles(worldc.get(), flat);
-      const size_t per = flat.size();
       for (size_t q = 0; per > 0 && q < all.size() / per; ++q) {
         std::vector<std::pair<double, double>> rank_spans;
-        for (size_t i = 0; i < per; i += 2) rank_spans.push_back({all[q * per + i], all[q * per + i + 1]});
+        for (size_t i = 0; i < per; i += 2)
+          if (all[q * per + i + 1] >= 0) rank_spans.push_back({all[q * per + i], all[q * per + i + 1]});
         r.trace_spans.push_back(std::move(rank_spans));
+        r.trace_rank_stage.push_back(grid.coord(int(q)).pp);
       }
-      for (const auto& a : engine.program().stages[0]) r.trace_actions.push_back(a.to_string());
+      for (const auto& stage : engine.program().stages) {
+        r.trace_actions.emplace_back();
+        for (const auto& a : stage) r.trace_actions.back().push_back(a.to_string());
+      }
     }
     if (engine.cpu_adam_seconds() > 0) {
       r.cpu_adam_seconds = engine.cpu_adam_seconds();
@@ -283,9 +290,17 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     // ZeRO-2/3 unit buffers (gathered units, unit gradients) are a fixed pool,
     // allocated in the first step: part of the static bytes at a timed step's
     // start, counted as communication buffers with NCCL's own.
+    // NCCL's device memory: the growth outside the caching allocator since
+    // before the first communicator (NCCL connects peers lazily, at their
+    // first operation, so this is read after the timed steps).
+    const int64_t comm_bytes = world > 1 ? std::max<int64_t>(0, memory_outside_allocator(cuda) - outside0) : 0;
     mm.comm_buffers = transient_peak + comm_bytes;
-    mm.activations = std::max<int64_t>(0, before_head - step_start);
-    mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
+    if (before_head > 0) {
+      mm.activations = std::max<int64_t>(0, before_head - step_start);
+      mm.logits_loss = std::max<int64_t>(0, peak_fb - before_head);
+    } else {  // a pipeline stage without the head: no logits
+      mm.activations = std::max<int64_t>(0, peak_fb - step_start);
+    }
     mm.total = mm.peak_step_reserved + mm.outside_allocator;
     const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +
                           mm.comm_buffers;

@@ -75,7 +75,8 @@ struct Measurement {
   std::vector<std::pair<std::string, double>> action_seconds;  // per step, by action kind (rank 0)
   // With RunOptions::trace: the step program's actions (stage 0's list, every
   // rank runs it) and, per rank, (start, end) of each in the last timed step.
-  std::vector<std::string> trace_actions;
+  std::vector<std::vector<std::string>> trace_actions;  // per pipeline stage
+  std::vector<int> trace_rank_stage;                     // each rank's stage
   std::vector<std::vector<std::pair<double, double>>> trace_spans;
   std::string device;         // "cuda:0" / "cpu"
   std::string precision;      // fp32 | fp16 | bf16

@@ -51,6 +51,9 @@ void wait_request(MPI_Request& req, const GroupInfo& g, const char* op, Clock::t
   }
 }
 
+SplitGroup split_color(const std::vector<int>& members, int color, int position, const std::string& name,
+                       std::chrono::seconds timeout);
+
 SplitGroup split_world(const std::vector<std::vector<int>>& groups, const std::string& name,
                        std::chrono::seconds timeout) {
   const WorldInfo w = init_world();
@@ -79,12 +82,35 @@ SplitGroup split_world(const std::vector<std::vector<int>>& groups, const std::s
       throw std::runtime_error("make_communicator " + name + ": rank " + std::to_string(r) +
                                " is in no group (each rank must be in exactly one)");
 
+  return split_color(groups[static_cast<size_t>(owner[static_cast<size_t>(w.rank)])], owner[static_cast<size_t>(w.rank)],
+                     position[static_cast<size_t>(w.rank)], name, timeout);
+}
+
+SplitGroup split_own(const std::vector<int>& my_group, const std::string& name, std::chrono::seconds timeout) {
+  const WorldInfo w = init_world();
+  if (timeout.count() <= 0)
+    throw std::runtime_error("make_communicator " + name + ": the timeout must be positive, got " +
+                             std::to_string(timeout.count()) + " s");
+  const auto me = std::find(my_group.begin(), my_group.end(), w.rank);
+  if (me == my_group.end())
+    throw std::runtime_error("make_communicator " + name + ": rank " + std::to_string(w.rank) + " is not in its group " +
+                             list_ranks(my_group));
+  for (int r : my_group)
+    if (r < 0 || r >= w.size)
+      throw std::runtime_error("make_communicator " + name + ": group " + list_ranks(my_group) + " names rank " +
+                               std::to_string(r) + ", but the world has ranks 0.." + std::to_string(w.size - 1));
+  return split_color(my_group, *std::min_element(my_group.begin(), my_group.end()),
+                     static_cast<int>(me - my_group.begin()), name, timeout);
+}
+
+SplitGroup split_color(const std::vector<int>& members, int color, int position, const std::string& name,
+                       std::chrono::seconds timeout) {
+  const WorldInfo w = init_world();
   SplitGroup s;
-  const int color = owner[static_cast<size_t>(w.rank)];
   s.info.name = name;
-  s.info.members = groups[static_cast<size_t>(color)];
+  s.info.members = members;
   s.info.world_rank = w.rank;
-  s.info.rank = position[static_cast<size_t>(w.rank)];
+  s.info.rank = position;
   s.info.timeout = timeout;
   if (!mpi_thread_ok())
     throw std::runtime_error("make_communicator " + name +
@@ -158,6 +184,20 @@ std::unique_ptr<Communicator> make_communicator(const std::vector<std::vector<in
 #endif
   }
   if (device.is_cpu()) return detail::make_mpi_communicator(detail::split_world(groups, name, timeout));
+  throw std::runtime_error("make_communicator " + name + ": no backend for device " + device.str() +
+                           " (CUDA uses NCCL, CPU uses MPI)");
+}
+
+std::unique_ptr<Communicator> make_group_communicator(const std::vector<int>& my_group, const std::string& name,
+                                                      at::Device device, std::chrono::seconds timeout) {
+  if (device.is_cuda()) {
+#if defined(PLANNER_HAS_NCCL)
+    return detail::make_nccl_communicator(detail::split_own(my_group, name, timeout), device);
+#else
+    throw std::runtime_error("make_communicator " + name + ": this build has no NCCL, so it cannot communicate CUDA tensors");
+#endif
+  }
+  if (device.is_cpu()) return detail::make_mpi_communicator(detail::split_own(my_group, name, timeout));
   throw std::runtime_error("make_communicator " + name + ": no backend for device " + device.str() +
                            " (CUDA uses NCCL, CPU uses MPI)");
 }

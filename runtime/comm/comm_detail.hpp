@@ -64,6 +64,8 @@ struct SplitGroup {
 };
 SplitGroup split_world(const std::vector<std::vector<int>>& groups, const std::string& name,
                        std::chrono::seconds timeout);
+// The same from this rank's own group only (color = the group's smallest world rank).
+SplitGroup split_own(const std::vector<int>& my_group, const std::string& name, std::chrono::seconds timeout);
 
 // Argument checks shared by both backends; each throws std::runtime_error with
 // one line naming the communicator, the operation and what was wrong.

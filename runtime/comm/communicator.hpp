@@ -83,6 +83,7 @@ class Communicator {
   virtual int size() const = 0;
   virtual const std::vector<int>& members() const = 0;  // world ranks, in group order
   virtual const std::string& name() const = 0;          // "dp", "tp", "pp", "world" (for messages)
+  virtual std::chrono::seconds timeout() const = 0;     // the deadline of every wait
 
   // In place: t = sum over the group.
   virtual WorkPtr all_reduce(at::Tensor t) = 0;
@@ -105,5 +106,11 @@ class Communicator {
 // (throws std::runtime_error when this build has no NCCL), CPU -> MPI.
 std::unique_ptr<Communicator> make_communicator(const std::vector<std::vector<int>>& groups, const std::string& name,
                                                 at::Device device, std::chrono::seconds timeout);
+// The same collective over the whole world, for callers that know only their
+// own group: every rank passes the members of its group (world ranks, in group
+// order; every member of a group passes the same list, and the groups of one
+// call are disjoint and cover the world). A group of one rank is allowed.
+std::unique_ptr<Communicator> make_group_communicator(const std::vector<int>& my_group, const std::string& name,
+                                                      at::Device device, std::chrono::seconds timeout);
 
 }  // namespace planner::rt

@@ -90,6 +90,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return static_cast<int>(g_->members.size()); }
   const std::vector<int>& members() const override { return g_->members; }
   const std::string& name() const override { return g_->name; }
+  std::chrono::seconds timeout() const override { return g_->timeout; }
 
   WorkPtr all_reduce(at::Tensor t) override {
     static const char* op = "all_reduce";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # planner exec with several ranks on the CPU (MPI): a dp=2 ZeRO-3 plan started
-# by planner exec itself; a rank killed mid-step ends the job quickly, naming
+# by planner exec itself; a pp=2 plan; a rank killed mid-step ends the job quickly, naming
 # the rank, with no result file; plans needing more ranks than cores, or a
 # wrong mpirun -np, are refused with exit 2 before anything runs.
 . "$(dirname "$0")/../cli_lib.sh"
@@ -35,6 +35,26 @@ for pid in (1000, 1001):
     names = [e["name"] for e in sorted((e for e in ev if e["pid"] == pid), key=lambda e: e["ts"])]
     assert names[:3] == ["0G0", "0G1", "0F0.0"], names[:3]   # ZeRO-3: gather, prefetch, forward
     assert "0Opt" in names and "0Sync" in names
+PY
+# A pipeline plan (pp=2, 1F1B, tied embeddings): each rank runs its stage's
+# action list; the trace names each rank's stage; per-stage peaks are compared.
+PP2="$ROOT/examples/plans/tiny-cpu-pp2.json"
+expect_exit 0 $P exec "$PP2" --device cpu --steps 1 --warmup 1 --oversubscribe -q -o "$TMP/pp.json" --trace "$TMP/pptrace.json"
+expect_grep "stage1_peak" "$TMP/out"
+python3 - "$TMP/pp.json" "$TMP/pptrace.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["plan"]["strategy"]["pp"] == 2 and r["measurement"]["world"] == 2
+assert all(l == l for l in r["measurement"]["losses"])
+t = json.load(open(sys.argv[2]))
+ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+def names(pid): return [e["name"] for e in sorted((e for e in ev if e["pid"] == pid), key=lambda e: e["ts"])]
+a, b = names(1000), names(1001)
+assert a[:3] == ["0F0.0", "0F0.1", "0SF0"], a[:3]     # stage 0: embedding, layer 0, send
+assert b[:2] == ["1RF0", "1F0.2"], b[:2]              # stage 1: receive, then its first unit
+assert "0RB0" in a and "1SB0" in b
+meta = [e for e in t["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name" and e["pid"] == 1001]
+assert "stage 1" in meta[0]["args"]["name"], meta
 PY
 # Inside an existing mpirun launch: the same result.
 expect_exit 0 "${MPI[@]}" $P exec "$PLAN" --device cpu --steps 2 --warmup 1 -q -o "$TMP/r2.json"

@@ -1,8 +1,9 @@
 // Pipeline parallelism through the Engine on the CPU (MPI), composed with data
-// parallelism and ZeRO-1: GPipe and 1F1B with pp = the world (2 or 4 ranks) and
-// dp2·pp2 (4 ranks); losses and every parameter after three steps within 1e-5
-// of the single-process Trainer on the same global batch (fp32). Untied models
-// (tied embeddings with pp > 1 are not executed yet).
+// parallelism and ZeRO-1: GPipe, 1F1B and interleaved 1F1B (vpp = 2) with pp =
+// the world (2 or 4 ranks) and dp2·pp2 (4 ranks), on untied models (LLaMA-,
+// GPT-J-like) and a tied one (GPT-2-like: the last stage's copy of the word
+// matrix); losses and every parameter after three steps within 1e-5 of the
+// single-process Trainer on the same global batch (fp32).
 #include <chrono>
 
 #include "equivalence.hpp"
@@ -23,13 +24,18 @@ void check_pp(int dp, int pp, const char* text) {
   auto dpc = rt::make_communicator(grid.all_dp_groups(), "dp", at::Device(at::kCPU), std::chrono::seconds(120));
   auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
   REQUIRE(ppc->rank() == grid.coord(w.rank).pp);
-  for (const ModelSpec& base : {llama_like(), gptj_like()}) {
-    ModelSpec m = base;
-    m.layers = 4;
-    for (const char* sched : {"gpipe", "1f1b"}) {
+  for (const ModelSpec& base : {llama_like(), gptj_like(), gpt2_like()}) {
+    for (const char* sched : {"gpipe", "1f1b", "interleaved"}) {
       Strategy s = Strategy::parse(text);
       s.dp = dp, s.pp = pp, s.precision = Precision::FP32;
-      s.schedule = std::string(sched) == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+      const std::string name = sched;
+      s.schedule = name == "gpipe" ? Schedule::GPipe : name == "1f1b" ? Schedule::OneFOneB : Schedule::Interleaved;
+      if (s.schedule == Schedule::Interleaved) {
+        if (s.gas % pp != 0) continue;  // the interleaved schedule needs micro-batches % pp == 0
+        s.vpp = 2;
+      }
+      ModelSpec m = base;
+      m.layers = 2 * pp * s.vpp;
       INFO(m.name << " dp=" << dp << " pp=" << pp << " " << sched << " " << text);
       const RunResult one = run_single(m, s, 16, 3);
       const RunResult par = run_engine(m, s, 16, 3, dp > 1 ? dpc.get() : nullptr, ppc.get());
@@ -42,7 +48,7 @@ void check_pp(int dp, int pp, const char* text) {
 
 }  // namespace
 
-TEST_CASE("dist: pipeline parallelism (GPipe, 1F1B) equals the single-process run", "[dist][pp]") {
+TEST_CASE("dist: pipeline parallelism (GPipe, 1F1B, interleaved) equals the single-process run", "[dist][pp]") {
   const rt::WorldInfo w = rt::init_world();
   if (w.size < 2) return;
   check_pp(1, w.size, "mbs=1,gas=4");

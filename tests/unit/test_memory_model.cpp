@@ -262,3 +262,29 @@ TEST_CASE("ZeRO buffers mirror the executor: unit gradients and gathered units",
   CHECK(comm("dp=2,zero=2") == Approx(2.0 * (E + H + 2 * L)).epsilon(1e-9));
   CHECK(comm("dp=2,zero=3") == Approx(2.0 * 2 * (E + H + 2 * L)).epsilon(1e-9));
 }
+
+TEST_CASE("NCCL memory: one set per collective communicator and per pipeline link, as the runtime makes them",
+          "[memory]") {
+  const MemoryConstants k = memory_constants(parse_cluster("2xH200"));
+  const double C = k.nccl_bytes_per_communicator, L = k.nccl_bytes_per_pipe_link;
+  REQUIRE(C > 0);
+  REQUIRE(L > 0);
+  ModelSpec tied = gpt_shape(8, 1024, 16), untied = tied;
+  REQUIRE(tied.tied_embeddings);
+  untied.tied_embeddings = false;
+  auto nb = [&](const ModelSpec& m, const char* text, int stage) { return nccl_bytes(m, Strategy::parse(text), stage, k); };
+  CHECK(nb(tied, "dp=1", 0) == 0);
+  CHECK(nb(tied, "dp=2", 0) == C);
+  CHECK(nb(tied, "dp=2,tp=2", 0) == 2 * C);
+  // pp=2: the pp communicator (which also carries the tied word matrix's
+  // gradient) and, on each rank, the link out and the link in.
+  CHECK(nb(tied, "pp=2,gas=4", 0) == C + 2 * L);
+  CHECK(nb(tied, "pp=2,gas=4", 1) == C + 2 * L);
+  // The interleaved ring: both neighbours are the other rank, in both directions.
+  CHECK(nb(tied, "pp=2,gas=4,schedule=interleaved,vpp=2", 0) == C + 4 * L);
+  // pp=4: middle stages have two neighbours; the ends of a tied model one more group.
+  CHECK(nb(tied, "pp=4,gas=4", 0) == 2 * C + 2 * L);
+  CHECK(nb(tied, "pp=4,gas=4", 1) == C + 4 * L);
+  CHECK(nb(untied, "pp=4,gas=4", 3) == C + 2 * L);
+  CHECK(nb(untied, "dp=2,tp=2,pp=2,zero=1,gas=4", 1) == 3 * C + 2 * L);
+}

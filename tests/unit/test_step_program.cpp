@@ -137,3 +137,42 @@ TEST_CASE("step program invariants over dp, zero, offload, pp, schedules and mic
             }
   CHECK(checked > 100);
 }
+
+// The pipeline links (runtime/comm/pipe_links.hpp) carry each direction of each
+// pair of neighbouring stages on its own communicator, in issue order (NCCL
+// has no tags). That is correct only if, on every link, the sender's sends come
+// in the order of the receiver's receives: (micro-batch, virtual stage) pairs
+// must match one for one.
+TEST_CASE("step program: on every pipeline link, sends and receives come in the same order", "[step]") {
+  for (int pp : {2, 3, 4, 8})
+    for (int m : {1, 2, 3, 4, 8, 16})
+      for (const char* sched : {"gpipe", "1f1b", "interleaved"}) {
+        const bool inter = std::string(sched) == "interleaved";
+        for (int vpp : inter ? std::vector<int>{2, 3} : std::vector<int>{1}) {
+          if (inter && m % pp != 0) continue;
+          Strategy s;
+          s.pp = pp, s.gas = m, s.vpp = vpp;
+          s.schedule = inter ? Schedule::Interleaved : std::string(sched) == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+          const StepProgram prog = build_step_program(s, int64_t(pp) * vpp * 2, {});
+          INFO(sched << " pp=" << pp << " m=" << m << " vpp=" << vpp);
+          // link (from, to, dir) -> sequence of (micro-batch, virtual stage of the data's consumer)
+          using Seq = std::vector<std::pair<int, int>>;
+          std::map<std::tuple<int, int, int>, Seq> sent, received;
+          for (int st = 0; st < pp; ++st)
+            for (const StepAction& a : prog.stages[size_t(st)]) {
+              const int v = a.chunk * pp + st;  // this action's virtual stage
+              switch (a.op) {
+                case StepOp::SendF: sent[{st, (st + 1) % pp, 0}].push_back({a.microbatch, v + 1}); break;
+                case StepOp::RecvF: received[{(st - 1 + pp) % pp, st, 0}].push_back({a.microbatch, v}); break;
+                case StepOp::SendB: sent[{st, (st - 1 + pp) % pp, 1}].push_back({a.microbatch, v - 1}); break;
+                case StepOp::RecvB: received[{(st + 1) % pp, st, 1}].push_back({a.microbatch, v}); break;
+                default: break;
+              }
+            }
+          CHECK(sent == received);
+          size_t links = 0;
+          for (const auto& [k, seq] : sent) links += seq.empty() ? 0 : 1;
+          CHECK(links == size_t(inter ? 2 * pp : 2 * (pp - 1)));
+        }
+      }
+}
