@@ -56,16 +56,26 @@ struct ActionTimes {
 class Engine {
  public:
   // `dp`: the data-parallel communicator (null when strategy.dp == 1). The
-  // strategy's dp, zero, offload, ckpt, mbs, gas and precision are used; tp and
-  // pp must be 1 (issue: tensor and pipeline parallelism come next).
+  // strategy's dp, tp, pp, sp, zero, offload, ckpt, mbs, gas and precision are
+  // used.
   // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
   // stage order; this rank runs stage pp->rank() of the program. Pipeline
   // parallelism runs GPipe and 1F1B on the CPU (MPI's non-blocking sends); it
   // is not yet executed on GPUs (NCCL's send/receive need the pairs of a step
   // batched to avoid the 1F1B deadlock) nor interleaved, nor with tied
   // embeddings (the last stage's copy of the word matrix and its gradient sync).
+  // `tp`: the tensor-parallel communicator (null when strategy.tp == 1). The
+  // model holds this rank's parts of the split parameters (runtime/model.hpp,
+  // runtime/tp.hpp); units, ZeRO chunks and the optimizer work on those local
+  // parts as on any parameter (every tp rank of a dp rank has the same local
+  // shapes, so the same chunks). Every tp rank of a dp rank reads the same
+  // micro-batches. With sp the gradients of the replicated parameters (norms,
+  // row-parallel biases, position tables), computed on sequence shards, are
+  // summed over tp at Sync; the gradient norm counts the replicated ranges once.
+  // Not executed: sp with pp > 1 (the stages would exchange sequence shards).
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
-         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr);
+         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr,
+         Communicator* tp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
@@ -73,8 +83,9 @@ class Engine {
   at::Tensor step(int64_t step);
 
   // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
-  // layout of Trainer::params()), gathered from all ranks under ZeRO (a
-  // collective: every rank must call it). For tests and checks.
+  // layout of Trainer::params()), gathered from all ranks under ZeRO and tp
+  // (full tensors, the single-process layout; a collective: every rank must
+  // call it). For tests and checks.
   at::Tensor full_params_fp32();
 
   const StepProgram& program() const { return program_; }
@@ -136,6 +147,8 @@ class Engine {
   void ensure_grad(int u);
   void bind_unit(int u, const at::Tensor& data);
   void bind_unit_grad(int u, const at::Tensor& grad);
+  at::Tensor replicated_grads(const at::Tensor& g) const;  // tp: the replicated ranges of g, concatenated
+  void reduce_replicated();                                // sp: their sum over the tp group
   at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
 
   ModelSpec spec_;
@@ -146,6 +159,7 @@ class Engine {
   std::shared_ptr<TokenSource> tokens_;
   Communicator* dp_;
   Communicator* pp_ = nullptr;
+  Communicator* tp_ = nullptr;  // null unless strategy.tp > 1
   int stage_ = 0;
   std::unique_ptr<TransformerModel> model_;
   StepProgram program_;
