@@ -1,6 +1,7 @@
 #include "costmodel/layer_costs.hpp"
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 
 #include <algorithm>
@@ -209,11 +210,6 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   return out;  // not recomputed: Megatron-LM checkpoints the transformer layers only
 }
 
-int64_t padded_vocab_columns(const ModelSpec& m, int tp) {
-  const int64_t v = m.vocab / std::max(1, tp);
-  return (v + 63) / 64 * 64;
-}
-
 PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const GroupLink& tp_link) {
   using MK = MemKernel;
   PassTimes out;
@@ -237,12 +233,12 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     fm.add(MK::Reduction, 2 * e * Th), bm.add(MK::Reduction, 5 * e * Th, 4);
     bm.add(MK::Reduction, e * Th, 2);  // dense bias gradient
   }
-  // Logits (T x V/t), the vocabulary padded to a multiple of 64 (the runtime pads
+  // Logits (T x ceil(V/t)), the rank's vocabulary padded to a multiple of 64 (the runtime pads
   // a copy of the weight so that cuBLAS keeps its aligned kernels): the pad is a
   // zero-fill and a copy in the forward and again in the backward, the padded
   // columns are set to -inf, and the weight gradient is computed into a new
   // tensor and added into the flat buffer.
-  const int64_t V = m.vocab / t, Vp = padded_vocab_columns(m, int(t));
+  const int64_t V = vocab_rows_per_rank(m, int(t)), Vp = padded_vocab_columns(m, int(t));
   linear(p, pr, T, Vp, width, out);
   if (Vp > V) {
     const double Vw = double(V) * width, Vpw = double(Vp) * width;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <string>
 
+#include "costmodel/model_states.hpp"
 #include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "strategies/errors.hpp"
@@ -125,4 +126,17 @@ TEST_CASE("dist: tensor parallelism refuses what it cannot split", "[dist][tp]")
   CHECK_THROWS_AS(rt::Engine(gpt2_like(), s, odd, at::kCPU, std::make_shared<rt::SyntheticTokens>(96, 1), nullptr,
                              nullptr, c.tp.get()),
                   InputError);
+}
+
+TEST_CASE("dist: the memory model's parameters per rank are the runtime's under tp", "[dist][tp]") {
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size < 2) return;
+  Comms c = make_comms(1, 1, w.size);
+  for (const ModelSpec& m : {gpt2_odd_vocab(), llama_like(), gptj_like(), bert_like(), opt350_like()}) {
+    if (m.kv_heads % w.size != 0) continue;
+    INFO(m.name << " tp=" << w.size);
+    const rt::TransformerModel model(m, 16, c.tp.get(), false);
+    CHECK(model.store().numel() == stage_params_per_rank(m, int(m.layers), true, true, 1, w.size));
+    CHECK(model.store().full_numel() == m.total_params());
+  }
 }
