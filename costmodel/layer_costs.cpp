@@ -152,9 +152,11 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   out.forward.memory_seconds += fm.seconds(p);
   out.backward.memory_seconds += bm.seconds(p);
 
-  // Tensor parallelism: after attention and after the MLP, forward and backward.
+  // Tensor parallelism: after attention and after the MLP, forward and backward;
+  // GPT-J's parallel block sums the two branches' partial outputs first and
+  // needs one collective each way, as the runtime does (TransformerModel::layer).
   const double act_bytes = e * double(T) * double(h);
-  out.forward.tp_comm_seconds = 2 * tp_collective(p, act_bytes, s.sp, tp_link);
+  out.forward.tp_comm_seconds = (m.parallel_block ? 1 : 2) * tp_collective(p, act_bytes, s.sp, tp_link);
   out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
 
   // Recomputation inside the backward (Korthikanti et al. 2022, sec. 5): full
@@ -174,7 +176,7 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   const double e = bytes_per_element(s.precision);
   const int64_t T = s.seq * s.mbs, width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
   const double Th = double(T) * m.hidden, Tw = double(T) * width;
-  const double Vw = double(m.vocab / s.tp) * width;
+  const double Vw = double(vocab_rows_per_rank(m, s.tp)) * width;
   const bool learned = m.pos == PosEmbed::Learned && m.max_positions > 0;
   MemoryOps fm, bm;
   fm.add(MK::Streaming, 2 * e * Tw);  // lookup: read rows, write
@@ -201,11 +203,14 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   bm.add(MK::Streaming, 3 * e * Vw);
   out.forward.memory_seconds = fm.seconds(p);
   out.backward.memory_seconds = bm.seconds(p);
-  // Vocabulary-parallel embedding: the partial lookups are summed across TP
-  // (an all-reduce, or a reduce-scatter into the sequence-parallel region).
+  // Vocabulary-parallel embedding: the partial lookups (T x width, before
+  // project_in) are summed across TP (an all-reduce, or a reduce-scatter into the
+  // sequence-parallel region, whose backward all-gathers the gradient), as the
+  // runtime's TransformerModel::embed does.
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
-    out.forward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(e * Th, tp_link, base) : all_reduce_seconds(e * Th, tp_link, base);
+    out.forward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(e * Tw, tp_link, base) : all_reduce_seconds(e * Tw, tp_link, base);
+    if (s.sp) out.backward.tp_comm_seconds = all_gather_seconds(e * Tw, tp_link, base);
   }
   return out;  // not recomputed: Megatron-LM checkpoints the transformer layers only
 }
@@ -271,8 +276,12 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   out.backward.memory_seconds += bm.seconds(p);
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
-    // Max, sum of exponentials and target logit: three all-reduces of T floats.
-    out.forward.tp_comm_seconds = 3 * all_reduce_seconds(4.0 * T, tp_link, base);
+    // The runtime's vocabulary-parallel cross-entropy (ChunkedCrossEntropy), per
+    // chunk of rows: an all-gather of the rows' maxima (fp32, t per row) and one
+    // all-reduce of their sums of exponentials and target logits (2 fp32 per row).
+    const double per_chunk = double(T) / chunks;
+    out.forward.tp_comm_seconds = chunks * (all_gather_seconds(4.0 * per_chunk * t, tp_link, base) +
+                                            all_reduce_seconds(8.0 * per_chunk, tp_link, base));
     // The head is column-parallel: its input gradient is summed across TP, and
     // with sequence parallelism its input all-gathered first.
     const double in_bytes = e * double(T) * m.hidden;
