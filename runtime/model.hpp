@@ -48,6 +48,11 @@
 // logits and their gradient), plus one fp32 chunk of about 256 MB and the padded
 // head-weight copy, instead of the 12 bytes per logit of cross_entropy on an fp32
 // copy (formula and measurements in runtime/README.md).
+//
+// Tensor parallelism (the constructor's tp and sp; runtime/tp.hpp): each rank
+// holds its part of the split parameters; the head computes this rank's
+// vocabulary columns (padded_vocab() of them) and the cross-entropy is
+// vocabulary-parallel.
 #include <ATen/ATen.h>
 
 #include <algorithm>
