@@ -30,17 +30,6 @@ void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_
   out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + gemm_seconds(p, k, n, T, pr);
 }
 
-// Megatron-LM's two tensor-parallel collectives per pass and layer part
-// (Shoeybi et al. 2019, Fig. 3): an all-reduce of the (T x h) output, or with
-// sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) one all-gather and
-// one reduce-scatter of the same tensor.
-double tp_collective(const HardwareProfile& p, double bytes, bool sp, const GroupLink& l) {
-  if (l.size <= 1) return 0;
-  const double base = p.collective_base_latency_seconds;
-  return sp ? all_gather_seconds(bytes, l, base) + reduce_scatter_seconds(bytes, l, base)
-            : all_reduce_seconds(bytes, l, base);
-}
-
 }  // namespace
 
 PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s,
@@ -152,12 +141,27 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   out.forward.memory_seconds += fm.seconds(p);
   out.backward.memory_seconds += bm.seconds(p);
 
-  // Tensor parallelism: after attention and after the MLP, forward and backward;
-  // GPT-J's parallel block sums the two branches' partial outputs first and
-  // needs one collective each way, as the runtime does (TransformerModel::layer).
+  // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
+  // runtime/tp.hpp): without sp an all-reduce after attention and after the MLP,
+  // forward and backward; GPT-J's parallel block sums the two branches' partial
+  // outputs first and needs one each way. With sp each column-parallel GEMM
+  // (qkv, fc1) all-gathers its input, gathers it again in the backward and
+  // reduce-scatters its input gradient; each region's output is
+  // reduce-scattered (all-gathered in the backward): forward 2 AG + 2 RS,
+  // backward 4 AG + 2 RS (parallel block: 2 AG + 1 RS, 3 AG + 2 RS).
   const double act_bytes = e * double(T) * double(h);
-  out.forward.tp_comm_seconds = (m.parallel_block ? 1 : 2) * tp_collective(p, act_bytes, s.sp, tp_link);
-  out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
+  if (tp_link.size > 1) {
+    const double base = p.collective_base_latency_seconds;
+    const int outs = m.parallel_block ? 1 : 2;
+    if (s.sp) {
+      const double ag = all_gather_seconds(act_bytes, tp_link, base), rs = reduce_scatter_seconds(act_bytes, tp_link, base);
+      out.forward.tp_comm_seconds = 2 * ag + outs * rs;
+      out.backward.tp_comm_seconds = (2 + outs) * ag + 2 * rs;
+    } else {
+      out.forward.tp_comm_seconds = outs * all_reduce_seconds(act_bytes, tp_link, base);
+      out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
+    }
+  }
 
   // Recomputation inside the backward (Korthikanti et al. 2022, sec. 5): full
   // repeats the forward, its collectives included; selective repeats the
@@ -283,10 +287,12 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     out.forward.tp_comm_seconds = chunks * (all_gather_seconds(4.0 * per_chunk * t, tp_link, base) +
                                             all_reduce_seconds(8.0 * per_chunk, tp_link, base));
     // The head is column-parallel: its input gradient is summed across TP, and
-    // with sequence parallelism its input all-gathered first.
-    const double in_bytes = e * double(T) * m.hidden;
+    // with sequence parallelism its input all-gathered first (and again in the
+    // backward, for the weight gradient).
+    const double in_bytes = e * double(T) * width;
     out.backward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(in_bytes, tp_link, base) : all_reduce_seconds(in_bytes, tp_link, base);
     if (s.sp) out.forward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
+    if (s.sp) out.backward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
   }
   return out;  // the head is not recomputed (Megatron-LM checkpoints transformer layers only)
 }

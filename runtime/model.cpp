@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "strategies/errors.hpp"
 
@@ -146,12 +147,19 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
 // valid_rows >= 0: only the first valid_rows rows of w are real (a
 // vocabulary-parallel shard whose range ends past the vocabulary): the columns
 // of the rows after them are -inf too.
+//
+// seq_tp != 0 (a Communicator*; a column-parallel layer under sequence
+// parallelism): x is this rank's sequence shard (b, s/tp, in), all-gathered
+// along the sequence for the GEMM; the backward gathers it again for dW and
+// reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/tp.hpp).
 struct LinearAccum : torch::autograd::Function<LinearAccum> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                            int64_t padded_rows, int64_t valid_rows) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& b,
+                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp) {
     const int64_t rows = w.size(0), in = w.size(1);
     const int64_t out = std::max(rows, padded_rows);
     const int64_t valid = valid_rows >= 0 ? valid_rows : rows;
+    ctx->saved_data["seq_tp"] = seq_tp;
+    at::Tensor x = seq_tp ? all_gather_seq(x_in, *reinterpret_cast<Communicator*>(seq_tp)) : x_in;
     at::Tensor x2 = x.reshape({-1, in});                                               // (tokens, in)
     at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
     at::Tensor y;
@@ -163,29 +171,37 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       y = at::mm(x2, wp.t());                                                          // (tokens, out)
     }
     if (out > valid) y.narrow(1, valid, out - valid).fill_(-std::numeric_limits<double>::infinity());
-    if (!has_b) ctx->save_for_backward({x, w});
-    ctx->saved_data["gx"] = x.requires_grad();
+    if (!has_b) ctx->save_for_backward({x_in, w});
+    ctx->saved_data["gx"] = x_in.requires_grad();
     ctx->saved_data["out"] = out;
     ctx->saved_data["has_b"] = has_b;
     // The gradient buffers are looked up in the backward, not here: under
     // ZeRO-2/3 the runtime binds a unit's gradient buffer just before its
     // backward (runtime/engine.cpp).
-    if (has_b) ctx->save_for_backward({x, w, b});
+    if (has_b) ctx->save_for_backward({x_in, w, b});
     auto shape = x.sizes().vec();
     shape.back() = out;
     return y.view(shape);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
     const int64_t rows = w.size(0), in = w.size(1), out = ctx->saved_data["out"].toInt();
+    auto* seq_tp = reinterpret_cast<Communicator*>(ctx->saved_data["seq_tp"].toInt());
     at::Tensor g2 = grads[0].reshape({-1, out});  // (tokens, out)
-    at::Tensor x2 = x.reshape({-1, in});
+    std::optional<PendingSeq> gather;
+    if (seq_tp) gather = all_gather_seq_start(saved[0], *seq_tp);  // overlaps dx's GEMM
     at::Tensor gx, gw_ret, gb_ret;
     if (ctx->saved_data["gx"].toBool()) {
       at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;
-      gx = at::mm(g2, wp).view(x.sizes());
+      gx = at::mm(g2, wp);  // (tokens, in)
+    }
+    const at::Tensor x = gather ? gather->wait() : saved[0];
+    at::Tensor x2 = x.reshape({-1, in});
+    std::optional<PendingSeq> scatter;
+    if (gx.defined()) {
+      gx = gx.view(x.sizes());
+      if (seq_tp) scatter = reduce_scatter_seq_start(gx, *seq_tp);  // overlaps dW's GEMM
     }
     // Saved leaves unpack as the parameters themselves, so .grad() is the
     // buffer bound now.
@@ -202,7 +218,8 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       if (gb.defined()) gb.add_(db);
       else gb_ret = db;
     }
-    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor()};
+    if (scatter) gx = scatter->wait();
+    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -491,12 +508,19 @@ void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
 at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows, int64_t valid_rows) const {
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows);
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0));
+}
+
+at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
+                                        int64_t valid_rows) const {
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
+                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0));
 }
 
 at::Tensor TransformerModel::enter_tp(const at::Tensor& x) const {
-  if (!tp_) return x;
-  return sp_ ? gather_seq(x, tp_) : copy_to_tp(x, tp_);
+  // Under sp the all-gather is inside the column-parallel GEMMs (col_linear).
+  if (!tp_ || sp_) return x;
+  return copy_to_tp(x, tp_);
 }
 
 at::Tensor TransformerModel::leave_tp(const at::Tensor& x) const {
@@ -515,14 +539,15 @@ at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
   return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
 }
 
-// Under tp, xn is the full input (after enter_tp) and the result this rank's
+// Under tp, xn is the full input (after enter_tp; under sp the sequence shard,
+// which the qkv GEMM gathers) and the result this rank's
 // partial output projection, without the bias (row_out adds it): this rank's
 // heads, nh/tp of them and kv_heads/tp key/value heads.
 at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool selective) const {
   const auto& l = layers_[static_cast<size_t>(i)];
   const int64_t hd = spec_.head_dim(), nh = spec_.heads / tp_size_, nkv = spec_.kv_heads / tp_size_;
-  const int64_t b = xn.size(0), s = xn.size(1), h = nh * hd, kv = nkv * hd;
-  at::Tensor qkv = linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv)
+  at::Tensor qkv = col_linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv); sp: xn is (b, s/tp, h)
+  const int64_t b = qkv.size(0), s = qkv.size(1), h = nh * hd, kv = nkv * hd;
   // split (not narrow): its backward concatenates the three gradients in one
   // kernel; narrow's would zero-fill three full-size tensors and add them.
   auto parts = qkv.split_with_sizes({h, kv, kv}, -1);
@@ -546,7 +571,7 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
 
 at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
   const auto& l = layers_[static_cast<size_t>(i)];
-  at::Tensor u = linear(xn, l.fc1_w, l.fc1_b);  // (b, s, ffn) or (b, s, 2 ffn)
+  at::Tensor u = col_linear(xn, l.fc1_w, l.fc1_b);  // (b, s, ffn) or (b, s, 2 ffn)
   at::Tensor a;
   switch (spec_.mlp) {
     case MlpKind::Gelu: a = at::gelu(u, spec_.arch == Arch::Encoder ? "none" : "tanh"); break;
@@ -608,13 +633,14 @@ at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
   if (spec_.mlm_head) {
     x = at::gelu(linear(x, mlm_w_, mlm_b_));
     x = norm(x, mlm_norm_w_, mlm_norm_b_);
-    return linear(enter_tp(x), wte_, mlm_bias_, padded_vocab(), vocab_valid());
+    return col_linear(enter_tp(x), wte_, mlm_bias_, padded_vocab(), vocab_valid());
   }
   if (final_norm_w_ >= 0) x = norm(x, final_norm_w_, final_norm_b_);
   if (proj_out_ >= 0) x = linear(x, proj_out_, -1);
   // Under tp the head is column-parallel over the vocabulary: enter_tp's
-  // backward sums the input gradient's vocabulary parts.
-  return linear(enter_tp(x), head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab(), vocab_valid());
+  // backward (sp: the GEMM's reduce-scatter) sums the input gradient's
+  // vocabulary parts.
+  return col_linear(enter_tp(x), head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab(), vocab_valid());
 }
 
 at::Tensor TransformerModel::block(int64_t i, const at::Tensor& x, Ckpt ckpt) const {

@@ -211,9 +211,13 @@ class TransformerModel {
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
-  // Into a column-parallel region (the full sequence on every tp rank) and out
-  // of a row-parallel one (summed over the tp ranks; sp: this rank's sequence
-  // shard); identities without tp.
+  // A column-parallel layer: under sp x is this rank's sequence shard and the
+  // GEMM gathers the sequence itself (LinearAccum); linear() otherwise.
+  at::Tensor col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
+  // Into a column-parallel region (copy-to-tp without sp; under sp the
+  // column-parallel GEMMs gather the sequence) and out of a row-parallel one
+  // (summed over the tp ranks; sp: this rank's sequence shard); identities
+  // without tp.
   at::Tensor enter_tp(const at::Tensor& x) const;
   at::Tensor leave_tp(const at::Tensor& x) const;
   // leave_tp() then the row-parallel layer's bias; without tp the bias is already

@@ -75,21 +75,22 @@ at::Tensor all_reduced(const at::Tensor& x, Communicator& c) {
   return y;
 }
 
-// (b, s/t, ...) on every rank -> (b, s, ...), rank r's shard at [r s/t, (r+1) s/t).
-at::Tensor all_gather_seq(const at::Tensor& x, Communicator& c) {
+}  // namespace
+
+PendingSeq all_gather_seq_start(const at::Tensor& x, Communicator& c) {
   const int t = c.size();
   at::Tensor in = x.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
   std::vector<int64_t> buf_shape{t};
   buf_shape.insert(buf_shape.end(), shape.begin(), shape.end());
   at::Tensor buf = at::empty(buf_shape, in.options());  // (t, b, s/t, ...)
-  c.all_gather(in, buf)->wait();
+  WorkPtr w = c.all_gather(in, buf);
   shape[1] *= t;
-  return buf.movedim(0, 1).reshape(shape);  // (b, t, s/t, ...) -> (b, s, ...): a view when b == 1
+  // (b, t, s/t, ...) -> (b, s, ...): a view when b == 1, a copy otherwise.
+  return {w, [buf, shape] { return buf.movedim(0, 1).reshape(shape); }};
 }
 
-// (b, s, ...) partial sums -> (b, s/t, ...): the sum over the group of shard rank().
-at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c) {
+PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c) {
   const int t = c.size();
   std::vector<int64_t> shape = x.sizes().vec();
   if (shape.size() < 2 || shape[1] % t != 0)
@@ -100,9 +101,14 @@ at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c) {
   at::Tensor in = x.reshape(split).movedim(1, 0).contiguous();  // (t, b, s/t, ...): no copy when b == 1
   shape[1] /= t;
   at::Tensor out = at::empty(shape, x.options());
-  c.reduce_scatter(in, out)->wait();
-  return out;
+  WorkPtr w = c.reduce_scatter(in, out);
+  return {w, [out] { return out; }};
 }
+
+at::Tensor all_gather_seq(const at::Tensor& x, Communicator& c) { return all_gather_seq_start(x, c).wait(); }
+at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c) { return reduce_scatter_seq_start(x, c).wait(); }
+
+namespace {
 
 Communicator& comm_of(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt());
@@ -131,9 +137,6 @@ at::Tensor apply(const at::Tensor& x, Communicator* tp) {
 
 at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp) { return apply<TpComm<identity, all_reduced>>(x, tp); }
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp) { return apply<TpComm<all_reduced, identity>>(x, tp); }
-at::Tensor gather_seq(const at::Tensor& x, Communicator* tp) {
-  return apply<TpComm<all_gather_seq, reduce_scatter_seq>>(x, tp);
-}
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp) {
   return apply<TpComm<reduce_scatter_seq, all_gather_seq>>(x, tp);
 }

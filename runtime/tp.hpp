@@ -20,10 +20,15 @@
 //                   column-parallel layer without sp: Megatron's f);
 //   reduce_from_tp  forward all-reduce, backward identity (after a
 //                   row-parallel layer without sp: Megatron's g);
-//   gather_seq      forward all-gather along the sequence, backward
-//                   reduce-scatter (before a column-parallel layer with sp);
 //   scatter_seq     forward reduce-scatter along the sequence, backward
 //                   all-gather (after a row-parallel layer with sp).
+// Before a column-parallel layer with sp the all-gather along the sequence is
+// part of the layer's GEMM function (LinearAccum in model.cpp, as Megatron-LM's
+// sequence-parallel linear): it keeps only the sequence shard for its backward
+// and gathers it again there for the weight gradient (overlapping the input
+// gradient's GEMM), whose input gradient it reduce-scatters (overlapping the
+// weight gradient's GEMM); the gathered input is never kept, as Korthikanti et
+// al. 2022 (sec. 4.2.2) count it.
 // Activations are (b, s, h) and the sequence shard of rank r is
 // [r s/tp, (r+1) s/tp) of dim 1. The Communicator works on flat chunks in rank
 // order, so the sequence collectives go through a (tp, b, s/tp, h) buffer: a
@@ -34,6 +39,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
@@ -57,7 +63,22 @@ at::Tensor tp_assemble(const at::Tensor& gathered, const TpSplit& s, const std::
 // The autograd functions above; `tp` null (or of size 1) makes each the identity.
 at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp);
-at::Tensor gather_seq(const at::Tensor& x, Communicator* tp);   // (b, s/tp, ...) -> (b, s, ...)
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp);  // (b, s, ...) -> (b, s/tp, ...), summed
+
+// The sequence collectives themselves (no autograd). *_start issues the
+// collective; wait() makes the caller wait for it (the GPU's current stream)
+// and returns the result.
+struct PendingSeq {
+  WorkPtr work;
+  std::function<at::Tensor()> result;
+  at::Tensor wait() {
+    work->wait();
+    return result();
+  }
+};
+PendingSeq all_gather_seq_start(const at::Tensor& x, Communicator& c);      // (b, s/tp, ...) -> (b, s, ...)
+PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c);  // (b, s, ...) -> (b, s/tp, ...)
+at::Tensor all_gather_seq(const at::Tensor& x, Communicator& c);
+at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c);
 
 }  // namespace planner::rt

@@ -13,9 +13,11 @@
 #include <chrono>
 #include <string>
 
+#include "costmodel/activations.hpp"
 #include "costmodel/model_states.hpp"
 #include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/device.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
@@ -139,4 +141,37 @@ TEST_CASE("dist: the memory model's parameters per rank are the runtime's under 
     CHECK(model.store().numel() == stage_params_per_rank(m, int(m.layers), true, true, 1, w.size));
     CHECK(model.store().full_numel() == m.total_params());
   }
+}
+
+TEST_CASE("dist: the activations a forward keeps under tp and sp are the memory model's", "[dist][tp]") {
+  // Bytes alive between the start of the step and the head (the counting CPU
+  // allocator): the layers' saved tensors, which costmodel/activations.cpp
+  // predicts per layer as replicated + split / t (sp: (replicated + split) / t;
+  // Korthikanti et al. 2022, Table 2, with fused attention and no dropout),
+  // plus the embedding's output (b, s, h) (a sequence shard under sp) and a few
+  // small tensors (labels, masks). This holds because under sp the
+  // column-parallel GEMMs keep only the sequence shard (LinearAccum gathers it
+  // again in the backward).
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size != 2 && w.size != 4) return;  // the model's 4 heads split 2 or 4 ways
+  rt::enable_cpu_memory_counting();
+  Comms c = make_comms(1, 1, w.size);
+  ModelSpec m = gpt2_like();
+  m.layers = 4, m.hidden = 64, m.ffn = 256;
+  const int64_t b = 2, s = 32;
+  for (const char* ckpt : {"none", "full"})
+    for (int sp = 0; sp <= 1; ++sp) {
+      Strategy st = Strategy::parse(std::string("mbs=2,gas=1,precision=fp32,ckpt=") + ckpt);
+      st.tp = w.size, st.sp = sp == 1;
+      INFO(st.to_string());
+      rt::Engine e(m, st, train_config(st, s), at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, 1), nullptr,
+                   nullptr, c.tp.get());
+      int64_t at_head = 0;
+      e.before_head = [&] { at_head = rt::memory_stats(false).allocated; };
+      const int64_t start = rt::memory_stats(false).allocated;
+      e.step(0);
+      const double layers = double(m.layers) * layer_activation_bytes(m, s, b, 4, st.ckpt).total(w.size, st.sp);
+      const double embedding = 4.0 * b * s * m.hidden / (st.sp ? w.size : 1);
+      CHECK(double(at_head - start) == Approx(layers + embedding).margin(8 << 10));
+    }
 }
