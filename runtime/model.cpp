@@ -252,36 +252,6 @@ struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoi
   }
 };
 
-// One row chunk of the vocabulary-parallel cross-entropy (ChunkedCrossEntropy
-// below): adds the chunk's loss summed over its labelled rows to `loss_sum` and
-// returns softmax - onehot over this rank's columns, (c, local columns) in
-// `acc`, the onehot on labelled rows only. logits (c, local columns), the
-// columns of vocabulary ids [begin, begin + valid); target (c, 1).
-at::Tensor vocab_parallel_grad(const at::Tensor& logits, const at::Tensor& labelled, const at::Tensor& target,
-                               at::ScalarType acc, Communicator& tp, int64_t begin, int64_t valid,
-                               at::Tensor& loss_sum) {
-  const int64_t c = logits.size(0);
-  at::Tensor z = logits.to(acc, /*non_blocking=*/false, /*copy=*/true);  // (c, Vl)
-  at::Tensor mx = std::get<0>(z.max(1));                                  // (c) this rank's row maxima
-  at::Tensor all = at::empty({int64_t(tp.size()), c}, mx.options());
-  tp.all_gather(mx, all)->wait();
-  mx = std::get<0>(all.max(0));                                           // (c) the rows' maxima
-  at::Tensor local = target - begin;                                      // (c, 1)
-  at::Tensor mine = local.ge(0).logical_and(local.lt(valid)).logical_and(labelled.unsqueeze(1));
-  local = local.clamp(0, z.size(1) - 1);
-  z.sub_(mx.unsqueeze(1));
-  at::Tensor zero = at::zeros({}, z.options());
-  at::Tensor zt = at::where(mine, z.gather(1, local), zero);             // (c, 1) the target's z - max, on its owner
-  z.exp_();
-  at::Tensor stats = at::cat({z.sum(1, /*keepdim=*/true), zt}, 1);       // (c, 2)
-  tp.all_reduce(stats)->wait();
-  at::Tensor sum = stats.select(1, 0);
-  loss_sum.add_(at::where(labelled, sum.log() - stats.select(1, 1), zero).sum());
-  z.div_(sum.unsqueeze(1));                                               // softmax
-  z.scatter_add_(1, local, -mine.to(acc));                                // - onehot on the owner
-  return z;
-}
-
 // Cross-entropy over (N, V) logits in the working precision, mean over the rows
 // whose label is not -100. The forward computes, chunk of rows by chunk in fp32,
 // the loss and the gradient of the mean loss with respect to the logits

@@ -65,6 +65,19 @@ at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp);  // (b, s, ...) -> (b, s/tp, ...), summed
 
+// One row chunk of the vocabulary-parallel cross-entropy (Megatron-LM's; the
+// chunked loss in model.cpp calls it): logits (c, local columns) are this
+// rank's columns, vocabulary ids [begin, begin + valid) (the rest -inf);
+// target (c, 1), labelled (c) bool. Per chunk one all-gather of the row maxima
+// (the Communicator only sums; their maximum is taken here) and one all-reduce
+// of the sums of exp(z - max) and of the target's z - max (only its owner
+// contributes). Adds the chunk's loss over its labelled rows to `loss_sum` and
+// returns softmax - onehot over the local columns in `acc` (the onehot on
+// labelled rows only).
+at::Tensor vocab_parallel_grad(const at::Tensor& logits, const at::Tensor& labelled, const at::Tensor& target,
+                               at::ScalarType acc, Communicator& tp, int64_t begin, int64_t valid,
+                               at::Tensor& loss_sum);
+
 // The sequence collectives themselves (no autograd). *_start issues the
 // collective; wait() makes the caller wait for it (the GPU's current stream)
 // and returns the result.
