@@ -1,6 +1,7 @@
 #include "costmodel/layer_costs.hpp"
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 
 #include <algorithm>
@@ -27,17 +28,6 @@ namespace {
 void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_t k, PassTimes& out) {
   out.forward.gemm_seconds += gemm_seconds(p, T, n, k, pr);
   out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + gemm_seconds(p, k, n, T, pr);
-}
-
-// Megatron-LM's two tensor-parallel collectives per pass and layer part
-// (Shoeybi et al. 2019, Fig. 3): an all-reduce of the (T x h) output, or with
-// sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) one all-gather and
-// one reduce-scatter of the same tensor.
-double tp_collective(const HardwareProfile& p, double bytes, bool sp, const GroupLink& l) {
-  if (l.size <= 1) return 0;
-  const double base = p.collective_base_latency_seconds;
-  return sp ? all_gather_seconds(bytes, l, base) + reduce_scatter_seconds(bytes, l, base)
-            : all_reduce_seconds(bytes, l, base);
 }
 
 }  // namespace
@@ -151,10 +141,27 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   out.forward.memory_seconds += fm.seconds(p);
   out.backward.memory_seconds += bm.seconds(p);
 
-  // Tensor parallelism: after attention and after the MLP, forward and backward.
+  // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
+  // runtime/tp.hpp): without sp an all-reduce after attention and after the MLP,
+  // forward and backward; GPT-J's parallel block sums the two branches' partial
+  // outputs first and needs one each way. With sp each column-parallel GEMM
+  // (qkv, fc1) all-gathers its input, gathers it again in the backward and
+  // reduce-scatters its input gradient; each region's output is
+  // reduce-scattered (all-gathered in the backward): forward 2 AG + 2 RS,
+  // backward 4 AG + 2 RS (parallel block: 2 AG + 1 RS, 3 AG + 2 RS).
   const double act_bytes = e * double(T) * double(h);
-  out.forward.tp_comm_seconds = 2 * tp_collective(p, act_bytes, s.sp, tp_link);
-  out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
+  if (tp_link.size > 1) {
+    const double base = p.collective_base_latency_seconds;
+    const int outs = m.parallel_block ? 1 : 2;
+    if (s.sp) {
+      const double ag = all_gather_seconds(act_bytes, tp_link, base), rs = reduce_scatter_seconds(act_bytes, tp_link, base);
+      out.forward.tp_comm_seconds = 2 * ag + outs * rs;
+      out.backward.tp_comm_seconds = (2 + outs) * ag + 2 * rs;
+    } else {
+      out.forward.tp_comm_seconds = outs * all_reduce_seconds(act_bytes, tp_link, base);
+      out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
+    }
+  }
 
   // Recomputation inside the backward (Korthikanti et al. 2022, sec. 5): full
   // repeats the forward, its collectives included; selective repeats the
@@ -173,7 +180,7 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   const double e = bytes_per_element(s.precision);
   const int64_t T = s.seq * s.mbs, width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
   const double Th = double(T) * m.hidden, Tw = double(T) * width;
-  const double Vw = double(m.vocab / s.tp) * width;
+  const double Vw = double(vocab_rows_per_rank(m, s.tp)) * width;
   const bool learned = m.pos == PosEmbed::Learned && m.max_positions > 0;
   MemoryOps fm, bm;
   fm.add(MK::Streaming, 2 * e * Tw);  // lookup: read rows, write
@@ -200,18 +207,16 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   bm.add(MK::Streaming, 3 * e * Vw);
   out.forward.memory_seconds = fm.seconds(p);
   out.backward.memory_seconds = bm.seconds(p);
-  // Vocabulary-parallel embedding: the partial lookups are summed across TP
-  // (an all-reduce, or a reduce-scatter into the sequence-parallel region).
+  // Vocabulary-parallel embedding: the partial lookups (T x width, before
+  // project_in) are summed across TP (an all-reduce, or a reduce-scatter into the
+  // sequence-parallel region, whose backward all-gathers the gradient), as the
+  // runtime's TransformerModel::embed does.
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
-    out.forward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(e * Th, tp_link, base) : all_reduce_seconds(e * Th, tp_link, base);
+    out.forward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(e * Tw, tp_link, base) : all_reduce_seconds(e * Tw, tp_link, base);
+    if (s.sp) out.backward.tp_comm_seconds = all_gather_seconds(e * Tw, tp_link, base);
   }
   return out;  // not recomputed: Megatron-LM checkpoints the transformer layers only
-}
-
-int64_t padded_vocab_columns(const ModelSpec& m, int tp) {
-  const int64_t v = m.vocab / std::max(1, tp);
-  return (v + 63) / 64 * 64;
 }
 
 PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const GroupLink& tp_link) {
@@ -237,12 +242,12 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     fm.add(MK::Reduction, 2 * e * Th), bm.add(MK::Reduction, 5 * e * Th, 4);
     bm.add(MK::Reduction, e * Th, 2);  // dense bias gradient
   }
-  // Logits (T x V/t), the vocabulary padded to a multiple of 64 (the runtime pads
+  // Logits (T x ceil(V/t)), the rank's vocabulary padded to a multiple of 64 (the runtime pads
   // a copy of the weight so that cuBLAS keeps its aligned kernels): the pad is a
   // zero-fill and a copy in the forward and again in the backward, the padded
   // columns are set to -inf, and the weight gradient is computed into a new
   // tensor and added into the flat buffer.
-  const int64_t V = m.vocab / t, Vp = padded_vocab_columns(m, int(t));
+  const int64_t V = vocab_rows_per_rank(m, int(t)), Vp = padded_vocab_columns(m, int(t));
   linear(p, pr, T, Vp, width, out);
   if (Vp > V) {
     const double Vw = double(V) * width, Vpw = double(Vp) * width;
@@ -275,13 +280,19 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   out.backward.memory_seconds += bm.seconds(p);
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
-    // Max, sum of exponentials and target logit: three all-reduces of T floats.
-    out.forward.tp_comm_seconds = 3 * all_reduce_seconds(4.0 * T, tp_link, base);
+    // The runtime's vocabulary-parallel cross-entropy (ChunkedCrossEntropy), per
+    // chunk of rows: an all-gather of the rows' maxima (fp32, t per row) and one
+    // all-reduce of their sums of exponentials and target logits (2 fp32 per row).
+    const double per_chunk = double(T) / chunks;
+    out.forward.tp_comm_seconds = chunks * (all_gather_seconds(4.0 * per_chunk * t, tp_link, base) +
+                                            all_reduce_seconds(8.0 * per_chunk, tp_link, base));
     // The head is column-parallel: its input gradient is summed across TP, and
-    // with sequence parallelism its input all-gathered first.
-    const double in_bytes = e * double(T) * m.hidden;
+    // with sequence parallelism its input all-gathered first (and again in the
+    // backward, for the weight gradient).
+    const double in_bytes = e * double(T) * width;
     out.backward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(in_bytes, tp_link, base) : all_reduce_seconds(in_bytes, tp_link, base);
     if (s.sp) out.forward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
+    if (s.sp) out.backward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
   }
   return out;  // the head is not recomputed (Megatron-LM checkpoints transformer layers only)
 }

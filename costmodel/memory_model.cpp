@@ -159,7 +159,8 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
       // their gradient, one fp32 chunk of at most 256 MiB and a padded copy of the
       // output matrix with its gradient. Measured on H100 (validation/h100/):
       // gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71 GiB from this formula.
-      const double vp = double((m.vocab + 63) / 64 * 64) / s.tp;
+      // Under TP each rank's GEMM covers its ceil(vocab / tp) rows, padded to 64.
+      const double vp = double(padded_vocab_columns(m, s.tp));
       const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
       const double tokens = double(plan.seq) * s.mbs;
       if (megatron) {

@@ -86,29 +86,44 @@ ModelStateBytes model_state_bytes(double P, const Strategy& s, const MemoryConst
 }
 
 int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding, bool has_head, int pp, int tp) {
+  // As the runtime declares them (runtime/model.hpp, TransformerModel's tp
+  // splits; Shoeybi et al. 2019). Replicated in a layer: its norms and the
+  // biases of the row-parallel GEMMs (attention output and second MLP
+  // projection, SwiGLU's down projection included); the rest is split evenly
+  // (the runtime requires heads, kv heads and ffn to be multiples of tp).
   const int64_t h = m.hidden;
-  // Replicated in a layer: its norms and the biases of the row-parallel GEMMs
-  // (attention output and second MLP projection), Shoeybi et al. 2019.
   int64_t layer_repl = (m.parallel_block ? 1 : 2) * m.norm_params();
   if (m.out_bias) layer_repl += h;
-  if (m.mlp_bias && m.mlp != MlpKind::SwiGlu) layer_repl += h;
+  if (m.mlp_bias) layer_repl += h;
   const int64_t layer = (m.layer_params() - layer_repl) / tp + layer_repl;
 
+  // Vocabulary-parallel tensors (word embedding, untied LM head and its bias,
+  // BERT's MLM bias) hold ceil(vocab / tp) rows on every rank: the last ranks'
+  // rows past the vocabulary are zero padding the runtime allocates all the same.
   const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : h;
-  const int64_t word = m.vocab * width;  // vocab-parallel under TP
+  const int64_t rows = vocab_rows_per_rank(m, tp);
+  const int64_t word = m.vocab * width;
   int64_t total = int64_t(layers) * layer;
-  if (has_embedding) total += (m.embedding_params() - word) + word / tp;
+  if (has_embedding) total += (m.embedding_params() - word) + rows * width;
   if (has_head) {
     int64_t head = m.head_params();
-    if (!m.tied_embeddings) {
-      const int64_t untied = m.vocab * h + (m.lm_head_bias ? m.vocab : 0);
-      head = head - untied + untied / tp;
-    } else if (pp > 1) {
-      head += word / tp;  // the last stage keeps its own copy of the tied embedding
-    }
+    auto vocab_parallel = [&](bool present, int64_t cols) {
+      if (present) head += (rows - m.vocab) * cols;  // vocab * cols -> rows * cols
+    };
+    vocab_parallel(!m.tied_embeddings, width);
+    vocab_parallel(m.lm_head_bias, 1);
+    vocab_parallel(m.mlm_head, 1);
+    if (m.tied_embeddings && pp > 1) head += rows * width;  // the last stage keeps its own copy of the tied embedding
     total += head;
   }
   return total;
 }
+
+int64_t vocab_rows_per_rank(const ModelSpec& m, int tp) {
+  const int64_t t = std::max(1, tp);
+  return (m.vocab + t - 1) / t;
+}
+
+int64_t padded_vocab_columns(const ModelSpec& m, int tp) { return (vocab_rows_per_rank(m, tp) + 63) / 64 * 64; }
 
 }  // namespace planner

@@ -56,4 +56,10 @@ ModelStateBytes model_state_bytes(double params, const Strategy& s, const Memory
 // biases replicated.
 int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding, bool has_head, int pp, int tp);
 
+// Rows of a vocabulary-parallel tensor on each rank, ceil(vocab / tp), and the
+// columns of each rank's LM-head GEMM: those rows padded to a multiple of 64
+// (runtime/model.hpp: TransformerModel::vocab_rows() and padded_vocab()).
+int64_t vocab_rows_per_rank(const ModelSpec& m, int tp);
+int64_t padded_vocab_columns(const ModelSpec& m, int tp);
+
 }  // namespace planner

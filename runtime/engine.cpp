@@ -15,6 +15,7 @@
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
 #include "runtime/streams.hpp"
+#include "runtime/tp.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/shard.hpp"
 
@@ -84,6 +85,14 @@ struct Engine::Impl {
   int tied_id = -1;                   // the word matrix, when the last stage keeps a copy (tied, pp > 1)
   std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 2)
   Communicator* emb_comm = nullptr;   // emb, or the pp group when pp == 2
+  // tp > 1: the replicated parameters' ranges in the gradient buffer that Norm
+  // measures (the whole units' in `grads` for ZeRO-0/1, the rank's chunks' in
+  // `gshard` for ZeRO-2/3), adjacent ones merged; with offload, the same
+  // gradients' places in the device buffer and in `host_grad`.
+  struct Range {
+    int64_t dev = 0, len = 0, host = 0;  // repl: host = dev (unused)
+  };
+  std::vector<Range> repl, repl_host;
 };
 
 namespace {
@@ -128,13 +137,16 @@ void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
 }  // namespace
 
 Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
-               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp)
+               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp, Communicator* tp)
     : spec_(spec), st_(s), cfg_(cfg), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
-      pp_(pp), stage_(pp ? pp->rank() : 0),
+      pp_(pp), tp_(s.tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(s, spec.layers, StepOptions{spec.tied_embeddings})),
       impl_(std::make_unique<Impl>()) {
-  if (s.tp != 1)
-    throw InputError("the runtime does not execute tensor parallelism yet (tp=" + std::to_string(s.tp) + ")");
+  if (s.tp > 1) {
+    if (!tp || tp->size() != s.tp)
+      throw std::invalid_argument("Engine: the plan has tp=" + std::to_string(s.tp) + " but the tp group has " +
+                                  std::to_string(tp ? tp->size() : 1) + " ranks");
+  }
   if (s.pp > 1) {
     if (!pp || pp->size() != s.pp)
       throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
@@ -158,7 +170,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
 
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
-  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq);
+  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq, tp_, s.sp);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   model_->prepare(device_, I.dt);
@@ -220,6 +232,29 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   shard_numel_ = sbase;
   if (U > 2) I.layer_padded = I.units[1].padded;
   const int64_t full = base;
+  if (tp_) {
+    auto add = [](std::vector<Impl::Range>& v, Impl::Range r) {
+      if (!v.empty() && v.back().dev + v.back().len == r.dev && v.back().host + v.back().len == r.host)
+        v.back().len += r.len;
+      else
+        v.push_back(r);
+    };
+    for (const Unit& un : I.units) {
+      if (!un.owned) continue;
+      const int64_t c0 = int64_t(I.orank) * un.chunk, c1 = c0 + un.chunk;  // the rank's chunk
+      for (size_t k = 0; k < un.ids.size(); ++k) {
+        const ParamInfo& info = infos[size_t(un.ids[k])];
+        if (info.split.split()) continue;
+        const int64_t a = un.offs[k], e = a + info.numel;
+        if (s.zero < 2) add(I.repl, {un.base + a, info.numel, un.base + a});
+        const int64_t lo = std::max(a, c0), hi = std::min(e, c1);
+        if (lo >= hi) continue;
+        const int64_t in_shard = un.sbase + lo - c0;
+        if (s.zero >= 2) add(I.repl, {in_shard, hi - lo, in_shard});
+        add(I.repl_host, {s.zero >= 2 ? in_shard : un.base + lo, hi - lo, in_shard});
+      }
+    }
+  }
 
   auto dev = [&](at::ScalarType t) { return at::TensorOptions().device(device_).dtype(t); };
   auto host_zeros = [&](int64_t n, at::ScalarType t) { return pinned_empty(n, t, cuda_).zero_(); };
@@ -442,7 +477,7 @@ void Engine::send_f(int mb, int chunk) {
 
 void Engine::recv_f(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
-  at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
+  at::Tensor t = at::empty({int64_t(st_.mbs), stage_seq(), spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
   links_->f_in->recv(t, 0)->wait();
   impl_->recv[key(mb, first)] = t.requires_grad_(true);
@@ -457,11 +492,14 @@ void Engine::send_b(int mb, int chunk) {
 
 void Engine::recv_b(int mb, int chunk) {
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
-  at::Tensor t = at::empty({int64_t(st_.mbs), cfg_.seq, spec_.hidden},
+  at::Tensor t = at::empty({int64_t(st_.mbs), stage_seq(), spec_.hidden},
                            at::TensorOptions().device(device_).dtype(impl_->dt));
   links_->b_in->recv(t, 0)->wait();
   impl_->recv[key(mb, -1 - last)] = t;  // negative keys: output gradients
 }
+
+// The sequence length of what stages exchange: a shard under sequence parallelism.
+int64_t Engine::stage_seq() const { return st_.sp && st_.tp > 1 ? cfg_.seq / st_.tp : cfg_.seq; }
 
 at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
 
@@ -643,6 +681,7 @@ void Engine::sync() {
         if (I.units[size_t(u)].owned)
           I.host_grad.narrow(0, I.units[size_t(u)].sbase, I.units[size_t(u)].chunk).copy_(shard_grad(u));
   }
+  if (tp_ && st_.sp) reduce_replicated();
   // The step's loss: the mean over the global batch.
   I.loss_sum.div_(double(st_.gas));
   if (pp_ && st_.pp > 1) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
@@ -662,6 +701,14 @@ void Engine::norm() {
   if (stage_ > 0 && I.tied_id >= 0) {  // the copy of the word matrix counts once (on the first stage)
     if (at::Tensor c = tied_grad(); c.defined())
       sq.sub_(at::linalg_vector_norm(c, 2, std::nullopt, false, at::kFloat).square());
+  }
+  if (tp_) {
+    // Each tp rank holds its part of the split parameters and a whole copy of
+    // the replicated ones (equal gradients: summed in sync() under sp), which
+    // the sum over the tp group must count once.
+    at::Tensor r = replicated_grads(g);
+    if (r.defined()) sq = sq - at::linalg_vector_norm(r, 2, std::nullopt, false, at::kFloat).square() * (1.0 - 1.0 / st_.tp);
+    tp_->all_reduce(sq)->wait();
   }
   if (st_.zero >= 2 && dp_ && st_.dp > 1) dp_->all_reduce(sq)->wait();
   if (pp_ && st_.pp > 1) pp_->all_reduce(sq)->wait();  // every stage's share of the model
@@ -683,6 +730,31 @@ void Engine::norm() {
   if (cfg_.grad_clip > 0) I.divisor = ((nrm / made_with + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * made_with;
   else I.divisor = at::full({}, made_with, nrm.options());
   if (I.offload) I.divisor_host = I.divisor.item<double>();
+}
+
+at::Tensor Engine::replicated_grads(const at::Tensor& g) const {
+  std::vector<at::Tensor> parts;
+  for (const auto& r : impl_->repl) parts.push_back(g.narrow(0, r.dev, r.len));
+  return parts.empty() ? at::Tensor() : at::cat(parts);
+}
+
+void Engine::reduce_replicated() {
+  // Sequence parallelism (Korthikanti et al. 2022): norms, the row-parallel
+  // layers' biases and the position tables saw only this rank's sequence
+  // shard, so each tp rank holds a partial gradient. One all-reduce over the tp
+  // group of all of them (coalesced; the ranges are alike on every tp rank),
+  // after the dp reduction (the order does not matter: both are sums).
+  Impl& I = *impl_;
+  at::NoGradGuard ng;
+  at::Tensor g = st_.zero >= 2 ? I.gshard : I.grads;
+  at::Tensor flat = replicated_grads(g);
+  if (!flat.defined()) return;
+  tp_->all_reduce(flat)->wait();
+  int64_t o = 0;
+  for (const auto& r : I.repl) g.narrow(0, r.dev, r.len).copy_(flat.narrow(0, o, r.len)), o += r.len;
+  // Offload: the host copies left before this sum; copy the summed ranges again.
+  if (I.offload)
+    for (const auto& r : I.repl_host) I.host_grad.narrow(0, r.host, r.len).copy_(g.narrow(0, r.dev, r.len));
 }
 
 namespace {
@@ -837,6 +909,25 @@ at::Tensor Engine::full_params_fp32() {
       if (info.group != int(u)) continue;  // the last stage's copy of the tied word matrix
       out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
     }
+  }
+  if (tp_) {
+    // The full tensors in the single-process layout: each split one gathered
+    // from the tp group and put together (tp_assemble), the others as they are.
+    at::Tensor whole = at::zeros({store.full_numel()}, out.options());
+    for (const ParamInfo& info : store.infos()) {
+      if (!I.units[size_t(info.group)].owned) continue;
+      at::Tensor mine = out.narrow(0, info.offset, info.numel);
+      at::Tensor t = mine;
+      if (info.split.split()) {
+        std::vector<int64_t> shape{st_.tp};
+        shape.insert(shape.end(), info.shape.begin(), info.shape.end());
+        at::Tensor all = at::empty(shape, out.options());
+        tp_->all_gather(mine, all)->wait();
+        t = tp_assemble(all, info.split, info.full_shape);
+      }
+      whole.narrow(0, info.full_offset, info.full_numel).copy_(t.reshape({-1}));
+    }
+    out = whole;
   }
   if (pp_ && st_.pp > 1) pp_->all_reduce(out)->wait();  // each stage filled its own units, zeros elsewhere
   synchronize(cuda_);

@@ -57,16 +57,26 @@ struct ActionTimes {
 class Engine {
  public:
   // `dp`: the data-parallel communicator (null when strategy.dp == 1). The
-  // strategy's dp, zero, offload, ckpt, mbs, gas and precision are used; tp and
-  // pp must be 1 (issue: tensor and pipeline parallelism come next).
+  // strategy's dp, tp, pp, sp, zero, offload, ckpt, mbs, gas and precision are
+  // used.
   // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
   // stage order; this rank runs stage pp->rank() of the program (GPipe, 1F1B or
   // interleaved 1F1B). The constructor makes the send/receive links
   // (runtime/comm/pipe_links.hpp) from it, and for tied embeddings the
   // first-and-last-stage group, collectives over the world. With tied
   // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
+  // `tp`: the tensor-parallel communicator (null when strategy.tp == 1). The
+  // model holds this rank's parts of the split parameters (runtime/model.hpp,
+  // runtime/tp.hpp); units, ZeRO chunks and the optimizer work on those local
+  // parts as on any parameter (every tp rank of a dp rank has the same local
+  // shapes, so the same chunks). Every tp rank of a dp rank reads the same
+  // micro-batches. With sp the gradients of the replicated parameters (norms,
+  // row-parallel biases, position tables), computed on sequence shards, are
+  // summed over tp at Sync; the gradient norm counts the replicated ranges once.
+  // With sp and pp > 1 the stages exchange sequence shards.
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
-         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr);
+         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr,
+         Communicator* tp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
@@ -74,8 +84,9 @@ class Engine {
   at::Tensor step(int64_t step);
 
   // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
-  // layout of Trainer::params()), gathered from all ranks under ZeRO (a
-  // collective: every rank must call it). For tests and checks.
+  // layout of Trainer::params()), gathered from all ranks under ZeRO and tp
+  // (full tensors, the single-process layout; a collective: every rank must
+  // call it). For tests and checks.
   at::Tensor full_params_fp32();
 
   const StepProgram& program() const { return program_; }
@@ -137,8 +148,11 @@ class Engine {
   void ensure_grad(int u);
   void bind_unit(int u, const at::Tensor& data);
   void bind_unit_grad(int u, const at::Tensor& grad);
-  at::Tensor shard_grad(int u);
-  at::Tensor tied_grad();  // the rank's reduced gradient chunk of unit u (working precision)
+  at::Tensor replicated_grads(const at::Tensor& g) const;  // tp: the replicated ranges of g, concatenated
+  void reduce_replicated();                                // sp: their sum over the tp group
+  at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
+  at::Tensor tied_grad();
+  int64_t stage_seq() const;        // this stage's copy of a tied word matrix's gradient (pp > 1), or undefined
 
   ModelSpec spec_;
   Strategy st_;
@@ -149,6 +163,7 @@ class Engine {
   Communicator* dp_;
   Communicator* pp_ = nullptr;
   std::unique_ptr<PipeLinks> links_;  // pipeline send/receive links (pp > 1)
+  Communicator* tp_ = nullptr;  // null unless strategy.tp > 1
   int stage_ = 0;
   std::unique_ptr<TransformerModel> model_;
   StepProgram program_;

@@ -154,10 +154,6 @@ std::string utc_now() {
 // starts: bad input exits 2 with one line and writes nothing.
 void check_runnable(const ExecOptions& o, const Plan& plan) {
   const Strategy& s = plan.strategy;
-  if (s.tp != 1)
-    throw InputError("exec runs data-parallel, ZeRO, offload and pipeline plans; '" + o.plan_path + "' has tp=" +
-                     std::to_string(s.tp) +
-                     " (tensor and pipeline parallelism are not executable yet)");
   if (plan.global_batch != s.global_batch())
     throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(plan.global_batch) +
                      " is not dp * mbs * gas = " + std::to_string(s.global_batch()));

@@ -70,9 +70,6 @@ void maybe_die(int rank, int step) {
 
 Measurement run_training(const Plan& plan, const RunOptions& opt) {
   const Strategy& st = plan.strategy;
-  if (st.tp != 1)
-    throw InputError("exec runs data-parallel, ZeRO, offload and pipeline plans; tensor parallelism is not "
-                     "executable yet (this plan has tp=" + std::to_string(st.tp) + ")");
   if (opt.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(opt.steps));
   if (opt.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(opt.warmup));
   if (plan.seq <= 0) throw InputError("plan: seq must be positive");
@@ -156,7 +153,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   // as the growth of memory outside the caching allocator across their set-up
   // and a first collective.
   // The pipeline's send/receive links are made by the Engine (runtime/comm/pipe_links.hpp).
-  std::unique_ptr<Communicator> dpc, ppc, worldc;
+  std::unique_ptr<Communicator> dpc, ppc, tpc, worldc;
   const RankGrid grid(st.dp, st.pp, st.tp);
   const int64_t outside0 = world > 1 ? memory_outside_allocator(cuda) : 0;
   if (world > 1) {
@@ -166,6 +163,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     worldc = make_communicator(std::vector<std::vector<int>>{all}, "world", at::Device(at::kCPU), timeout);
     if (st.dp > 1) dpc = make_communicator(grid.all_dp_groups(), "dp", device, timeout);
     if (st.pp > 1) ppc = make_communicator(grid.all_pp_groups(), "pp", device, timeout);
+    if (st.tp > 1) tpc = make_communicator(grid.all_tp_groups(), "tp", device, timeout);
   }
 
   TrainConfig cfg;
@@ -181,7 +179,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     reset_peak_memory(cuda);
     const MemStats before = memory_stats(cuda);
-    Engine engine(plan.model, st, cfg, device, tokens, dpc.get(), ppc.get());
+    Engine engine(plan.model, st, cfg, device, tokens, dpc.get(), ppc.get(), tpc.get());
     synchronize(cuda);
     empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
     r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "strategies/errors.hpp"
 
@@ -17,14 +18,17 @@ using torch::autograd::tensor_list;
 
 // ---- ParamStore -------------------------------------------------------------
 
-int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int group) {
+int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split, int tp) {
   if (materialized()) throw std::logic_error("ParamStore::add after materialize");
   ParamInfo info;
   info.name = std::move(name);
-  info.numel = 1;
-  for (auto d : shape) info.numel *= d;
+  info.full_shape = shape;
+  info.shape = tp_local_shape(shape, split, tp);
+  if (tp > 1) info.split = split;
+  info.numel = 1, info.full_numel = 1;
+  for (auto d : info.shape) info.numel *= d;
+  for (auto d : shape) info.full_numel *= d;
   info.decay = shape.size() >= 2;
-  info.shape = std::move(shape);
   info.init = init;
   info.group = group;
   infos_.push_back(std::move(info));
@@ -44,16 +48,16 @@ void ParamStore::layout() {
   // tightly, so the flat buffer is exactly numel() long as the memory model and
   // the ZeRO shard math assume. The vocabulary matrix (the one odd-sized matrix in
   // most presets) is declared first, so it starts at offset 0.
-  int64_t off = 0;
+  int64_t off = 0, full = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& i : infos_) {
       if (i.decay != (pass == 0)) continue;
-      i.offset = off;
-      off += i.numel;
+      i.offset = off, i.full_offset = full;
+      off += i.numel, full += i.full_numel;
     }
     if (pass == 0) decay_numel_ = off;
   }
-  numel_ = off;
+  numel_ = off, full_numel_ = full;
 }
 
 void ParamStore::materialize(at::Device device, at::ScalarType dtype) {
@@ -140,11 +144,22 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
 // and cuBLAS then falls back to unaligned kernels several times slower; padding
 // the copy to a multiple of 64 keeps the parameter count exact), and the output's
 // extra columns are set to -inf so that a softmax over them gives them nothing.
+// valid_rows >= 0: only the first valid_rows rows of w are real (a
+// vocabulary-parallel shard whose range ends past the vocabulary): the columns
+// of the rows after them are -inf too.
+//
+// seq_tp != 0 (a Communicator*; a column-parallel layer under sequence
+// parallelism): x is this rank's sequence shard (b, s/tp, in), all-gathered
+// along the sequence for the GEMM; the backward gathers it again for dW and
+// reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/tp.hpp).
 struct LinearAccum : torch::autograd::Function<LinearAccum> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                            int64_t padded_rows) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& b,
+                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp) {
     const int64_t rows = w.size(0), in = w.size(1);
     const int64_t out = std::max(rows, padded_rows);
+    const int64_t valid = valid_rows >= 0 ? valid_rows : rows;
+    ctx->saved_data["seq_tp"] = seq_tp;
+    at::Tensor x = seq_tp ? all_gather_seq(x_in, *reinterpret_cast<Communicator*>(seq_tp)) : x_in;
     at::Tensor x2 = x.reshape({-1, in});                                               // (tokens, in)
     at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
     at::Tensor y;
@@ -155,30 +170,38 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
     } else {
       y = at::mm(x2, wp.t());                                                          // (tokens, out)
     }
-    if (out > rows) y.narrow(1, rows, out - rows).fill_(-std::numeric_limits<double>::infinity());
-    if (!has_b) ctx->save_for_backward({x, w});
-    ctx->saved_data["gx"] = x.requires_grad();
+    if (out > valid) y.narrow(1, valid, out - valid).fill_(-std::numeric_limits<double>::infinity());
+    if (!has_b) ctx->save_for_backward({x_in, w});
+    ctx->saved_data["gx"] = x_in.requires_grad();
     ctx->saved_data["out"] = out;
     ctx->saved_data["has_b"] = has_b;
     // The gradient buffers are looked up in the backward, not here: under
     // ZeRO-2/3 the runtime binds a unit's gradient buffer just before its
     // backward (runtime/engine.cpp).
-    if (has_b) ctx->save_for_backward({x, w, b});
+    if (has_b) ctx->save_for_backward({x_in, w, b});
     auto shape = x.sizes().vec();
     shape.back() = out;
     return y.view(shape);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
     const at::Tensor& w = saved[1];
     const int64_t rows = w.size(0), in = w.size(1), out = ctx->saved_data["out"].toInt();
+    auto* seq_tp = reinterpret_cast<Communicator*>(ctx->saved_data["seq_tp"].toInt());
     at::Tensor g2 = grads[0].reshape({-1, out});  // (tokens, out)
-    at::Tensor x2 = x.reshape({-1, in});
+    std::optional<PendingSeq> gather;
+    if (seq_tp) gather = all_gather_seq_start(saved[0], *seq_tp);  // overlaps dx's GEMM
     at::Tensor gx, gw_ret, gb_ret;
     if (ctx->saved_data["gx"].toBool()) {
       at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;
-      gx = at::mm(g2, wp).view(x.sizes());
+      gx = at::mm(g2, wp);  // (tokens, in)
+    }
+    const at::Tensor x = gather ? gather->wait() : saved[0];
+    at::Tensor x2 = x.reshape({-1, in});
+    std::optional<PendingSeq> scatter;
+    if (gx.defined()) {
+      gx = gx.view(x.sizes());
+      if (seq_tp) scatter = reduce_scatter_seq_start(gx, *seq_tp);  // overlaps dW's GEMM
     }
     // Saved leaves unpack as the parameters themselves, so .grad() is the
     // buffer bound now.
@@ -195,7 +218,8 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       if (gb.defined()) gb.add_(db);
       else gb_ret = db;
     }
-    return {gx, gw_ret, gb_ret, at::Tensor()};
+    if (scatter) gx = scatter->wait();
+    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -238,9 +262,19 @@ struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoi
 // fp16's loss scale): the kept gradient is stored pre-multiplied by it, so that
 // in fp16 the (softmax - onehot) / count values, ~1e-9 for a 50k vocabulary and
 // 16k tokens, do not flush to zero (as they would before the loss scale).
+//
+// Vocabulary-parallel (tp != 0, a Communicator*; Megatron-LM's cross-entropy,
+// Shoeybi et al. 2019, sec. 3): the logits are this rank's columns, vocabulary
+// ids [begin, begin + valid) (the rest -inf), and the full rows never exist on
+// one rank. Per chunk: the row maxima are all-gathered and their maximum taken
+// (the Communicator only sums); the sums of exp(z - max) and each row's target
+// logit (only its owner contributes) go through one all-reduce; the loss is
+// log(sum) - (z_target - max) and the gradient softmax - onehot on the local
+// columns. Every tp rank gets the same loss.
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
-                            int64_t chunk_rows, double grad_hint) {
+                            int64_t chunk_rows, double grad_hint, int64_t tp, int64_t vocab_begin,
+                            int64_t vocab_valid) {
     const int64_t n = logits.size(0);
     at::Tensor grad = at::empty_like(logits);
     at::Tensor valid_all = labels.ne(-100);
@@ -253,13 +287,19 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       at::Tensor valid = valid_all.narrow(0, r0, c);
       at::Tensor validf = valid.to(acc).unsqueeze(1);                                      // (c, 1)
       at::Tensor target = at::where(valid, labels.narrow(0, r0, c), at::zeros({}, labels.options())).unsqueeze(1);
-      // fp32 log-probabilities of the working-precision logits. Measured on H100: for bf16
-      // input ATen first converts to fp32 in a separate copy kernel, for fp16 the softmax
-      // kernel converts itself (docs/TIME_MODEL.md, sec. 10).
-      at::Tensor lp = at::log_softmax(logits.narrow(0, r0, c), 1, acc);                  // (c, V)
-      loss_sum.sub_((lp.gather(1, target) * validf).sum());
-      lp.exp_();                                   // softmax
-      lp.scatter_add_(1, target, -validf);         // - onehot on labelled rows
+      at::Tensor lp;
+      if (tp == 0) {
+        // fp32 log-probabilities of the working-precision logits. Measured on H100: for bf16
+        // input ATen first converts to fp32 in a separate copy kernel, for fp16 the softmax
+        // kernel converts itself (docs/TIME_MODEL.md, sec. 10).
+        lp = at::log_softmax(logits.narrow(0, r0, c), 1, acc);                           // (c, V)
+        loss_sum.sub_((lp.gather(1, target) * validf).sum());
+        lp.exp_();                                   // softmax
+        lp.scatter_add_(1, target, -validf);         // - onehot on labelled rows
+      } else {
+        lp = vocab_parallel_grad(logits.narrow(0, r0, c), valid, target, acc, *reinterpret_cast<Communicator*>(tp),
+                                 vocab_begin, vocab_valid, loss_sum);
+      }
       lp.mul_(validf * (grad_hint / count));       // mean; unlabelled rows get no gradient
       grad.narrow(0, r0, c).copy_(lp);
     }
@@ -271,7 +311,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     // Scales the kept gradient in place: the graph is never run backward twice.
     at::Tensor g = ctx->get_saved_variables()[0];
     g.mul_((grads[0] / ctx->saved_data["hint"].toDouble()).to(g.scalar_type()));
-    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -284,7 +324,9 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 // ---- TransformerModel -------------------------------------------------------
 
-TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq) : spec_(spec), seq_(seq) {
+TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp, bool sp)
+    : spec_(spec), seq_(seq), tp_(tp && tp->size() > 1 ? tp : nullptr), tp_size_(tp_ ? tp_->size() : 1),
+      tp_rank_(tp_ ? tp_->rank() : 0), sp_(sp && tp_ != nullptr) {
   spec_.validate();
   if (seq <= 0) throw InputError("seq must be positive");
   if (spec_.pos == PosEmbed::Learned && seq > spec_.max_positions)
@@ -292,23 +334,41 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq) : spec_(s
                      std::to_string(spec_.max_positions) + " learned positions");
   if (spec_.pos == PosEmbed::Rotary && spec_.head_dim() % 2 != 0)
     throw InputError("rotary positions need an even head dimension");
+  if (tp_) {
+    const std::string t = std::to_string(tp_size_);
+    auto need = [&](int64_t v, const char* what) {
+      if (v % tp_size_ != 0)
+        throw InputError("tensor parallelism splits " + std::string(what) + " over the tp ranks: " + spec_.name + " has " +
+                         std::to_string(v) + ", not a multiple of tp=" + t);
+    };
+    need(spec_.heads, "the attention heads");
+    need(spec_.kv_heads, "the key/value heads");
+    need(spec_.ffn, "the MLP width (ffn)");
+    if (sp_) need(seq, "the sequence (sp=1)");
+  }
 
   const int64_t h = spec_.hidden, kv = spec_.kv_dim(), f = spec_.ffn, V = spec_.vocab;
   const int64_t width = spec_.word_embed_dim > 0 ? spec_.word_embed_dim : h;
   const bool ln = spec_.norm == NormKind::LayerNorm;
   const int L = static_cast<int>(spec_.layers);
   auto& S = store_;
+  // Tensor-parallel splits (runtime/tp.hpp); replicated when not given.
+  const TpSplit rows_vocab{0, {V}}, rows_qkv{0, {h, kv, kv}}, cols_h{1, {h}}, cols_f{1, {f}};
+  const TpSplit rows_fc1{0, spec_.mlp == MlpKind::SwiGlu ? std::vector<int64_t>{f, f} : std::vector<int64_t>{f}};
+  auto add = [&](std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}) {
+    return S.add(std::move(name), std::move(shape), init, group, split, tp_size_);
+  };
 
   // Embedding (group 0). The token embedding is declared first so that it sits at
   // offset 0 of the flat buffer (an aligned start for the vocabulary matrix).
-  wte_ = S.add("wte", {V, width}, Init::Normal, 0);
+  wte_ = add("wte", {V, width}, Init::Normal, 0, rows_vocab);
   if (spec_.pos == PosEmbed::Learned)  // OPT keeps position_offset (2) unused leading rows
-    wpe_ = S.add("wpe", {spec_.max_positions + spec_.position_offset, h}, Init::Normal, 0);
-  if (spec_.type_vocab > 0) wtt_ = S.add("wtt", {spec_.type_vocab, h}, Init::Normal, 0);
-  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_in_ = S.add("project_in", {h, width}, Init::Normal, 0);
+    wpe_ = add("wpe", {spec_.max_positions + spec_.position_offset, h}, Init::Normal, 0);
+  if (spec_.type_vocab > 0) wtt_ = add("wtt", {spec_.type_vocab, h}, Init::Normal, 0);
+  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_in_ = add("project_in", {h, width}, Init::Normal, 0);
   if (spec_.embed_norm) {
-    emb_norm_w_ = S.add("emb_norm.w", {h}, Init::Ones, 0);
-    if (ln) emb_norm_b_ = S.add("emb_norm.b", {h}, Init::Zeros, 0);
+    emb_norm_w_ = add("emb_norm.w", {h}, Init::Ones, 0);
+    if (ln) emb_norm_b_ = add("emb_norm.b", {h}, Init::Zeros, 0);
   }
 
   // Layers (groups 1..L).
@@ -317,42 +377,42 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq) : spec_(s
     auto& l = layers_[static_cast<size_t>(i)];
     const std::string pre = "h." + std::to_string(i) + ".";
     const int g = i + 1;
-    l.norm1_w = S.add(pre + "norm1.w", {h}, Init::Ones, g);
-    if (ln) l.norm1_b = S.add(pre + "norm1.b", {h}, Init::Zeros, g);
+    l.norm1_w = add(pre + "norm1.w", {h}, Init::Ones, g);
+    if (ln) l.norm1_b = add(pre + "norm1.b", {h}, Init::Zeros, g);
     if (!spec_.parallel_block) {
-      l.norm2_w = S.add(pre + "norm2.w", {h}, Init::Ones, g);
-      if (ln) l.norm2_b = S.add(pre + "norm2.b", {h}, Init::Zeros, g);
+      l.norm2_w = add(pre + "norm2.w", {h}, Init::Ones, g);
+      if (ln) l.norm2_b = add(pre + "norm2.b", {h}, Init::Zeros, g);
     }
-    l.qkv_w = S.add(pre + "attn.qkv.w", {h + 2 * kv, h}, Init::Normal, g);
-    if (spec_.qkv_bias) l.qkv_b = S.add(pre + "attn.qkv.b", {h + 2 * kv}, Init::Zeros, g);
-    l.o_w = S.add(pre + "attn.o.w", {h, h}, Init::OutputNormal, g);
-    if (spec_.out_bias) l.o_b = S.add(pre + "attn.o.b", {h}, Init::Zeros, g);
+    l.qkv_w = add(pre + "attn.qkv.w", {h + 2 * kv, h}, Init::Normal, g, rows_qkv);
+    if (spec_.qkv_bias) l.qkv_b = add(pre + "attn.qkv.b", {h + 2 * kv}, Init::Zeros, g, rows_qkv);
+    l.o_w = add(pre + "attn.o.w", {h, h}, Init::OutputNormal, g, cols_h);
+    if (spec_.out_bias) l.o_b = add(pre + "attn.o.b", {h}, Init::Zeros, g);
     const int64_t up = spec_.mlp == MlpKind::SwiGlu ? 2 * f : f;
-    l.fc1_w = S.add(pre + "mlp.fc1.w", {up, h}, Init::Normal, g);
-    if (spec_.mlp_bias) l.fc1_b = S.add(pre + "mlp.fc1.b", {up}, Init::Zeros, g);
-    l.fc2_w = S.add(pre + "mlp.fc2.w", {h, f}, Init::OutputNormal, g);
-    if (spec_.mlp_bias) l.fc2_b = S.add(pre + "mlp.fc2.b", {h}, Init::Zeros, g);
+    l.fc1_w = add(pre + "mlp.fc1.w", {up, h}, Init::Normal, g, rows_fc1);
+    if (spec_.mlp_bias) l.fc1_b = add(pre + "mlp.fc1.b", {up}, Init::Zeros, g, rows_fc1);
+    l.fc2_w = add(pre + "mlp.fc2.w", {h, f}, Init::OutputNormal, g, cols_f);
+    if (spec_.mlp_bias) l.fc2_b = add(pre + "mlp.fc2.b", {h}, Init::Zeros, g);
   }
 
   // Head (group L + 1).
   const int gh = L + 1;
   if (spec_.final_norm) {
-    final_norm_w_ = S.add("final_norm.w", {h}, Init::Ones, gh);
-    if (ln) final_norm_b_ = S.add("final_norm.b", {h}, Init::Zeros, gh);
+    final_norm_w_ = add("final_norm.w", {h}, Init::Ones, gh);
+    if (ln) final_norm_b_ = add("final_norm.b", {h}, Init::Zeros, gh);
   }
-  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_out_ = S.add("project_out", {width, h}, Init::Normal, gh);
-  if (!spec_.tied_embeddings) head_w_ = S.add("lm_head.w", {V, width}, Init::Normal, gh);
-  if (spec_.lm_head_bias) head_b_ = S.add("lm_head.b", {V}, Init::Zeros, gh);
+  if (spec_.word_embed_dim > 0 && spec_.word_embed_dim != h) proj_out_ = add("project_out", {width, h}, Init::Normal, gh);
+  if (!spec_.tied_embeddings) head_w_ = add("lm_head.w", {V, width}, Init::Normal, gh, rows_vocab);
+  if (spec_.lm_head_bias) head_b_ = add("lm_head.b", {V}, Init::Zeros, gh, rows_vocab);
   if (spec_.pooler) {
-    pool_w_ = S.add("pooler.w", {h, h}, Init::Normal, gh);
-    pool_b_ = S.add("pooler.b", {h}, Init::Zeros, gh);
+    pool_w_ = add("pooler.w", {h, h}, Init::Normal, gh);
+    pool_b_ = add("pooler.b", {h}, Init::Zeros, gh);
   }
   if (spec_.mlm_head) {
-    mlm_w_ = S.add("mlm.dense.w", {h, h}, Init::Normal, gh);
-    mlm_b_ = S.add("mlm.dense.b", {h}, Init::Zeros, gh);
-    mlm_norm_w_ = S.add("mlm.norm.w", {h}, Init::Ones, gh);
-    if (ln) mlm_norm_b_ = S.add("mlm.norm.b", {h}, Init::Zeros, gh);
-    mlm_bias_ = S.add("mlm.bias", {V}, Init::Zeros, gh);
+    mlm_w_ = add("mlm.dense.w", {h, h}, Init::Normal, gh);
+    mlm_b_ = add("mlm.dense.b", {h}, Init::Zeros, gh);
+    mlm_norm_w_ = add("mlm.norm.w", {h}, Init::Ones, gh);
+    if (ln) mlm_norm_b_ = add("mlm.norm.b", {h}, Init::Zeros, gh);
+    mlm_bias_ = add("mlm.bias", {V}, Init::Zeros, gh, rows_vocab);
   }
 }
 
@@ -382,6 +442,17 @@ void TransformerModel::init_tensor(const ParamInfo& i, at::Tensor t) const {
   // GPT-2's scheme; the output projections scaled by 1/sqrt(2 * layers).
   const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, spec_.layers)));
   at::NoGradGuard no_grad;
+  if (i.split.split() && (i.init == Init::Normal || i.init == Init::OutputNormal)) {
+    // A tensor-parallel part: the full tensor is drawn (the generator advances
+    // as in one process) and this rank keeps its part, so the values are the
+    // single-process run's.
+    ParamInfo whole = i;
+    whole.split = {}, whole.shape = i.full_shape, whole.numel = i.full_numel;
+    at::Tensor full = at::empty(i.full_shape, t.options());
+    init_tensor(whole, full);
+    t.view(i.shape).copy_(tp_slice(full, i.split, tp_rank_, tp_size_));
+    return;
+  }
   switch (i.init) {
     case Init::Normal: t.normal_(0.0, 0.02); break;
     case Init::OutputNormal: t.normal_(0.0, std_out); break;
@@ -404,10 +475,33 @@ void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
   }
 }
 
-at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows) const {
+at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows, int64_t valid_rows) const {
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows);
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0));
+}
+
+at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
+                                        int64_t valid_rows) const {
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
+                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0));
+}
+
+at::Tensor TransformerModel::enter_tp(const at::Tensor& x) const {
+  // Under sp the all-gather is inside the column-parallel GEMMs (col_linear).
+  if (!tp_ || sp_) return x;
+  return copy_to_tp(x, tp_);
+}
+
+at::Tensor TransformerModel::leave_tp(const at::Tensor& x) const {
+  if (!tp_) return x;
+  return sp_ ? scatter_seq(x, tp_) : reduce_from_tp(x, tp_);
+}
+
+at::Tensor TransformerModel::row_out(const at::Tensor& y, int bias) const {
+  if (!tp_) return y;
+  at::Tensor r = leave_tp(y);
+  return bias >= 0 ? r + p(bias) : r;
 }
 
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
@@ -415,11 +509,15 @@ at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
   return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
 }
 
+// Under tp, xn is the full input (after enter_tp; under sp the sequence shard,
+// which the qkv GEMM gathers) and the result this rank's
+// partial output projection, without the bias (row_out adds it): this rank's
+// heads, nh/tp of them and kv_heads/tp key/value heads.
 at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool selective) const {
   const auto& l = layers_[static_cast<size_t>(i)];
-  const int64_t b = xn.size(0), s = xn.size(1), h = spec_.hidden, nh = spec_.heads, nkv = spec_.kv_heads;
-  const int64_t hd = spec_.head_dim(), kv = spec_.kv_dim();
-  at::Tensor qkv = linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv)
+  const int64_t hd = spec_.head_dim(), nh = spec_.heads / tp_size_, nkv = spec_.kv_heads / tp_size_;
+  at::Tensor qkv = col_linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv); sp: xn is (b, s/tp, h)
+  const int64_t b = qkv.size(0), s = qkv.size(1), h = nh * hd, kv = nkv * hd;
   // split (not narrow): its backward concatenates the three gradients in one
   // kernel; narrow's would zero-fill three full-size tensors and add them.
   auto parts = qkv.split_with_sizes({h, kv, kv}, -1);
@@ -438,44 +536,63 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   at::Tensor o = selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
                                                          : sdpa(q, k, v, causal, gqa);
   o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
-  return linear(o, l.o_w, l.o_b);
+  return linear(o, l.o_w, tp_ ? -1 : l.o_b);
 }
 
 at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
   const auto& l = layers_[static_cast<size_t>(i)];
-  at::Tensor u = linear(xn, l.fc1_w, l.fc1_b);  // (b, s, ffn) or (b, s, 2 ffn)
+  at::Tensor u = col_linear(xn, l.fc1_w, l.fc1_b);  // (b, s, ffn) or (b, s, 2 ffn)
   at::Tensor a;
   switch (spec_.mlp) {
     case MlpKind::Gelu: a = at::gelu(u, spec_.arch == Arch::Encoder ? "none" : "tanh"); break;
     case MlpKind::Relu: a = at::relu(u); break;
     case MlpKind::SwiGlu: {
-      const int64_t f = spec_.ffn;
+      const int64_t f = spec_.ffn / tp_size_;  // this rank's [gate_r; up_r]
       a = at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f);
       break;
     }
   }
-  return linear(a, l.fc2_w, l.fc2_b);
+  return linear(a, l.fc2_w, tp_ ? -1 : l.fc2_b);  // under tp: partial, bias in row_out
 }
 
+// Under tp, x and the result are the full activations on every rank (sp: this
+// rank's sequence shard); enter_tp/row_out bracket each tensor-parallel region.
 at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selective) const {
   const auto& l = layers_[static_cast<size_t>(i)];
   if (spec_.arch == Arch::Encoder) {  // post-norm (BERT)
-    at::Tensor a = norm(x + attention(i, x, selective), l.norm1_w, l.norm1_b);
-    return norm(a + mlp(i, a), l.norm2_w, l.norm2_b);
+    at::Tensor a = norm(x + row_out(attention(i, enter_tp(x), selective), l.o_b), l.norm1_w, l.norm1_b);
+    return norm(a + row_out(mlp(i, enter_tp(a)), l.fc2_b), l.norm2_w, l.norm2_b);
   }
   if (spec_.parallel_block) {  // GPT-J
     at::Tensor n = norm(x, l.norm1_w, l.norm1_b);
-    return x + attention(i, n, selective) + mlp(i, n);
+    if (!tp_) return x + attention(i, n, selective) + mlp(i, n);
+    // One collective for both branches: their partial outputs are summed first.
+    at::Tensor ng = enter_tp(n);
+    at::Tensor y = leave_tp(attention(i, ng, selective) + mlp(i, ng));
+    if (l.o_b >= 0) y = y + p(l.o_b);
+    if (l.fc2_b >= 0) y = y + p(l.fc2_b);
+    return x + y;
   }
-  at::Tensor a = x + attention(i, norm(x, l.norm1_w, l.norm1_b), selective);
-  return a + mlp(i, norm(a, l.norm2_w, l.norm2_b));
+  at::Tensor a = x + row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b);
+  return a + row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b);
 }
 
 at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
-  const int64_t s = ids.size(1);
-  at::Tensor x = at::embedding(p(wte_), ids);  // (b, s, width)
+  at::Tensor x;
+  if (!tp_) {
+    x = at::embedding(p(wte_), ids);  // (b, s, width)
+  } else {
+    // Vocabulary-parallel (Megatron-LM): ids outside this rank's rows look up
+    // row 0 and are zeroed; the sum over the ranks is the embedding.
+    const int64_t lo = vocab_begin();
+    at::Tensor outside = ids.lt(lo).logical_or(ids.ge(lo + vocab_valid()));  // (b, s)
+    x = at::embedding(p(wte_), (ids - lo).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
+    x = leave_tp(x);  // (b, s, width); sp: (b, s/tp, width)
+  }
+  // This rank's positions: all of them, or its sequence shard under sp.
+  const int64_t s = x.size(1), first = sp_ ? int64_t(tp_rank_) * s : 0;
   if (proj_in_ >= 0) x = linear(x, proj_in_, -1);
-  if (wpe_ >= 0) x = x + p(wpe_).narrow(0, spec_.position_offset, s);
+  if (wpe_ >= 0) x = x + p(wpe_).narrow(0, spec_.position_offset + first, s);
   if (wtt_ >= 0) x = x + p(wtt_).select(0, 0);  // token type 0 everywhere
   if (emb_norm_w_ >= 0) x = norm(x, emb_norm_w_, emb_norm_b_);
   return x;
@@ -486,11 +603,14 @@ at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
   if (spec_.mlm_head) {
     x = at::gelu(linear(x, mlm_w_, mlm_b_));
     x = norm(x, mlm_norm_w_, mlm_norm_b_);
-    return linear(x, wte_, mlm_bias_, padded_vocab());
+    return col_linear(enter_tp(x), wte_, mlm_bias_, padded_vocab(), vocab_valid());
   }
   if (final_norm_w_ >= 0) x = norm(x, final_norm_w_, final_norm_b_);
   if (proj_out_ >= 0) x = linear(x, proj_out_, -1);
-  return linear(x, head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab());
+  // Under tp the head is column-parallel over the vocabulary: enter_tp's
+  // backward (sp: the GEMM's reduce-scatter) sums the input gradient's
+  // vocabulary parts.
+  return col_linear(enter_tp(x), head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab(), vocab_valid());
 }
 
 at::Tensor TransformerModel::block(int64_t i, const at::Tensor& x, Ckpt ckpt) const {
@@ -504,7 +624,8 @@ at::Tensor TransformerModel::head_loss(const at::Tensor& x, const at::Tensor& la
   const int64_t V = padded_vocab();
   int64_t rows = loss_chunk_rows;
   if (rows <= 0) rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * V));
-  return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows, grad_hint);
+  return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows, grad_hint,
+                                    reinterpret_cast<int64_t>(tp_), vocab_begin(), vocab_valid());
 }
 
 at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {

@@ -48,14 +48,21 @@
 // logits and their gradient), plus one fp32 chunk of about 256 MB and the padded
 // head-weight copy, instead of the 12 bytes per logit of cross_entropy on an fp32
 // copy (formula and measurements in runtime/README.md).
+//
+// Tensor parallelism (the constructor's tp and sp; runtime/tp.hpp): each rank
+// holds its part of the split parameters; the head computes this rank's
+// vocabulary columns (padded_vocab() of them) and the cross-entropy is
+// vocabulary-parallel.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "costmodel/model_spec.hpp"
+#include "runtime/tp.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::rt {
@@ -64,12 +71,17 @@ enum class Init { Normal, OutputNormal, Zeros, Ones };
 
 struct ParamInfo {
   std::string name;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // this rank's (its tp part; the full shape without tp)
   int64_t numel = 0;
   int64_t offset = 0;    // into the flat buffers
   bool decay = false;    // weight decay (tensors with >= 2 dimensions)
   Init init = Init::Normal;
   int group = 0;         // 0 = embedding, 1..layers = transformer layer, layers + 1 = head
+  // Tensor parallelism (runtime/tp.hpp): how the tensor is split over the tp
+  // group, its full shape, and where it sits in the single-process layout.
+  TpSplit split;
+  std::vector<int64_t> full_shape;
+  int64_t full_numel = 0, full_offset = 0;
 };
 
 // One flat parameter buffer and one flat gradient buffer, each parameter a leaf
@@ -78,8 +90,11 @@ struct ParamInfo {
 // of several micro-batches add up in the flat buffer).
 class ParamStore {
  public:
-  int add(std::string name, std::vector<int64_t> shape, Init init, int group);
-  // Assigns the offsets (done by add(); cheap, the list is short).
+  // `shape` is the full shape; with tp > 1 and a split the tensor declared is
+  // this rank's part of it (tp_local_shape()).
+  int add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}, int tp = 1);
+  // Assigns the offsets, of the local tensors and of the full ones in the
+  // single-process layout (done by add(); cheap, the list is short).
   void layout();
   // Orders the tensors (decayed first), allocates params and grads (zeroed) on
   // `device` in `dtype`, and makes the views.
@@ -94,6 +109,7 @@ class ParamStore {
   void bind_grad(int id, const at::Tensor& grad);
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int64_t numel() const { return numel_; }
+  int64_t full_numel() const { return full_numel_; }  // the single-process model's numel()
   int64_t decay_numel() const { return decay_numel_; }
   int64_t group_numel(int group) const;
   bool materialized() const { return params.defined(); }
@@ -104,7 +120,7 @@ class ParamStore {
  private:
   std::vector<ParamInfo> infos_;
   std::vector<at::Tensor> tensors_;
-  int64_t numel_ = 0, decay_numel_ = 0;
+  int64_t numel_ = 0, decay_numel_ = 0, full_numel_ = 0;
 };
 
 struct LayerIds {
@@ -117,7 +133,25 @@ class TransformerModel {
  public:
   // Declares the parameters. Throws InputError when a learned position table is
   // shorter than `seq` or the spec is invalid.
-  TransformerModel(const ModelSpec& spec, int64_t seq);
+  //
+  // `tp` (null or of size 1: no tensor parallelism): this rank's tensor-parallel
+  // group (Megatron-LM, Shoeybi et al. 2019). The model then declares this
+  // rank's parts (runtime/tp.hpp): qkv column-parallel by heads (q heads
+  // [r nh/tp, (r+1) nh/tp) and kv heads [r kv/tp, ...) of each of q, k, v, so
+  // grouped-query attention keeps its grouping), the attention output
+  // row-parallel by the same heads, fc1 column-parallel (SwiGLU's gate and up
+  // each split: rank r holds [gate_r; up_r]), fc2 row-parallel, the word
+  // embedding, an untied LM head, its bias and BERT's MLM bias
+  // vocabulary-parallel (ceil(vocab/tp) rows each, the last ranks' rows past
+  // the vocabulary zero and masked); everything else replicated (norms,
+  // position tables, the biases of the row-parallel layers, projections,
+  // pooler, MLM transform). Needs heads, kv heads and ffn divisible by tp.
+  // `sp` (Korthikanti et al. 2022): between the tensor-parallel regions the
+  // activations are sequence shards (b, s/tp, h) (norms, residuals, position
+  // embeddings on shards); needs seq divisible by tp. The replicated
+  // parameters' gradients are then partial per rank: the runtime sums them over
+  // the tp group (runtime/engine.cpp, sync()).
+  TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp = nullptr, bool sp = false);
 
   // Allocates the flat buffers on `device` in `dtype` and initialises them
   // deterministically from `seed` (GPT-2's scheme: N(0, 0.02) for matrices and
@@ -148,11 +182,20 @@ class TransformerModel {
   at::Tensor block(int64_t i, const at::Tensor& x, Ckpt ckpt) const;
   // Final norm, LM head and chunked cross-entropy: the head unit.
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& labels, double grad_hint) const;
-  at::Tensor embed(const at::Tensor& ids) const;          // (b, s) -> (b, s, h)
+  at::Tensor embed(const at::Tensor& ids) const;          // (b, s) -> (b, s, h); sp: (b, s/tp, h)
   // (b, s, h) -> (b, s, padded_vocab()); the columns past vocab hold -inf.
+  // Under tp the columns are this rank's vocabulary range (vocab_begin() on).
   at::Tensor logits(const at::Tensor& x) const;
-  // The vocabulary rounded up to a multiple of 64: the width of the LM head's GEMM.
-  int64_t padded_vocab() const { return (spec_.vocab + 63) / 64 * 64; }
+  // This rank's vocabulary rows rounded up to a multiple of 64: the width of the
+  // LM head's GEMM (all of the vocabulary without tp).
+  int64_t padded_vocab() const { return (vocab_rows() + 63) / 64 * 64; }
+  // Rows of the vocabulary-parallel matrices on each rank: ceil(vocab / tp).
+  int64_t vocab_rows() const { return (spec_.vocab + tp_size_ - 1) / tp_size_; }
+  int64_t vocab_begin() const { return int64_t(tp_rank_) * vocab_rows(); }
+  // Of those rows, the ones inside the vocabulary (the rest are padding).
+  int64_t vocab_valid() const { return std::clamp<int64_t>(spec_.vocab - vocab_begin(), 0, vocab_rows()); }
+  int tp_size() const { return tp_size_; }
+  bool sequence_parallel() const { return sp_; }
 
   const ModelSpec& spec() const { return spec_; }
   int64_t seq() const { return seq_; }
@@ -167,7 +210,19 @@ class TransformerModel {
 
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
-  at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0) const;
+  at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
+  // A column-parallel layer: under sp x is this rank's sequence shard and the
+  // GEMM gathers the sequence itself (LinearAccum); linear() otherwise.
+  at::Tensor col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
+  // Into a column-parallel region (copy-to-tp without sp; under sp the
+  // column-parallel GEMMs gather the sequence) and out of a row-parallel one
+  // (summed over the tp ranks; sp: this rank's sequence shard); identities
+  // without tp.
+  at::Tensor enter_tp(const at::Tensor& x) const;
+  at::Tensor leave_tp(const at::Tensor& x) const;
+  // leave_tp() then the row-parallel layer's bias; without tp the bias is already
+  // inside the GEMM and `y` is returned as it is.
+  at::Tensor row_out(const at::Tensor& y, int bias) const;
   at::Tensor attention(int64_t i, const at::Tensor& xn, bool selective) const;
   at::Tensor mlp(int64_t i, const at::Tensor& xn) const;
   at::Tensor p(int id) const { return store_.get(id); }
@@ -175,6 +230,9 @@ class TransformerModel {
 
   ModelSpec spec_;
   int64_t seq_;
+  Communicator* tp_ = nullptr;  // null without tensor parallelism
+  int tp_size_ = 1, tp_rank_ = 0;
+  bool sp_ = false;
   ParamStore store_;
   std::vector<LayerIds> layers_;
   int wte_ = -1, wpe_ = -1, wtt_ = -1, emb_norm_w_ = -1, emb_norm_b_ = -1, proj_in_ = -1;

@@ -138,11 +138,6 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
     o.output_path = out;
     CHECK_THROWS_AS(run_exec(o), InputError);
   }
-  SECTION("a plan with tp > 1") {
-    Plan p = tiny_plan();
-    p.strategy = Strategy::parse("tp=2,mbs=2,gas=2,precision=fp32");
-    CHECK_THROWS_AS(run_exec(opts(write_plan(p, "tp2.json"))), InputError);
-  }
   SECTION("--steps 0") {
     auto o = opts(write_plan(tiny_plan(), "steps0.json"));
     o.steps = 0;

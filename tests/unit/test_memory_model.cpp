@@ -119,6 +119,26 @@ TEST_CASE("stage parameters: TP splits matrices, PP splits layers, tied head cop
   CHECK(first + last == m.total_params() + m.vocab * m.hidden);  // Megatron keeps a tied copy on the last stage
 }
 
+TEST_CASE("stage parameters: vocabulary-parallel rows are ceil(vocab / tp), as the runtime declares them", "[memory]") {
+  // GPT-2's vocabulary, 50257 (odd): under tp=2 each rank holds ceil(50257/2) =
+  // 25129 rows of the word embedding (runtime/model.hpp, TransformerModel's
+  // vocabulary-parallel split; the second rank's last row is zero padding), so
+  // the embedding unit is (embedding_params - 50257 h) + 25129 h; an untied head
+  // with a bias likewise 25129 (h + 1); the layer splits everything but its
+  // norms and the row-parallel biases (2 norms of 2h, o and fc2 biases of h).
+  ModelSpec m = gpt_shape(2, 64, 4);
+  m.vocab = 50257;
+  const int64_t h = m.hidden, rows = 25129;
+  CHECK(stage_params_per_rank(m, 0, true, false, 1, 2) == m.embedding_params() - m.vocab * h + rows * h);
+  m.tied_embeddings = false, m.lm_head_bias = true, m.final_norm = true;
+  CHECK(stage_params_per_rank(m, 0, false, true, 1, 2) == 2 * h + rows * (h + 1));
+  const int64_t repl = 2 * 2 * h + 2 * h;
+  CHECK(stage_params_per_rank(m, 1, false, false, 1, 2) == (m.layer_params() - repl) / 2 + repl);
+  // SwiGLU with biases: the down projection's bias is replicated too.
+  m.mlp = MlpKind::SwiGlu, m.mlp_bias = true;
+  CHECK(stage_params_per_rank(m, 1, false, false, 1, 2) == (m.layer_params() - repl) / 2 + repl);
+}
+
 TEST_CASE("layer partition is balanced and covers every layer", "[memory]") {
   const ModelSpec m = gpt_shape(30, 1024, 16);
   for (int chunks : {1, 2, 4, 7, 8, 30}) {
