@@ -183,7 +183,8 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     synchronize(cuda);
     empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
     r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.params = engine.model().store().numel();
+    // The model's parameters (a rank holds its tp part of them).
+    r.params = st.tp > 1 ? plan.model.total_params() : engine.model().store().numel();
 
     MeasuredMemory& mm = r.memory;
     mm.parameters = engine.param_bytes();

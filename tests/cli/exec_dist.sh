@@ -56,6 +56,17 @@ assert "0RB0" in a and "1SB0" in b
 meta = [e for e in t["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name" and e["pid"] == 1001]
 assert "stage 1" in meta[0]["args"]["name"], meta
 PY
+# A tensor-parallel plan with sequence parallelism (tp=2, sp): the ranks hold
+# halves of the split matrices; the report counts the whole model.
+expect_exit 0 $P exec "$ROOT/examples/plans/tiny-cpu-tp2-sp.json" --device cpu --steps 1 --warmup 1 --oversubscribe -q -o "$TMP/tp.json"
+python3 - "$TMP/tp.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, m = r["plan"]["strategy"], r["measurement"]
+assert s["tp"] == 2 and s["sp"] and m["world"] == 2, (s, m["world"])
+assert all(l == l for l in m["losses"])
+assert m["params"] > 100000, m["params"]   # the whole model, not one rank's half
+PY
 # Inside an existing mpirun launch: the same result.
 expect_exit 0 "${MPI[@]}" $P exec "$PLAN" --device cpu --steps 2 --warmup 1 -q -o "$TMP/r2.json"
 python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['measurement']['losses']; b=json.load(open(sys.argv[2]))['measurement']['losses']; assert a==b, (a,b)" "$TMP/r.json" "$TMP/r2.json" || { echo "FAIL: losses differ between the two launches"; fails=$((fails+1)); }
