@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
       "--objective cost\n"
       "  planner exec plan.json\n"
       "  planner calibrate -o profile.json && planner predict --plan plan.json --profile profile.json\n"
+      "  planner validate examples/sweep_1gpu.json -o report --profile profile.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
   // A closed pipe is a failed write (EPIPE, exit 1 with one line), not a silent death by SIGPIPE.
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
   planner::add_list_command(app, exit_code);
   planner::add_export_command(app, exit_code);
   planner::add_calibrate_command(app, exit_code);
+  planner::add_validate_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
