@@ -178,6 +178,31 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
 
     json plans = json::array();
     json machine = nullptr;
+    // report.json and report.csv as they stand: rewritten after every plan, so
+    // a sweep cut short (a device's time limit) still leaves its report.
+    auto make_report = [&] {
+      json report = {{"format", "planner-validation"},
+                     {"version", 1},
+                     {"created", utc_now()},
+                     {"sweep", o->sweep},
+                     {"sweep_name", sw.name},
+                     {"held_out", sw.held_out},
+                     {"steps", steps},
+                     {"warmup", warmup},
+                     {"device", o->device},
+                     {"predict_only", o->predict_only},
+                     {"profile", o->profile.profile.empty() ? json(nullptr) : json(o->profile.profile)},
+                     {"headroom", o->profile.headroom.empty() ? json(nullptr) : json(o->profile.headroom)},
+                     {"machine", machine},
+                     {"complete", false},
+                     {"plans", plans}};
+      report["summary"] = summarize(plans, sw.held_out);
+      return report;
+    };
+    auto save = [&](const json& r) {
+      write_file_atomically((fs::path(dir) / "report.json").string(), r.dump(2) + "\n");
+      write_file_atomically((fs::path(dir) / "report.csv").string(), report_csv(r));
+    };
     size_t i = 0, chosen = 0;
     for (const auto& e : sw.entries) chosen += (only.empty() || only.count(e.name)) && (o->half.empty() || e.half == o->half);
     for (size_t k = 0; k < sw.entries.size(); ++k) {
@@ -238,23 +263,11 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
           std::cerr << "; " << run.status << (run.error.empty() ? "" : ": " + run.error) << "\n";
       }
       plans.push_back(rec);
+      if (!o->predict_only) save(make_report());
     }
 
-    json report = {{"format", "planner-validation"},
-                   {"version", 1},
-                   {"created", utc_now()},
-                   {"sweep", o->sweep},
-                   {"sweep_name", sw.name},
-                   {"held_out", sw.held_out},
-                   {"steps", steps},
-                   {"warmup", warmup},
-                   {"device", o->device},
-                   {"predict_only", o->predict_only},
-                   {"profile", o->profile.profile.empty() ? json(nullptr) : json(o->profile.profile)},
-                   {"headroom", o->profile.headroom.empty() ? json(nullptr) : json(o->profile.headroom)},
-                   {"machine", machine},
-                   {"plans", plans}};
-    report["summary"] = summarize(plans, sw.held_out);
+    json report = make_report();
+    report["complete"] = true;
     json files = {"report.json", "report.csv"};
     std::string plot_note;
     if (!o->no_plots) {
@@ -273,8 +286,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
     }
     report["files"] = files;
     if (!plot_note.empty()) report["notes"] = json::array({plot_note});
-    write_file_atomically((fs::path(dir) / "report.json").string(), report.dump(2) + "\n");
-    write_file_atomically((fs::path(dir) / "report.csv").string(), report_csv(report));
+    save(report);
     std::string text = o->json ? report.dump(2) + "\n" : report_table(report);
     if (!o->json) {
       if (!plot_note.empty()) text += "note: " + plot_note + "\n";

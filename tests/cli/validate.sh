@@ -43,7 +43,7 @@ python3 - "$TMP/v" <<'PY' || fails=$((fails+1))
 import json, os, sys
 d = sys.argv[1]
 r = json.load(open(os.path.join(d, "report.json")))
-assert r["format"] == "planner-validation" and r["held_out"] == "B"
+assert r["format"] == "planner-validation" and r["held_out"] == "B" and r["complete"] is True
 names = [p["name"] for p in r["plans"]]
 assert names == ["tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2"], names
 by = {p["name"]: p for p in r["plans"]}
