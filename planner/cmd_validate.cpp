@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -94,12 +93,6 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string self_exe(const char* argv0) {
   std::error_code ec;
@@ -183,7 +176,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
     auto make_report = [&] {
       json report = {{"format", "planner-validation"},
                      {"version", 1},
-                     {"created", utc_now()},
+                     {"created", utc_timestamp()},
                      {"sweep", o->sweep},
                      {"sweep_name", sw.name},
                      {"held_out", sw.held_out},

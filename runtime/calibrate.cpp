@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <functional>
 
+#include "costmodel/plan.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
@@ -27,9 +27,15 @@ namespace planner::rt {
 
 namespace calib {
 
-// The fastest of five batches: interference (other processes, clock ramps)
-// only ever makes a batch slower.
-double best_batch(IntervalTimer& t, int calls) {
+// Five batches of `calls` calls; the fastest, per call: interference (other
+// processes, clock ramps) only ever makes a batch slower.
+double best_of_batches(const Ctx& c, const std::function<void()>& fn, int calls) {
+  IntervalTimer t(c.cuda);
+  for (int r = 0; r < 5; ++r) {
+    t.start();
+    for (int i = 0; i < calls; ++i) fn();
+    t.stop();
+  }
   const std::vector<double> s = t.seconds();
   return *std::min_element(s.begin(), s.end()) / calls;
 }
@@ -43,26 +49,13 @@ double time_per_call(const Ctx& c, const std::function<void()>& fn, double targe
   fn();
   once.stop();
   const double one = std::max(1e-7, once.seconds().at(0));
-  const int calls = int(std::clamp(target / one, 1.0, 10000.0));
-  IntervalTimer t(c.cuda);
-  for (int r = 0; r < 5; ++r) {
-    t.start();
-    for (int i = 0; i < calls; ++i) fn();
-    t.stop();
-  }
-  return best_batch(t, calls);
+  return best_of_batches(c, fn, int(std::clamp(target / one, 1.0, 10000.0)));
 }
 
 double time_fixed(const Ctx& c, const std::function<void()>& fn, int calls) {
   fn();
   synchronize(c.cuda);
-  IntervalTimer t(c.cuda);
-  for (int r = 0; r < 5; ++r) {
-    t.start();
-    for (int i = 0; i < calls; ++i) fn();
-    t.stop();
-  }
-  return best_batch(t, calls);
+  return best_of_batches(c, fn, calls);
 }
 
 void say(const Ctx& c, const std::string& line) {
@@ -89,12 +82,6 @@ json machine_json(const MachineInfo& m) {
           {"hostname", m.hostname}};
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 // cudaMemGetInfo (free, total); zeros without CUDA.
 std::pair<int64_t, int64_t> mem_info(bool cuda) {
@@ -194,7 +181,7 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     at::globalContext().setFloat32MatmulPrecision("high");
   }
   json m = {{"format", "planner-calibration"},
-            {"created", utc_now()},
+            {"created", utc_timestamp()},
             {"device", cuda ? "cuda" : "cpu"},
             {"quick", o.quick},
             {"ranks", wi.size},
