@@ -110,13 +110,14 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       "  planner validate examples/sweep_h200x2.json -o out --only neo-dp2-z3,neo-dp2-z1 --steps 5\n"
       "  planner validate tests/data/sweep_tiny_cpu.json -o out --device cpu --oversubscribe\n"
       "  planner validate examples/sweep_1gpu.json -o preds --predict-only   # commit predictions before running\n"
+      "  planner validate examples/sweep_1gpu.json -o h200 --gpus 1xH200 --profile h200.json\n"
       "Each plan runs as `planner exec` (mpirun started by it for several ranks). Writes DIR/report.json,\n"
       "DIR/report.csv, DIR/plans/NAME.json, DIR/runs/NAME.json (result) and NAME.log, and with gnuplot on the\n"
       "PATH DIR/step_time.png, DIR/peak_memory.png, DIR/memory_breakdown.png (script: DIR/plots.gp).\n"
       "Sweep file format: docs/ARCHITECTURE.md, \"planner validate\". Exit 0 when the report was written,\n"
       "whatever the plans did; 2 for a bad sweep or option (nothing written).");
   struct Opts {
-    std::string sweep, output, steps, warmup, device = "auto", only, half, timeout = "1200";
+    std::string sweep, output, steps, warmup, device = "auto", only, half, timeout = "1200", gpus;
     ProfileCli profile;
     bool json = false, quiet = false, oversubscribe = false, predict_only = false, no_plots = false;
   };
@@ -127,6 +128,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--steps", o->steps, "timed steps per plan (default: the sweep's, else 5)");
   cmd->add_option("--warmup", o->warmup, "warm-up steps per plan (default: the sweep's, else 2)");
   cmd->add_option("--device", o->device, "auto, cuda or cpu, passed to planner exec (default auto)");
+  cmd->add_option("--gpus", o->gpus, "run every plan on these GPUs instead of the sweep's (e.g. 1xH200)");
   cmd->add_option("--only", o->only, "run only these plans (names, comma-separated)");
   cmd->add_option("--half", o->half, "run only half A or half B");
   cmd->add_option("--timeout", o->timeout, "seconds one plan may take before it is ended (default 1200)");
@@ -137,7 +139,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
     // Everything that can be refused is refused before anything is written.
-    Sweep sw = load_sweep(o->sweep);
+    Sweep sw = load_sweep(o->sweep, o->gpus);
     const int steps = o->steps.empty() ? sw.steps : int(std::min<int64_t>(parse_int(o->steps, "--steps"), 100000));
     const int warmup =
         o->warmup.empty() ? sw.warmup : int(std::min<int64_t>(parse_int(o->warmup, "--warmup", true), 100000));

@@ -43,20 +43,21 @@ int64_t whole(const json& v, const std::string& what) {
   return v.get<int64_t>();
 }
 
-Plan entry_plan(const json& e, const fs::path& dir, const std::string& where) {
+Plan entry_plan(const json& e, const fs::path& dir, const std::string& where, const std::string& gpus) {
   if (e.contains("plan")) {
     for (const char* k : {"model", "gpus", "strategy", "seq", "global_batch"})
       if (e.contains(k)) throw InputError(fmt::format("{}: 'plan' replaces '{}'; give one or the other", where, k));
     const json& p = e["plan"];
     Plan plan = p.is_string() ? load_plan(beside(dir, p.get<std::string>())) : plan_from_json(p);
+    if (!gpus.empty()) plan.cluster = resolve_cluster(gpus);
     check_compat(plan);
     return plan;
   }
   if (!e.contains("model") || !e["model"].is_string()) throw InputError(where + ": 'model' (a preset or config.json) or 'plan' is missing");
-  if (!e.contains("gpus") || !e["gpus"].is_string()) throw InputError(where + ": 'gpus' is missing");
+  if (gpus.empty() && (!e.contains("gpus") || !e["gpus"].is_string())) throw InputError(where + ": 'gpus' is missing");
   PlanRequest r;
   r.model = beside(dir, e["model"].get<std::string>());
-  r.gpus = beside(dir, e["gpus"].get<std::string>());
+  r.gpus = gpus.empty() ? beside(dir, e["gpus"].get<std::string>()) : gpus;
   if (e.contains("strategy")) {
     if (!e["strategy"].is_string()) throw InputError(where + ": 'strategy' must be the text form (dp=2,zero=1,...)");
     r.strategy = e["strategy"].get<std::string>();
@@ -93,7 +94,7 @@ std::string short_strategy(const std::string& text) {
 
 }  // namespace
 
-Sweep load_sweep(const std::string& path) {
+Sweep load_sweep(const std::string& path, const std::string& gpus) {
   const json j = read_json_file(path, "sweep");
   const std::string where = fmt::format("sweep '{}'", path);
   if (!j.is_object()) throw InputError(where + ": expected a JSON object");
@@ -134,7 +135,7 @@ Sweep load_sweep(const std::string& path) {
     const std::string half = e.value("half", "");
     if (half != "A" && half != "B") throw InputError(pw + ": \"half\" must be \"A\" or \"B\" (the held-out split)");
     try {
-      s.entries.push_back({name, half, entry_plan(e, dir, pw)});
+      s.entries.push_back({name, half, entry_plan(e, dir, pw, gpus)});
     } catch (const InputError& err) {
       const std::string msg = err.what();
       throw InputError(msg.rfind(pw, 0) == 0 ? msg : pw + ": " + msg);

@@ -47,7 +47,9 @@ struct Sweep {
 
 // Reads and checks the whole sweep (every plan built and checked with
 // check_compat) before anything runs: InputError naming the plan otherwise.
-Sweep load_sweep(const std::string& path);
+// `gpus` (not empty) replaces every plan's GPUs (a cluster spec, e.g. 1xH200):
+// the same sweep on another GPU kind.
+Sweep load_sweep(const std::string& path, const std::string& gpus = "");
 
 // How one plan's run ended.
 struct RunOutcome {

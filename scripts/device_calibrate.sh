@@ -14,6 +14,7 @@
 # file), PROFILE (the profile the sweep predicts with; PART=both: the one just
 # measured), HEADROOM (passed to validate, default 0: the fit verdicts against
 # the whole capacity, as the memory-edge plans need), ONLY (validate --only),
+# GPUS (validate --gpus: e.g. 1xH200 to run sweep_1gpu.json on one H200),
 # STEPS, WARMUP, BUDGET (seconds for the whole call, default 560: the device
 # tool ends a command at 600), BUILD=0 with PLANNER_BIN=path (use a planner
 # already built, e.g. on a warm machine).
@@ -112,6 +113,7 @@ if [ "$PART" != calibrate ]; then
   args=(--headroom "$HEADROOM" --timeout 200)
   [ -n "${PROFILE:-}" ] && args+=(--profile "$PROFILE")
   [ -n "${ONLY:-}" ] && args+=(--only "$ONLY")
+  [ -n "${GPUS:-}" ] && args+=(--gpus "$GPUS")
   [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
   [ -n "${WARMUP:-}" ] && args+=(--warmup "$WARMUP")
   t=$(( $(left) - 20 ))

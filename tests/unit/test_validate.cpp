@@ -133,6 +133,9 @@ TEST_CASE("validate: a bad sweep is refused with one line naming the plan", "[va
   CHECK(ok.entries[0].plan.model.layers == 2);
   CHECK(ok.entries[0].plan.seq == 64);
   CHECK(ok.held_out == "B");
+  CHECK(ok.entries[0].plan.cluster.gpu.name == "H100-SXM");
+  // --gpus: the same sweep on another GPU kind.
+  CHECK(load_sweep((dir / "ok.json").string(), "1xH200").entries[0].plan.cluster.gpu.name == "H200");
   const std::string bad_half = write(dir / "b1.json", head + R"({"name": "t", "half": "C", "model": "tiny.json"}]})");
   CHECK(contains(error_of([&] { load_sweep(bad_half); }), "plan 't': \"half\" must be"));
   const std::string dup = write(dir / "b2.json", head + R"({"name": "t", "half": "A", "model": "tiny.json"}, {"name": "t", "half": "B", "model": "tiny.json"}]})");
