@@ -53,7 +53,7 @@ std::vector<GpuSpec> build_catalog() {
     g.name = fmt::format("V100-{}GB", mem);
     g.aliases = mem == 32 ? std::vector<std::string>{"v100", "v100-sxm2", "v100-sxm2-32gb", "tesla-v100", "v100-32gb-sxm2"}
                           : std::vector<std::string>{"v100-sxm2-16gb", "v100-16gb-sxm2"};
-    g.memory_bytes = mem * GiB;
+    g.memory_bytes = datasheet_capacity(mem);
     g.memory_bandwidth_Bps = 900 * GB;
     g.peak_fp32 = 15.7 * TF;
     g.peak_fp16 = 125 * TF;
@@ -82,7 +82,7 @@ std::vector<GpuSpec> build_catalog() {
     GpuSpec g;
     g.name = a.name;
     g.aliases = a.aliases;
-    g.memory_bytes = a.mem * GiB;
+    g.memory_bytes = datasheet_capacity(a.mem);
     g.memory_bandwidth_Bps = a.bw * GB;
     g.peak_fp32 = 19.5 * TF;
     g.peak_tf32 = 156 * TF;
@@ -110,7 +110,7 @@ std::vector<GpuSpec> build_catalog() {
     GpuSpec g;
     g.name = "A6000";
     g.aliases = {"rtx-a6000", "rtxa6000", "a6000-48gb"};
-    g.memory_bytes = 48 * GiB;
+    g.memory_bytes = datasheet_capacity(48);
     g.memory_bandwidth_Bps = 768 * GB;
     g.peak_fp32 = 38.7 * TF;
     g.peak_tf32 = 77.4 * TF;
@@ -139,7 +139,9 @@ std::vector<GpuSpec> build_catalog() {
     GpuSpec g;
     g.name = a.name;
     g.aliases = a.aliases;
-    g.memory_bytes = 24 * GiB;
+    // An RTX 3090 reports 23.69 GiB of total memory to a process (cudaMemGetInfo;
+    // issue 10), not 24.00; the 3090 Ti has the same 24 GiB of GDDR6X.
+    g.memory_bytes = int64_t(23.69 * double(GiB)) / (1 << 20) * (1 << 20);
     g.memory_bandwidth_Bps = a.bw * GB;
     g.peak_fp32 = g.peak_tf32 = a.fp32 * TF;
     g.peak_fp16 = g.peak_bf16 = a.tensor * TF;
@@ -166,7 +168,7 @@ std::vector<GpuSpec> build_catalog() {
     GpuSpec g;
     g.name = "RTX4090";
     g.aliases = {"4090", "rtx-4090", "geforce-rtx-4090"};
-    g.memory_bytes = 24 * GiB;
+    g.memory_bytes = datasheet_capacity(24);
     g.memory_bandwidth_Bps = 1008 * GB;
     g.peak_fp32 = g.peak_tf32 = 82.6 * TF;
     g.peak_fp16 = g.peak_bf16 = 165.2 * TF;
@@ -185,7 +187,7 @@ std::vector<GpuSpec> build_catalog() {
     GpuSpec g;
     g.name = "L40S";
     g.aliases = {"l40s-48gb"};
-    g.memory_bytes = 48 * GiB;
+    g.memory_bytes = datasheet_capacity(48);
     g.memory_bandwidth_Bps = 864 * GB;
     g.peak_fp32 = 91.6 * TF;
     g.peak_tf32 = 183 * TF;
@@ -221,8 +223,9 @@ std::vector<GpuSpec> build_catalog() {
     // workplace's H100 SXM cudaMemGetInfo reports 85,017,493,504 bytes total
     // (79.18 GiB; nvidia-smi 81559 MiB; validation/h100/*.exec.json,
     // memory.device_total_bytes), assumed the same for the PCIe card's 80 GB;
-    // the H200 shows 143771 MiB in nvidia-smi (device KINDS.md), taken as is.
-    if (std::string_view(h.name) == "H200") g.memory_bytes = int64_t{143771} << 20;
+    // the H200: 150,109,880,320 bytes (139.80 GiB; validation/h200x2/run3,
+    // device_total_bytes; nvidia-smi shows 143771 MiB, 614 MiB more).
+    if (std::string_view(h.name) == "H200") g.memory_bytes = 150'109'880'320;
     else g.memory_bytes = 85'017'493'504;
     g.memory_bandwidth_Bps = h.bw_TBps * 1e12;
     g.peak_fp32 = h.fp32 * TF;
@@ -351,5 +354,16 @@ Link default_link(LinkKind k) {
 }
 
 bool consumer_nvlink(const GpuSpec& g) { return g.has_nvlink && g.default_intra != IntraNode::NVSwitch; }
+
+// GPU memory a process can allocate where nobody measured it: the datasheet's
+// GiB less a margin for what the driver keeps (ECC, page tables, reserved
+// memory). Measured totals (cudaMemGetInfo) against the datasheet: RTX 3090
+// 23.69 of 24 GiB (1.3%; issue 10), H100 SXM 79.18 of 80 GiB (1.0%;
+// validation/h100), H200 139.80 of 141 (0.9%; validation/h200x2). The largest,
+// 1.3%, is the margin; planner calibrate measures the real figure.
+constexpr double kUncalibratedMemoryMargin = 0.013;
+int64_t datasheet_capacity(double gib) {
+  return int64_t(gib * double(int64_t{1} << 30) * (1.0 - kUncalibratedMemoryMargin)) / (1 << 20) * (1 << 20);
+}
 
 }  // namespace planner

@@ -111,7 +111,7 @@ void add_datasheet_gpus(std::vector<GpuSpec>& c) {
     GpuSpec g;
     g.name = e.name;
     g.aliases = e.aliases;
-    g.memory_bytes = int64_t(e.mem_gib * double(GiB));
+    g.memory_bytes = datasheet_capacity(e.mem_gib);  // datasheet less the uncalibrated margin
     g.memory_bandwidth_Bps = e.bw_GBps * GB;
     g.peak_fp32 = e.fp32 * TF;
     g.peak_tf32 = e.tf32 * TF;

@@ -1,10 +1,14 @@
 #pragma once
 // The second half of the GPU catalog (gpu_catalog.cpp builds the first and
 // appends these): datasheet-only entries, prediction only where not CUDA.
+#include <cstdint>
 #include <vector>
 
 #include "costmodel/cluster_spec.hpp"
 
 namespace planner {
+// GPU memory a process can allocate where nobody measured it: the datasheet's
+// GiB less a stated margin (gpu_catalog.cpp), rounded down to MiB.
+int64_t datasheet_capacity(double gib);
 void add_datasheet_gpus(std::vector<GpuSpec>& c);
 }  // namespace planner

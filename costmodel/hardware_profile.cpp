@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/model_states.hpp"
 #include "costmodel/plan.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -18,6 +20,16 @@ double HardwareProfile::peak_flops(Precision p) const {
     case Precision::FP32: return allow_tf32 && peak_tf32_flops > 0 ? peak_tf32_flops : peak_fp32_flops;
   }
   return peak_fp32_flops;
+}
+
+double HardwareProfile::gemm_efficiency_for(Precision p) const {
+  const double e = p == Precision::FP32 ? gemm_efficiency_fp32 : p == Precision::FP16 ? gemm_efficiency_fp16
+                                                                                      : gemm_efficiency_bf16;
+  return e > 0 ? e : gemm_efficiency;
+}
+
+int64_t HardwareProfile::headroom_bytes(int64_t capacity) const {
+  return std::max<int64_t>(memory_headroom_bytes, int64_t(std::llround(memory_headroom * double(capacity))));
 }
 
 void HardwareProfile::validate() const {
@@ -48,6 +60,18 @@ void HardwareProfile::validate() const {
   positive(cpu_adam_flops_per_param, "cpu_adam_flops_per_param");
   positive(memory_bandwidth_Bps, "memory_bandwidth_Bps");
   fraction(gemm_efficiency, "gemm_efficiency");
+  // 0 stands for "not measured: gemm_efficiency".
+  if (gemm_efficiency_fp32 != 0) fraction(gemm_efficiency_fp32, "gemm_efficiency_fp32");
+  if (gemm_efficiency_fp16 != 0) fraction(gemm_efficiency_fp16, "gemm_efficiency_fp16");
+  if (gemm_efficiency_bf16 != 0) fraction(gemm_efficiency_bf16, "gemm_efficiency_bf16");
+  non_negative(cpu_adam_params_per_second, "cpu_adam_params_per_second");
+  non_negative(double(gpu_memory_bytes), "gpu_memory_bytes");
+  non_negative(double(context_bytes), "context_bytes");
+  non_negative(double(workspace_bytes), "workspace_bytes");
+  non_negative(double(nccl_communicator_bytes), "nccl_communicator_bytes");
+  non_negative(double(memory_headroom_bytes), "memory_headroom_bytes");
+  if (!(memory_headroom >= 0 && memory_headroom < 1))
+    throw InputError(fmt::format("profile: memory_headroom={} must be a fraction in [0, 1)", memory_headroom));
   fraction(memory_efficiency, "memory_efficiency");
   fraction(strided_kernel_relative, "strided_kernel_relative");
   fraction(reduction_kernel_relative, "reduction_kernel_relative");
@@ -75,8 +99,12 @@ namespace {
 //  head dim 128, causal): A100 forward ~190-230 TFLOP/s and backward ~160-190
 //  against cuBLAS's 230 (reference file) -> 0.85 / 0.70; H100 SXM5 forward ~330-
 //  400 and backward ~300 TFLOP/s against the 805 measured here -> 0.45 / 0.38.
-//  V100 has no FlashAttention-2 (sm80+); PyTorch falls back to the memory-
-//  efficient kernel at roughly half of that.
+//  V100 has no FlashAttention-2 (sm80+); PyTorch's SDPA falls back to its
+//  memory-efficient kernel at roughly half of that. That kernel is fused too
+//  (no s^2 scores are saved), so `flash` is true: the time model prices it at
+//  the V100 row's rates and the memory model saves what a fused kernel saves
+//  (until this change V100 had flash = false, which priced a materialized
+//  softmax and left these rates unused).
 struct ArchRow {
   const char* key;  // substring of the lower-case catalog name
   int sms;
@@ -86,7 +114,7 @@ struct ArchRow {
 constexpr ArchRow kArch[] = {
     {"h200", 132, 0.45, 0.38, true}, {"h100", 132, 0.45, 0.38, true}, {"a100", 108, 0.85, 0.70, true},
     {"a6000", 84, 0.85, 0.70, true}, {"3090", 82, 0.85, 0.70, true},  {"4090", 128, 0.85, 0.70, true},
-    {"a10", 72, 0.85, 0.70, true},   {"l40", 142, 0.85, 0.70, true},  {"v100", 80, 0.45, 0.40, false},
+    {"a10", 72, 0.85, 0.70, true},   {"l40", 142, 0.85, 0.70, true},  {"v100", 80, 0.45, 0.40, true},
 };
 
 }  // namespace
@@ -119,6 +147,12 @@ HardwareProfile default_profile(const GpuSpec& g) {
   // Pinned host-to-device copy: 55 GB/s measured on H200 (reference file) over
   // PCIe 5.0 x16's 64 GB/s = 0.86.
   p.host_copy_efficiency = 0.86;
+  // What the process itself takes: the memory model's measured constants
+  // (costmodel/model_states.cpp) until planner calibrate measures this GPU.
+  const MemoryConstants k = memory_constants(ClusterSpec{});
+  p.context_bytes = int64_t(k.context_bytes);
+  p.workspace_bytes = int64_t(k.static_buffer_bytes);
+  p.nccl_communicator_bytes = int64_t(k.nccl_bytes_per_communicator);
   p.source = fmt::format("default for {}: datasheet peaks ({}), efficiencies from "
                          "/work/shared/reference/gpu-microbenchmarks.md and docs/TIME_MODEL.md",
                          g.name, g.source);
@@ -127,11 +161,13 @@ HardwareProfile default_profile(const GpuSpec& g) {
 
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
-  X(gemm_efficiency) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
+  X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
   X(attention_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
   X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
-  X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather)
+  X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather)          \
+  X(cpu_adam_params_per_second) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
+  X(nccl_communicator_bytes) X(memory_headroom) X(memory_headroom_bytes)
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json j;
@@ -139,12 +175,13 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
 #define X(f) j[#f] = p.f;
   PLANNER_PROFILE_FIELDS(X)
 #undef X
+  if (p.calibration) j["calibration"] = *p.calibration;
   return j;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile& base) {
   if (!j.is_object()) throw InputError("profile: expected a JSON object");
-  std::vector<std::string> known{"format"};
+  std::vector<std::string> known{"format", "calibration"};
 #define X(f) known.push_back(#f);
   PLANNER_PROFILE_FIELDS(X)
 #undef X
@@ -160,6 +197,10 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
   if (j.contains(#f)) j.at(#f).get_to(p.f);
     PLANNER_PROFILE_FIELDS(X)
 #undef X
+    if (j.contains("calibration")) {
+      if (!j.at("calibration").is_object()) throw InputError("profile: 'calibration' must be an object");
+      p.calibration = std::make_shared<const nlohmann::json>(j.at("calibration"));
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("profile: {}", e.what()));
   }
@@ -175,6 +216,39 @@ HardwareProfile load_profile(const std::string& path, const GpuSpec& gpu) {
 
 void save_profile(const HardwareProfile& p, const std::string& path) {
   write_file_atomically(path, profile_to_json(p).dump(2) + "\n");
+}
+
+void apply_headroom(const std::string& text_in, HardwareProfile& p) {
+  const std::string text = trim(text_in);
+  const auto bad = [&] {
+    return InputError(fmt::format("--headroom '{}': expected a percentage (2%), a fraction below 1 (0.02), bytes "
+                                  "with a unit (1.5GiB) or 0",
+                                  text_in));
+  };
+  if (text.empty()) throw bad();
+  const bool percent = text.back() == '%';
+  const std::string number = percent ? trim(text.substr(0, text.size() - 1)) : text;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == number.size() && !number.empty()) {
+    if (percent) v /= 100.0;
+    if (!(v >= 0 && v < 1) || !std::isfinite(v)) throw bad();
+    p.memory_headroom = v;
+    p.memory_headroom_bytes = 0;
+    return;
+  }
+  if (percent) throw bad();
+  try {
+    p.memory_headroom_bytes = parse_bytes(text, "--headroom");
+  } catch (const InputError&) {
+    throw bad();
+  }
+  p.memory_headroom = 0;
 }
 
 }  // namespace planner

@@ -6,6 +6,8 @@
 // and this workplace's own measurements), saved to and loaded from JSON so a
 // measured profile (planner calibrate) can replace them. Formulas and sources
 // in docs/TIME_MODEL.md.
+#include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -22,6 +24,9 @@ struct HardwareProfile {
   double peak_fp32_flops = 0, peak_tf32_flops = 0, peak_fp16_flops = 0, peak_bf16_flops = 0;  // dense, datasheet
   bool allow_tf32 = false;            // PyTorch >= 1.12 keeps fp32 matmuls off TF32 by default
   double gemm_efficiency = 0.7;       // large-GEMM fraction of peak (measured, 8192^3)
+  // Per working precision, when measured (planner calibrate: the median over
+  // transformer GEMM shapes of measured / (peak x shape factor)); 0: gemm_efficiency.
+  double gemm_efficiency_fp32 = 0, gemm_efficiency_fp16 = 0, gemm_efficiency_bf16 = 0;
   int sm_count = 108;                 // streaming multiprocessors (wave quantization)
   int gemm_tile_m = 128, gemm_tile_n = 128;  // output tile of one thread block (cuBLAS/CUTLASS typical)
   double gemm_k_half = 32;            // reduction length at which the main loop runs at half speed
@@ -45,6 +50,24 @@ struct HardwareProfile {
   double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
   double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
   double cpu_adam_flops_per_param = 20;  // CPU Adam arithmetic per parameter (vectorised)
+  // CPU AdamW of one process using every core, parameters per second, as the
+  // runtime's offload runs it (fp32 master and moments, 16-bit gradients
+  // converted in chunks, at::_fused_adamw_), measured by planner calibrate;
+  // 0: modelled from the node's DRAM bandwidth and CPU FLOP/s.
+  double cpu_adam_params_per_second = 0;
+
+  // --- memory the process itself takes (docs/ARCHITECTURE.md, "Overhead") ---
+  // What one process can allocate on the GPU, CUDA context included
+  // (planner calibrate: cudaMemGetInfo after the context plus what the caching
+  // allocator could really reserve); 0: the GPU spec's memory_bytes.
+  int64_t gpu_memory_bytes = 0;
+  int64_t context_bytes = 0;            // outside the caching allocator: context, cuBLAS/cuDNN handles, kernels
+  int64_t workspace_bytes = 0;          // inside it with no tensor alive: cuBLAS workspaces, small buffers
+  int64_t nccl_communicator_bytes = 0;  // device memory NCCL takes per communicator in use
+  // Kept free when deciding whether a plan fits: usable = capacity -
+  // max(memory_headroom x capacity, memory_headroom_bytes) (--headroom).
+  double memory_headroom = 0.02;
+  int64_t memory_headroom_bytes = 0;
 
   // --- software choices that change the time ---------------------------------
   bool flash_attention = true;        // fused attention (FlashAttention/SDPA) vs materialized softmax
@@ -54,10 +77,20 @@ struct HardwareProfile {
   bool overlap_grad_reduce = true;    // DP reduction of buckets during the backward
   bool overlap_param_gather = false;  // ZeRO-1/2 parameter all-gather hidden under the next forward
 
+  // planner calibrate's measured points and how each fitted field came from
+  // them (kept so a reader can check; not read by the models). Null when the
+  // profile was not calibrated.
+  std::shared_ptr<const nlohmann::json> calibration;
+
   // Dense tensor-core peak in a working precision (fp32 uses TF32 only when allowed).
   double peak_flops(Precision p) const;
+  double gemm_efficiency_for(Precision p) const;
   // The achievable large-GEMM rate.
-  double gemm_flops(Precision p) const { return peak_flops(p) * gemm_efficiency; }
+  double gemm_flops(Precision p) const { return peak_flops(p) * gemm_efficiency_for(p); }
+  // GPU memory a process can use (calibrated, else the spec's), and what a
+  // plan may take of it after the headroom.
+  int64_t capacity_bytes(const GpuSpec& gpu) const { return gpu_memory_bytes > 0 ? gpu_memory_bytes : gpu.memory_bytes; }
+  int64_t headroom_bytes(int64_t capacity) const;
   double memory_Bps() const { return memory_bandwidth_Bps * memory_efficiency; }
   void validate() const;  // throws InputError
 };
@@ -71,5 +104,9 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
 // The plan's GPU default, overlaid with the file at `path` when not empty.
 HardwareProfile load_profile(const std::string& path, const GpuSpec& gpu);
 void save_profile(const HardwareProfile& p, const std::string& path);
+// --headroom TEXT: a percentage ("2%"), a fraction below 1 ("0.02"), bytes
+// with a unit ("1.5GiB") or "0"; sets memory_headroom and
+// memory_headroom_bytes (the other one to 0). InputError otherwise.
+void apply_headroom(const std::string& text, HardwareProfile& p);
 
 }  // namespace planner

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/activations.hpp"
@@ -90,7 +91,10 @@ int inflight(const Strategy& s, int stage) {
 
 }  // namespace
 
-MemoryReport estimate_memory(const Plan& plan, Engine engine) {
+MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProfile* profile_in) {
+  std::optional<HardwareProfile> own;
+  if (!profile_in) own = default_profile(plan.cluster.gpu);
+  const HardwareProfile& profile = profile_in ? *profile_in : *own;
   const bool megatron = engine == Engine::Megatron;
   // Megatron-LM builds its embedding and output layer over a padded vocabulary.
   ModelSpec padded = plan.model;
@@ -98,24 +102,33 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
   const ModelSpec& m = padded;
   const ClusterSpec& c = plan.cluster;
   const Strategy& s = plan.strategy;
-  const MemoryConstants k = memory_constants(c);
+  MemoryConstants k = memory_constants(c);
+  // What the process itself takes, from the profile (measured by planner
+  // calibrate on the GPU, else the constants above).
+  k.context_bytes = double(profile.context_bytes);
+  k.static_buffer_bytes = double(profile.workspace_bytes);
+  k.nccl_bytes_per_communicator = double(profile.nccl_communicator_bytes);
   const int e = bytes_per_element(s.precision);
   const int chunks = s.pp * s.vpp;
   const std::vector<int> chunk_layers = partition_layers(m, chunks);
-  // The runtime uses fused attention and no dropout; so do the DeepSpeed and
-  // FSDP exports (the model code is the user's, assumed like ours). Megatron's
-  // GPT keeps its default --hidden-dropout and --attention-dropout of 0.1
-  // (arguments.py), which the export leaves as they are: two one-byte masks per
-  // layer; its attention backend is fused/flash (--attention-backend auto).
+  // The attention kernel and dropout are the profile's (the runtime: fused
+  // attention, no dropout; the DeepSpeed and FSDP exports run the user's model
+  // code, assumed to match the profile too). Megatron's GPT keeps its default
+  // --hidden-dropout and --attention-dropout of 0.1 (arguments.py), which the
+  // export leaves as they are: two one-byte masks per layer, whatever the
+  // profile says; its attention backend is fused/flash (--attention-backend auto).
   AttentionImpl impl{};
-  impl.dropout = megatron;
+  impl.flash = megatron || profile.flash_attention;
+  impl.dropout = megatron || profile.dropout;
   const LayerActivationBytes per_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl);
   const double layer_act = per_layer.total(s.tp, s.sp);
   const double sbh = double(plan.seq) * s.mbs * m.hidden;
 
   MemoryReport r;
   r.engine = engine;
-  r.gpu_capacity_bytes = c.gpu.memory_bytes;
+  r.gpu_capacity_bytes = profile.capacity_bytes(c.gpu);
+  r.gpu_headroom_bytes = profile.headroom_bytes(r.gpu_capacity_bytes);
+  r.capacity_source = profile.gpu_memory_bytes > 0 ? "profile (measured by planner calibrate)" : "GPU spec (" + c.gpu.name + ")";
   r.host_capacity_bytes = c.host_memory_bytes;
   for (int st = 0; st < s.pp; ++st) {
     StageMemory sm;
@@ -217,7 +230,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine) {
   for (const auto& sm : r.stages)
     if (sm.gpu_peak_bytes > r.stages[r.peak_stage].gpu_peak_bytes) r.peak_stage = sm.stage;
   r.per_gpu_peak_bytes = r.stages[r.peak_stage].gpu_peak_bytes;
-  r.gpu_fits = r.per_gpu_peak_bytes <= r.gpu_capacity_bytes;
+  r.gpu_fits = r.per_gpu_peak_bytes <= r.gpu_usable_bytes();
 
   // Host: every GPU of a node runs one process; the fullest node holds
   // gpus_per_node ranks of the stages with the most offloaded state.
@@ -242,6 +255,9 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["host_fits"] = r.host_fits;
   j["per_gpu_peak_bytes"] = r.per_gpu_peak_bytes;
   j["gpu_capacity_bytes"] = r.gpu_capacity_bytes;
+  j["gpu_headroom_bytes"] = r.gpu_headroom_bytes;
+  j["gpu_usable_bytes"] = r.gpu_usable_bytes();
+  j["capacity_source"] = r.capacity_source;
   j["host_peak_bytes"] = r.host_peak_bytes;
   j["host_capacity_bytes"] = r.host_capacity_bytes;
   j["peak_stage"] = r.peak_stage;

@@ -9,6 +9,7 @@
 
 #include "costmodel/engine.hpp"
 #include "costmodel/model_states.hpp"
+#include "costmodel/hardware_profile.hpp"
 #include "costmodel/plan.hpp"
 #include "strategies/partition.hpp"
 
@@ -45,7 +46,9 @@ struct MemoryReport {
   std::vector<StageMemory> stages;
   int peak_stage = 0;
   int64_t per_gpu_peak_bytes = 0;        // the largest over ranks
-  int64_t gpu_capacity_bytes = 0;        // the GPU's memory
+  int64_t gpu_capacity_bytes = 0;        // what one process can allocate on the GPU (profile, else the GPU spec)
+  int64_t gpu_headroom_bytes = 0;        // kept free (--headroom): fits when the peak <= capacity - headroom
+  std::string capacity_source;           // where gpu_capacity_bytes comes from
   int64_t host_peak_bytes = 0;           // the fullest node's host memory need
   int64_t host_capacity_bytes = 0;
   bool gpu_fits = false, host_fits = false;
@@ -54,6 +57,7 @@ struct MemoryReport {
   std::vector<std::string> notes;        // e.g. "zero=1 with dp=1 shards nothing"
   Engine engine = Engine::Ours;          // whose allocations these are
   const MemBreakdown& peak_breakdown() const { return stages.at(peak_stage).gpu; }
+  int64_t gpu_usable_bytes() const { return gpu_capacity_bytes - gpu_headroom_bytes; }
 };
 
 // Transformer layers per (virtual) pipeline stage: strategies/partition.hpp's
@@ -62,7 +66,10 @@ std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 
 // `engine`: what that engine allocates for the plan (costmodel/engine_memory.hpp);
 // the caller checks engine_gap first. Ours is this project's runtime.
-MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours);
+// `profile` (null: the default profile of the plan's GPU) says which attention
+// kernel and dropout the activations assume, what the process itself takes
+// (context, workspaces, NCCL buffers), the GPU capacity and the headroom.
+MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours, const HardwareProfile* profile = nullptr);
 // NCCL's device memory on one rank of pipeline stage `stage` (memory_model.cpp).
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k);
 nlohmann::json memory_report_json(const MemoryReport& r);

@@ -116,6 +116,9 @@ double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec)
 double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double params, int procs) {
   if (params <= 0) return 0;
   procs = std::max(1, procs);
+  // Measured (planner calibrate): one process with every core; processes on a
+  // node share the cores (the runtime gives each its part of them).
+  if (p.cpu_adam_params_per_second > 0) return params / (p.cpu_adam_params_per_second / procs);
   // Fallbacks when the cluster does not say: a two-socket server of DDR4-3200,
   // 8 channels each (2 x 204.8 GB/s), and 64 cores at ~30 GFLOP/s fp32 AVX2 each.
   const double dram = c.host_memory_bandwidth_Bps > 0 ? c.host_memory_bandwidth_Bps : 409.6e9;

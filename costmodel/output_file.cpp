@@ -8,6 +8,7 @@
 //    an unpredictable name in the target's directory (never following a link
 //    planted there), then is renamed over the target once complete.
 // Every write is checked: a full disk or a closed pipe is a failure (exit 1).
+#include <ctime>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -47,6 +48,15 @@ bool write_all(int fd, const std::string& text) {
 }
 
 }  // namespace
+
+std::string utc_timestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
+}
 
 void write_stdout_checked(const std::string& text) {
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)

@@ -39,5 +39,7 @@ void write_file_atomically(const std::string& path, const std::string& text);
 // Writes to stdout and flushes; std::runtime_error when that fails (/dev/full, closed pipe).
 void write_stdout_checked(const std::string& text);
 nlohmann::json read_json_file(const std::string& path, const std::string& what);  // InputError on failure
+// "2026-11-22T04:03:12Z": now, UTC, for the "created" of written documents.
+std::string utc_timestamp();
 
 }  // namespace planner

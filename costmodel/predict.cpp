@@ -66,7 +66,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
                                          to_string(plan.strategy.schedule)));
   StepPrediction p;
   fill_prediction(plan, profile, sim, p);
-  p.memory = estimate_memory(plan);
+  p.memory = estimate_memory(plan, Engine::Ours, &profile);
   if (sim_out) *sim_out = sim;
   return p;
 }
@@ -76,7 +76,10 @@ StepPrediction predict(const Plan& plan, const std::string& profile_path) {
 }
 
 StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_path, const std::string& trace_path) {
-  const HardwareProfile profile = load_profile(profile_path, plan.cluster.gpu);
+  return predict_with_trace(plan, load_profile(profile_path, plan.cluster.gpu), trace_path);
+}
+
+StepPrediction predict_with_trace(const Plan& plan, const HardwareProfile& profile, const std::string& trace_path) {
   if (trace_path.empty()) return predict(plan, profile);
   // A Chrome trace holds a few events per micro-batch chunk of every stage
   // and about 1 KB of JSON per event while it is built: refuse large ones

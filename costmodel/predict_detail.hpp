@@ -17,6 +17,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
 // predict(plan, profile_path), and when trace_path is not empty, writes the
 // Chrome trace of the predicted step there.
 StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_path, const std::string& trace_path);
+StepPrediction predict_with_trace(const Plan& plan, const HardwareProfile& profile, const std::string& trace_path);
 
 // Fills the time fields of `p` from a simulation (step, throughput, FLOP/s, MFU, breakdown).
 void fill_prediction(const Plan& plan, const HardwareProfile& profile, const SimResult& sim, StepPrediction& p);

@@ -71,6 +71,25 @@ Engine resolve_engine(const std::string& text, const Plan& plan) {
   return e;
 }
 
+void add_profile_options(CLI::App* cmd, ProfileCli& o) {
+  cmd->add_option("--profile", o.profile,
+                  "hardware profile JSON, e.g. from planner calibrate (default: the GPU catalog's)");
+  cmd->add_option("--headroom", o.headroom,
+                  "GPU memory a plan must leave free to fit: 2% (default), 0.05, 1.5GiB or 0");
+}
+
+HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu) {
+  HardwareProfile p = load_profile(o.profile, gpu);
+  if (!o.headroom.empty()) apply_headroom(o.headroom, p);
+  return p;
+}
+
+void check_headroom(const std::string& text) {
+  if (text.empty()) return;
+  HardwareProfile p;
+  apply_headroom(text, p);
+}
+
 void add_train_cost_options(CLI::App* cmd, TrainCostCli& o) {
   cmd->add_option("--tokens", o.tokens, "tokens to train (300B, 1.5T, 2e9): adds the days and GPU-hours");
   cmd->add_option("--price", o.price, "price of one GPU-hour (with --tokens): adds the cost");

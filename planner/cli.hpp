@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "costmodel/engine.hpp"
+#include "costmodel/hardware_profile.hpp"
 #include "costmodel/plan.hpp"
 
 namespace planner {
@@ -43,6 +44,18 @@ void emit_report(const std::string& output, const std::string& text);
 void add_engine_option(CLI::App* cmd, std::string& engine);
 Engine resolve_engine(const std::string& text, const Plan& plan);
 
+// --profile FILE (a hardware profile, e.g. from planner calibrate) and
+// --headroom (GPU memory a plan must leave free), shared by every command that
+// predicts memory or time.
+struct ProfileCli {
+  std::string profile, headroom;
+};
+void add_profile_options(CLI::App* cmd, ProfileCli& o);
+// The profile of `gpu`: the catalog default overlaid with --profile, --headroom applied.
+HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu);
+// InputError now for a malformed --headroom (before any work).
+void check_headroom(const std::string& text);
+
 // --tokens, --price, --prices (planner/train_cost.hpp).
 struct TrainCostCli {
   std::string tokens, price, prices;
@@ -59,5 +72,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code);
 CLI::App* add_list_command(CLI::App& app, int& exit_code);
 CLI::App* add_export_command(CLI::App& app, int& exit_code);
 CLI::App* add_compare_command(CLI::App& app, int& exit_code);
+CLI::App* add_calibrate_command(CLI::App& app, int& exit_code);
+CLI::App* add_validate_command(CLI::App& app, int& exit_code);
 
 }  // namespace planner

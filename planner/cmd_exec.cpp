@@ -13,7 +13,10 @@
 #include "costmodel/predict.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "planner/exec_report.hpp"
+#include "planner/render.hpp"
 #include "runtime/exec.hpp"
+
+#include <cstdlib>
 #endif
 
 namespace planner {
@@ -22,12 +25,44 @@ namespace planner {
 // The runtime runs and measures (all ranks); rank 0 puts the prediction beside
 // the measurement, prints, and writes the result file (atomically, only after
 // a successful run).
-int run_exec_and_report(const rt::ExecOptions& e) {
+// True in the process that should speak for the job: a process outside MPI
+// (planner exec starts the ranks from it) or rank 0 of a launch.
+bool speaks_for_job() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* x = std::getenv(v)) return std::string(x) == "0";
+  return true;
+}
+
+// A plan the memory model says does not fit still runs (the measurement is
+// the point), after one warning on stderr before anything starts. The
+// process that starts the ranks warns and marks the environment, which the
+// ranks it starts on this node inherit, so the warning is printed once.
+void warn_if_not_fitting(const rt::ExecOptions& e, const std::string& headroom) {
+  if (std::getenv("PLANNER_EXEC_FIT_CHECKED") || !speaks_for_job()) return;
+  Plan plan;
+  try {
+    plan = load_plan(e.plan_path);
+  } catch (const std::exception&) {
+    return;  // run_plan reports a bad plan with its own message
+  }
+  HardwareProfile profile = load_profile(e.profile_path, plan.cluster.gpu);
+  if (!headroom.empty()) apply_headroom(headroom, profile);
+  const MemoryReport m = estimate_memory(plan, Engine::Ours, &profile);
+  if (!m.fits())
+    std::cerr << "exec: warning: the plan is predicted not to fit (" << why_not_fits(m)
+              << "); running it anyway\n" << std::flush;
+  setenv("PLANNER_EXEC_FIT_CHECKED", "1", 1);
+}
+
+int run_exec_and_report(const rt::ExecOptions& e, const std::string& headroom) {
+  warn_if_not_fitting(e, headroom);
   const rt::ExecRun r = rt::run_plan(e);
   if (!r.report) return r.exit_code;
   SimResult sim;
-  const StepPrediction pred = predict(r.plan, load_profile(e.profile_path, r.plan.cluster.gpu), &sim, !e.trace_path.empty());
-  const ExecReport rep = make_exec_report(r.plan, pred, r.run);
+  HardwareProfile profile = load_profile(e.profile_path, r.plan.cluster.gpu);
+  if (!headroom.empty()) apply_headroom(headroom, profile);
+  const StepPrediction pred = predict(r.plan, profile, &sim, !e.trace_path.empty());
+  ExecReport rep = make_exec_report(r.plan, pred, r.run);
   if (!e.trace_path.empty()) write_file_atomically(e.trace_path, exec_trace_json(r.plan, sim, r.run).dump() + "\n");
   const std::string text = rep.result.dump(2) + "\n";
   if (!e.output_path.empty()) write_file_atomically(e.output_path, text);
@@ -46,11 +81,13 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe --trace step.json\n"
       "  mpirun -np 16 --hostfile hosts planner exec plan.json   # several nodes: one rank per GPU\n"
       "Runs on the GPU when there is one, else on the CPU. A plan with dp > 1 starts one process per rank\n"
-      "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.");
+      "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.\n"
+      "A plan predicted not to fit (memory model, --profile, --headroom) runs anyway after a warning on\n"
+      "stderr; result.json records \"predicted_fit\": false.");
   struct Opts {
     std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
                 lr = "3e-4", profile;
-    std::string comm_timeout = "300", trace;
+    std::string comm_timeout = "300", trace, headroom;
     bool json = false, quiet = false, oversubscribe = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
@@ -63,6 +100,8 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", o->seed, "seed of the weights and synthetic tokens (default 1234)");
   cmd->add_option("--lr", o->lr, "AdamW learning rate (default 3e-4)");
   cmd->add_option("--profile", o->profile, "hardware profile JSON for the prediction (default: the GPU catalog's)");
+  cmd->add_option("--headroom", o->headroom,
+                  "GPU memory a plan must leave free to be predicted to fit: 2% (default), 0.05, 1.5GiB or 0");
   cmd->add_flag("--quiet,-q", o->quiet, "no per-step progress on stderr");
   cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
   cmd->add_flag("--json", o->json, "print the result JSON instead of the table");
@@ -95,7 +134,8 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     } catch (const std::exception&) {
       throw InputError(fmt::format("--lr: expected a positive number such as 3e-4, got '{}'", o->lr));
     }
-    exit_code = run_exec_and_report(e);
+    check_headroom(o->headroom);
+    exit_code = run_exec_and_report(e, o->headroom);
 #else
     (void)o;
     exit_code = 1;

@@ -18,9 +18,11 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
       "  planner max-model --gpus 2xRTX3090\n"
       "  planner max-model --gpus 2xRTX3090 --offload all --host-memory 256GiB\n"
       "  planner max-model --gpus 8xA100-80GB --family llama-2 --seq 4096 --json\n"
+      "  planner max-model --gpus 2xRTX3090 --headroom 1GiB --profile rtx3090.json\n"
       "Families: gpt (width and depth scaled together), gpt2, gpt-neo, opt, llama-2.");
   struct Opts {
     std::string gpus, family = "gpt", offload = "none", seq = "2048", mbs = "1", host_memory;
+    ProfileCli profile;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
@@ -30,6 +32,7 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seq", o->seq, "sequence length (default 2048)");
   cmd->add_option("--mbs", o->mbs, "micro-batch size (default 1)");
   cmd->add_option("--host-memory", o->host_memory, "host memory per node, e.g. 256GiB");
+  add_profile_options(cmd, o->profile);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {
     MaxModelRequest req;
@@ -45,6 +48,9 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     if (mbs > 65536) throw InputError(fmt::format("--mbs {} is too large", mbs));
     req.mbs = int(mbs);
     if (!o->host_memory.empty()) req.host_memory_bytes = parse_bytes(o->host_memory, "--host-memory");
+    check_headroom(o->profile.headroom);
+    req.profile_path = o->profile.profile;
+    req.headroom = o->profile.headroom;
     MaxModelResult r = find_max_model(req);
     emit("", o->json ? max_model_json(r).dump(2) + "\n" : max_model_table(r));
     exit_code = 0;

@@ -19,24 +19,30 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
       "  planner memory --plan plan.json\n"
       "  planner memory --model gpt-neo-2.7b --gpus 2xA100-80GB --strategy zero=2,mbs=2 --engine deepspeed\n"
       "  planner memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=2,ckpt=full -o plan.json\n"
+      "  planner memory --plan plan.json --profile h100.json --headroom 1GiB\n"
       "--engine deepspeed|megatron|fsdp predicts what that engine allocates for the same strategy (exit 2 when\n"
       "it cannot run it); -o writes the plan given, for predict --plan, export and exec.\n"
+      "A plan fits when its peak is at most the GPU's capacity (what a process can allocate: --profile from\n"
+      "planner calibrate, else the catalog) less the headroom (--headroom, default 2% of the capacity).\n"
       "Exit codes: 0 answered (fits or not: see the verdict or \"fits\"), 2 bad input, 1 other failure.");
   struct Opts {
     PlanOptions plan;
+    ProfileCli profile;
     std::string engine, output;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   add_engine_option(cmd, o->engine);
+  add_profile_options(cmd, o->profile);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
   cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/ARCHITECTURE.md)");
   cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
     Plan plan = resolve_plan(o->plan, true, &notes);
     const Engine engine = resolve_engine(o->engine, plan);
-    MemoryReport r = estimate_memory(plan, engine);
+    const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
+    MemoryReport r = estimate_memory(plan, engine, &profile);
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
     if (!o->output.empty()) save_plan(plan, o->output);
     if (o->json) {

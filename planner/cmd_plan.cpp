@@ -40,7 +40,8 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   struct Opts {
     PlanOptions plan;
     TrainCostCli cost;
-    std::string top = "5", profile, output, rank, engine, objective = "throughput";
+    ProfileCli profile;
+    std::string top = "5", output, rank, engine, objective = "throughput";
     bool explain = false, json = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
@@ -52,7 +53,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--global-batch", o->plan.global_batch, "sequences per step (default: the GPU count)");
   cmd->add_option("--host-memory", o->plan.host_memory, "host memory per node, e.g. 256GiB");
   cmd->add_option("--top", o->top, "how many plans to show (default 5)");
-  cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
+  add_profile_options(cmd, o->profile);
   cmd->add_flag("--explain", o->explain, "say why the best of each family (pure DP, ZeRO-3, TP, PP, offload) lost");
   cmd->add_option("-o,--output", o->output, "write the best plan (or the --rank K-th) to this plan.json");
   cmd->add_option("--rank", o->rank, "with -o: write the K-th plan of the list instead of the best (default 1)");
@@ -81,7 +82,9 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     if (!o->output.empty()) check_writable(o->output);
     req.top_k = int(std::max(top, rank));
     req.explain = o->explain;
-    req.profile_path = o->profile;
+    req.profile_path = o->profile.profile;
+    check_headroom(o->profile.headroom);
+    req.headroom = o->profile.headroom;
     if (!o->quiet) {
       // Progress only once the search has run for half a second: quick searches stay quiet.
       req.progress = [last = -1, start = std::chrono::steady_clock::now()](double fraction,

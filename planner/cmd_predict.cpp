@@ -57,12 +57,13 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
   struct Opts {
     PlanOptions plan;
     TrainCostCli cost;
-    std::string profile, trace, engine, output;
+    ProfileCli profile;
+    std::string trace, engine, output;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
-  cmd->add_option("--profile", o->profile, "hardware profile JSON (default: the GPU catalog's)");
+  add_profile_options(cmd, o->profile);
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
   add_engine_option(cmd, o->engine);
   add_train_cost_options(cmd, o->cost);
@@ -74,8 +75,9 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     const Engine engine = resolve_engine(o->engine, plan);
     const TrainCostOptions cost_opts = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);
     if (!o->output.empty()) check_writable(o->output);
-    StepPrediction p = predict_with_trace(plan, o->profile, o->trace);
-    if (engine != Engine::Ours) p.memory = estimate_memory(plan, engine);
+    const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
+    StepPrediction p = predict_with_trace(plan, profile, o->trace);
+    if (engine != Engine::Ours) p.memory = estimate_memory(plan, engine, &profile);
     p.memory.notes.insert(p.memory.notes.begin(), notes.begin(), notes.end());
     const std::optional<TrainCost> cost = train_cost(cost_opts, plan.cluster, p.tokens_per_second);
     if (!o->output.empty()) save_plan(plan, o->output);

@@ -161,6 +161,9 @@ ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, 
               {"plan", plan_to_json(plan)},
               {"options", run.value("options", json::object())},
               {"prediction", prediction_json(prediction)},
+              // The memory model's verdict before the run (capacity less headroom): a
+              // plan predicted not to fit still runs, after a warning on stderr.
+              {"predicted_fit", prediction.memory.fits()},
               {"measurement", run.at("measurement")},
               {"comparison", comparison_json(rows)},
               {"machine", run.value("machine", json::object())}};

@@ -28,9 +28,9 @@ std::string one_line(std::string s) {
 }  // namespace
 
 #if defined(PLANNER_EXEC_FORWARD)
-// `planner exec ...` runs as `planner-exec exec ...`, the program with the
-// runtime, from this program's folder: the planning commands never load
-// LibTorch and CUDA.
+// `planner exec ...` (and `planner calibrate ...`) runs as `planner-exec exec
+// ...`, the program with the runtime, from this program's folder: the planning
+// commands never load LibTorch and CUDA.
 [[noreturn]] void forward_to_exec(char** argv) {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -45,6 +45,12 @@ std::string one_line(std::string s) {
 int main(int argc, char** argv) {
 #if defined(PLANNER_EXEC_FORWARD)
   if (argc >= 2 && std::string(argv[1]) == "exec") forward_to_exec(argv);
+  // calibrate measures with the runtime; fitting saved measurements (--from) needs none.
+  if (argc >= 2 && std::string(argv[1]) == "calibrate") {
+    bool from = false;
+    for (int i = 2; i < argc; ++i) from = from || std::string(argv[i]).rfind("--from", 0) == 0;
+    if (!from) forward_to_exec(argv);
+  }
 #endif
   CLI::App app{"planner: parallelism-strategy simulator and executor for transformer training"};
   app.footer(
@@ -60,6 +66,8 @@ int main(int argc, char** argv) {
       "  planner compare --model llama-2-7b --gpus 8xA100-80GB,8xH100,32xV100-32GB --tokens 1T "
       "--prices examples/prices/v100-a100-h100.json\n"
       "  planner exec plan.json\n"
+      "  planner calibrate -o profile.json && planner predict --plan plan.json --profile profile.json\n"
+      "  planner validate examples/sweep_1gpu.json -o report --profile profile.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
   // A closed pipe is a failed write (EPIPE, exit 1 with one line), not a silent death by SIGPIPE.
@@ -74,6 +82,8 @@ int main(int argc, char** argv) {
   planner::add_exec_command(app, exit_code);
   planner::add_list_command(app, exit_code);
   planner::add_export_command(app, exit_code);
+  planner::add_calibrate_command(app, exit_code);
+  planner::add_validate_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -53,16 +53,17 @@ auto preference_key(const Strategy& s) {
 }  // namespace
 
 FitCandidate choose_fit(const ModelSpec& m, const ClusterSpec& c, const std::vector<Strategy>& strategies, int64_t seq,
-                        bool* fits) {
+                        bool* fits, const HardwareProfile* profile_in) {
+  const HardwareProfile profile = profile_in ? *profile_in : default_profile(c.gpu);
   std::optional<FitCandidate> best_fit, closest;
   double closest_ratio = 0;
   for (const Strategy& s : strategies) {
     Plan p{m, c, s, seq, s.global_batch()};
-    MemoryReport r = estimate_memory(p);
+    MemoryReport r = estimate_memory(p, Engine::Ours, &profile);
     if (r.fits()) {
       if (!best_fit || preference_key(s) < preference_key(best_fit->plan.strategy)) best_fit = FitCandidate{p, r};
     } else if (!best_fit) {
-      const double ratio = std::max(double(r.per_gpu_peak_bytes) / double(r.gpu_capacity_bytes),
+      const double ratio = std::max(double(r.per_gpu_peak_bytes) / double(std::max<int64_t>(1, r.gpu_usable_bytes())),
                                     double(r.host_peak_bytes) / double(r.host_capacity_bytes));
       if (!closest || ratio < closest_ratio) closest = FitCandidate{p, r}, closest_ratio = ratio;
     }
@@ -78,6 +79,8 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
   res.family = req.family;
   res.cluster = resolve_cluster(req.gpus);
   if (req.host_memory_bytes) res.cluster.host_memory_bytes = *req.host_memory_bytes;
+  HardwareProfile profile = load_profile(req.profile_path, res.cluster.gpu);
+  if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
   std::vector<ModelSpec> family = model_family(req.family);
   // Scan from the largest down: the first size that fits is the answer, and the
   // one above it is the size that does not.
@@ -89,7 +92,7 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
     ++res.models_tried;
     if (strategies.empty()) continue;
     bool fits = false;
-    FitCandidate cand = choose_fit(m, res.cluster, strategies, req.seq, &fits);
+    FitCandidate cand = choose_fit(m, res.cluster, strategies, req.seq, &fits, &profile);
     if (fits) {
       res.best = cand;
       break;
@@ -126,6 +129,7 @@ nlohmann::json max_model_json(const MaxModelResult& r) {
                     {"closest_strategy", n.plan.strategy.to_string()},
                     {"per_gpu_peak_bytes", n.memory.per_gpu_peak_bytes},
                     {"gpu_capacity_bytes", n.memory.gpu_capacity_bytes},
+                    {"gpu_usable_bytes", n.memory.gpu_usable_bytes()},
                     {"host_peak_bytes", n.memory.host_peak_bytes},
                     {"host_capacity_bytes", n.memory.host_capacity_bytes},
                     {"why", why_not_fits(n.memory)}};

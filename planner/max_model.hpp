@@ -18,6 +18,8 @@ struct MaxModelRequest {
   int64_t seq = 2048;
   int mbs = 1;
   std::optional<int64_t> host_memory_bytes;
+  std::string profile_path;          // hardware profile (empty: the catalog's for the GPU)
+  std::string headroom;              // --headroom (empty: the profile's)
 };
 
 struct FitCandidate {
@@ -43,9 +45,10 @@ std::vector<Strategy> fit_strategies(const ModelSpec& m, const ClusterSpec& c, O
 // Among the strategies that fit, the one preferred for training: least
 // recomputation, least offload, least sharding, least model parallelism (in that
 // order) -- the cheapest in time for the same model when memory allows.
-// Returns the plan that comes closest (smallest peak over capacity) when none fits.
+// Returns the plan that comes closest (smallest peak over the usable memory) when none fits.
+// `profile` (null: the GPU's default) gives the capacity, headroom and what the memory model assumes.
 FitCandidate choose_fit(const ModelSpec& m, const ClusterSpec& c, const std::vector<Strategy>& strategies,
-                        int64_t seq, bool* fits);
+                        int64_t seq, bool* fits, const HardwareProfile* profile = nullptr);
 
 MaxModelResult find_max_model(const MaxModelRequest& req);
 nlohmann::json max_model_json(const MaxModelResult& r);

@@ -6,14 +6,25 @@
 
 namespace planner {
 
+namespace {
+
+// "79.18 GiB" or, with a headroom, "77.60 GiB usable (79.18 GiB less 1.58 GiB headroom)".
+std::string usable_text(const MemoryReport& r) {
+  if (r.gpu_headroom_bytes <= 0) return format_bytes(double(r.gpu_capacity_bytes));
+  return fmt::format("{} usable ({} less {} headroom)", format_bytes(double(r.gpu_usable_bytes())),
+                     format_bytes(double(r.gpu_capacity_bytes)), format_bytes(double(r.gpu_headroom_bytes)));
+}
+
+}  // namespace
+
 std::string why_not_fits(const MemoryReport& r) {
   if (r.fits()) return "fits";
   std::string out;
   if (!r.gpu_fits) {
     const auto& peak = r.peak_breakdown();
     out = fmt::format("GPU peak {} exceeds the GPU's {} by {} (stage {}); largest category: {} {}",
-                      format_bytes(double(r.per_gpu_peak_bytes)), format_bytes(double(r.gpu_capacity_bytes)),
-                      format_bytes(double(r.per_gpu_peak_bytes - r.gpu_capacity_bytes)), r.peak_stage,
+                      format_bytes(double(r.per_gpu_peak_bytes)), usable_text(r),
+                      format_bytes(double(r.per_gpu_peak_bytes - r.gpu_usable_bytes())), r.peak_stage,
                       to_string(r.binding), format_bytes(double(peak[int(r.binding)])));
   }
   if (!r.host_fits) {
@@ -57,11 +68,14 @@ std::string memory_table(const Plan& plan, const MemoryReport& r) {
   out += fmt::format("{:<20}", "  peak");
   for (const auto& s : r.stages) out += fmt::format("{:>14}", format_bytes(double(s.gpu_peak_bytes)));
   out += "\n";
-  const double free_bytes = double(r.gpu_capacity_bytes - r.per_gpu_peak_bytes);
-  out += fmt::format("GPU: peak {} of {} ({:.1f}%) on stage {}; {} {}\n", format_bytes(double(r.per_gpu_peak_bytes)),
-                     format_bytes(double(r.gpu_capacity_bytes)),
-                     100.0 * double(r.per_gpu_peak_bytes) / double(r.gpu_capacity_bytes), r.peak_stage,
-                     free_bytes >= 0 ? "free" : "short by", format_bytes(std::abs(free_bytes)));
+  const double free_bytes = double(r.gpu_usable_bytes() - r.per_gpu_peak_bytes);
+  out += fmt::format("GPU: peak {} on stage {}, {:.1f}% of the {} a process can allocate; {} {}{}\n",
+                     format_bytes(double(r.per_gpu_peak_bytes)), r.peak_stage,
+                     100.0 * double(r.per_gpu_peak_bytes) / double(r.gpu_capacity_bytes),
+                     format_bytes(double(r.gpu_capacity_bytes)), free_bytes >= 0 ? "free" : "short by",
+                     format_bytes(std::abs(free_bytes)),
+                     r.gpu_headroom_bytes > 0 ? fmt::format(" after the {} headroom", format_bytes(double(r.gpu_headroom_bytes)))
+                                              : std::string());
   out += fmt::format("Host: {} of {} per node ({} processes)\n", format_bytes(double(r.host_peak_bytes)),
                      format_bytes(double(r.host_capacity_bytes)), plan.cluster.gpus_per_node);
   out += r.fits() ? "Verdict: FITS\n" : fmt::format("Verdict: DOES NOT FIT: {}\n", why_not_fits(r));

@@ -72,7 +72,7 @@ std::string no_fit_reason(const RankedPlan& p) {
   if (!m.gpu_fits)
     return fmt::format("does not fit: even its smallest configuration ({}) needs {} per GPU of {} (largest: {})",
                        p.plan.strategy.to_string(), format_bytes(double(m.per_gpu_peak_bytes)),
-                       format_bytes(double(m.gpu_capacity_bytes)), to_string(m.binding));
+                       format_bytes(double(m.gpu_usable_bytes())), to_string(m.binding));
   return fmt::format("does not fit: its smallest configuration ({}) needs {} of host memory per node of {}",
                      p.plan.strategy.to_string(), format_bytes(double(m.host_peak_bytes)),
                      format_bytes(double(m.host_capacity_bytes)));
@@ -80,7 +80,7 @@ std::string no_fit_reason(const RankedPlan& p) {
 
 // How far over capacity a plan is (<= 1 fits), for picking a family's "smallest" member.
 double overcommit(const MemoryReport& m) {
-  const double g = double(m.per_gpu_peak_bytes) / std::max<double>(1, double(m.gpu_capacity_bytes));
+  const double g = double(m.per_gpu_peak_bytes) / std::max<double>(1, double(m.gpu_usable_bytes()));
   const double h = double(m.host_peak_bytes) / std::max<double>(1, double(m.host_capacity_bytes));
   return std::max(g, h);
 }
@@ -113,7 +113,8 @@ SearchResult search_plans(const SearchRequest& req) {
   if (req.top_k < 1) throw InputError("plan: --top must be at least 1");
   req.model.validate();
   req.cluster.validate();
-  const HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
+  HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
+  if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
   SearchResult out;
 
   SpaceLimits L;
@@ -184,7 +185,7 @@ SearchResult search_plans(const SearchRequest& req) {
       ++out.stats.engine_refused;
       continue;
     }
-    const MemoryReport mem = estimate_memory(plan, req.engine);
+    const MemoryReport mem = estimate_memory(plan, req.engine, &profile);
     ++out.stats.memory_checked;
     if (!mem.fits()) {
       ++out.stats.not_fitting;
@@ -224,7 +225,7 @@ SearchResult search_plans(const SearchRequest& req) {
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
       return std::nullopt;
     }
-    if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine);
+    if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
     return ranked;
   };
   for (const auto& [t, i] : top)

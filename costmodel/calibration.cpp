@@ -1,0 +1,459 @@
+#include "costmodel/calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "costmodel/collectives.hpp"
+#include "costmodel/op_costs.hpp"
+#include "costmodel/topology.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+namespace {
+
+using nlohmann::json;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Precision precision_of(const std::string& p) {
+  return p == "bf16" ? Precision::BF16 : p == "fp16" ? Precision::FP16 : Precision::FP32;
+}
+
+double pct_error(double model, double measured) { return measured > 0 ? (model - measured) / measured * 100.0 : 0.0; }
+
+// Keeps a fitted value inside (0, 1], noting when the measurement was above the
+// datasheet figure it is divided by.
+double fraction(double v, const std::string& field, std::vector<std::string>& notes) {
+  if (!(v > 0) || !std::isfinite(v)) return 0;
+  if (v > 1.0) {
+    notes.push_back(fmt::format("{}: measured {:.3f} of the figure it is divided by; kept at 1", field, v));
+    return 1.0;
+  }
+  return v;
+}
+
+struct Fitter {
+  HardwareProfile p;
+  json m;  // the measured document, annotated with the model's time per point
+  json fits = json::object();
+  std::vector<std::string> notes;
+  const GpuSpec* gpu = nullptr;
+
+  void set(const std::string& field, double value, const std::string& how) {
+    fits[field] = {{"value", value}, {"from", how}};
+  }
+
+  void memory_kernels() {
+    if (!m.contains("memory_kernels") || m["memory_kernels"].empty()) return;
+    std::map<std::string, std::vector<double>> rates;
+    double best = 0;
+    for (const auto& k : m["memory_kernels"]) {
+      const double r = k.at("bytes").get<double>() / k.at("seconds").get<double>();
+      rates[k.at("class").get<std::string>()].push_back(r);
+      if (k.at("class") == "streaming") best = std::max(best, r);
+    }
+    const double stream = median(rates["streaming"]);
+    if (stream <= 0) return;
+    if (!gpu) {
+      p.memory_bandwidth_Bps = best;
+      set("memory_bandwidth_Bps", best, "CPU: the fastest measured streaming kernel (no datasheet)");
+    }
+    const double eff = fraction(stream / p.memory_bandwidth_Bps, "memory_efficiency", notes);
+    if (eff > 0) {
+      p.memory_efficiency = eff;
+      set("memory_efficiency", eff,
+          fmt::format("median streaming rate {:.4g} GB/s over {} points / {} {:.4g} GB/s", stream / 1e9,
+                      rates["streaming"].size(), gpu ? "datasheet" : "fastest", p.memory_bandwidth_Bps / 1e9));
+    }
+    for (const auto& [cls, field] : {std::pair<std::string, const char*>{"strided", "strided_kernel_relative"},
+                                     {"reduction", "reduction_kernel_relative"}}) {
+      const double r = median(rates[cls]);
+      const double rel = fraction(r / stream, field, notes);
+      if (rel <= 0) continue;
+      (cls == "strided" ? p.strided_kernel_relative : p.reduction_kernel_relative) = rel;
+      set(field, rel, fmt::format("median {} rate {:.4g} GB/s over {} points / median streaming {:.4g} GB/s", cls,
+                                  r / 1e9, rates[cls].size(), stream / 1e9));
+    }
+    for (auto& k : m["memory_kernels"]) {
+      const std::string c = k.at("class").get<std::string>();
+      const MemKernel kind = c == "strided" ? MemKernel::Strided : c == "reduction" ? MemKernel::Reduction
+                                                                                      : MemKernel::Streaming;
+      const double model = memory_kernel_seconds(p, k.at("bytes").get<double>(), kind);
+      k["model_seconds"] = model;
+      k["error_pct"] = pct_error(model, k.at("seconds").get<double>());
+    }
+  }
+
+  void kernel_overhead() {
+    if (!m.contains("kernel_overhead_seconds")) return;
+    const double s = m["kernel_overhead_seconds"].get<double>();
+    if (!(s >= 0) || !std::isfinite(s)) return;
+    p.kernel_overhead_seconds = s;
+    set("kernel_overhead_seconds", s, "a tiny kernel's time in a burst of 50 (launch-bound)");
+  }
+
+  void gemms() {
+    if (!m.contains("gemm") || m["gemm"].empty()) return;
+    std::map<std::string, std::vector<json*>> by_prec;
+    for (auto& g : m["gemm"]) by_prec[g.at("precision").get<std::string>()].push_back(&g);
+    if (!gpu) {
+      // No datasheet: the fastest shape of each precision is the peak.
+      for (auto& [prec, pts] : by_prec) {
+        double best = 0;
+        for (json* g : pts) best = std::max(best, 2.0 * (*g)["m"].get<double>() * (*g)["n"].get<double>() *
+                                                      (*g)["k"].get<double>() / (*g)["seconds"].get<double>());
+        (prec == "fp32" ? p.peak_fp32_flops : prec == "fp16" ? p.peak_fp16_flops : p.peak_bf16_flops) = best;
+        set("peak_" + prec + "_flops", best, "CPU: the fastest measured GEMM of this precision (no datasheet)");
+      }
+    }
+    double main_eff = 0;
+    std::string main_prec;
+    for (const char* prec : {"fp32", "fp16", "bf16"}) {  // the last one measured is the main (16-bit) one
+      if (!by_prec.count(prec)) continue;
+      const Precision pr = precision_of(prec);
+      const double peak = p.peak_flops(pr);
+      if (peak <= 0) continue;
+      std::vector<double> effs;
+      for (json* g : by_prec[prec]) {
+        const int64_t M = (*g)["m"].get<int64_t>(), N = (*g)["n"].get<int64_t>(), K = (*g)["k"].get<int64_t>();
+        const double flops = 2.0 * double(M) * double(N) * double(K);
+        const double f = gemm_shape_factor(p, M, N, K, 1);
+        const double e = flops / (*g)["seconds"].get<double>() / (peak * f);
+        (*g)["shape_factor"] = f;
+        (*g)["efficiency"] = e;
+        effs.push_back(e);
+      }
+      // Shapes whose model time is memory-bound say nothing about the GEMM rate.
+      const double first = median(effs);
+      std::vector<double> kept;
+      for (json* g : by_prec[prec]) {
+        const int64_t M = (*g)["m"].get<int64_t>(), N = (*g)["n"].get<int64_t>(), K = (*g)["k"].get<int64_t>();
+        const double compute = 2.0 * double(M) * double(N) * double(K) / (peak * first * (*g)["shape_factor"].get<double>());
+        const double bytes = double(M * K + K * N + M * N) * bytes_per_element(pr);
+        const bool mem_bound = bytes / p.memory_Bps() > compute;
+        (*g)["memory_bound"] = mem_bound;
+        if (!mem_bound) kept.push_back((*g)["efficiency"].get<double>());
+      }
+      const double eff = fraction(median(kept.empty() ? effs : kept), std::string("gemm_efficiency_") + prec, notes);
+      if (eff <= 0) continue;
+      (pr == Precision::FP32 ? p.gemm_efficiency_fp32 : pr == Precision::FP16 ? p.gemm_efficiency_fp16
+                                                                              : p.gemm_efficiency_bf16) = eff;
+      set(std::string("gemm_efficiency_") + prec, eff,
+          fmt::format("median over {} shapes of measured FLOP/s / ({} peak {:.4g} TFLOP/s x shape factor)",
+                      kept.empty() ? effs.size() : kept.size(), pr == Precision::FP32 && p.allow_tf32 ? "tf32" : prec,
+                      peak / 1e12));
+      main_eff = eff, main_prec = prec;
+    }
+    if (main_eff > 0) {
+      p.gemm_efficiency = main_eff;
+      set("gemm_efficiency", main_eff, "gemm_efficiency_" + main_prec);
+    }
+    for (auto& g : m["gemm"]) {
+      const double model = gemm_seconds(p, g["m"].get<int64_t>(), g["n"].get<int64_t>(), g["k"].get<int64_t>(),
+                                        precision_of(g["precision"].get<std::string>()), 1);
+      g["model_seconds"] = model;
+      g["error_pct"] = pct_error(model, g["seconds"].get<double>());
+    }
+  }
+
+  // Kernels the layer model prices beside the fused backward (layer_costs.cpp):
+  // rowsum(dO * O) and the fp32 dQ converted to the working precision.
+  double attention_helpers(const json& a, Precision pr) const {
+    const double e = bytes_per_element(pr);
+    const double th = a["batch"].get<double>() * a["seq"].get<double>() * a["heads"].get<double>() *
+                      a["head_dim"].get<double>();
+    return memory_kernel_seconds(p, 2 * e * th, MemKernel::Reduction) +
+           memory_kernel_seconds(p, (4 + e) * th, MemKernel::Streaming) + 2 * p.kernel_overhead_seconds;
+  }
+
+  void attention() {
+    if (!m.contains("attention") || m["attention"].empty()) return;
+    std::vector<double> fwd, bwd;
+    for (auto& a : m["attention"]) {
+      const Precision pr = precision_of(a["precision"].get<std::string>());
+      const double bh = a["batch"].get<double>() * a["heads"].get<double>();
+      const double work = 4.0 * bh * a["seq"].get<double>() * a["seq"].get<double>() * a["head_dim"].get<double>() *
+                          (a.value("causal", true) ? 0.5 : 1.0);
+      const double rate = p.gemm_flops(pr);
+      const double b = a["backward_seconds"].get<double>();
+      const double core = std::max(0.5 * b, b - attention_helpers(a, pr));
+      a["forward_relative"] = work / a["forward_seconds"].get<double>() / rate;
+      a["backward_relative"] = 2.5 * work / core / rate;
+      fwd.push_back(a["forward_relative"]);
+      bwd.push_back(a["backward_relative"]);
+    }
+    const double f = fraction(median(fwd), "attention_forward_relative", notes);
+    const double b = fraction(median(bwd), "attention_backward_relative", notes);
+    if (f > 0) {
+      p.attention_forward_relative = f;
+      set("attention_forward_relative", f,
+          fmt::format("median over {} cases of attention FLOP/s (4 b a s^2 d, halved causal) / the fitted GEMM rate",
+                      fwd.size()));
+    }
+    if (b > 0) {
+      p.attention_backward_relative = b;
+      set("attention_backward_relative", b,
+          fmt::format("median over {} cases of 2.5x the forward's FLOPs / (backward time less rowsum(dO O) and the "
+                      "dQ conversion, which the layer model prices apart) / the fitted GEMM rate",
+                      bwd.size()));
+    }
+    p.flash_attention = true;  // the runtime's SDPA is a fused kernel
+    for (auto& a : m["attention"]) {
+      const Precision pr = precision_of(a["precision"].get<std::string>());
+      const int64_t bh = a["batch"].get<int64_t>() * a["heads"].get<int64_t>();
+      const int64_t s = a["seq"].get<int64_t>(), d = a["head_dim"].get<int64_t>();
+      const bool causal = a.value("causal", true);
+      const double mf = flash_attention_forward_seconds(p, bh, s, d, causal, pr);
+      const double mb = flash_attention_backward_seconds(p, bh, s, d, causal, pr) + attention_helpers(a, pr);
+      a["model_forward_seconds"] = mf;
+      a["model_backward_seconds"] = mb;
+      a["forward_error_pct"] = pct_error(mf, a["forward_seconds"].get<double>());
+      a["backward_error_pct"] = pct_error(mb, a["backward_seconds"].get<double>());
+    }
+  }
+
+  void host() {
+    if (m.contains("cpu_adam") && m["cpu_adam"].value("seconds", 0.0) > 0) {
+      const double r = m["cpu_adam"]["params"].get<double>() / m["cpu_adam"]["seconds"].get<double>();
+      p.cpu_adam_params_per_second = r;
+      set("cpu_adam_params_per_second", r,
+          fmt::format("{} parameters through the runtime's CPU AdamW (at::_fused_adamw_, {} threads)",
+                      m["cpu_adam"]["params"].get<int64_t>(), m["cpu_adam"].value("threads", 0)));
+    }
+    if (!gpu || !m.contains("host_copies")) return;
+    std::vector<double> rates;
+    for (const auto& c : m["host_copies"])
+      if (c.value("pinned", false)) rates.push_back(c["bytes"].get<double>() / c["seconds"].get<double>());
+    if (rates.empty()) return;
+    double mean = 0;
+    for (double r : rates) mean += r / double(rates.size());
+    const ClusterSpec one = parse_cluster("1x" + gpu->name);
+    const double link = Topology(one, p).host_copy_Bps(1);
+    const double eff = fraction(mean / link, "host_copy_efficiency", notes);
+    if (eff > 0) {
+      p.host_copy_efficiency = eff;
+      set("host_copy_efficiency", eff,
+          fmt::format("mean pinned H2D/D2H {:.4g} GB/s / the {} link's {:.4g} GB/s", mean / 1e9,
+                      to_string(one.pcie.kind), link / 1e9));
+    }
+  }
+
+  void memory() {
+    if (m.contains("memory")) {
+      const json& g = m["memory"];
+      const int64_t total = g.value("total_bytes", int64_t(0));
+      if (g.contains("probe")) {
+        const int64_t got = g["probe"].value("reserved_bytes", int64_t(0)) + g["probe"].value("outside_allocator_bytes", int64_t(0));
+        const int64_t cap = total > 0 ? std::min(total, got) : got;
+        if (cap > 0) {
+          p.gpu_memory_bytes = cap;
+          set("gpu_memory_bytes", double(cap),
+              fmt::format("what the caching allocator reserved before running out ({:.2f} GiB) + memory outside it "
+                          "({:.2f} GiB); cudaMemGetInfo total {:.2f} GiB",
+                          g["probe"].value("reserved_bytes", 0.0) / double(1 << 30),
+                          g["probe"].value("outside_allocator_bytes", 0.0) / double(1 << 30), double(total) / double(1 << 30)));
+        }
+      }
+      if (g.value("context_bytes", int64_t(-1)) >= 0) {
+        p.context_bytes = g["context_bytes"].get<int64_t>();
+        set("context_bytes", double(p.context_bytes),
+            "memory outside the caching allocator after the GEMM and attention benchmarks (context, handles, kernels)");
+      }
+      if (g.value("workspace_bytes", int64_t(-1)) >= 0) {
+        p.workspace_bytes = g["workspace_bytes"].get<int64_t>();
+        set("workspace_bytes", double(p.workspace_bytes), "allocator bytes still allocated with no tensor alive");
+      }
+    }
+    if (m.value("nccl_communicator_bytes", int64_t(-1)) >= 0) {
+      p.nccl_communicator_bytes = m["nccl_communicator_bytes"].get<int64_t>();
+      set("nccl_communicator_bytes", double(p.nccl_communicator_bytes),
+          "growth of memory outside the allocator across the first communicator's set-up and first all-reduce");
+    }
+  }
+
+  void collectives() {
+    if (!m.contains("collectives") || m["collectives"].empty()) return;
+    if (!gpu || m["collectives"][0].value("backend", "") != "nccl") {
+      notes.push_back("collectives measured over MPI (CPU): kept as points, no link efficiency fitted");
+      return;
+    }
+    const int W = m.value("ranks", 1);
+    const ClusterSpec cluster = parse_cluster(fmt::format("{}x{}", W, gpu->name));
+    auto groups_of = [&](int g) {
+      std::vector<std::vector<int>> gs;
+      for (int s = 0; s + g <= W; s += g) {
+        gs.emplace_back();
+        for (int r = s; r < s + g; ++r) gs.back().push_back(r);
+      }
+      return gs;
+    };
+    const bool nvlink = cluster.intra != IntraNode::PCIe;
+    // The largest group's all-reduce: slope between the smallest and the largest size.
+    const json* lo = nullptr;
+    const json* hi = nullptr;
+    int gmax = 0;
+    for (const auto& c : m["collectives"])
+      if (c["op"] == "all_reduce") gmax = std::max(gmax, c["group_size"].get<int>());
+    for (const auto& c : m["collectives"]) {
+      if (c["op"] != "all_reduce" || c["group_size"].get<int>() != gmax) continue;
+      if (!lo || c["bytes"].get<double>() < (*lo)["bytes"].get<double>()) lo = &c;
+      if (!hi || c["bytes"].get<double>() > (*hi)["bytes"].get<double>()) hi = &c;
+    }
+    if (lo && hi && lo != hi) {
+      HardwareProfile unit = p;
+      unit.nvlink_efficiency = unit.pcie_efficiency = unit.network_efficiency = 1.0;
+      const GroupLink g1 = Topology(cluster, unit).ring(groups_of(gmax), 0);
+      const double S0 = (*lo)["bytes"].get<double>(), S1 = (*hi)["bytes"].get<double>();
+      const double model_slope = all_reduce_seconds(S1, g1, 0) - all_reduce_seconds(S0, g1, 0);
+      const double meas_slope = (*hi)["seconds"].get<double>() - (*lo)["seconds"].get<double>();
+      const char* field = nvlink ? "nvlink_efficiency" : "pcie_efficiency";
+      const double eff = meas_slope > 0 ? fraction(model_slope / meas_slope, field, notes) : 0;
+      if (eff > 0) {
+        (nvlink ? p.nvlink_efficiency : p.pcie_efficiency) = eff;
+        set(field, eff,
+            fmt::format("all-reduce over {} GPUs ({}): the model's time from {:.0f} B to {:.0f} MiB at full link "
+                        "rate / the measured difference",
+                        gmax, to_string(cluster.intra), S0, S1 / double(1 << 20)));
+      }
+      const GroupLink gf = Topology(cluster, p).ring(groups_of(gmax), 0);
+      const double base = std::max(0.0, (*lo)["seconds"].get<double>() - all_reduce_seconds(S0, gf, 0));
+      p.collective_base_latency_seconds = base;
+      set("collective_base_latency_seconds", base,
+          fmt::format("the {:.0f}-byte all-reduce over {} GPUs less the model's link latency and transfer", S0, gmax));
+    }
+    const Topology topo(cluster, p);
+    for (auto& c : m["collectives"]) {
+      const int g = c["group_size"].get<int>();
+      const double S = c["bytes"].get<double>();
+      const std::string op = c["op"].get<std::string>();
+      const double base = p.collective_base_latency_seconds;
+      double model;
+      if (op == "send_recv") {
+        std::vector<std::pair<int, int>> pairs;
+        for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
+        model = send_recv_seconds(S, topo.p2p(pairs, 0), base);
+      } else {
+        const GroupLink gl = topo.ring(groups_of(g), 0);
+        model = op == "all_reduce"       ? all_reduce_seconds(S, gl, base)
+                : op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, base)
+                : op == "all_gather"     ? all_gather_seconds(S, gl, base)
+                                         : broadcast_seconds(S, gl, base);
+      }
+      c["model_seconds"] = model;
+      c["error_pct"] = pct_error(model, c["seconds"].get<double>());
+      c["bus_GBps"] = S / c["seconds"].get<double>() / 1e9 *
+                      (op == "all_reduce" ? 2.0 * (g - 1) / g : op == "send_recv" || op == "broadcast" ? 1.0
+                                                                                                        : double(g - 1) / g);
+    }
+  }
+};
+
+HardwareProfile cpu_base(const json& m) {
+  HardwareProfile p;
+  p.gpu = "cpu";
+  // Placeholders until the fits below replace them with the fastest measured rates.
+  p.peak_fp32_flops = 1e12;
+  p.memory_bandwidth_Bps = 1e11;
+  p.sm_count = 1;  // no waves of thread blocks on a CPU
+  p.flash_attention = true;
+  (void)m;
+  return p;
+}
+
+}  // namespace
+
+std::optional<GpuSpec> match_gpu(const std::string& device_name) {
+  std::string s = to_lower(device_name);
+  for (char& ch : s)
+    if (ch == ' ' || ch == '_') ch = '-';
+  std::optional<GpuSpec> best;
+  size_t best_len = 0;
+  for (const auto& n : gpu_names()) {
+    const GpuSpec& g = gpu_by_name(n);
+    std::vector<std::string> keys = g.aliases;
+    keys.push_back(to_lower(g.name));
+    for (const auto& k : keys)
+      if (k.size() > best_len && s.find(k) != std::string::npos) best = g, best_len = k.size();
+  }
+  return best;
+}
+
+HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) {
+  if (!measured.is_object() || measured.value("format", "") != "planner-calibration")
+    throw InputError("calibrate: not a calibration document (format 'planner-calibration')");
+  Fitter f;
+  f.gpu = gpu;
+  f.m = measured;
+  f.p = gpu ? default_profile(*gpu) : cpu_base(measured);
+  // The runtime runs fp32 matmuls on TF32 tensor cores where there are some.
+  if (gpu && gpu->peak_tf32 > 0) f.p.allow_tf32 = true;
+  f.memory_kernels();
+  f.kernel_overhead();
+  f.gemms();
+  f.attention();
+  f.host();
+  f.memory();
+  f.collectives();
+  if (!gpu && f.p.peak_fp32_flops <= 1e12 && !f.fits.contains("peak_fp32_flops"))
+    f.notes.push_back("CPU: no fp32 GEMM measured; peak_fp32_flops is a placeholder");
+  const json mach = measured.value("machine", json::object());
+  f.p.source = fmt::format("planner calibrate, {}, on {} ({}){}; efficiencies = measured / {}", measured.value("created", ""),
+                           gpu ? mach.value("gpu_name", gpu->name) : "the CPU: " + mach.value("cpu", std::string("?")),
+                           mach.value("hostname", ""), measured.value("quick", false) ? ", quick sizes" : "",
+                           gpu ? "the " + gpu->name + " datasheet (costmodel/gpu_catalog.cpp)" : "the fastest measured rate");
+  json cal = f.m;
+  cal["fits"] = f.fits;
+  cal["fit_notes"] = f.notes;  // the measurement's own notes stay under "notes"
+  cal["catalog_gpu"] = gpu ? json(gpu->name) : json(nullptr);
+  f.p.calibration = std::make_shared<const json>(std::move(cal));
+  f.p.validate();
+  return f.p;
+}
+
+std::string calibration_table(const HardwareProfile& p) {
+  std::string out = fmt::format("Profile for {}: {}\n", p.gpu, p.source);
+  if (!p.calibration) return out + "(not calibrated)\n";
+  const json& c = *p.calibration;
+  out += fmt::format("{:<34} {:>14}  {}\n", "field", "value", "from");
+  const json fits = c.value("fits", json::object());
+  for (const auto& [k, v] : fits.items()) {
+    const double x = v.value("value", 0.0);
+    std::string val = fmt::format("{:.4g}", x);
+    if (k.find("bytes") != std::string::npos) val = format_bytes(x);
+    out += fmt::format("{:<34} {:>14}  {}\n", k, val, v.value("from", ""));
+  }
+  for (const char* key : {"notes", "fit_notes"}) {
+    const json notes = c.value(key, json::array());
+    for (const auto& n : notes) out += "note: " + n.get<std::string>() + "\n";
+  }
+  // How well the fitted model reproduces the measured points.
+  auto spread = [&](const char* key, const char* err) {
+    std::vector<double> e;
+    const json points = c.value(key, json::array());
+    for (const auto& x : points)
+      if (x.contains(err)) e.push_back(std::abs(x[err].get<double>()));
+    if (e.empty()) return;
+    out += fmt::format("model vs measured, {} ({} points): mean |error| {:.1f}%, worst {:.1f}%\n", key, e.size(),
+                       std::accumulate(e.begin(), e.end(), 0.0) / double(e.size()), *std::max_element(e.begin(), e.end()));
+  };
+  spread("gemm", "error_pct");
+  spread("attention", "forward_error_pct");
+  spread("memory_kernels", "error_pct");
+  spread("collectives", "error_pct");
+  return out;
+}
+
+}  // namespace planner

@@ -1,0 +1,106 @@
+// `planner calibrate`: measure this machine's GPU (or CPU) and write a hardware
+// profile that --profile feeds to every command. Measuring needs the LibTorch
+// runtime (runtime/calibrate.hpp; `planner` forwards to `planner-exec`);
+// fitting is the cost model's (costmodel/calibration.hpp), so `--from` re-fits
+// saved measurements without a GPU or LibTorch.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/calibration.hpp"
+#include "costmodel/plan.hpp"
+#include "planner/cli.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+#if defined(PLANNER_HAS_RUNTIME)
+#include "runtime/calibrate.hpp"
+#endif
+
+namespace planner {
+
+namespace {
+
+// The catalog GPU the efficiencies divide by: --gpu, else the device's name.
+std::optional<GpuSpec> catalog_gpu(const nlohmann::json& measured, const std::string& gpu_option) {
+  if (measured.value("device", "") != "cuda") {
+    if (!gpu_option.empty()) throw InputError("calibrate: --gpu names the GPU measured; this calibration ran on the CPU");
+    return std::nullopt;
+  }
+  if (!gpu_option.empty()) return gpu_by_name(gpu_option);
+  const std::string name = measured.value("machine", nlohmann::json::object()).value("gpu_name", "");
+  if (auto g = match_gpu(name)) return g;
+  throw InputError(fmt::format("calibrate: '{}' is not in the GPU catalog; say which entry has its datasheet "
+                               "peaks with --gpu NAME (planner list gpus)",
+                               name));
+}
+
+}  // namespace
+
+CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("calibrate", "Measure this machine's GPU (or CPU) and write a hardware profile");
+  cmd->footer(
+      "Examples:\n"
+      "  planner calibrate -o h100.json                 # one GPU: a few minutes\n"
+      "  mpirun -np 2 planner calibrate -o h200x2.json  # also NCCL collectives and send/recv over 2 GPUs\n"
+      "  planner calibrate --device cpu --quick -o cpu.json\n"
+      "  planner calibrate --from h100.json --gpu H100-SXM -o refit.json   # re-fit saved measurements\n"
+      "  planner predict --plan plan.json --profile h100.json\n"
+      "Measures GEMMs over transformer shapes per precision, fused attention forward/backward, the memory-bound\n"
+      "kernel classes, kernel launch cost, host<->device copies, host memcpy, the CPU AdamW of the offload path,\n"
+      "the CUDA context, workspaces and what a process can allocate, and (under mpirun) the collectives. Each\n"
+      "fitted field is a measured rate over the GPU's datasheet figure; the points and the model's time for each\n"
+      "are kept in the profile's \"calibration\". Progress on stderr.");
+  struct Opts {
+    std::string output, device = "auto", gpu, from;
+    bool quick = false, json = false, quiet = false;
+  };
+  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
+  cmd->add_option("-o,--output", o->output, "write the profile here (JSON; --profile of every command reads it)");
+  cmd->add_flag("--quick", o->quick, "tiny sizes: seconds instead of minutes (CI, a rough check)");
+  cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
+  cmd->add_option("--gpu", o->gpu, "catalog GPU whose datasheet the efficiencies divide by (default: from the device name)");
+  cmd->add_option("--from", o->from, "fit saved measurements (a profile from calibrate, or its \"calibration\") instead of measuring");
+  cmd->add_flag("--json", o->json, "print the profile JSON instead of the table");
+  cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
+  cmd->callback([o, &exit_code] {
+    if (!o->output.empty()) check_writable(o->output);
+    nlohmann::json measured;
+    bool report = true;
+    if (!o->from.empty()) {
+      measured = read_json_file(o->from, "calibrate --from");
+      if (measured.contains("calibration")) measured = measured["calibration"];
+    } else {
+#if defined(PLANNER_HAS_RUNTIME)
+      rt::CalibrateOptions co;
+      co.device = o->device;
+      co.quick = o->quick;
+      co.progress = !o->quiet;
+      rt::CalibrateRun run = rt::run_calibration(co);
+      report = run.report;
+      measured = std::move(run.measured);
+#else
+      throw std::runtime_error(
+          "calibrate: this planner was built without LibTorch, so it cannot measure; rebuild with LibTorch "
+          "(scripts/setup.sh), or fit saved measurements with --from");
+#endif
+    }
+    if (!report) {  // ranks other than 0 measured the collectives; rank 0 writes
+      exit_code = 0;
+      return;
+    }
+    const std::optional<GpuSpec> gpu = catalog_gpu(measured, o->gpu);
+    const HardwareProfile p = fit_profile(measured, gpu ? &*gpu : nullptr);
+    if (!o->output.empty()) save_profile(p, o->output);
+    const std::string text = o->json ? profile_to_json(p).dump(2) + "\n"
+                                     : calibration_table(p) + (o->output.empty() || o->output == "-"
+                                                                   ? "(not saved: give -o FILE)\n"
+                                                                   : fmt::format("Wrote the profile to {}\n", o->output));
+    emit_report(o->output, text);
+    exit_code = 0;
+  });
+  return cmd;
+}
+
+}  // namespace planner

@@ -1,0 +1,338 @@
+#include "planner/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "costmodel/compat.hpp"
+#include "costmodel/memory_model.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kTopKeys = {"format", "version", "name", "description", "steps",
+                                           "warmup", "held_out", "defaults", "plans"};
+const std::vector<std::string> kPlanKeys = {"name", "half", "model", "gpus", "strategy", "seq",
+                                            "global_batch", "host_memory", "plan", "note"};
+
+void only_keys(const json& j, const std::vector<std::string>& known, const std::string& where) {
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end())
+      throw InputError(fmt::format("{}: unknown key '{}'; did you mean '{}'?", where, it.key(), nearest(it.key(), known)));
+}
+
+// A path in the sweep file is relative to the sweep file's folder.
+std::string beside(const fs::path& dir, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  const fs::path q = dir / p;
+  std::error_code ec;
+  return fs::exists(q, ec) ? q.string() : p;
+}
+
+int64_t whole(const json& v, const std::string& what) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 1) throw InputError(fmt::format("{} must be a positive whole number", what));
+  return v.get<int64_t>();
+}
+
+Plan entry_plan(const json& e, const fs::path& dir, const std::string& where, const std::string& gpus) {
+  if (e.contains("plan")) {
+    for (const char* k : {"model", "gpus", "strategy", "seq", "global_batch"})
+      if (e.contains(k)) throw InputError(fmt::format("{}: 'plan' replaces '{}'; give one or the other", where, k));
+    const json& p = e["plan"];
+    Plan plan = p.is_string() ? load_plan(beside(dir, p.get<std::string>())) : plan_from_json(p);
+    if (!gpus.empty()) plan.cluster = resolve_cluster(gpus);
+    check_compat(plan);
+    return plan;
+  }
+  if (!e.contains("model") || !e["model"].is_string()) throw InputError(where + ": 'model' (a preset or config.json) or 'plan' is missing");
+  if (gpus.empty() && (!e.contains("gpus") || !e["gpus"].is_string())) throw InputError(where + ": 'gpus' is missing");
+  PlanRequest r;
+  r.model = beside(dir, e["model"].get<std::string>());
+  r.gpus = gpus.empty() ? beside(dir, e["gpus"].get<std::string>()) : gpus;
+  if (e.contains("strategy")) {
+    if (!e["strategy"].is_string()) throw InputError(where + ": 'strategy' must be the text form (dp=2,zero=1,...)");
+    r.strategy = e["strategy"].get<std::string>();
+  }
+  if (e.contains("seq")) r.seq = whole(e["seq"], where + ": seq");
+  if (e.contains("global_batch")) r.global_batch = whole(e["global_batch"], where + ": global_batch");
+  if (e.contains("host_memory")) r.host_memory_bytes = parse_bytes(e["host_memory"].get<std::string>(), where + ": host_memory");
+  return build_plan(r, nullptr);
+}
+
+double num(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+json pct(double predicted, double measured) {
+  if (!(measured > 0) || !std::isfinite(predicted)) return nullptr;
+  return (predicted - measured) / measured * 100.0;
+}
+
+std::string gib(double b) { return format_bytes(b); }
+
+// The strategy without the fields at their defaults.
+std::string short_strategy(const std::string& text) {
+  std::string out;
+  for (const auto& kv : split(text, ',')) {
+    if (kv == "tp=1" || kv == "pp=1" || kv == "zero=0" || kv == "offload=none" || kv == "ckpt=none" || kv == "vpp=1" ||
+        kv == "sp=0" || kv == "schedule=1f1b")
+      continue;
+    out += (out.empty() ? "" : ",") + kv;
+  }
+  return out;
+}
+
+}  // namespace
+
+Sweep load_sweep(const std::string& path, const std::string& gpus) {
+  const json j = read_json_file(path, "sweep");
+  const std::string where = fmt::format("sweep '{}'", path);
+  if (!j.is_object()) throw InputError(where + ": expected a JSON object");
+  only_keys(j, kTopKeys, where);
+  if (j.value("format", "") != "planner-sweep")
+    throw InputError(where + ": \"format\" must be \"planner-sweep\"");
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != 1)
+    throw InputError(where + ": \"version\" must be 1");
+  Sweep s;
+  s.path = path;
+  s.name = j.value("name", fs::path(path).stem().string());
+  if (j.contains("steps")) s.steps = int(std::min<int64_t>(whole(j["steps"], where + ": steps"), 100000));
+  if (j.contains("warmup")) {
+    if (!j["warmup"].is_number_integer() || j["warmup"].get<int64_t>() < 0) throw InputError(where + ": warmup must be 0 or more");
+    s.warmup = int(std::min<int64_t>(j["warmup"].get<int64_t>(), 100000));
+  }
+  s.held_out = j.value("held_out", "B");
+  if (s.held_out != "A" && s.held_out != "B") throw InputError(where + ": held_out must be \"A\" or \"B\"");
+  const json defaults = j.value("defaults", json::object());
+  if (!defaults.is_object()) throw InputError(where + ": defaults must be an object");
+  only_keys(defaults, kPlanKeys, where + ": defaults");
+  if (!j.contains("plans") || !j["plans"].is_array() || j["plans"].empty())
+    throw InputError(where + ": \"plans\" must be a non-empty list");
+  const fs::path dir = fs::path(path).parent_path();
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["plans"].size(); ++i) {
+    json e = j["plans"][i];
+    if (!e.is_object()) throw InputError(fmt::format("{}: plans[{}] must be an object", where, i));
+    only_keys(e, kPlanKeys, fmt::format("{}: plans[{}]", where, i));
+    for (auto it = defaults.begin(); it != defaults.end(); ++it)
+      if (!e.contains(it.key()) && !(e.contains("plan") && it.key() != "half")) e[it.key()] = it.value();
+    const std::string name = e.value("name", "");
+    if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                            std::string::npos)
+      throw InputError(fmt::format("{}: plans[{}]: \"name\" must be letters, digits, '.', '_' or '-' (it names files)", where, i));
+    if (!names.insert(name).second) throw InputError(fmt::format("{}: plan name '{}' is used twice", where, name));
+    const std::string pw = fmt::format("{}: plan '{}'", where, name);
+    const std::string half = e.value("half", "");
+    if (half != "A" && half != "B") throw InputError(pw + ": \"half\" must be \"A\" or \"B\" (the held-out split)");
+    try {
+      s.entries.push_back({name, half, entry_plan(e, dir, pw, gpus)});
+    } catch (const InputError& err) {
+      const std::string msg = err.what();
+      throw InputError(msg.rfind(pw, 0) == 0 ? msg : pw + ": " + msg);
+    } catch (const json::exception& err) {
+      throw InputError(pw + ": " + err.what());
+    }
+  }
+  return s;
+}
+
+json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred, const std::string& prediction_error,
+                 const RunOutcome& run) {
+  const Plan& p = e.plan;
+  json r = {{"name", e.name},
+            {"half", e.half},
+            {"model", p.model.name},
+            {"gpus", p.cluster.name},
+            {"gpu", p.cluster.gpu.name},
+            {"world", p.strategy.world()},
+            {"strategy", p.strategy.to_string()},
+            {"seq", p.seq},
+            {"global_batch", p.global_batch},
+            {"status", run.status},
+            {"exit_code", run.exit_code},
+            {"error", run.error.empty() ? json(nullptr) : json(run.error)},
+            {"result_file", run.result_file.empty() ? json(nullptr) : json(run.result_file)},
+            {"log_file", run.log_file.empty() ? json(nullptr) : json(run.log_file)},
+            {"prediction_error", prediction_error.empty() ? json(nullptr) : json(prediction_error)}};
+  json pc = json::object();
+  if (pred) {
+    for (int i = 0; i < kMemCategories; ++i)
+      pc[to_string(MemCategory(i))] = pred->memory.stages.empty() ? 0 : pred->memory.peak_breakdown()[i];
+    r["predicted"] = {{"step_seconds", pred->step_seconds},
+                      {"per_gpu_peak_bytes", pred->memory.per_gpu_peak_bytes},
+                      {"fits", pred->memory.fits()},
+                      {"gpu_usable_bytes", pred->memory.gpu_usable_bytes()},
+                      {"tokens_per_second", pred->tokens_per_second},
+                      {"mfu", pred->mfu},
+                      {"categories", pc}};
+  } else {
+    r["predicted"] = nullptr;
+  }
+  json errors = {{"step_seconds_pct", nullptr}, {"per_gpu_peak_pct", nullptr}, {"categories_pct", json::object()}};
+  if (run.result && run.result->contains("measurement")) {
+    const json& m = (*run.result)["measurement"];
+    double peak = num(m.value("memory", json::object()), "total_bytes");
+    for (const auto& x : m.value("ranks", json::array())) peak = std::max(peak, num(x, "peak_bytes"));
+    const json mc = m.value("memory", json::object()).value("categories", json::object());
+    const double step = num(m.value("step_seconds", json::object()), "median");
+    r["measured"] = {{"step_seconds", step},
+                     {"per_gpu_peak_bytes", int64_t(peak)},
+                     {"tokens_per_second", num(m, "tokens_per_second")},
+                     {"mfu", m.value("mfu", json(nullptr))},
+                     {"device", m.value("device", "")},
+                     {"categories", mc}};
+    if (pred) {
+      errors["step_seconds_pct"] = pct(pred->step_seconds, step);
+      errors["per_gpu_peak_pct"] = pct(double(pred->memory.per_gpu_peak_bytes), peak);
+      for (auto it = mc.begin(); it != mc.end(); ++it)
+        if (pc.contains(it.key()) && it->is_number())
+          errors["categories_pct"][it.key()] = pct(pc[it.key()].get<double>(), it->get<double>());
+    }
+  } else {
+    r["measured"] = nullptr;
+  }
+  r["errors"] = errors;
+  return r;
+}
+
+json summarize(const json& plans, const std::string& held_out) {
+  json out = json::object();
+  for (const std::string half : {"all", "A", "B"}) {
+    std::vector<std::pair<double, std::string>> step, mem;
+    int n = 0, ran = 0, fit_ran = 0, fit_oom = 0, fit_failed = 0, unfit_ran = 0, unfit_oom = 0, unfit_failed = 0;
+    for (const auto& p : plans) {
+      if (half != "all" && p["half"] != half) continue;
+      ++n;
+      const std::string st = p["status"].get<std::string>();
+      ran += st == "ran";
+      if (!p["predicted"].is_null() && st != "refused" && st != "not_run") {
+        const bool fits = p["predicted"]["fits"].get<bool>();
+        const bool oom = st == "out_of_memory";
+        if (fits) fit_ran += st == "ran", fit_oom += oom, fit_failed += !oom && st != "ran";
+        else unfit_ran += st == "ran", unfit_oom += oom, unfit_failed += !oom && st != "ran";
+      }
+      const json& e = p["errors"];
+      const std::string name = p["name"].get<std::string>();
+      if (e["step_seconds_pct"].is_number()) step.push_back({e["step_seconds_pct"].get<double>(), name});
+      if (e["per_gpu_peak_pct"].is_number()) mem.push_back({e["per_gpu_peak_pct"].get<double>(), name});
+    }
+    auto stats = [](const std::vector<std::pair<double, std::string>>& v) -> json {
+      if (v.empty()) return {{"plans", 0}, {"mape_pct", nullptr}, {"worst_pct", nullptr}, {"worst_plan", nullptr}};
+      double sum = 0;
+      const auto* worst = &v.front();
+      for (const auto& x : v) {
+        sum += std::abs(x.first);
+        if (std::abs(x.first) > std::abs(worst->first)) worst = &x;
+      }
+      return {{"plans", v.size()}, {"mape_pct", sum / double(v.size())}, {"worst_pct", worst->first},
+              {"worst_plan", worst->second}};
+    };
+    out[half] = {{"plans", n},
+                 {"ran", ran},
+                 {"held_out", half == held_out},
+                 {"step_seconds", stats(step)},
+                 {"per_gpu_peak", stats(mem)},
+                 {"fit_checks",
+                  {{"predicted_fit_ran", fit_ran},
+                   {"predicted_fit_out_of_memory", fit_oom},
+                   {"predicted_fit_failed_otherwise", fit_failed},
+                   {"predicted_unfit_ran", unfit_ran},
+                   {"predicted_unfit_out_of_memory", unfit_oom},
+                   {"predicted_unfit_failed_otherwise", unfit_failed}}}};
+  }
+  return out;
+}
+
+std::string report_table(const json& report) {
+  std::string o = fmt::format("planner validate: {} ({} plans; {} warm-up + {} timed steps each)\n",
+                              report.value("sweep_name", ""), report["plans"].size(), report.value("warmup", 0),
+                              report.value("steps", 0));
+  o += fmt::format("{:<30} {:>1} {:>2}  {:<42} {:>9} {:>9} {:>7}  {:>10} {:>10} {:>7}  {:<14}\n", "plan", "", "G",
+                   "strategy", "step pred", "meas", "err", "peak pred", "meas", "err", "fit / outcome");
+  auto cell = [](const json& v, const char* f) { return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-"); };
+  for (const auto& p : report["plans"]) {
+    const json& pr = p["predicted"];
+    const json& me = p["measured"];
+    const json& e = p["errors"];
+    const std::string fit = pr.is_null() ? "?" : pr["fits"].get<bool>() ? "fits" : "no fit";
+    o += fmt::format("{:<30} {:>1} {:>2}  {:<42} {:>9} {:>9} {:>7}  {:>10} {:>10} {:>7}  {:<14}\n",
+                     p["name"].get<std::string>().substr(0, 30), p["half"].get<std::string>(), p["world"].get<int>(),
+                     short_strategy(p["strategy"].get<std::string>()).substr(0, 42),
+                     pr.is_null() ? "-" : cell(pr["step_seconds"], "{:.4f}"),
+                     me.is_null() ? "-" : cell(me["step_seconds"], "{:.4f}"), cell(e["step_seconds_pct"], "{:+.1f}%"),
+                     pr.is_null() ? "-" : gib(pr["per_gpu_peak_bytes"].get<double>()),
+                     me.is_null() ? "-" : gib(me["per_gpu_peak_bytes"].get<double>()), cell(e["per_gpu_peak_pct"], "{:+.1f}%"),
+                     fit + " / " + p["status"].get<std::string>());
+  }
+  o += "(err = (predicted - measured) / measured; step time in seconds; peak memory per GPU, the fullest rank)\n";
+  for (const char* half : {"A", "B", "all"}) {
+    const json& s = report["summary"][half];
+    if (s["plans"].get<int>() == 0) continue;
+    auto line = [](const json& st) {
+      if (st["mape_pct"].is_null()) return std::string("no plan to compare");
+      return fmt::format("MAPE {:.1f}%, worst {:+.1f}% ({}), {} plans", st["mape_pct"].get<double>(),
+                         st["worst_pct"].get<double>(), st["worst_plan"].get<std::string>(), st["plans"].get<int>());
+    };
+    const std::string label = std::string(half) == "all" ? "all" : fmt::format("half {}{}", half, s["held_out"].get<bool>() ? " (held out)" : "");
+    o += fmt::format("{}: {} of {} ran; step time {}; peak memory {}\n", label, s["ran"].get<int>(),
+                     s["plans"].get<int>(), line(s["step_seconds"]), line(s["per_gpu_peak"]));
+  }
+  const json& f = report["summary"]["all"]["fit_checks"];
+  o += fmt::format("fit verdicts: predicted to fit: {} ran, {} out of memory, {} failed otherwise; predicted not to "
+                   "fit: {} ran, {} out of memory, {} failed otherwise\n",
+                   f["predicted_fit_ran"].get<int>(), f["predicted_fit_out_of_memory"].get<int>(),
+                   f["predicted_fit_failed_otherwise"].get<int>(), f["predicted_unfit_ran"].get<int>(),
+                   f["predicted_unfit_out_of_memory"].get<int>(), f["predicted_unfit_failed_otherwise"].get<int>());
+  for (const auto& p : report["plans"])
+    if (!p["error"].is_null()) o += fmt::format("{}: {}: {}\n", p["name"].get<std::string>(), p["status"].get<std::string>(), p["error"].get<std::string>());
+  return o;
+}
+
+std::string report_csv(const json& report) {
+  auto q = [](const std::string& s) {
+    std::string o = "\"";
+    for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return o + "\"";
+  };
+  auto v = [](const json& x) {
+    if (x.is_number_integer()) return std::to_string(x.get<int64_t>());
+    if (x.is_number()) return fmt::format("{:.6g}", x.get<double>());
+    if (x.is_boolean()) return std::string(x.get<bool>() ? "true" : "false");
+    return std::string();
+  };
+  std::string o = "name,half,world,strategy,status,predicted_fit,predicted_step_seconds,measured_step_seconds,step_error_pct,"
+                  "predicted_peak_bytes,measured_peak_bytes,peak_error_pct";
+  for (int i = 0; i < kMemCategories; ++i) {
+    const std::string c = to_string(MemCategory(i));
+    o += ",predicted_" + c + ",measured_" + c;
+  }
+  o += "\n";
+  const json null;
+  for (const auto& p : report["plans"]) {
+    const json& pr = p["predicted"];
+    const json& me = p["measured"];
+    auto field = [&](const json& obj, const char* k) -> const json& { return obj.is_object() && obj.contains(k) ? obj[k] : null; };
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}", q(p["name"].get<std::string>()), p["half"].get<std::string>(), p["world"].get<int>(),
+                     q(p["strategy"].get<std::string>()), p["status"].get<std::string>(), v(field(pr, "fits")), v(field(pr, "step_seconds")),
+                     v(field(me, "step_seconds")), v(p["errors"]["step_seconds_pct"]), v(field(pr, "per_gpu_peak_bytes")),
+                     v(field(me, "per_gpu_peak_bytes")), v(p["errors"]["per_gpu_peak_pct"]));
+    for (int i = 0; i < kMemCategories; ++i) {
+      const char* c = to_string(MemCategory(i));
+      o += "," + v(field(field(pr, "categories"), c)) + "," + v(field(field(me, "categories"), c));
+    }
+    o += "\n";
+  }
+  return o;
+}
+
+}  // namespace planner

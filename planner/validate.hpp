@@ -1,0 +1,85 @@
+#pragma once
+// `planner validate sweep.json`: the sweep file, the report's arithmetic and
+// its renderings (table, CSV, gnuplot pictures). Running the plans is
+// planner/cmd_validate.cpp's (it starts `planner exec` once per plan). No
+// LibTorch here.
+//
+// Sweep file (examples/sweep_1gpu.json):
+//   {"format": "planner-sweep", "version": 1, "name": "...",
+//    "steps": 5, "warmup": 2,             // per plan, unless the command line says otherwise
+//    "held_out": "B",                     // the half reported as held out (default "B")
+//    "defaults": {"gpus": "1xH100", "seq": 2048},   // merged into every plan that lacks the key
+//    "plans": [{"name": "gpt2-dp1", "half": "A", "model": "gpt2-xl", "gpus": "1xH100",
+//               "strategy": "mbs=4,gas=2,precision=bf16", "seq": 1024, "global_batch": 8},
+//              {"name": "...", "half": "B", "plan": "plans/x.json"}, ...]}
+// "model" is a preset or a Hugging Face config.json (a path relative to the
+// sweep file); "plan" a plan file (relative path) or an inline plan object.
+// Names are unique, [A-Za-z0-9._-]; "half" is "A" or "B".
+//
+// Report (DIR/report.json, schema in docs/ARCHITECTURE.md, "planner validate"):
+//   plans[]: name, half, model, gpus, world, strategy (text), seq, global_batch,
+//            status (ran | out_of_memory | failed | refused | timeout | not_run),
+//            predicted {step_seconds, per_gpu_peak_bytes, fits, tokens_per_second,
+//                       categories}, measured {same, or null},
+//            errors {step_seconds_pct, per_gpu_peak_pct, categories_pct}, ...
+//   summary: {"all", "A", "B"}: plans, ran, step and peak-memory MAPE and worst
+//            (signed, with the plan), and the fit checks.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "costmodel/plan.hpp"
+#include "costmodel/predict.hpp"
+
+namespace planner {
+
+struct SweepEntry {
+  std::string name, half;
+  Plan plan;
+};
+
+struct Sweep {
+  std::string path, name, held_out = "B";
+  int steps = 5, warmup = 2;
+  std::vector<SweepEntry> entries;
+};
+
+// Reads and checks the whole sweep (every plan built and checked with
+// check_compat) before anything runs: InputError naming the plan otherwise.
+// `gpus` (not empty) replaces every plan's GPUs (a cluster spec, e.g. 1xH200):
+// the same sweep on another GPU kind.
+Sweep load_sweep(const std::string& path, const std::string& gpus = "");
+
+// How one plan's run ended.
+struct RunOutcome {
+  std::string status = "not_run";    // ran | out_of_memory | failed | refused | timeout | not_run
+  int exit_code = -1;
+  std::string error;                 // the run's last error line, when it did not run
+  std::optional<nlohmann::json> result;  // result.json of planner exec (docs/RESULT.md)
+  std::string result_file, log_file;     // relative to the report's folder
+};
+
+// One entry of report.json's plans[]: the prediction beside what was measured,
+// and (predicted - measured) / measured in percent where both exist.
+nlohmann::json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& predicted,
+                           const std::string& prediction_error, const RunOutcome& run);
+
+// MAPE and worst error of step time and peak memory, per half and over all,
+// and how the fit verdicts came out (predicted to fit and ran, predicted not to
+// fit and ran out of memory, ...).
+nlohmann::json summarize(const nlohmann::json& plans, const std::string& held_out);
+
+std::string report_table(const nlohmann::json& report);
+std::string report_csv(const nlohmann::json& report);
+
+// The gnuplot script that draws DIR/step_time.png, DIR/peak_memory.png and
+// DIR/memory_breakdown.png from the data files it names, and those files
+// (name -> text), all relative to DIR.
+struct PlotFiles {
+  std::string script;
+  std::vector<std::pair<std::string, std::string>> data;
+};
+PlotFiles plot_files(const nlohmann::json& report);
+
+}  // namespace planner

@@ -1,0 +1,178 @@
+// planner calibrate: GEMMs, fused attention, memory-bound kernels and the
+// launch cost of a tiny kernel on the device (runtime/calibrate.hpp).
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/calibrate_detail.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+using nlohmann::json;
+
+at::ScalarType dtype_of(const std::string& p) {
+  return p == "bf16" ? at::kBFloat16 : p == "fp16" ? at::kHalf : at::kFloat;
+}
+
+int elem_bytes(const std::string& p) { return p == "fp32" ? 4 : 2; }
+
+struct Shape {
+  std::string label;
+  std::string layout;  // nt: x w^T (forward), nn: data gradient, tn: weight gradient
+  int64_t m, n, k;
+};
+
+// Transformer GEMMs, C (m x n) = A (m x k) B (k x n), of T tokens. Forward
+// x w^T: qkv (T, 3h, h), attention out (T, h, h), MLP up (T, 4h, h), down
+// (T, h, 4h); backward of MLP up: data gradient (T, h, 4h) and weight gradient
+// (4h, h, T). h = 1600 (gpt2-xl: 4800, 6400 unaligned to 128-wide tiles),
+// 2048 and 4096; a LLaMA-style layer (TinyLlama: h 2048, 4 kv heads of 64:
+// qkv 2560; SwiGLU up 2 x 5632, down from 5632); the 8192^3 reference.
+std::vector<Shape> gemm_shapes(bool quick) {
+  std::vector<Shape> s;
+  const int64_t T = quick ? 256 : 16384;
+  const std::vector<int64_t> widths = quick ? std::vector<int64_t>{64, 100} : std::vector<int64_t>{1600, 2048, 4096};
+  for (int64_t h : widths) {
+    const std::string w = " h=" + std::to_string(h);
+    s.push_back({"qkv" + w, "nt", T, 3 * h, h});
+    s.push_back({"attention out" + w, "nt", T, h, h});
+    s.push_back({"mlp up" + w, "nt", T, 4 * h, h});
+    s.push_back({"mlp down" + w, "nt", T, h, 4 * h});
+    if (!quick) {
+      s.push_back({"mlp up data grad" + w, "nn", T, h, 4 * h});
+      s.push_back({"mlp up weight grad" + w, "tn", 4 * h, h, T});
+    }
+  }
+  if (!quick) {
+    s.push_back({"gqa qkv h=2048 kv=256", "nt", T, 2560, 2048});
+    s.push_back({"swiglu up h=2048 f=5632", "nt", T, 11264, 2048});
+    s.push_back({"swiglu down h=2048 f=5632", "nt", T, 2048, 5632});
+  }
+  const int64_t ref = quick ? 256 : 8192;
+  s.push_back({"reference " + std::to_string(ref) + "^3", "nn", ref, ref, ref});
+  return s;
+}
+
+}  // namespace
+
+json measure_gemms(const Ctx& c) {
+  json out = json::array();
+  // The CPU has no fp16 GEMM worth training with; the runtime's CPU plans run fp32.
+  const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16", "fp32"}
+                                                     : std::vector<std::string>{"fp32", "bf16"};
+  for (const auto& p : precisions) {
+    const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));
+    for (const Shape& s : gemm_shapes(c.quick)) {
+      at::Tensor a, b, y = at::empty({s.m, s.n}, opt);
+      std::function<void()> fn;
+      if (s.layout == "nt") {
+        a = at::randn({s.m, s.k}, opt), b = at::randn({s.n, s.k}, opt);
+        fn = [&] { at::mm_out(y, a, b.t()); };
+      } else if (s.layout == "tn") {
+        a = at::randn({s.k, s.m}, opt), b = at::randn({s.k, s.n}, opt);
+        fn = [&] { at::mm_out(y, a.t(), b); };
+      } else {
+        a = at::randn({s.m, s.k}, opt), b = at::randn({s.k, s.n}, opt);
+        fn = [&] { at::mm_out(y, a, b); };
+      }
+      const double sec = time_per_call(c, fn);
+      const double tflops = 2.0 * double(s.m) * double(s.n) * double(s.k) / sec / 1e12;
+      say(c, "gemm " + p + " " + s.label + " (" + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                 std::to_string(s.k) + ", " + s.layout + "): " + fmt_num(sec * 1e3) + " ms, " + fmt_num(tflops) +
+                 " TFLOP/s");
+      out.push_back({{"precision", p}, {"label", s.label}, {"layout", s.layout}, {"m", s.m}, {"n", s.n},
+                     {"k", s.k}, {"seconds", sec}});
+    }
+  }
+  return out;
+}
+
+json measure_attention(const Ctx& c) {
+  json out = json::array();
+  struct Cfg {
+    int64_t b, heads, kv_heads, s, d;
+  };
+  // gpt2-xl (25 heads of 64), gpt-neo (16 of 128), a longer sequence, TinyLlama's GQA (32 heads, 4 kv heads of 64).
+  const std::vector<Cfg> cfgs = c.quick ? std::vector<Cfg>{{2, 4, 4, 128, 32}, {2, 4, 2, 128, 16}}
+                                        : std::vector<Cfg>{{8, 25, 25, 1024, 64},
+                                                           {8, 16, 16, 2048, 128},
+                                                           {2, 32, 32, 4096, 128},
+                                                           {8, 32, 4, 2048, 64}};
+  const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16"}
+                                                     : std::vector<std::string>{"fp32"};
+  for (const auto& p : precisions) {
+    const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));
+    for (const Cfg& g : cfgs) {
+      at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);
+      at::Tensor k = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
+      at::Tensor v = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
+      at::Tensor dout = at::randn({g.b, g.heads, g.s, g.d}, opt);
+      const bool gqa = g.kv_heads != g.heads;
+      auto fwd = [&] {
+        return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+      };
+      // Forward as in training (autograd records it), then forward + backward.
+      const double f = time_per_call(c, [&] { (void)fwd(); });
+      const double fb = time_per_call(c, [&] {
+        at::Tensor o = fwd();
+        (void)torch::autograd::grad({o}, {q, k, v}, {dout});
+      });
+      const double bwd = std::max(fb - f, 1e-9);
+      say(c, "attention " + p + " b=" + std::to_string(g.b) + " heads=" + std::to_string(g.heads) + "/" +
+                 std::to_string(g.kv_heads) + " s=" + std::to_string(g.s) + " d=" + std::to_string(g.d) +
+                 ": forward " + fmt_num(f * 1e3) + " ms, backward " + fmt_num(bwd * 1e3) + " ms");
+      out.push_back({{"precision", p}, {"batch", g.b}, {"heads", g.heads}, {"kv_heads", g.kv_heads}, {"seq", g.s},
+                     {"head_dim", g.d}, {"causal", true}, {"forward_seconds", f}, {"backward_seconds", bwd}});
+    }
+  }
+  return out;
+}
+
+json measure_memory_kernels(const Ctx& c) {
+  json out = json::array();
+  // The working precision's elements: bf16 on the GPU, fp32 on the CPU.
+  const std::string p = c.cuda ? "bf16" : "fp32";
+  const int64_t e = elem_bytes(p);
+  const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));
+  const int64_t h = c.quick ? 256 : 2048;
+  const int64_t n = c.quick ? (int64_t(1) << 20) : (int64_t(1) << 26);  // 128 MiB of bf16 on the GPU
+  const int64_t T = n / h;
+  at::Tensor a = at::randn({T, h}, opt), b = at::randn({T, h}, opt), y = at::empty({T, h}, opt);
+  at::Tensor y32 = at::empty({T, h}, opt.dtype(at::kFloat));
+  at::Tensor w = at::randn({h}, opt), bias = at::randn({h}, opt);
+  at::Tensor wide = at::randn({T / 2, 2 * h}, opt);  // a SwiGLU up-projection output; its halves are narrowed
+  auto add = [&](const std::string& cls, const std::string& name, double bytes, const std::function<void()>& fn) {
+    const double sec = time_per_call(c, fn);
+    say(c, "memory " + cls + " " + name + ": " + fmt_num(bytes / sec / 1e9) + " GB/s");
+    out.push_back({{"class", cls}, {"name", name}, {"precision", p}, {"bytes", bytes}, {"seconds", sec}});
+  };
+  const double ne = double(n) * double(e);
+  // Vectorized streams.
+  add("streaming", "copy", 2 * ne, [&] { y.copy_(a); });
+  add("streaming", "add", 3 * ne, [&] { at::add_out(y, a, b); });
+  add("streaming", "gelu", 2 * ne, [&] { (void)at::gelu(a); });
+  // PyTorch's non-vectorized elementwise path: converting, broadcast, narrowed operands.
+  if (e != 4) add("strided", "convert to fp32", double(n) * double(e + 4), [&] { y32.copy_(a); });
+  add("strided", "broadcast multiply", 2 * ne, [&] { at::mul_out(y, a, w); });
+  add("strided", "silu of a narrowed half", ne, [&] { (void)at::silu(wide.narrow(1, 0, h)); });
+  // Reductions.
+  add("reduction", "layer norm", 2 * ne, [&] { (void)at::layer_norm(a, {h}, w, bias); });
+  add("reduction", "column sum", ne, [&] { (void)a.sum(0); });
+  return out;
+}
+
+double measure_kernel_overhead(const Ctx& c) {
+  at::Tensor t = at::zeros({1}, at::TensorOptions().device(c.device));
+  const int burst = 50;
+  const double s = time_per_call(c, [&] {
+    for (int i = 0; i < burst; ++i) t.add_(1.0);
+  }) / burst;
+  say(c, "kernel launch: " + fmt_num(s * 1e6) + " us per tiny kernel");
+  return s;
+}
+
+}  // namespace planner::rt::calib

@@ -1,0 +1,52 @@
+#pragma once
+// Pieces of planner calibrate's measurements shared by runtime/calibrate*.cpp.
+// LibTorch inside: not for the planner's headers.
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+
+namespace planner::rt::calib {
+
+struct Ctx {
+  bool cuda = false;
+  bool quick = false;
+  bool progress = true;
+  at::Device device{at::kCPU};
+  int rank = 0, world = 1;
+  std::vector<std::string>* notes = nullptr;
+  double target_seconds() const { return quick ? 0.002 : 0.02; }  // one timed batch of calls
+};
+
+// Seconds per call of `fn`: one warm-up call, one call to size the batch,
+// then five batches of calls lasting at least `target` seconds each (CUDA
+// events on the GPU, the steady clock on the CPU); the fastest batch.
+double time_per_call(const Ctx& c, const std::function<void()>& fn, double target = -1);
+// The same with a fixed number of calls per batch (collectives: every rank must
+// make the same calls).
+double time_fixed(const Ctx& c, const std::function<void()>& fn, int calls);
+// One progress line on stderr (rank 0 only).
+void say(const Ctx& c, const std::string& line);
+std::string fmt_num(double v, int digits = 3);  // "%.3g" (LibTorch's fmt shadows the system's here)
+
+// runtime/calibrate_compute.cpp
+nlohmann::json measure_gemms(const Ctx& c);
+nlohmann::json measure_attention(const Ctx& c);
+nlohmann::json measure_memory_kernels(const Ctx& c);
+double measure_kernel_overhead(const Ctx& c);
+
+// runtime/calibrate_host.cpp
+nlohmann::json measure_host_copies(const Ctx& c);  // GPU only
+nlohmann::json measure_host_memcpy(const Ctx& c);
+nlohmann::json measure_cpu_adam(const Ctx& c);
+// Every rank: the collectives of the runtime's Communicator over sizes and group
+// sizes; `world` is the CPU (MPI) communicator of all ranks. Fills
+// "collectives" and "nccl_communicator_bytes" of `out` (rank 0).
+void measure_collectives(const Ctx& c, Communicator& world, nlohmann::json& out);
+
+}  // namespace planner::rt::calib

@@ -1,0 +1,163 @@
+// planner calibrate: host<->device copies, host memcpy, the CPU AdamW of the
+// offload path, and the Communicator's collectives (runtime/calibrate.hpp).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "runtime/calibrate_detail.hpp"
+#include "runtime/device.hpp"
+#include "runtime/streams.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+using nlohmann::json;
+
+std::string gbps(double bytes, double s) { return fmt_num(bytes / s / 1e9) + " GB/s"; }
+
+}  // namespace
+
+json measure_host_copies(const Ctx& c) {
+  json out = json::array();
+  const int64_t bytes = c.quick ? (int64_t(16) << 20) : (int64_t(256) << 20);
+  at::Tensor dev = at::empty({bytes}, at::TensorOptions().device(c.device).dtype(at::kByte));
+  at::Tensor pinned = pinned_empty(bytes, at::kByte, true);
+  at::Tensor pageable = at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  pageable.fill_(1), pinned.fill_(1), dev.fill_(1);
+  struct Case {
+    const char* direction;
+    bool pinned;
+  };
+  for (const Case k : {Case{"h2d", true}, Case{"d2h", true}, Case{"h2d", false}, Case{"d2h", false}}) {
+    at::Tensor host = k.pinned ? pinned : pageable;
+    const bool h2d = std::string(k.direction) == "h2d";
+    // Pinned copies are asynchronous on the current stream, as the runtime's
+    // copy stream issues them; pageable ones are staged by the driver.
+    const double s = time_per_call(c, [&] {
+      if (h2d) dev.copy_(host, /*non_blocking=*/k.pinned);
+      else host.copy_(dev, /*non_blocking=*/k.pinned);
+    });
+    say(c, std::string("copy ") + k.direction + (k.pinned ? " pinned: " : " pageable: ") + gbps(double(bytes), s));
+    out.push_back({{"direction", k.direction}, {"pinned", k.pinned}, {"bytes", bytes}, {"seconds", s}});
+  }
+  synchronize(true);
+  return out;
+}
+
+json measure_host_memcpy(const Ctx& c) {
+  const int64_t n = c.quick ? (int64_t(1) << 22) : (int64_t(1) << 28);  // floats: 16 MiB or 1 GiB
+  at::Tensor a = at::ones({n}, at::kFloat), b = at::empty({n}, at::kFloat);
+  Ctx host = c;
+  host.cuda = false;
+  const double s = time_per_call(host, [&] { b.copy_(a); });
+  const double bytes = 2.0 * double(n) * 4.0;  // read + write
+  say(c, "host memcpy (read + write): " + gbps(bytes, s) + " with " + std::to_string(at::get_num_threads()) + " threads");
+  return {{"bytes", bytes}, {"seconds", s}, {"threads", at::get_num_threads()}};
+}
+
+json measure_cpu_adam(const Ctx& c) {
+  // As runtime/engine.cpp's offload step: fp32 master and moments, 16-bit
+  // gradients converted into an fp32 work chunk of at most 2^26 elements, the
+  // fused AdamW, and the updated parameters written back in 16 bits.
+  const int64_t n = c.quick ? (int64_t(1) << 20) : (int64_t(1) << 26);
+  const int64_t chunk = std::min<int64_t>(n, int64_t(1) << 26);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor master = at::randn({n}, f32), m = at::zeros({n}, f32), v = at::zeros({n}, f32);
+  at::Tensor grad16 = at::randn({n}, f32).to(at::kBFloat16), param16 = at::empty({n}, f32.dtype(at::kBFloat16));
+  at::Tensor work = at::empty({chunk}, f32);
+  at::Tensor step = at::ones({}, f32), divisor = at::ones({}, f32);
+  Ctx host = c;
+  host.cuda = false;
+  at::NoGradGuard ng;
+  const double s = time_per_call(host, [&] {
+    for (int64_t o = 0; o < n; o += chunk) {
+      const int64_t len = std::min(chunk, n - o);
+      at::Tensor g = work.narrow(0, 0, len).copy_(grad16.narrow(0, o, len));
+      at::_fused_adamw_({master.narrow(0, o, len)}, {g}, {m.narrow(0, o, len)}, {v.narrow(0, o, len)}, {}, {step},
+                        3e-4, 0.9, 0.95, 0.1, 1e-8, /*amsgrad=*/false, /*maximize=*/false, divisor,
+                        /*found_inf=*/std::nullopt);
+    }
+    param16.copy_(master);
+  }, c.quick ? 0.005 : 0.2);
+  say(c, "CPU AdamW: " + fmt_num(double(n) / s) + " parameters/s with " + std::to_string(at::get_num_threads()) +
+             " threads");
+  return {{"params", n}, {"seconds", s}, {"threads", at::get_num_threads()}};
+}
+
+void measure_collectives(const Ctx& c, Communicator& world, json& out) {
+  const int W = c.world;
+  const auto timeout = std::chrono::seconds(120);
+  const std::vector<int64_t> sizes = c.quick ? std::vector<int64_t>{4096, 65536, 1 << 20}
+                                             : std::vector<int64_t>{4096, 65536, 1 << 20, 16 << 20, 64 << 20, 256 << 20};
+  std::vector<int> group_sizes;
+  for (int g = 2; g <= W; g *= 2) group_sizes.push_back(g);
+  if (group_sizes.empty() || group_sizes.back() != W) group_sizes.push_back(W);
+  json points = json::array();
+  std::vector<double> mine;  // this rank's seconds, one per point, in the same order on every rank
+  int64_t nccl_bytes = -1;
+  for (int g : group_sizes) {
+    if (W % g) continue;  // every rank must be in exactly one group
+    std::vector<std::vector<int>> groups;
+    for (int s = 0; s < W; s += g) {
+      std::vector<int> members;
+      for (int r = s; r < s + g; ++r) members.push_back(r);
+      groups.push_back(members);
+    }
+    const int64_t outside0 = memory_outside_allocator(c.cuda);
+    auto comm = make_communicator(groups, "calibrate" + std::to_string(g), c.device, timeout);
+    {
+      at::Tensor probe = at::ones({1}, at::TensorOptions().device(c.device).dtype(at::kFloat));
+      comm->all_reduce(probe)->wait();
+      synchronize(c.cuda);
+    }
+    if (nccl_bytes < 0 && c.cuda) nccl_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
+    const std::string backend = comm->backend() == Backend::Nccl ? "nccl" : "mpi";
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"}) {
+      const std::string o = op;
+      if (o == "send_recv" && g != 2) continue;  // pairs only
+      for (int64_t S : sizes) {
+        const int64_t n = S / 4;  // floats
+        const auto fopt = at::TensorOptions().device(c.device).dtype(at::kFloat);
+        at::Tensor full = at::ones({n}, fopt), part = at::ones({n / g}, fopt);
+        std::function<void()> fn;
+        if (o == "all_reduce") fn = [&] { comm->all_reduce(full)->wait(); };
+        else if (o == "reduce_scatter") fn = [&] { comm->reduce_scatter(full, part)->wait(); };
+        else if (o == "all_gather") fn = [&] { comm->all_gather(part, full)->wait(); };
+        else if (o == "broadcast") fn = [&] { comm->broadcast(full, 0)->wait(); };
+        else fn = [&] { (comm->rank() == 0 ? comm->send(full, 1) : comm->recv(full, 0))->wait(); };
+        // The same number of calls on every rank (no per-rank sizing).
+        const int calls = S <= (1 << 20) ? 20 : S <= (16 << 20) ? 10 : 3;
+        mine.push_back(time_fixed(c, fn, calls));
+        points.push_back({{"op", o}, {"backend", backend}, {"group_size", g}, {"groups", int(groups.size())},
+                          {"bytes", S}});
+      }
+    }
+    synchronize(c.cuda);
+  }
+  // The slowest rank's time of each point (MPI on the CPU).
+  at::Tensor in = at::tensor(mine, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor all = at::empty({int64_t(mine.size()) * W}, in.options());
+  world.all_gather(in, all)->wait();
+  if (c.rank != 0) return;
+  const double* x = all.data_ptr<double>();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    double worst = 0;
+    for (int r = 0; r < W; ++r) worst = std::max(worst, x[size_t(r) * mine.size() + i]);
+    points[i]["seconds"] = worst;
+    const auto& p = points[i];
+    if (p["bytes"].get<int64_t>() == sizes.back())
+      say(c, p["op"].get<std::string>() + " " + p["backend"].get<std::string>() + " over " +
+                 std::to_string(p["group_size"].get<int>()) + " ranks, " + fmt_num(double(sizes.back()) / 1048576.0) +
+                 " MiB: " + fmt_num(worst * 1e3) + " ms");
+  }
+  out["collectives"] = points;
+  if (nccl_bytes >= 0) out["nccl_communicator_bytes"] = nccl_bytes;
+}
+
+}  // namespace planner::rt::calib

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# planner calibrate on the CPU (quick sizes): writes a profile that predict,
+# memory and exec accept; --from re-fits it to the same values; under mpirun
+# the collectives are measured; bad input exits 2 with one line and writes
+# nothing. And the memory edge: exec of a plan predicted not to fit warns
+# before it starts and records "predicted_fit": false.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+expect_exit 0 $P calibrate --help && expect_grep "Examples" "$TMP/out"
+for c in memory predict plan max-model exec; do
+  expect_exit 0 $P $c --help && expect_grep "headroom" "$TMP/out"
+done
+PLAN="$ROOT/examples/plans/tiny-cpu.json"
+
+# Bad input: nothing written, exit 2, one line.
+expect_bad_input $P memory --plan "$PLAN" --headroom lots && expect_grep "headroom" "$TMP/err"
+expect_bad_input $P plan --model gpt2 --gpus 1xH100 --headroom 150%
+expect_bad_input $P calibrate --from /nonexistent/measured.json -o "$TMP/x.json"
+expect_bad_input $P calibrate --device cpu --quick -o /nonexistent/dir/p.json
+[ ! -e "$TMP/x.json" ] || { echo "FAIL: profile written on bad input"; fails=$((fails+1)); }
+
+if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ]; then
+  expect_exit 1 $P calibrate --device cpu --quick && expect_grep "without LibTorch" "$TMP/err"
+  echo "runtime not built: measuring skipped"; finish; exit $?
+fi
+
+expect_bad_input $P calibrate --device tpu -o "$TMP/x.json" && expect_grep "auto\|cuda\|cpu" "$TMP/err"
+expect_exit 0 $P calibrate --device cpu --quick -o "$TMP/cpu.json"
+expect_grep "^calibrate: gemm fp32" "$TMP/err"          # progress on stderr
+expect_grep "gemm_efficiency_fp32" "$TMP/out"           # the table on stdout
+expect_grep "Wrote the profile" "$TMP/out"
+python3 - "$TMP/cpu.json" <<'PY' || fails=$((fails+1))
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["format"] == "planner-profile" and p["gpu"] == "cpu"
+c = p["calibration"]
+for k in ("gemm", "attention", "memory_kernels", "host_memcpy", "cpu_adam", "fits", "notes"):
+    assert k in c, k
+assert {g["precision"] for g in c["gemm"]} >= {"fp32"}
+assert any("100" in g["label"] for g in c["gemm"]), "an unaligned width"
+for g in c["gemm"]:
+    assert g["seconds"] > 0 and "model_seconds" in g and "efficiency" in g
+f = c["fits"]
+for k in ("gemm_efficiency_fp32", "memory_efficiency", "strided_kernel_relative", "reduction_kernel_relative",
+          "attention_forward_relative", "cpu_adam_params_per_second", "kernel_overhead_seconds"):
+    assert k in f and f[k]["from"], k
+    assert abs(f[k]["value"] - p[k]) <= 1e-12 * abs(p[k]), k      # the fit is what the profile holds
+assert abs(p["cpu_adam_params_per_second"] - c["cpu_adam"]["params"] / c["cpu_adam"]["seconds"]) < 1e-6 * p["cpu_adam_params_per_second"]
+assert any("one rank" in n for n in c["notes"]), "collectives skipped with a note"
+PY
+# Every command takes it.
+expect_exit 0 $P predict --plan "$PLAN" --profile "$TMP/cpu.json" --json
+expect_exit 0 $P memory --plan "$PLAN" --profile "$TMP/cpu.json" --headroom 1GiB --json
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['gpu_headroom_bytes']==2**30, j['gpu_headroom_bytes']" "$TMP/out" || fails=$((fails+1))
+# Re-fitting the saved measurements gives the same profile.
+expect_exit 0 $P calibrate --from "$TMP/cpu.json" -o "$TMP/refit.json" --json
+python3 - "$TMP/cpu.json" "$TMP/refit.json" <<'PY' || fails=$((fails+1))
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+for k in a:
+    if k not in ("calibration",):
+        assert a[k] == b[k], (k, a[k], b[k])
+PY
+expect_bad_input $P calibrate --from "$TMP/cpu.json" --gpu H100 && expect_grep "CPU" "$TMP/err"
+
+# Two ranks: the collectives over MPI (CPU tensors).
+if command -v mpirun >/dev/null; then
+  MPI=(mpirun -np 2 --oversubscribe); [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+  expect_exit 0 "${MPI[@]}" $P calibrate --device cpu --quick -q -o "$TMP/cpu2.json"
+  python3 - "$TMP/cpu2.json" <<'PY' || fails=$((fails+1))
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+ops = {x["op"] for x in c["collectives"]}
+assert ops == {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"}, ops
+assert all(x["backend"] == "mpi" and x["group_size"] == 2 and x["seconds"] > 0 for x in c["collectives"])
+assert c["ranks"] == 2
+PY
+fi
+
+# Memory at the edge: a plan predicted not to fit warns before it runs, and says so in result.json.
+python3 - "$PLAN" "$TMP/small.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["cluster"]["gpu"]["memory_bytes"] = 4 << 20     # 4 MiB: the tiny model needs about 6
+json.dump(p, open(sys.argv[2], "w"))
+PY
+expect_exit 0 $P exec "$TMP/small.json" --device cpu --steps 1 --warmup 0 -o "$TMP/r.json"
+expect_grep "warning: the plan is predicted not to fit" "$TMP/err"
+[ "$(grep -c 'predicted not to fit' "$TMP/err")" = 1 ] || { echo "FAIL: warned more than once"; fails=$((fails+1)); }
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['predicted_fit'] is False and r['prediction']['fits'] is False" "$TMP/r.json" || fails=$((fails+1))
+expect_exit 0 $P exec "$PLAN" --device cpu --steps 1 --warmup 0 -q -o "$TMP/r2.json"
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['predicted_fit'] is True" "$TMP/r2.json" || fails=$((fails+1))
+if grep -q "predicted not to fit" "$TMP/err"; then echo "FAIL: warned on a plan that fits"; fails=$((fails+1)); fi
+finish

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# planner validate on the CPU: the tiny sweep (tests/data/sweep_tiny_cpu.json:
+# four plans, two of two ranks under mpirun: dp=2 ZeRO-1 and tp=2) runs, report.json has the documented keys and its
+# errors are (predicted - measured) / measured of the runs' own result files;
+# report.csv has one row per plan; the pictures are drawn when gnuplot is
+# there. Bad input exits 2 and writes nothing.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+SWEEP="$ROOT/tests/data/sweep_tiny_cpu.json"
+expect_exit 0 $P validate --help && expect_grep "Examples" "$TMP/out"
+
+# Bad input: nothing written.
+expect_bad_input $P validate /nonexistent/sweep.json -o "$TMP/v0"
+echo '{"format": "planner-sweep", "version": 1, "plans": [{"name": "x", "half": "C", "model": "gpt2", "gpus": "1xH100"}]}' >"$TMP/bad.json"
+expect_bad_input $P validate "$TMP/bad.json" -o "$TMP/v0" && expect_grep "half" "$TMP/err"
+expect_bad_input $P validate "$SWEEP" -o "$TMP/v0" --only no-such-plan
+expect_bad_input $P validate "$SWEEP" -o "$TMP/v0" --headroom lots
+expect_bad_input $P validate "$SWEEP" -o /nonexistent/dir/v
+[ ! -e "$TMP/v0" ] || { echo "FAIL: report folder made on bad input"; fails=$((fails+1)); }
+
+# Predictions alone need no runtime (commit them before the runs).
+expect_exit 0 $P validate "$SWEEP" -o "$TMP/pred" --predict-only --no-plots --json
+python3 - "$TMP/pred/report.json" "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert json.load(open(sys.argv[2])) == r, "--json prints report.json"
+assert [p["status"] for p in r["plans"]] == ["not_run"] * 4
+assert all(p["predicted"]["step_seconds"] > 0 and p["measured"] is None for p in r["plans"])
+PY
+
+if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ] || ! command -v mpirun >/dev/null; then
+  echo "runtime or mpirun missing: runs skipped"; finish; exit $?
+fi
+expect_exit 0 $P calibrate --device cpu --quick -q -o "$TMP/cpu.json"
+start=$(date +%s)
+expect_exit 0 $P validate "$SWEEP" -o "$TMP/v" --device cpu --oversubscribe --profile "$TMP/cpu.json"
+echo "sweep took $(( $(date +%s) - start )) s"
+expect_grep "half B \(held out\)" "$TMP/out"
+expect_grep "^tiny-gpt2-dp2-zero1 +A +2 " "$TMP/out"
+expect_grep "validate: \[4/4\]" "$TMP/err"
+python3 - "$TMP/v" <<'PY' || fails=$((fails+1))
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(os.path.join(d, "report.json")))
+assert r["format"] == "planner-validation" and r["held_out"] == "B" and r["complete"] is True
+names = [p["name"] for p in r["plans"]]
+assert names == ["tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2"], names
+by = {p["name"]: p for p in r["plans"]}
+for p in r["plans"]:
+    for k in ("strategy", "predicted", "measured", "half", "status", "errors"):
+        assert k in p, k
+    assert p["predicted"]["step_seconds"] > 0 and p["predicted"]["per_gpu_peak_bytes"] > 0
+for n in ("tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2"):
+    p = by[n]
+    assert p["status"] == "ran", (n, p["status"], p["error"])
+    res = json.load(open(os.path.join(d, p["result_file"])))
+    m = res["measurement"]
+    step = m["step_seconds"]["median"]
+    peak = max([m["memory"]["total_bytes"]] + [x["peak_bytes"] for x in m["ranks"]])
+    assert p["measured"]["step_seconds"] == step and p["measured"]["per_gpu_peak_bytes"] == peak
+    e = (p["predicted"]["step_seconds"] - step) / step * 100
+    assert abs(p["errors"]["step_seconds_pct"] - e) < 1e-9 * max(1, abs(e)), (p["errors"], e)
+    e = (p["predicted"]["per_gpu_peak_bytes"] - peak) / peak * 100
+    assert abs(p["errors"]["per_gpu_peak_pct"] - e) < 1e-9 * max(1, abs(e))
+    # The prediction is the one planner exec made with the same profile.
+    assert abs(res["prediction"]["step_seconds"] - p["predicted"]["step_seconds"]) < 1e-12
+assert by["tiny-gpt2-dp2-zero1"]["world"] == 2 and by["tiny-gpt2-dp2-zero1"]["measured"]["device"] == "cpu"
+assert len(json.load(open(os.path.join(d, by["tiny-gpt2-dp2-zero1"]["result_file"])))["measurement"]["ranks"]) == 2
+assert by["tiny-gpt2-tp2"]["world"] == 2
+s = r["summary"]
+assert s["A"]["ran"] == 2 and s["B"]["ran"] == 2 and s["all"]["plans"] == 4
+errs = [abs(by[n]["errors"]["step_seconds_pct"]) for n in ("tiny-gpt2-fp32", "tiny-gpt2-dp2-zero1")]
+assert abs(s["A"]["step_seconds"]["mape_pct"] - sum(errs) / 2) < 1e-9 * max(errs)
+rows = open(os.path.join(d, "report.csv")).read().splitlines()
+assert len(rows) == 5 and rows[0].startswith("name,half,world,strategy,status"), rows[0]
+PY
+if command -v gnuplot >/dev/null; then
+  for f in step_time.png peak_memory.png memory_breakdown.png; do
+    [ -s "$TMP/v/$f" ] || { echo "FAIL: $f not drawn"; cat "$TMP/v/plots.log"; fails=$((fails+1)); }
+  done
+  [ ! -s "$TMP/v/plots.log" ] || { echo "FAIL: gnuplot complained:"; cat "$TMP/v/plots.log"; fails=$((fails+1)); }
+else
+  [ -s "$TMP/v/plots.gp" ] || { echo "FAIL: plots.gp not written"; fails=$((fails+1)); }
+fi
+finish

@@ -1,0 +1,208 @@
+// planner calibrate's fitting (costmodel/calibration.hpp) and the profile
+// fields it fills, with hand-computed numbers.
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "costmodel/calibration.hpp"
+#include "costmodel/hardware_profile.hpp"
+#include "costmodel/op_costs.hpp"
+#include "test_util.hpp"
+
+using namespace planner;
+using nlohmann::json;
+using test_util::error_of;
+
+namespace {
+
+constexpr double kH100Peak = 989.5e12, kH100Tf32 = 494.5e12;
+
+// Seconds of an n^3 GEMM at `eff` of `peak` (shape factor 1 at 8192^3 by definition).
+double gemm_s(double n, double peak, double eff) { return 2 * n * n * n / (peak * eff); }
+
+json h100_measurements() {
+  json m = {{"format", "planner-calibration"},
+            {"device", "cuda"},
+            {"ranks", 1},
+            {"quick", false},
+            {"created", "2026-01-01T00:00:00Z"},
+            {"machine", {{"gpu_name", "NVIDIA H100 80GB HBM3"}, {"hostname", "test"}}}};
+  // Streaming 3.0, 3.2 and 3.1 TB/s (median 3.1); strided 1.55 (0.5 of it); reduction 2.17 (0.7).
+  m["memory_kernels"] = json::array({{{"class", "streaming"}, {"name", "copy"}, {"bytes", 3e9}, {"seconds", 1e-3}},
+                                     {{"class", "streaming"}, {"name", "add"}, {"bytes", 3.2e9}, {"seconds", 1e-3}},
+                                     {{"class", "streaming"}, {"name", "gelu"}, {"bytes", 3.1e9}, {"seconds", 1e-3}},
+                                     {{"class", "strided"}, {"name", "convert"}, {"bytes", 1.55e9}, {"seconds", 1e-3}},
+                                     {{"class", "reduction"}, {"name", "norm"}, {"bytes", 2.17e9}, {"seconds", 1e-3}}});
+  m["kernel_overhead_seconds"] = 3e-6;
+  // bf16 8192^3 at 0.8, 0.7 and 0.9 of the peak: median 0.8. fp32 (TF32) at 0.5.
+  const int64_t n = 8192;
+  m["gemm"] = json::array();
+  for (double eff : {0.8, 0.7, 0.9})
+    m["gemm"].push_back({{"precision", "bf16"}, {"layout", "nn"}, {"m", n}, {"n", n}, {"k", n},
+                         {"seconds", gemm_s(n, kH100Peak, eff)}});
+  m["gemm"].push_back({{"precision", "fp32"}, {"layout", "nn"}, {"m", n}, {"n", n}, {"k", n},
+                       {"seconds", gemm_s(n, kH100Tf32, 0.5)}});
+  // Pinned 40 and 50 GB/s over PCIe 5 (50 GB/s per direction in the catalog): 0.9.
+  m["host_copies"] = json::array({{{"direction", "h2d"}, {"pinned", true}, {"bytes", 1e9}, {"seconds", 0.025}},
+                                  {{"direction", "d2h"}, {"pinned", true}, {"bytes", 1e9}, {"seconds", 0.02}},
+                                  {{"direction", "h2d"}, {"pinned", false}, {"bytes", 1e9}, {"seconds", 0.1}}});
+  m["cpu_adam"] = {{"params", 1e8}, {"seconds", 0.05}, {"threads", 32}};
+  m["memory"] = {{"total_bytes", 85017493504LL},
+                 {"free_after_context_bytes", 84000000000LL},
+                 {"context_bytes", 800000000LL},
+                 {"workspace_bytes", 40000000LL},
+                 {"probe", {{"reserved_bytes", 83000000000LL}, {"outside_allocator_bytes", 900000000LL}}}};
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a profile round-trips through JSON, calibration included", "[calibrate]") {
+  HardwareProfile p = default_profile(gpu_by_name("H100-SXM"));
+  p.gemm_efficiency_bf16 = 0.77;
+  p.cpu_adam_params_per_second = 2.5e9;
+  p.gpu_memory_bytes = 84'000'000'000;
+  p.context_bytes = 123456789;
+  p.memory_headroom = 0.05;
+  p.calibration = std::make_shared<const json>(json{{"gemm", json::array({{{"m", 1}}})}});
+  const json j = profile_to_json(p);
+  // Loaded over another GPU's default: every field comes from the file.
+  const HardwareProfile q = profile_from_json(j, default_profile(gpu_by_name("A100-80GB")));
+  CHECK(profile_to_json(q) == j);
+  CHECK(q.gemm_efficiency_for(Precision::BF16) == 0.77);
+  CHECK(q.gemm_efficiency_for(Precision::FP16) == p.gemm_efficiency);  // 0: the generic one
+  CHECK(q.calibration->at("gemm")[0]["m"] == 1);
+  CHECK(test_util::contains(error_of([&] { profile_from_json(json{{"calibration", 3}}, p); }), "'calibration' must be an object"));
+  CHECK(test_util::contains(error_of([&] { profile_from_json(json{{"gemm_efficiency_bf16", 1.5}}, p); }), "gemm_efficiency_bf16"));
+  CHECK(test_util::contains(error_of([&] { profile_from_json(json{{"memory_headroom", 1.0}}, p); }), "memory_headroom"));
+}
+
+TEST_CASE("--headroom accepts a percentage, a fraction, bytes or 0", "[calibrate]") {
+  HardwareProfile p;
+  apply_headroom("5%", p);
+  CHECK(p.memory_headroom == Approx(0.05));
+  CHECK(p.memory_headroom_bytes == 0);
+  CHECK(p.headroom_bytes(1000) == 50);
+  apply_headroom("0.1", p);
+  CHECK(p.memory_headroom == Approx(0.1));
+  apply_headroom("1.5GiB", p);
+  CHECK(p.memory_headroom == 0);
+  CHECK(p.memory_headroom_bytes == int64_t(1.5 * (1 << 30)));
+  CHECK(p.headroom_bytes(int64_t(80) << 30) == int64_t(1.5 * (1 << 30)));
+  apply_headroom("0", p);
+  CHECK(p.headroom_bytes(int64_t(80) << 30) == 0);
+  for (const char* bad : {"", "abc", "150%", "-1", "1.5", "2%%", "1e400"})
+    CHECK(test_util::contains(error_of([&] { apply_headroom(bad, p); }), "--headroom"));
+}
+
+TEST_CASE("measured CPU AdamW rate replaces the modelled one, shared by the node's processes", "[calibrate]") {
+  HardwareProfile p = default_profile(gpu_by_name("H100-SXM"));
+  const ClusterSpec c = parse_cluster("8xH100");
+  const double modelled = cpu_adam_seconds(p, c, 1e9, 2);
+  p.cpu_adam_params_per_second = 2e9;
+  CHECK(cpu_adam_seconds(p, c, 1e9, 2) == Approx(1.0));  // 1e9 / (2e9 / 2)
+  CHECK(cpu_adam_seconds(p, c, 1e9, 2) != Approx(modelled));
+}
+
+TEST_CASE("CUDA device names map to catalog GPUs", "[calibrate]") {
+  CHECK(match_gpu("NVIDIA H100 80GB HBM3")->name == "H100-SXM");
+  CHECK(match_gpu("NVIDIA H200")->name == "H200");
+  CHECK(match_gpu("NVIDIA H100 PCIe")->name == "H100-PCIE");
+  CHECK(match_gpu("NVIDIA A100-SXM4-40GB")->name == "A100-40GB-SXM");
+  CHECK(match_gpu("NVIDIA GeForce RTX 3090")->name == "RTX3090");
+  CHECK(match_gpu("NVIDIA GeForce RTX 3090 Ti")->name == "RTX3090Ti");
+  CHECK(match_gpu("Tesla V100-SXM2-16GB")->name == "V100-16GB");
+  CHECK_FALSE(match_gpu("Some Future GPU").has_value());
+}
+
+TEST_CASE("calibrate fits the profile from measured points (hand numbers, H100)", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  // Fused attention: b=1, 16 heads, s=2048, d=128, causal: 4 b a s^2 d / 2 FLOPs.
+  const double work = 4.0 * 16 * 2048.0 * 2048.0 * 128 / 2;
+  const double gemm = kH100Peak * 0.8;  // the fitted bf16 GEMM rate
+  const double fwd = work / (gemm * 0.5);
+  // Backward: 2.5x the work at 0.4 of the GEMM rate, plus the helper kernels the
+  // layer model prices apart: rowsum(dO O) reads 2e T h (reduction class, 2.17
+  // TB/s) and the dQ conversion moves (4 + e) T h (streaming, 3.1 TB/s), plus
+  // two launches; T h = 2048 * 16 * 128.
+  const double th = 2048.0 * 16 * 128;
+  const double helpers = 4 * th / 2.17e12 + 6 * th / 3.1e12 + 2 * 3e-6;
+  const double bwd = 2.5 * work / (gemm * 0.4) + helpers;
+  m["attention"] = json::array({{{"precision", "bf16"}, {"batch", 1}, {"heads", 16}, {"kv_heads", 16}, {"seq", 2048},
+                                 {"head_dim", 128}, {"causal", true}, {"forward_seconds", fwd},
+                                 {"backward_seconds", bwd}}});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.memory_efficiency == Approx(3.1 / 3.35));
+  CHECK(p.strided_kernel_relative == Approx(0.5));
+  CHECK(p.reduction_kernel_relative == Approx(0.7));
+  CHECK(p.kernel_overhead_seconds == Approx(3e-6));
+  CHECK(p.gemm_efficiency_bf16 == Approx(0.8));
+  CHECK(p.gemm_efficiency == Approx(0.8));
+  CHECK(p.allow_tf32);  // the runtime's fp32 matmuls run on TF32
+  CHECK(p.gemm_efficiency_fp32 == Approx(0.5));
+  CHECK(p.gemm_efficiency_fp16 == 0);  // not measured
+  CHECK(p.attention_forward_relative == Approx(0.5));
+  CHECK(p.attention_backward_relative == Approx(0.4));
+  CHECK(p.host_copy_efficiency == Approx(45.0 / 50.0));
+  CHECK(p.cpu_adam_params_per_second == Approx(2e9));
+  CHECK(p.gpu_memory_bytes == 83'900'000'000);
+  CHECK(p.context_bytes == 800'000'000);
+  CHECK(p.workspace_bytes == 40'000'000);
+  CHECK(p.nccl_communicator_bytes == default_profile(gpu).nccl_communicator_bytes);  // one rank: unchanged
+  // The points are kept with the fitted model's time beside each.
+  REQUIRE(p.calibration);
+  const json& c = *p.calibration;
+  CHECK(c["fits"].contains("gemm_efficiency_bf16"));
+  CHECK(c["catalog_gpu"] == "H100-SXM");
+  CHECK(c["gemm"][0]["shape_factor"].get<double>() == Approx(1.0));
+  // The 0.8 point: the model's time is the measured one plus one launch.
+  CHECK(c["gemm"][0]["model_seconds"].get<double>() == Approx(gemm_s(8192, kH100Peak, 0.8) + 3e-6));
+  CHECK(c["attention"][0]["forward_error_pct"].get<double>() == Approx(3e-6 / fwd * 100).margin(1e-6));
+  // The fitted profile loads as any profile does.
+  CHECK(profile_to_json(profile_from_json(profile_to_json(p), default_profile(gpu))) == profile_to_json(p));
+}
+
+TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  m["ranks"] = 2;
+  m["nccl_communicator_bytes"] = 880'000'000;
+  // Two H100s on NVSwitch, NVLink4 450 GB/s per direction: a ring all-reduce of
+  // S bytes over 2 ranks moves 2 (n-1)/n S = S over the link, so from 4 KiB to
+  // 256 MiB the model at full rate adds (S1 - S0) / 450e9. Measured at 0.7 of it.
+  const double S0 = 4096, S1 = 268435456;
+  const double t0 = 25e-6, t1 = t0 + (S1 - S0) / 450e9 / 0.7;
+  m["collectives"] = json::array({{{"op", "all_reduce"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
+                                   {"bytes", S0}, {"seconds", t0}},
+                                  {{"op", "all_reduce"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
+                                   {"bytes", S1}, {"seconds", t1}},
+                                  {{"op", "send_recv"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
+                                   {"bytes", S1}, {"seconds", t1 / 2}}});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.nvlink_efficiency == Approx(0.7));
+  CHECK(p.nccl_communicator_bytes == 880'000'000);
+  // The launch latency: the small all-reduce less the model's hop latency and transfer.
+  CHECK(p.collective_base_latency_seconds > 0);
+  CHECK(p.collective_base_latency_seconds < t0);
+  const json& c = *p.calibration;
+  CHECK(c["collectives"][1]["error_pct"].get<double>() == Approx(0).margin(0.01));
+  CHECK(c["collectives"][1]["bus_GBps"].get<double>() == Approx(S1 / t1 / 1e9));  // 2 (n-1)/n = 1
+}
+
+TEST_CASE("a CPU calibration uses the fastest measured rates as peaks", "[calibrate]") {
+  json m = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 1}, {"machine", {{"cpu", "test cpu"}}}};
+  m["memory_kernels"] = json::array({{{"class", "streaming"}, {"name", "copy"}, {"bytes", 2e9}, {"seconds", 0.1}},
+                                     {{"class", "streaming"}, {"name", "add"}, {"bytes", 1e9}, {"seconds", 0.1}}});
+  // Two fp32 shapes: 100 and 50 GFLOP/s; the fastest is the peak.
+  m["gemm"] = json::array({{{"precision", "fp32"}, {"layout", "nn"}, {"m", 256}, {"n", 256}, {"k", 256},
+                            {"seconds", 2.0 * 256 * 256 * 256 / 100e9}},
+                           {{"precision", "fp32"}, {"layout", "nt"}, {"m", 256}, {"n", 256}, {"k", 256},
+                            {"seconds", 2.0 * 256 * 256 * 256 / 50e9}}});
+  const HardwareProfile p = fit_profile(m, nullptr);
+  CHECK(p.gpu == "cpu");
+  CHECK(p.memory_bandwidth_Bps == Approx(20e9));
+  CHECK(p.memory_efficiency == Approx(15e9 / 20e9));  // the median of 20 and 10 GB/s over the fastest
+  CHECK(p.peak_fp32_flops == Approx(100e9));
+  CHECK(p.gemm_efficiency_fp32 == Approx(0.75 / gemm_shape_factor(p, 256, 256, 256, 1)).epsilon(1e-9));
+  CHECK(test_util::contains(error_of([&] { fit_profile(json{{"format", "x"}}, nullptr); }), "not a calibration"));
+}

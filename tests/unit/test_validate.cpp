@@ -1,0 +1,151 @@
+// planner validate's report arithmetic (planner/validate.hpp) with known numbers,
+// and the sweep file's checks.
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "planner/validate.hpp"
+#include "test_util.hpp"
+
+using namespace planner;
+using nlohmann::json;
+using test_util::contains;
+using test_util::error_of;
+
+namespace {
+
+StepPrediction prediction(double step, int64_t peak, bool fits) {
+  StepPrediction p;
+  p.step_seconds = step;
+  StageMemory st;
+  st.gpu[int(MemCategory::Parameters)] = 40;
+  st.gpu[int(MemCategory::Activations)] = peak - 40;
+  st.gpu_peak_bytes = peak;
+  p.memory.stages = {st};
+  p.memory.per_gpu_peak_bytes = peak;
+  p.memory.gpu_capacity_bytes = 1000;
+  p.memory.gpu_fits = fits;
+  p.memory.host_fits = true;
+  return p;
+}
+
+json result(double median, int64_t total, std::vector<int64_t> rank_peaks) {
+  json ranks = json::array();
+  for (size_t r = 0; r < rank_peaks.size(); ++r) ranks.push_back({{"rank", r}, {"peak_bytes", rank_peaks[r]}});
+  return {{"measurement",
+           {{"step_seconds", {{"median", median}}},
+            {"tokens_per_second", 1000.0},
+            {"ranks", ranks},
+            {"memory", {{"total_bytes", total}, {"categories", {{"parameters", 40}, {"activations", 50}}}}}}}};
+}
+
+SweepEntry entry(const std::string& name, const std::string& half) {
+  SweepEntry e;
+  e.name = name, e.half = half;
+  e.plan.strategy.dp = 2;
+  e.plan.model.name = "m";
+  return e;
+}
+
+std::string write(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+}  // namespace
+
+TEST_CASE("validate: errors are (predicted - measured) / measured, peak from the fullest rank", "[validate]") {
+  RunOutcome run;
+  run.status = "ran";
+  run.result = result(1.0, 90, {100, 95});  // rank 0's total 90, the fullest rank 100
+  const json r = plan_record(entry("a", "A"), prediction(1.1, 105, true), "", run);
+  CHECK(r["world"] == 2);
+  CHECK(r["predicted"]["step_seconds"].get<double>() == Approx(1.1));
+  CHECK(r["measured"]["step_seconds"].get<double>() == Approx(1.0));
+  CHECK(r["measured"]["per_gpu_peak_bytes"] == 100);
+  CHECK(r["errors"]["step_seconds_pct"].get<double>() == Approx(10.0));
+  CHECK(r["errors"]["per_gpu_peak_pct"].get<double>() == Approx(5.0));
+  // Categories where both exist: parameters 40 / 40, activations 65 / 50.
+  CHECK(r["errors"]["categories_pct"]["parameters"].get<double>() == Approx(0.0));
+  CHECK(r["errors"]["categories_pct"]["activations"].get<double>() == Approx(30.0));
+  // Not run: no measured side, no errors.
+  const json n = plan_record(entry("b", "B"), prediction(2, 50, false), "", RunOutcome{});
+  CHECK(n["measured"].is_null());
+  CHECK(n["errors"]["step_seconds_pct"].is_null());
+  CHECK(n["status"] == "not_run");
+}
+
+TEST_CASE("validate: MAPE and worst per half, and the fit verdicts", "[validate]") {
+  auto ran = [](const std::string& name, const std::string& half, double pred_step, double pred_peak) {
+    RunOutcome run;
+    run.status = "ran";
+    run.result = result(1.0, 100, {100});
+    return plan_record(entry(name, half), prediction(pred_step, int64_t(pred_peak), true), "", run);
+  };
+  json plans = json::array({ran("a1", "A", 1.10, 102), ran("a2", "A", 0.80, 97), ran("b1", "B", 1.05, 101)});
+  RunOutcome oom;
+  oom.status = "out_of_memory";
+  oom.error = "planner: error: CUDA out of memory while running the plan";
+  plans.push_back(plan_record(entry("b2", "B"), prediction(1, 990, false), "", oom));
+  const json s = summarize(plans, "B");
+  // Step errors: A +10, -20 -> MAPE 15, worst -20 (a2); B +5; all 35 / 3.
+  CHECK(s["A"]["step_seconds"]["mape_pct"].get<double>() == Approx(15.0));
+  CHECK(s["A"]["step_seconds"]["worst_pct"].get<double>() == Approx(-20.0));
+  CHECK(s["A"]["step_seconds"]["worst_plan"] == "a2");
+  CHECK(s["B"]["step_seconds"]["mape_pct"].get<double>() == Approx(5.0));
+  CHECK(s["all"]["step_seconds"]["mape_pct"].get<double>() == Approx(35.0 / 3));
+  // Peak errors: +2, -3, +1.
+  CHECK(s["A"]["per_gpu_peak"]["mape_pct"].get<double>() == Approx(2.5));
+  CHECK(s["all"]["per_gpu_peak"]["worst_pct"].get<double>() == Approx(-3.0));
+  CHECK(s["B"]["held_out"] == true);
+  CHECK(s["A"]["held_out"] == false);
+  CHECK(s["B"]["plans"] == 2);
+  CHECK(s["B"]["ran"] == 1);
+  CHECK(s["all"]["fit_checks"]["predicted_fit_ran"] == 3);
+  CHECK(s["all"]["fit_checks"]["predicted_unfit_out_of_memory"] == 1);
+  CHECK(s["all"]["fit_checks"]["predicted_fit_out_of_memory"] == 0);
+
+  json report = {{"sweep_name", "t"}, {"steps", 2}, {"warmup", 1}, {"held_out", "B"}, {"plans", plans}, {"summary", s}};
+  const std::string csv = report_csv(report);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 5);  // header + 4 plans
+  CHECK(contains(csv, "\"a2\",A,2,"));
+  CHECK(contains(csv, ",out_of_memory,false,"));
+  const std::string table = report_table(report);
+  CHECK(contains(table, "half B (held out): 1 of 2 ran; step time MAPE 5.0%"));
+  CHECK(contains(table, "b2: out_of_memory: planner: error: CUDA out of memory"));
+  const PlotFiles pf = plot_files(report);
+  CHECK(contains(pf.script, "step_time.png"));
+  CHECK(contains(pf.script, "memory_breakdown.png"));
+  CHECK(contains(pf.script, "0.95*$1"));  // the 5% band
+}
+
+TEST_CASE("validate: a bad sweep is refused with one line naming the plan", "[validate]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("planner-sweep-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  write(dir / "tiny.json", R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 128, "vocab_size": 512})");
+  const std::string head = R"({"format": "planner-sweep", "version": 1, "defaults": {"gpus": "1xH100", "seq": 64}, "plans": [)";
+  // A model path is relative to the sweep file.
+  const Sweep ok = load_sweep(write(dir / "ok.json", head + R"({"name": "t", "half": "A", "model": "tiny.json", "strategy": "mbs=2,gas=2", "global_batch": 4}]})"));
+  REQUIRE(ok.entries.size() == 1);
+  CHECK(ok.entries[0].plan.model.layers == 2);
+  CHECK(ok.entries[0].plan.seq == 64);
+  CHECK(ok.held_out == "B");
+  CHECK(ok.entries[0].plan.cluster.gpu.name == "H100-SXM");
+  // --gpus: the same sweep on another GPU kind.
+  CHECK(load_sweep((dir / "ok.json").string(), "1xH200").entries[0].plan.cluster.gpu.name == "H200");
+  const std::string bad_half = write(dir / "b1.json", head + R"({"name": "t", "half": "C", "model": "tiny.json"}]})");
+  CHECK(contains(error_of([&] { load_sweep(bad_half); }), "plan 't': \"half\" must be"));
+  const std::string dup = write(dir / "b2.json", head + R"({"name": "t", "half": "A", "model": "tiny.json"}, {"name": "t", "half": "B", "model": "tiny.json"}]})");
+  CHECK(contains(error_of([&] { load_sweep(dup); }), "used twice"));
+  const std::string typo = write(dir / "b3.json", head + R"({"name": "t", "half": "A", "modle": "tiny.json"}]})");
+  CHECK(contains(error_of([&] { load_sweep(typo); }), "did you mean 'model'"));
+  const std::string bad_plan = write(dir / "b4.json", head + R"({"name": "t", "half": "A", "model": "tiny.json", "strategy": "dp=3"}]})");
+  CHECK(contains(error_of([&] { load_sweep(bad_plan); }), "plan 't': "));
+  const std::string slash = write(dir / "b5.json", head + R"({"name": "a/b", "half": "A", "model": "tiny.json"}]})");
+  CHECK(contains(error_of([&] { load_sweep(slash); }), "names files"));
+  CHECK(contains(error_of([&] { load_sweep((dir / "missing.json").string()); }), "missing.json"));
+  std::filesystem::remove_all(dir);
+}
