@@ -480,12 +480,7 @@ ClusterSpec resolve_cluster(std::string_view spec_or_path) {
   if (!in) throw InputError(fmt::format("cluster file '{}' cannot be read", s));
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("cluster file '{}' is not valid JSON: {}", s, e.what()));
-  }
+  json j = parse_json_text(ss.str(), "cluster file", fmt::format("'{}'", s));
   try {
     if (j.is_object() && !j.contains("name")) {
       j["name"] = s;
