@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
 #include "costmodel/flops.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -51,10 +52,10 @@ void check_physical(const Plan& plan, const HardwareProfile& profile, const Step
 }
 
 StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResult* sim_out, bool record_trace) {
-  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxSimulatedChunks)
-    throw InputError(fmt::format("predict: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
-                                 "simulator's limit of {}; use a larger mbs or a smaller global batch",
-                                 plan.strategy.pp, plan.strategy.vpp, plan.strategy.gas, chunks, kMaxSimulatedChunks));
+  PlanUse use;
+  use.simulate = true;
+  use.trace = record_trace;
+  check_compat(plan, use);  // every caller checked already; a plan that reaches here unchecked is refused too
   const TableCostModel cost = build_cost_model(plan, profile);
   SimOptions opt;
   opt.record_trace = record_trace;
@@ -78,14 +79,7 @@ StepPrediction predict(const Plan& plan, const std::string& profile_path) {
 StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_path, const std::string& trace_path) {
   const HardwareProfile profile = load_profile(profile_path, plan.cluster.gpu);
   if (trace_path.empty()) return predict(plan, profile);
-  // A Chrome trace holds a few events per micro-batch chunk of every stage
-  // and about 1 KB of JSON per event while it is built: refuse large ones
-  // before simulating rather than run out of memory (issue 11).
-  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxTraceChunks)
-    throw InputError(fmt::format("--trace: pp*vpp*gas = {} micro-batch chunks would make a trace of at least {} events; "
-                                 "the limit is {} chunks (trace a step with fewer micro-batches, e.g. a smaller gas)",
-                                 chunks, 2 * chunks, kMaxTraceChunks));
-  SimResult sim;
+  SimResult sim;  // predict refuses a trace above kMaxTraceChunks before simulating (check_use)
   StepPrediction p = predict(plan, profile, &sim, true);
   write_chrome_trace(sim, fmt::format("{} on {}: {}", plan.model.name, plan.cluster.name, plan.strategy.to_string()),
                      trace_path);

@@ -146,6 +146,9 @@ SearchResult search_plans(const SearchRequest& req) {
 
   // Phase 2: in increasing bound, memory check and simulate while the bound can still win.
   Plan plan{req.model, req.cluster, Strategy{}, req.seq, req.global_batch};
+  PlanUse use;
+  use.engine = req.engine;
+  use.simulate = true;
   Simulator sim;
   ProgramCache programs(req.model.layers, req.model.tied_embeddings);
   std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
@@ -174,13 +177,14 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
     plan.strategy = c.strategy;
-    if (simulated_chunks(c.strategy) > kMaxSimulatedChunks) {  // predict would refuse it too
+    // The rules every plan obeys hold by construction (search_space.hpp); the
+    // limits of simulating it and of the engine are check_compat's (check_use).
+    if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
       if (out.stats.too_long++ == 0)
         out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
                                         "micro-batch chunks", kMaxSimulatedChunks));
       continue;
-    }
-    if (req.engine != Engine::Ours && !engine_gap(plan, req.engine).empty()) {
+    } else if (u.broken != UseLimit::None) {
       ++out.stats.engine_refused;
       continue;
     }
@@ -210,7 +214,7 @@ SearchResult search_plans(const SearchRequest& req) {
   auto full = [&](size_t i) -> std::optional<RankedPlan> {
     plan.strategy = cands[i].strategy;
     try {
-      check_compat(plan);
+      check_compat(plan, use);
     } catch (const InputError& e) {
       ++out.stats.rejected;
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
