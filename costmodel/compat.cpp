@@ -6,6 +6,7 @@
 
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
+#include "costmodel/long_run.hpp"
 #include "strategies/step_program.hpp"
 
 namespace planner {
@@ -57,19 +58,27 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
 UseCheck check_use(const Plan& plan, const PlanUse& use) {
   const Strategy& s = plan.strategy;
   const int64_t chunks = simulated_chunks(s);
-  if ((use.simulate || use.trace) && chunks > kMaxSimulatedChunks)
-    return {UseLimit::Simulation,
-            fmt::format("strategy: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
-                        "simulator's limit of {}; use a larger mbs or a smaller global batch",
-                        s.pp, s.vpp, s.gas, chunks, kMaxSimulatedChunks)};
   // A Chrome trace holds a few events per micro-batch chunk of every stage
-  // and about 1 KB of JSON per event while it is built: refuse large ones
-  // before simulating rather than run out of memory (issue 11).
+  // and about 1 KB of JSON per event while it is built, and a traced step is
+  // simulated in full: refuse large ones before simulating rather than run
+  // out of memory (issue 11).
   if (use.trace && chunks > kMaxTraceChunks)
     return {UseLimit::Trace,
             fmt::format("--trace: pp*vpp*gas = {} micro-batch chunks would make a trace of at least {} events; "
                         "the limit is {} chunks (trace a step with fewer micro-batches, e.g. a smaller gas)",
                         chunks, 2 * chunks, kMaxTraceChunks)};
+  // Simulated in full up to kMaxSimulatedChunks, extrapolated from a few
+  // short simulations beyond (costmodel/long_run.hpp), unless the pipeline
+  // is so deep that even those exceed the limit.
+  if (use.simulate && !simulation_affordable(s))
+    return {UseLimit::Simulation,
+            fmt::format("strategy: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
+                        "simulator's limit of {}, {}; use a larger mbs or a smaller global batch",
+                        s.pp, s.vpp, s.gas, chunks, kMaxSimulatedChunks,
+                        s.schedule == Schedule::GPipe
+                            ? "and GPipe steps are not extrapolated (all forwards, then all backwards; 1f1b is)"
+                            : fmt::format("and a pipeline of pp*vpp = {} stages is too deep to extrapolate its "
+                                          "steady state within it", int64_t(s.pp) * s.vpp))};
   if (const std::string gap = engine_gap(plan, use.engine); !gap.empty())
     return {UseLimit::Engine, fmt::format("engine {}: {}", to_string(use.engine), gap)};
   return {};

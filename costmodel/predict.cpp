@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
 #include "costmodel/flops.hpp"
+#include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/trace.hpp"
 #include "strategies/errors.hpp"
@@ -61,7 +63,14 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   opt.record_trace = record_trace;
   StepOptions so;
   so.tied_embeddings = plan.model.tied_embeddings;
-  const SimResult sim = simulate(build_step_program(plan.strategy, plan.model.layers, so), cost, opt);
+  std::optional<StepProgram> program;
+  auto program_for = [&](int microbatches) -> const StepProgram& {
+    Strategy s = plan.strategy;
+    s.gas = microbatches;
+    return program.emplace(build_step_program(s, plan.model.layers, so));
+  };
+  Simulator simulator;
+  const SimResult sim = simulate_step(plan.strategy, cost, program_for, simulator, opt);
   if (sim.deadlock)
     throw std::runtime_error(fmt::format("predict: the {} schedule deadlocked in the simulator (a bug)",
                                          to_string(plan.strategy.schedule)));

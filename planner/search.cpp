@@ -12,6 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
+#include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/simulator.hpp"
 #include "strategies/errors.hpp"
@@ -179,10 +180,14 @@ SearchResult search_plans(const SearchRequest& req) {
     plan.strategy = c.strategy;
     // The rules every plan obeys hold by construction (search_space.hpp); the
     // limits of simulating it and of the engine are check_compat's (check_use).
-    if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
+    auto skip_too_long = [&] {
       if (out.stats.too_long++ == 0)
         out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
-                                        "micro-batch chunks", kMaxSimulatedChunks));
+                                        "micro-batch chunks that could not be extrapolated within it",
+                                        kMaxSimulatedChunks));
+    };
+    if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
+      skip_too_long();
       continue;
     } else if (u.broken != UseLimit::None) {
       ++out.stats.engine_refused;
@@ -198,7 +203,17 @@ SearchResult search_plans(const SearchRequest& req) {
       continue;
     }
     ctx.build(c.strategy, table);
-    const SimResult& r = sim.run(programs.get(c.strategy), table);
+    SimResult r;
+    try {
+      r = simulate_step(c.strategy, table, [&](int m) -> const StepProgram& {
+        Strategy s = c.strategy;
+        s.gas = m;
+        return programs.get(s);
+      }, sim);
+    } catch (const InputError&) {  // no periodic regime within the budget (long_run.hpp)
+      skip_too_long();
+      continue;
+    }
     ++out.stats.simulated;
     if (r.deadlock) continue;
     const double t = r.makespan_seconds;
