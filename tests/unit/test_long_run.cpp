@@ -124,6 +124,12 @@ std::vector<Shape> shapes() {
   return out;
 }
 
+Plan plan_of(const char* model, const std::string& gpus, const Strategy& s) {
+  PlanRequest r;
+  r.model = model, r.gpus = gpus, r.strategy = s.to_string(), r.seq = 1024;
+  return build_plan(r);
+}
+
 Strategy strategy_of(const Shape& x) {
   Strategy s;
   s.schedule = x.schedule, s.pp = x.pp, s.vpp = x.vpp, s.zero = x.zero, s.offload = x.offload, s.dp = x.dp;
@@ -137,13 +143,8 @@ TEST_CASE("long steps: extrapolation equals the full simulation with the real co
   int equal = 0, refused = 0;
   for (const char* model : {"gpt2", "llama-2-7b"})
     for (const Shape& x : shapes()) {
-      Plan plan;
-      plan.model = resolve_model(model);
-      plan.strategy = strategy_of(x);
-      if (plan.strategy.pp * plan.strategy.vpp > plan.model.layers) continue;
-      plan.cluster = parse_cluster(fmt::format("{}xH100", x.pp * x.dp));
-      plan.seq = 1024;
-      plan.global_batch = plan.strategy.global_batch();
+      if (x.pp * x.vpp > resolve_model(model).layers) continue;
+      const Plan plan = plan_of(model, fmt::format("{}xH100", x.pp * x.dp), strategy_of(x));
       const TableCostModel cost = build_cost_model(plan, default_profile(plan.cluster.gpu));
       const Compared c = compare(plan.strategy, cost, plan.model.layers, plan.model.tied_embeddings,
                                  counts(plan.strategy));
@@ -194,12 +195,7 @@ TEST_CASE("long steps: extrapolation equals the full simulation with random cost
 }
 
 TEST_CASE("long steps: predict answers 2^20 micro-batches, bounded by the same budget", "[long_run]") {
-  Plan p;
-  p.model = resolve_model("gpt2");
-  p.cluster = parse_cluster("8xH100");
-  p.strategy = Strategy::parse("dp=2,pp=4,schedule=interleaved,vpp=2,gas=1048576");
-  p.seq = 1024;
-  p.global_batch = p.strategy.global_batch();
+  const Plan p = plan_of("gpt2", "8xH100", Strategy::parse("dp=2,pp=4,schedule=interleaved,vpp=2,gas=1048576"));
   const StepPrediction big = predict(p, default_profile(p.cluster.gpu));
   // Per micro-batch, the long step costs what a step of a few hundred costs
   // (the bubble is spread over more of them).
