@@ -25,11 +25,13 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input limits"
-// The topology model builds every GPU of one node and its links; its cost
-// grows faster than g^2 (predict 0.1 s at 256 GPUs, 0.8 s at 512, 26 s at
-// 2048; plan 0.5 s at 256, 2.8 s at 512), so a node is at most 256 GPUs
-// (an NVL72 rack or a 256-GPU GH200 NVLink domain fits; NVL576 does not).
-constexpr int64_t kMaxGpusPerNode = 256;
+// The topology model builds every GPU of one node and its links, and routes
+// a collective from each of its members (one shortest-path search per GPU it
+// starts from, found when first needed): a ring over every GPU of a node of g
+// costs about g^2 log g (predict 0.17 s and plan 1.0 s at 1024 GPUs; predict
+// 3.5 s and plan 21 s at 4096, so a node is at most 1024 GPUs (an NVL72 rack,
+// a 256-GPU GH200 NVLink domain and NVL576 fit).
+constexpr int64_t kMaxGpusPerNode = 1024;
 constexpr double kMinBandwidth_Bps = 1e6;
 constexpr int64_t GiB = int64_t{1} << 30;
 constexpr double GB = 1e9;
@@ -493,12 +495,7 @@ ClusterSpec resolve_cluster(std::string_view spec_or_path) {
   if (!in) throw InputError(fmt::format("cluster file '{}' cannot be read", s));
   std::stringstream ss;
   ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("cluster file '{}' is not valid JSON: {}", s, e.what()));
-  }
+  json j = parse_json_text(ss.str(), "cluster file", fmt::format("'{}'", s));
   try {
     if (j.is_object() && !j.contains("name")) {
       j["name"] = s;

@@ -6,10 +6,12 @@
 
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
+#include "costmodel/long_run.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
-std::vector<std::string> check_compat(const Plan& plan) {
+std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   const ModelSpec& m = plan.model;
   const ClusterSpec& c = plan.cluster;
   const Strategy& s = plan.strategy;
@@ -43,6 +45,7 @@ std::vector<std::string> check_compat(const Plan& plan) {
   if (plan.global_batch != s.global_batch())
     throw InputError(fmt::format("global batch {} must equal dp*mbs*gas = {}*{}*{} = {}", plan.global_batch, s.dp,
                                  s.mbs, s.gas, s.global_batch()));
+  if (UseCheck u = check_use(plan, use); u.broken != UseLimit::None) throw InputError(u.message);
   if (s.zero >= 1 && s.dp == 1)
     notes.push_back(fmt::format("zero={} with dp=1 shards nothing (ZeRO partitions over data-parallel ranks)", s.zero));
   if (s.sp && s.tp == 1) notes.push_back("sp=1 with tp=1 does nothing (sequence parallelism splits over TP ranks)");
@@ -52,7 +55,36 @@ std::vector<std::string> check_compat(const Plan& plan) {
   return notes;
 }
 
-Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes) {
+UseCheck check_use(const Plan& plan, const PlanUse& use) {
+  const Strategy& s = plan.strategy;
+  const int64_t chunks = simulated_chunks(s);
+  // A Chrome trace holds a few events per micro-batch chunk of every stage
+  // and about 1 KB of JSON per event while it is built, and a traced step is
+  // simulated in full: refuse large ones before simulating rather than run
+  // out of memory (issue 11).
+  if (use.trace && chunks > kMaxTraceChunks)
+    return {UseLimit::Trace,
+            fmt::format("--trace: pp*vpp*gas = {} micro-batch chunks would make a trace of at least {} events; "
+                        "the limit is {} chunks (trace a step with fewer micro-batches, e.g. a smaller gas)",
+                        chunks, 2 * chunks, kMaxTraceChunks)};
+  // Simulated in full up to kMaxSimulatedChunks, extrapolated from a few
+  // short simulations beyond (costmodel/long_run.hpp), unless the pipeline
+  // is so deep that even those exceed the limit.
+  if (use.simulate && !simulation_affordable(s))
+    return {UseLimit::Simulation,
+            fmt::format("strategy: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
+                        "simulator's limit of {}, {}; use a larger mbs or a smaller global batch",
+                        s.pp, s.vpp, s.gas, chunks, kMaxSimulatedChunks,
+                        s.schedule == Schedule::GPipe
+                            ? "and GPipe steps are not extrapolated (all forwards, then all backwards; 1f1b is)"
+                            : fmt::format("and a pipeline of pp*vpp = {} stages is too deep to extrapolate its "
+                                          "steady state within it", int64_t(s.pp) * s.vpp))};
+  if (const std::string gap = engine_gap(plan, use.engine); !gap.empty())
+    return {UseLimit::Engine, fmt::format("engine {}: {}", to_string(use.engine), gap)};
+  return {};
+}
+
+Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes, const PlanUse& use) {
   Plan p;
   p.model = resolve_model(req.model);
   p.cluster = resolve_cluster(req.gpus);
@@ -83,7 +115,7 @@ Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes) {
   } else {
     p.global_batch = s.global_batch();
   }
-  auto n = check_compat(p);
+  auto n = check_compat(p, use);
   if (notes) *notes = std::move(n);
   return p;
 }

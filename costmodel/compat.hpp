@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/engine.hpp"
 #include "costmodel/plan.hpp"
 
 namespace planner {
@@ -14,12 +15,36 @@ constexpr int64_t kMaxSeq = int64_t(1) << 24;                // tokens per seque
 constexpr int64_t kMaxMicroBatchTokens = int64_t(1) << 32;   // mbs * seq
 constexpr int64_t kMaxGlobalBatch = int64_t(1) << 32;        // sequences per step
 
-// Throws InputError naming the rule broken: dp*tp*pp must equal the GPU count,
-// tp divides heads, kv-heads and the FFN width, pp (times vpp) at most the
-// layers, bf16 only on GPUs that have it, the global batch equals dp*mbs*gas,
-// the sequence fits a learned position table. Returns notes for legal but
-// pointless choices (zero>=1 with dp=1 shards nothing, sp with tp=1).
-std::vector<std::string> check_compat(const Plan& plan);
+// What is done with a plan beyond estimating its memory. Each use adds the
+// limits of its own work to the rules that every plan obeys.
+struct PlanUse {
+  Engine engine = Engine::Ours;  // the engine that runs it: what it lacks (engine_gap) is a refusal
+  bool simulate = false;         // its step is simulated (predict, plan, exec): pp*vpp*gas bounded
+  bool trace = false;            // and traced (--trace): bounded further
+};
+
+// The one place that decides whether a (model, cluster, strategy) triple is
+// legal; every command goes through it, so the same triple is refused with
+// the same message everywhere (memory, predict, plan's winners, export, exec,
+// max-model's candidates). Throws InputError naming the rule broken, in this
+// order: the strategy's own rules (Strategy::validate), dp*tp*pp equals the
+// GPU count, tp divides heads, kv-heads and the FFN width, pp (times vpp) at
+// most the layers, bf16 and fp16 only on GPUs that have them, the sequence,
+// tokens per micro-batch and global batch in range, the sequence fits a
+// learned position table, the global batch equals dp*mbs*gas; then the
+// limits of `use` (check_use). Returns notes for legal but pointless choices
+// (zero>=1 with dp=1 shards nothing, sp with tp=1).
+std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use = {});
+
+// The limits of a use alone, without throwing (the search's inner loop
+// checks its candidates, legal by construction, this way): which one the
+// plan breaks and check_compat's message for it.
+enum class UseLimit { None, Simulation, Trace, Engine };
+struct UseCheck {
+  UseLimit broken = UseLimit::None;
+  std::string message;
+};
+UseCheck check_use(const Plan& plan, const PlanUse& use);
 
 struct PlanRequest {
   std::string model;                       // preset name or config.json path
@@ -31,7 +56,7 @@ struct PlanRequest {
 };
 
 // Resolves names, fills what the strategy leaves out (dp = GPUs / (tp*pp), gas
-// = global_batch / (dp*mbs)), and checks the result with check_compat.
-Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes = nullptr);
+// = global_batch / (dp*mbs)), and checks the result with check_compat(plan, use).
+Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes = nullptr, const PlanUse& use = {});
 
 }  // namespace planner

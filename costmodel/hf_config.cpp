@@ -221,12 +221,7 @@ ModelSpec load_model_file(const fs::path& path) {
   if (!in) throw InputError(fmt::format("model config '{}' cannot be read", shown));
   std::stringstream ss;
   ss << in.rdbuf();
-  json config;
-  try {
-    config = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("model config '{}' is not valid JSON: {}", shown, e.what()));
-  }
+  const json config = parse_json_text(ss.str(), "model config", fmt::format("'{}'", shown));
   std::string source = fmt::format("model config '{}'", shown);
   if (config.is_object() && !config.contains("model_type") && config.contains("layers")) {
     // The planner's own ModelSpec schema (as written into plan files).

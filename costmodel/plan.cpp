@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner {
 
@@ -68,14 +69,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   if (!in) throw InputError(fmt::format("{}: cannot open '{}'", what, path));
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string msg = e.what();
-    for (auto& c : msg)
-      if (c == '\n') c = ' ';
-    throw InputError(fmt::format("{}: '{}' is not valid JSON ({})", what, path, msg));
-  }
+  return parse_json_text(ss.str(), what, fmt::format("'{}'", path));
 }
 
 Plan load_plan(const std::string& path) {

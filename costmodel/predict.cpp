@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
+#include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
 #include "costmodel/flops.hpp"
+#include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/trace.hpp"
 #include "strategies/errors.hpp"
@@ -51,16 +54,23 @@ void check_physical(const Plan& plan, const HardwareProfile& profile, const Step
 }
 
 StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResult* sim_out, bool record_trace) {
-  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxSimulatedChunks)
-    throw InputError(fmt::format("predict: pp*vpp*gas = {}*{}*{} = {} micro-batch chunks per step is more than the "
-                                 "simulator's limit of {}; use a larger mbs or a smaller global batch",
-                                 plan.strategy.pp, plan.strategy.vpp, plan.strategy.gas, chunks, kMaxSimulatedChunks));
+  PlanUse use;
+  use.simulate = true;
+  use.trace = record_trace;
+  check_compat(plan, use);  // every caller checked already; a plan that reaches here unchecked is refused too
   const TableCostModel cost = build_cost_model(plan, profile);
   SimOptions opt;
   opt.record_trace = record_trace;
   StepOptions so;
   so.tied_embeddings = plan.model.tied_embeddings;
-  const SimResult sim = simulate(build_step_program(plan.strategy, plan.model.layers, so), cost, opt);
+  std::optional<StepProgram> program;
+  auto program_for = [&](int microbatches) -> const StepProgram& {
+    Strategy s = plan.strategy;
+    s.gas = microbatches;
+    return program.emplace(build_step_program(s, plan.model.layers, so));
+  };
+  Simulator simulator;
+  const SimResult sim = simulate_step(plan.strategy, cost, program_for, simulator, opt);
   if (sim.deadlock)
     throw std::runtime_error(fmt::format("predict: the {} schedule deadlocked in the simulator (a bug)",
                                          to_string(plan.strategy.schedule)));
@@ -81,14 +91,7 @@ StepPrediction predict_with_trace(const Plan& plan, const std::string& profile_p
 
 StepPrediction predict_with_trace(const Plan& plan, const HardwareProfile& profile, const std::string& trace_path) {
   if (trace_path.empty()) return predict(plan, profile);
-  // A Chrome trace holds a few events per micro-batch chunk of every stage
-  // and about 1 KB of JSON per event while it is built: refuse large ones
-  // before simulating rather than run out of memory (issue 11).
-  if (const int64_t chunks = simulated_chunks(plan.strategy); chunks > kMaxTraceChunks)
-    throw InputError(fmt::format("--trace: pp*vpp*gas = {} micro-batch chunks would make a trace of at least {} events; "
-                                 "the limit is {} chunks (trace a step with fewer micro-batches, e.g. a smaller gas)",
-                                 chunks, 2 * chunks, kMaxTraceChunks));
-  SimResult sim;
+  SimResult sim;  // predict refuses a trace above kMaxTraceChunks before simulating (check_use)
   StepPrediction p = predict(plan, profile, &sim, true);
   write_chrome_trace(sim, fmt::format("{} on {}: {}", plan.model.name, plan.cluster.name, plan.strategy.to_string()),
                      trace_path);

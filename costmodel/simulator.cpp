@@ -73,6 +73,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
   r.deadlock = false;
   r.critical_stage = 0;
   r.events.clear();
+  r.states.assign(opt.state_window.empty() ? 0 : size_t(pp), {});
   r.stages.assign(size_t(pp), StageTime{});
   const int m = std::max(1, prog.microbatches);
   const size_t n = size_t(V) * m;
@@ -300,6 +301,10 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
           }
         }
         if (blocked) break;  // waits for another stage
+        if (!opt.state_window.empty() && i >= opt.state_window[size_t(s)].first &&
+            i < opt.state_window[size_t(s)].second)
+          r.states[size_t(s)].push_back(
+              {st.compute_free, st.comm_free, st.p2p_free, st.copy_free, st.cpu_free, st.release_done});
         ++st.next;
         progress = true;
       }

@@ -6,7 +6,9 @@
 // are alike), each with a compute stream and streams for DP/ZeRO collectives,
 // pipeline sends, host copies and the CPU (offload). docs/TIME_MODEL.md
 // ("The simulator").
+#include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "costmodel/cost_model.hpp"
@@ -44,16 +46,27 @@ struct StageTime {
   double end_seconds = 0;           // when the stage finished (all its streams)
 };
 
+// A stage's streams right after one of its actions: when its compute, DP/ZeRO
+// communication, pipeline-send, host-copy and CPU streams are next free, and
+// when the last released ZeRO-3 buffer is. Every time the simulator writes
+// (and later reads) is one of these, so they are the stage's whole state.
+using StreamState = std::array<double, 6>;
+
 struct SimResult {
   double makespan_seconds = 0;
   std::vector<StageTime> stages;
   int critical_stage = 0;           // the stage with the least bubble
   bool deadlock = false;            // the program cannot finish (makespan is then infinite)
   std::vector<TraceEvent> events;   // only with record_trace: one per action (zero-length ones too), plus parts
+  // Only with SimOptions::state_window: per stage, the state after each
+  // action of the window (costmodel/long_run.cpp checks the steady state with it).
+  std::vector<std::vector<StreamState>> states;
 };
 
 struct SimOptions {
   bool record_trace = false;
+  // Per stage, the actions [first, second) after which to record the StreamState (empty: none).
+  std::vector<std::pair<size_t, size_t>> state_window;
 };
 
 // Reusable buffers, so the search simulates without allocating.

@@ -38,15 +38,47 @@ struct Topology::Impl {
   std::vector<Arc> arcs;
   int vertices = 0, fabric = -1;
   std::vector<int> gpu_cpu;                   // socket vertex of each GPU
-  std::vector<std::vector<int>> pred_arc;     // [src][v]: arc into v on the best path from src
-  std::vector<std::vector<int>> nearest_nics; // per GPU
   std::vector<int> nic_vertex;
   std::vector<int> nic_out_arc, nic_in_arc;   // nic -> fabric and fabric -> nic, per NIC index
+  Graph graph;
+  // Best paths and nearest NICs are found when first asked for, per source:
+  // a collective on a few GPUs of a large node routes from those GPUs only
+  // (a node of 4096 GPUs was seconds when every source was searched).
+  mutable std::vector<std::vector<int>> pred_arc;     // [src][v]: arc into v on the best path from src
+  mutable std::vector<std::vector<int>> nearest_nics; // per GPU (empty: not found yet)
 
   int add_vertex() { return vertices++; }
   void link(int a, int b, ArcKind k, double Bps, double lat) {
     arcs.push_back({a, b, k, Bps, lat});
     arcs.push_back({b, a, k, Bps, lat});
+  }
+  // Least seconds per byte (NVLink before PCIe), fewest hops on ties. Each
+  // vertex's arc is the one whose relaxation set its distance last: the arc
+  // from its Dijkstra predecessor (there are no parallel arcs).
+  const std::vector<int>& best_arcs(int src) const {
+    std::vector<int>& row = pred_arc[size_t(src)];
+    if (!row.empty()) return row;
+    row.assign(size_t(vertices), -1);
+    std::vector<Graph::edge_descriptor> via(static_cast<size_t>(vertices));
+    std::vector<double> dist(static_cast<size_t>(vertices));
+    std::vector<char> reached(size_t(vertices), 0);
+    struct Record : boost::base_visitor<Record> {
+      using event_filter = boost::on_edge_relaxed;
+      Graph::edge_descriptor* via;
+      char* reached;
+      void operator()(Graph::edge_descriptor e, const Graph& gr) {
+        via[boost::target(e, gr)] = e;
+        reached[boost::target(e, gr)] = 1;
+      }
+    };
+    Record rec;
+    rec.via = via.data(), rec.reached = reached.data();
+    boost::dijkstra_shortest_paths(graph, Graph::vertex_descriptor(src),
+                                   boost::distance_map(dist.data()).visitor(boost::make_dijkstra_visitor(rec)));
+    auto index = boost::get(boost::edge_index, graph);
+    for (int v = 0; v < vertices; ++v)
+      if (reached[size_t(v)] && v != src) row[size_t(v)] = index[via[size_t(v)]];
+    return row;
   }
   double effective_Bps(const Arc& a) const {
     switch (a.kind) {
@@ -57,8 +89,9 @@ struct Topology::Impl {
   }
   std::vector<int> path(int src, int dst) const {
     std::vector<int> out;
+    const std::vector<int>& pred = best_arcs(src);
     for (int v = dst; v != src;) {
-      const int a = pred_arc[src][v];
+      const int a = pred[size_t(v)];
       if (a < 0) return {};
       out.push_back(a);
       v = arcs[a].from;
@@ -69,9 +102,19 @@ struct Topology::Impl {
   void add_path(std::vector<Flow>& f, int src, int dst, double w) const {
     for (int a : path(src, dst)) f.push_back({a, w});
   }
+  // NCCL uses the NICs closest to a GPU (same PCIe switch); ties share the traffic.
+  const std::vector<int>& nearest(int gpu) const {
+    std::vector<int>& out = nearest_nics[size_t(gpu)];
+    if (!out.empty()) return out;
+    size_t best = std::numeric_limits<size_t>::max();
+    for (int nic : nic_vertex) best = std::min(best, path(gpu, nic).size());
+    for (int k = 0; k < int(nic_vertex.size()); ++k)
+      if (path(gpu, nic_vertex[k]).size() == best) out.push_back(k);
+    return out;
+  }
   // Out of (or into) the node through the GPU's nearest NICs, spread evenly.
   void add_exit(std::vector<Flow>& f, int gpu, double w, bool inbound) const {
-    const auto& nics = nearest_nics[gpu];  // NIC indices
+    const auto& nics = nearest(gpu);  // NIC indices
     const double share = w / double(nics.size());
     for (int k : nics) {
       if (inbound) {
@@ -131,39 +174,17 @@ Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::
     t.nic_in_arc.push_back(int(t.arcs.size()) - 1);
   }
 
-  // Best paths: least seconds per byte (NVLink before PCIe), fewest hops on ties.
-  Graph graph(t.vertices);
+  // Arc weights for the best paths: seconds per byte, plus a little per hop,
+  // plus a lot for the network (a path never leaves the node and comes back).
+  t.graph = Graph(t.vertices);
   for (int i = 0; i < int(t.arcs.size()); ++i) {
     const Arc& a = t.arcs[i];
     boost::add_edge(a.from, a.to, boost::property<boost::edge_weight_t, double, boost::property<boost::edge_index_t, int>>(
                                       1e9 / std::max(1.0, a.Bps) + 1e-3 + (a.kind == ArcKind::Network ? 1e3 : 0.0), i),
-                   graph);
+                   t.graph);
   }
-  t.pred_arc.assign(t.vertices, std::vector<int>(t.vertices, -1));
-  std::vector<Graph::vertex_descriptor> pred(t.vertices);
-  std::vector<double> dist(t.vertices);
-  auto index = boost::get(boost::edge_index, graph);
-  for (int s = 0; s < t.vertices; ++s) {
-    boost::dijkstra_shortest_paths(graph, s, boost::predecessor_map(pred.data()).distance_map(dist.data()));
-    for (int v = 0; v < t.vertices; ++v) {
-      if (int(pred[v]) == v) continue;
-      // The arc pred[v] -> v with the least weight.
-      double best = std::numeric_limits<double>::max();
-      for (auto [e, end] = boost::out_edges(pred[v], graph); e != end; ++e) {
-        if (int(boost::target(*e, graph)) != v) continue;
-        const double w = boost::get(boost::edge_weight, graph, *e);
-        if (w < best) best = w, t.pred_arc[s][v] = index[*e];
-      }
-    }
-  }
-  // NCCL uses the NICs closest to a GPU (same PCIe switch); ties share the traffic.
-  t.nearest_nics.resize(t.g);
-  for (int i = 0; i < t.g; ++i) {
-    size_t best = std::numeric_limits<size_t>::max();
-    for (int nic : t.nic_vertex) best = std::min(best, t.path(i, nic).size());
-    for (int k = 0; k < int(t.nic_vertex.size()); ++k)
-      if (t.path(i, t.nic_vertex[k]).size() == best) t.nearest_nics[i].push_back(k);
-  }
+  t.pred_arc.resize(size_t(t.vertices));
+  t.nearest_nics.resize(size_t(t.g));
 }
 
 Topology::~Topology() = default;

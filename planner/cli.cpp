@@ -24,13 +24,13 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
   cmd->add_option("--host-memory", o.host_memory, "host memory per node, e.g. 128GiB (default per GPU type)");
 }
 
-Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes) {
+Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes, const PlanUse& use) {
   if (!o.plan_path.empty()) {
     if (!o.model.empty() || !o.gpus.empty() || !o.strategy.empty() || !o.seq.empty() || !o.global_batch.empty())
       throw InputError("--plan replaces --model, --gpus, --strategy, --seq and --global-batch; give one or the other");
     Plan p = load_plan(o.plan_path);
     if (!o.host_memory.empty()) p.cluster.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
-    auto n = check_compat(p);
+    auto n = check_compat(p, use);
     if (notes) *notes = n;
     return p;
   }
@@ -43,7 +43,7 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
   if (!o.seq.empty()) req.seq = parse_seq(o.seq);
   if (!o.global_batch.empty()) req.global_batch = parse_global_batch(o.global_batch);
   if (!o.host_memory.empty()) req.host_memory_bytes = parse_bytes(o.host_memory, "--host-memory");
-  return build_plan(req, notes);
+  return build_plan(req, notes, use);
 }
 
 int64_t parse_seq(const std::string& text) {
@@ -64,12 +64,7 @@ void add_engine_option(CLI::App* cmd, std::string& engine) {
                   "(what that engine allocates for the same strategy)");
 }
 
-Engine resolve_engine(const std::string& text, const Plan& plan) {
-  const Engine e = text.empty() ? Engine::Ours : parse_engine(text);
-  if (const std::string gap = engine_gap(plan, e); !gap.empty())
-    throw InputError(fmt::format("--engine {}: {}", to_string(e), gap));
-  return e;
-}
+Engine resolve_engine(const std::string& text) { return text.empty() ? Engine::Ours : parse_engine(text); }
 
 void add_profile_options(CLI::App* cmd, ProfileCli& o) {
   cmd->add_option("--profile", o.profile,

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/compat.hpp"
 #include "costmodel/engine.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/plan.hpp"
@@ -16,8 +17,9 @@ struct PlanOptions {
   std::string plan_path, model, gpus, strategy, seq, global_batch, host_memory;
 };
 void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy);
-// Loads or builds the plan; fills `notes` with remarks on legal but odd choices.
-Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes);
+// Loads or builds the plan and checks it for `use` (check_compat, the one
+// place); fills `notes` with remarks on legal but odd choices.
+Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes, const PlanUse& use = {});
 
 // --gpus of plan and compare: one cluster (NxTYPE, NODESxNxTYPE or a cluster
 // JSON file) or several spec strings separated by commas; --host-memory, when
@@ -39,10 +41,10 @@ void emit(const std::string& path, const std::string& text);
 // already puts the written file on stdout, so that stdout is exactly that file.
 void emit_report(const std::string& output, const std::string& text);
 
-// --engine ours|deepspeed|megatron|fsdp: parses it and refuses (InputError,
-// one line) a plan the engine cannot run, naming what it lacks.
+// --engine ours|deepspeed|megatron|fsdp (default ours). A plan the engine
+// cannot run is refused by check_compat (PlanUse::engine).
 void add_engine_option(CLI::App* cmd, std::string& engine);
-Engine resolve_engine(const std::string& text, const Plan& plan);
+Engine resolve_engine(const std::string& text);
 
 // --profile FILE (a hardware profile, e.g. from planner calibrate) and
 // --headroom (GPU memory a plan must leave free), shared by every command that

@@ -3,6 +3,7 @@
 #include <memory>
 #include <fmt/format.h>
 
+#include "costmodel/compat.hpp"
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -111,6 +112,12 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--comm-timeout", o->comm_timeout,
                   "seconds a collective may take before every rank is ended (default 300)");
   cmd->callback([o, &exit_code] {
+    // Checked as every command checks a plan (check_compat), before any rank
+    // starts; exec predicts the step too (and traces it with --trace).
+    PlanUse use;
+    use.simulate = true;
+    use.trace = !o->trace.empty();
+    check_compat(load_plan(o->plan), use);
 #if defined(PLANNER_HAS_RUNTIME)
     rt::ExecOptions e;
     e.plan_path = o->plan;

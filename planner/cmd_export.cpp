@@ -32,8 +32,9 @@ std::string torchrun_prefix(const ClusterSpec& c) {
 ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file) {
   if (engine == Engine::Ours)
     throw InputError("export: --to takes deepspeed, megatron or fsdp (the plan file itself is what ours runs)");
-  if (const std::string gap = engine_gap(plan, engine); !gap.empty())
-    throw InputError(fmt::format("export --to {}: {}", to_string(engine), gap));
+  PlanUse use;
+  use.engine = engine;
+  check_compat(plan, use);
   switch (engine) {
     case Engine::DeepSpeed: return export_deepspeed(plan, file);
     case Engine::Megatron: return export_megatron(plan, file);
@@ -69,7 +70,6 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
   cmd->callback([o, &exit_code] {
     const Engine engine = parse_engine(o->to);
     const Plan plan = load_plan(o->plan);
-    check_compat(plan);
     if (!o->output.empty()) check_writable(o->output);
     const ExportResult r = export_plan(plan, engine, o->output);
     if (!o->output.empty()) write_file_atomically(o->output, r.file_text);

@@ -39,8 +39,10 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/ARCHITECTURE.md)");
   cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
-    Plan plan = resolve_plan(o->plan, true, &notes);
-    const Engine engine = resolve_engine(o->engine, plan);
+    PlanUse use;
+    use.engine = resolve_engine(o->engine);
+    Plan plan = resolve_plan(o->plan, true, &notes, use);
+    const Engine engine = use.engine;
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
     MemoryReport r = estimate_memory(plan, engine, &profile);
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());

@@ -71,8 +71,12 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
-    Plan plan = resolve_plan(o->plan, true, &notes);
-    const Engine engine = resolve_engine(o->engine, plan);
+    PlanUse use;
+    use.engine = resolve_engine(o->engine);
+    use.simulate = true;
+    use.trace = !o->trace.empty();
+    Plan plan = resolve_plan(o->plan, true, &notes, use);
+    const Engine engine = use.engine;
     const TrainCostOptions cost_opts = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);
     if (!o->output.empty()) check_writable(o->output);
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);

@@ -88,6 +88,17 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
     ModelSpec m = family[i];
     if (m.pos == PosEmbed::Learned && m.max_positions < req.seq) m.max_positions = req.seq;
     auto strategies = fit_strategies(m, res.cluster, req.max_offload, req.mbs);
+    // Each candidate goes through the rules that every command applies (the
+    // limits on tokens per micro-batch, say, which the enumeration ignores).
+    std::erase_if(strategies, [&](const Strategy& s) {
+      try {
+        check_compat(Plan{m, res.cluster, s, req.seq, s.global_batch()});
+        return false;
+      } catch (const InputError& e) {
+        if (res.refused.empty()) res.refused = e.what();
+        return true;
+      }
+    });
     res.strategies_per_model = std::max<int>(res.strategies_per_model, int(strategies.size()));
     ++res.models_tried;
     if (strategies.empty()) continue;
@@ -108,6 +119,7 @@ nlohmann::json max_model_json(const MaxModelResult& r) {
   j["family"] = r.family;
   j["models_tried"] = r.models_tried;
   j["strategies_per_model"] = r.strategies_per_model;
+  if (!r.refused.empty()) j["refused"] = r.refused;
   if (r.best) {
     const auto& b = *r.best;
     j["model"] = b.plan.model.name;
@@ -150,6 +162,7 @@ std::string max_model_table(const MaxModelResult& r) {
     out += fmt::format("  strategy: {}\n\n", b.plan.strategy.to_string());
     out += memory_table(b.plan, b.memory);
   }
+  if (!r.best && !r.refused.empty()) out += fmt::format("Strategies were refused: {}\n", r.refused);
   if (r.best && !r.next_up)
     out += fmt::format("\nThis is the largest size of family '{}'; a larger model may fit too.\n", r.family);
   if (r.next_up) {

@@ -32,6 +32,7 @@ struct MaxModelResult {
   std::optional<FitCandidate> next_up;     // the next size up with the strategy that comes closest
   int strategies_per_model = 0;            // strategies tried for each size
   int models_tried = 0;
+  std::string refused;                     // the first rule check_compat refused a candidate with ("" if none)
   ClusterSpec cluster;
   std::string family;
 };

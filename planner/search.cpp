@@ -12,6 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
+#include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/simulator.hpp"
 #include "strategies/errors.hpp"
@@ -147,6 +148,9 @@ SearchResult search_plans(const SearchRequest& req) {
 
   // Phase 2: in increasing bound, memory check and simulate while the bound can still win.
   Plan plan{req.model, req.cluster, Strategy{}, req.seq, req.global_batch};
+  PlanUse use;
+  use.engine = req.engine;
+  use.simulate = true;
   Simulator sim;
   ProgramCache programs(req.model.layers, req.model.tied_embeddings);
   std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
@@ -175,13 +179,18 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
     plan.strategy = c.strategy;
-    if (simulated_chunks(c.strategy) > kMaxSimulatedChunks) {  // predict would refuse it too
+    // The rules every plan obeys hold by construction (search_space.hpp); the
+    // limits of simulating it and of the engine are check_compat's (check_use).
+    auto skip_too_long = [&] {
       if (out.stats.too_long++ == 0)
         out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
-                                        "micro-batch chunks", kMaxSimulatedChunks));
+                                        "micro-batch chunks that could not be extrapolated within it",
+                                        kMaxSimulatedChunks));
+    };
+    if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
+      skip_too_long();
       continue;
-    }
-    if (req.engine != Engine::Ours && !engine_gap(plan, req.engine).empty()) {
+    } else if (u.broken != UseLimit::None) {
       ++out.stats.engine_refused;
       continue;
     }
@@ -195,7 +204,17 @@ SearchResult search_plans(const SearchRequest& req) {
       continue;
     }
     ctx.build(c.strategy, table);
-    const SimResult& r = sim.run(programs.get(c.strategy), table);
+    SimResult r;
+    try {
+      r = simulate_step(c.strategy, table, [&](int m) -> const StepProgram& {
+        Strategy s = c.strategy;
+        s.gas = m;
+        return programs.get(s);
+      }, sim);
+    } catch (const InputError&) {  // no periodic regime within the budget (long_run.hpp)
+      skip_too_long();
+      continue;
+    }
     ++out.stats.simulated;
     if (r.deadlock) continue;
     const double t = r.makespan_seconds;
@@ -211,7 +230,7 @@ SearchResult search_plans(const SearchRequest& req) {
   auto full = [&](size_t i) -> std::optional<RankedPlan> {
     plan.strategy = cands[i].strategy;
     try {
-      check_compat(plan);
+      check_compat(plan, use);
     } catch (const InputError& e) {
       ++out.stats.rejected;
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));

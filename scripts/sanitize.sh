@@ -13,4 +13,6 @@ cmake -S . -B build-asan -G Ninja -DPLANNER_WITH_TORCH=OFF -DCMAKE_BUILD_TYPE=De
 cmake --build build-asan -j"${JOBS:-2}"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+# The CLI tests' time limits (tests/cli/hardening.sh) are for an optimized build.
+export PLANNER_TIME_FACTOR=10
 ctest --test-dir build-asan --output-on-failure

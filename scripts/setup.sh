@@ -2,6 +2,7 @@
 # Installs every dependency (idempotently) and builds planner into ./build.
 #   scripts/setup.sh            # with the LibTorch runtime (planner exec)
 #   scripts/setup.sh --no-torch # planning only: costmodel, strategies, planner
+#   scripts/setup.sh --fuzz     # also clang with libFuzzer, for scripts/fuzz.sh
 # Debian/Ubuntu: OpenMPI, Eigen, Boost.Graph, CLI11, Catch2, nlohmann-json, fmt
 # from the distribution, gnuplot-nox for planner validate's pictures; LibTorch
 # from the `torch` wheel (CPU build 2.13.0 here).
@@ -9,10 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 with_torch=1
 build_type=Release
+fuzz=0
 for a in "$@"; do
   case "$a" in
     --no-torch) with_torch=0 ;;
     --debug) build_type=Debug ;;
+    --fuzz) fuzz=1 ;;
     -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
@@ -22,6 +25,7 @@ say() { echo "[setup] $*" >&2; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 pkgs="g++ make libopenmpi-dev openmpi-bin libeigen3-dev libboost-graph-dev libcli11-dev catch2 nlohmann-json3-dev libfmt-dev gnuplot-nox"
+[ "$fuzz" = 1 ] && pkgs="$pkgs clang"   # Debian's clang brings libFuzzer (libclang-rt-*-dev)
 command -v cmake >/dev/null || pkgs="$pkgs cmake"
 command -v ninja >/dev/null || pkgs="$pkgs ninja-build"
 missing=""

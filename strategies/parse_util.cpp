@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "strategies/errors.hpp"
 
@@ -91,6 +92,20 @@ int64_t parse_bytes(std::string_view text, std::string_view what) {
   if (bytes < 1) throw InputError(fmt::format("{}: size must be at least 1 byte, got '{}'", what, t));  // "0.5", "1e-9GB"
   if (bytes > 9.0e18) throw InputError(fmt::format("{}: '{}' is too large", what, t));
   return static_cast<int64_t>(bytes);
+}
+
+nlohmann::json parse_json_text(const std::string& text, std::string_view what, std::string_view where) {
+  std::string error;
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    error = e.what();
+  } catch (const nlohmann::json::out_of_range& e) {  // 406: a number that overflows a double (fuzzing found it)
+    error = e.what();
+  }
+  for (auto& c : error)
+    if (c == '\n' || c == '\r') c = ' ';
+  throw InputError(fmt::format("{}: {} is not valid JSON ({})", what, where, error));
 }
 
 int edit_distance(std::string_view a_in, std::string_view b_in) {

@@ -2,6 +2,7 @@
 // Small parsing helpers used by every spec parser: strict integers, sizes with
 // units, and "did you mean" suggestions for misspelt names.
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,11 @@ int64_t parse_int(std::string_view text, std::string_view what, bool allow_zero 
 // are powers of 1000, binary units (KiB, MiB, GiB, TiB) powers of 1024; a
 // bare number is bytes. Throws InputError for zero, negative or malformed.
 int64_t parse_bytes(std::string_view text, std::string_view what);
+
+// `text` as JSON. A syntax error or a number out of range (1e999) is an
+// InputError "<what>: <where> is not valid JSON (...)" on one line, where
+// `where` names the source (a quoted path). Every JSON file goes through it.
+nlohmann::json parse_json_text(const std::string& text, std::string_view what, std::string_view where);
 
 // Levenshtein distance, case-insensitive.
 int edit_distance(std::string_view a, std::string_view b);

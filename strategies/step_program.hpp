@@ -79,9 +79,11 @@ struct StepOptions {
 };
 
 // The simulator walks every micro-batch of every (virtual) stage, so its time
-// and memory grow with pp*vpp*gas (about 6 us and 2 KB each). Plans above this
-// many micro-batch chunks are refused by predict and skipped by the search, so
-// that no input makes the planner take more than about a second (issue 11).
+// and memory grow with pp*vpp*gas (about 6 us and 2 KB each). Up to this many
+// micro-batch chunks a step is simulated whole; beyond, its steady state is
+// extrapolated from a few simulations of at most this many chunks in all
+// (costmodel/long_run.hpp), or, where that cannot be done, the plan is
+// refused by check_compat and skipped by the search (issue 11).
 constexpr int64_t kMaxSimulatedChunks = int64_t(1) << 18;
 // --trace is limited further: each chunk becomes a few trace events of ~1 KB
 // while the JSON is built, so 2^14 chunks keep a trace under ~100 MB.

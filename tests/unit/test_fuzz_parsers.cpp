@@ -2,7 +2,8 @@
 // mutations of valid inputs and random strings must give a value or an
 // InputError (one readable line), never another exception, a crash or a
 // sanitizer report. Runs in well under a second; the seeds are fixed so a
-// failure reproduces. Long libFuzzer runs are still to do (issue 11, item 5).
+// failure reproduces. The coverage-guided libFuzzer targets are in tests/fuzz
+// (scripts/fuzz.sh).
 #include <fmt/format.h>
 
 #include <functional>

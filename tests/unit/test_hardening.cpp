@@ -81,11 +81,11 @@ TEST_CASE("memory never wraps: a huge need saturates and does not fit", "[harden
   CHECK_FALSE(m.fits());
 }
 
-TEST_CASE("a node is at most 256 GPUs; the whole cluster at most 2^20", "[hardening]") {
-  CHECK(error_of([] { parse_cluster("65537xH100"); }).find("at most 256 per node") != std::string::npos);
-  CHECK(error_of([] { parse_cluster("4096xH100"); }).find("at most 256 per node") != std::string::npos);
-  CHECK_NOTHROW(parse_cluster("256xH100"));
-  CHECK_THROWS_AS(parse_cluster("257xH100"), InputError);
+TEST_CASE("a node is at most 1024 GPUs; the whole cluster at most 2^20", "[hardening]") {
+  CHECK(error_of([] { parse_cluster("65537xH100"); }).find("at most 1024 per node") != std::string::npos);
+  CHECK(error_of([] { parse_cluster("4096xH100"); }).find("at most 1024 per node") != std::string::npos);
+  CHECK_NOTHROW(parse_cluster("1024xH100"));
+  CHECK_THROWS_AS(parse_cluster("1025xH100"), InputError);
   CHECK_NOTHROW(parse_cluster("12500x8xH100"));
   CHECK_THROWS_AS(parse_cluster("131073x8xH100"), InputError);
 }
