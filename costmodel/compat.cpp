@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "costmodel/long_run.hpp"
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
-#include "costmodel/long_run.hpp"
 #include "strategies/step_program.hpp"
 
 namespace planner {
