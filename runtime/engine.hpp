@@ -1,7 +1,8 @@
 #pragma once
 // The executor: runs one training step by walking the step program of
 // strategies/step_program.hpp action by action (one handler per StepOp), for
-// data parallelism, ZeRO-1/2/3 and CPU offload; one device is the dp = 1 list.
+// data, tensor, sequence and pipeline parallelism, ZeRO-1/2/3 and CPU offload;
+// one device is the dp = tp = pp = 1 list.
 //
 // Buffers, in the memory model's categories (docs/ARCHITECTURE.md):
 //  - units (strategies/partition.hpp: embedding, each layer, head) are laid out

@@ -31,7 +31,7 @@ struct ExecOptions {
   std::string trace_path;            // --trace: predicted and measured timeline, one Chrome-trace file
 };
 
-// The measured run of a plan. With dp > 1 outside an MPI launch, this process
+// The measured run of a plan. With dp·tp·pp > 1 outside an MPI launch, this process
 // only starts `mpirun -np N` with its own command line (refusing first, with
 // InputError, a plan that needs more GPUs or cores than present) and returns
 // mpirun's exit code with report = false; inside a launch every rank runs and
