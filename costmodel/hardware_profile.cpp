@@ -77,6 +77,8 @@ void HardwareProfile::validate() const {
   fraction(reduction_kernel_relative, "reduction_kernel_relative");
   fraction(attention_forward_relative, "attention_forward_relative");
   fraction(attention_backward_relative, "attention_backward_relative");
+  if (attention_forward_relative_fp32 != 0) fraction(attention_forward_relative_fp32, "attention_forward_relative_fp32");
+  if (attention_backward_relative_fp32 != 0) fraction(attention_backward_relative_fp32, "attention_backward_relative_fp32");
   fraction(nvlink_efficiency, "nvlink_efficiency");
   fraction(pcie_efficiency, "pcie_efficiency");
   fraction(network_efficiency, "network_efficiency");
@@ -162,7 +164,7 @@ HardwareProfile default_profile(const GpuSpec& g) {
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
   X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
-  X(attention_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
+  X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
   X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather)          \

@@ -32,6 +32,19 @@ struct HardwareProfile {
   double gemm_k_half = 32;            // reduction length at which the main loop runs at half speed
   // Fused (flash) attention speed relative to a large GEMM, forward and backward.
   double attention_forward_relative = 0.85, attention_backward_relative = 0.7;
+  // The same for fp32 inputs, against the fp32 GEMM rate (TF32 where allowed),
+  // when measured: SDPA has no flash kernel for fp32 and runs its
+  // memory-efficient kernel, whose rate is not the 16-bit kernel's
+  // (planner calibrate); 0: the 16-bit figures above.
+  double attention_forward_relative_fp32 = 0, attention_backward_relative_fp32 = 0;
+  double attention_forward_rel(Precision p) const {
+    return p == Precision::FP32 && attention_forward_relative_fp32 > 0 ? attention_forward_relative_fp32
+                                                                       : attention_forward_relative;
+  }
+  double attention_backward_rel(Precision p) const {
+    return p == Precision::FP32 && attention_backward_relative_fp32 > 0 ? attention_backward_relative_fp32
+                                                                        : attention_backward_relative;
+  }
   double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR
   double memory_efficiency = 0.8;     // achievable fraction for streaming kernels
   // Memory-bound kernel classes slower than a vectorized stream, as fractions of

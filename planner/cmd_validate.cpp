@@ -246,7 +246,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
           run.status = timed_out ? "timeout" : oom ? "out_of_memory" : run.exit_code == 2 ? "refused" : "failed";
         }
       }
-      const json rec = plan_record(e, pred, pred_error, run);
+      const json rec = plan_record(e, pred, pred_error, run, profiles[k].cpu_adam_params_per_second);
       if (progress) {
         if (run.status == "ran")
           std::cerr << fmt::format("; measured {:.4f} s ({:+.1f}%), {:.2f} GiB ({:+.1f}%)\n",

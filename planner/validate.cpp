@@ -146,8 +146,61 @@ Sweep load_sweep(const std::string& path, const std::string& gpus) {
   return s;
 }
 
+namespace {
+
+// Where a plan's error comes from, from what the run itself measured: the
+// forward and backward kernels (rank 0's F and B actions, recomputation inside
+// B) against the predicted compute, and the rest of the step (optimizer,
+// offload, exposed communication, bubble) against the predicted rest; for
+// offload the CPU AdamW rate of the run against the profile's; for memory the
+// category with the largest difference.
+json miss_causes(const StepPrediction& pred, const json& m, const json& rec, double profile_cpu_adam) {
+  json out = {{"step", nullptr}, {"memory", nullptr}};
+  const json acts = m.value("action_seconds", json::object());
+  const double step = rec["measured"]["step_seconds"].get<double>();
+  if (acts.contains("F") && acts.contains("B") && step > 0) {
+    const double fb = num(acts, "F") + num(acts, "B");
+    const double rest_p = pred.step_seconds - pred.compute_seconds, rest_m = step - fb;
+    const double dc = pred.compute_seconds - fb, dr = rest_p - rest_m;
+    std::string text = fmt::format(
+        "{}: forward+backward {:.4f} s predicted, {:.4f} s measured; rest of the step (optimizer, offload, exposed "
+        "communication, bubble) {:.4f} s predicted, {:.4f} s measured",
+        std::abs(dc) >= std::abs(dr) ? "mostly the forward and backward kernels" : "mostly the rest of the step",
+        pred.compute_seconds, fb, rest_p, rest_m);
+    const double rate = num(m, "cpu_adam_params_per_second");
+    if (rate > 0) {
+      text += fmt::format("; the run's CPU AdamW {:.3g} parameters/s", rate);
+      if (profile_cpu_adam > 0) text += fmt::format(" (profile {:.3g}/s, {:+.0f}%)", profile_cpu_adam, (profile_cpu_adam - rate) / rate * 100);
+      if (num(m, "host_copy_gbps") > 0) text += fmt::format(", host memcpy {:.0f} GB/s", num(m, "host_copy_gbps"));
+    }
+    out["step"] = {{"compute_predicted", pred.compute_seconds},
+                   {"compute_measured", fb},
+                   {"rest_predicted", rest_p},
+                   {"rest_measured", rest_m},
+                   {"larger", std::abs(dc) >= std::abs(dr) ? "compute" : "rest"},
+                   {"text", text}};
+  }
+  const json& pc = rec["predicted"]["categories"];
+  const json& mc = rec["measured"]["categories"];
+  std::string worst;
+  double diff = 0;
+  for (auto it = mc.begin(); it != mc.end(); ++it) {
+    if (!pc.contains(it.key()) || !it->is_number()) continue;
+    const double d = pc[it.key()].get<double>() - it->get<double>();
+    if (std::abs(d) > std::abs(diff)) diff = d, worst = it.key();
+  }
+  if (!worst.empty())
+    out["memory"] = {{"category", worst},
+                     {"difference_bytes", diff},
+                     {"text", fmt::format("largest difference: {} {} predicted, {} measured (rank 0)", worst,
+                                          gib(pc[worst].get<double>()), gib(mc[worst].get<double>()))}};
+  return out;
+}
+
+}  // namespace
+
 json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred, const std::string& prediction_error,
-                 const RunOutcome& run) {
+                 const RunOutcome& run, double profile_cpu_adam) {
   const Plan& p = e.plan;
   json r = {{"name", e.name},
             {"half", e.half},
@@ -202,6 +255,8 @@ json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred,
     r["measured"] = nullptr;
   }
   r["errors"] = errors;
+  r["causes"] = (pred && !r["measured"].is_null()) ? miss_causes(*pred, (*run.result)["measurement"], r, profile_cpu_adam)
+                                                    : json(nullptr);
   return r;
 }
 
@@ -293,6 +348,22 @@ std::string report_table(const json& report) {
                    f["predicted_fit_ran"].get<int>(), f["predicted_fit_out_of_memory"].get<int>(),
                    f["predicted_fit_failed_otherwise"].get<int>(), f["predicted_unfit_ran"].get<int>(),
                    f["predicted_unfit_out_of_memory"].get<int>(), f["predicted_unfit_failed_otherwise"].get<int>());
+  // Per plan, where the misses beyond the targets (step 4%, memory 2%) come from.
+  bool head = false;
+  for (const auto& p : report["plans"]) {
+    if (!p.contains("causes") || p["causes"].is_null()) continue;
+    const json& e = p["errors"];
+    const bool step_miss = e["step_seconds_pct"].is_number() && std::abs(e["step_seconds_pct"].get<double>()) > 4.0;
+    const bool mem_miss = e["per_gpu_peak_pct"].is_number() && std::abs(e["per_gpu_peak_pct"].get<double>()) > 2.0;
+    if (!step_miss && !mem_miss) continue;
+    if (!head) o += "where the misses beyond 4% (step) and 2% (memory) come from:\n", head = true;
+    if (step_miss && p["causes"]["step"].is_object())
+      o += fmt::format("  {} step {:+.1f}%: {}\n", p["name"].get<std::string>(), e["step_seconds_pct"].get<double>(),
+                       p["causes"]["step"]["text"].get<std::string>());
+    if (mem_miss && p["causes"]["memory"].is_object())
+      o += fmt::format("  {} memory {:+.1f}%: {}\n", p["name"].get<std::string>(), e["per_gpu_peak_pct"].get<double>(),
+                       p["causes"]["memory"]["text"].get<std::string>());
+  }
   for (const auto& p : report["plans"])
     if (!p["error"].is_null()) o += fmt::format("{}: {}: {}\n", p["name"].get<std::string>(), p["status"].get<std::string>(), p["error"].get<std::string>());
   return o;

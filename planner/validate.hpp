@@ -62,8 +62,11 @@ struct RunOutcome {
 
 // One entry of report.json's plans[]: the prediction beside what was measured,
 // and (predicted - measured) / measured in percent where both exist.
+// `causes`: where the error comes from (forward/backward kernels or the rest of
+// the step, the run's CPU AdamW rate against `profile_cpu_adam` when it
+// offloads, the memory category with the largest difference).
 nlohmann::json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& predicted,
-                           const std::string& prediction_error, const RunOutcome& run);
+                           const std::string& prediction_error, const RunOutcome& run, double profile_cpu_adam = 0);
 
 // MAPE and worst error of step time and peak memory, per half and over all,
 // and how the fit verdicts came out (predicted to fit and ran, predicted not to

@@ -102,7 +102,9 @@ json measure_attention(const Ctx& c) {
                                                            {8, 16, 16, 2048, 128},
                                                            {2, 32, 32, 4096, 128},
                                                            {8, 32, 4, 2048, 64}};
-  const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16"}
+  // fp32 on the GPU too: SDPA has no flash kernel for it and runs the
+  // memory-efficient one, which the profile keeps apart (..._relative_fp32).
+  const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16", "fp32"}
                                                      : std::vector<std::string>{"fp32"};
   for (const auto& p : precisions) {
     const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));

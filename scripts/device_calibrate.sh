@@ -110,6 +110,54 @@ if [ "$PART" != calibrate ]; then
     PROFILE=${PROFILE:-$OUT/profile-1gpu.json}
     [ "$NGPU" -ge 2 ] && [ -e "$OUT/profile-2gpu.json" ] && PROFILE=$OUT/profile-2gpu.json
   fi
+  # The memory-edge pair (sweeps with edge-* plans, PART=both): its sequence
+  # lengths were chosen with the catalog profile; with the profile just
+  # measured, pick them again by prediction alone, before anything runs: the
+  # sequence predicted nearest 98% of the usable memory (within 97-99.5%; must
+  # run) and the one nearest 101.5% (within 100.5-103%; must run out of memory). The sweep
+  # run is then a copy with those two lengths (sweep-edge.json, kept in $OUT).
+  if [ "$PART" = both ] && grep -q '"edge-' "$SWEEP" && [ -n "${PROFILE:-}" ] && [ -e "$PROFILE" ]; then
+    say "edge pair for $PROFILE"
+    X="$X" PROFILE="$PROFILE" HEADROOM="$HEADROOM" SWEEP="$SWEEP" GPUS="${GPUS:-}" OUTDIR="$OUT" python3 - <<'PY' || true
+import json, os, subprocess
+sw = json.load(open(os.environ["SWEEP"]))
+here = os.path.dirname(os.path.abspath(os.environ["SWEEP"]))
+for p in sw["plans"]:  # the copy lives elsewhere: files named beside the sweep get absolute paths
+    for k in ("model", "gpus", "plan"):
+        if isinstance(p.get(k), str) and os.path.exists(os.path.join(here, p[k])):
+            p[k] = os.path.join(here, p[k])
+gpus = os.environ["GPUS"] or sw.get("defaults", {}).get("gpus", "1xH100")
+edge = [p for p in sw["plans"] if p["name"].startswith("edge-")]
+def ratio(p, seq):
+    r = subprocess.run([os.environ["X"], "predict", "--model", p["model"], "--gpus", gpus, "--strategy", p["strategy"],
+                        "--seq", str(seq), "--global-batch", str(p["global_batch"]), "--profile", os.environ["PROFILE"],
+                        "--headroom", os.environ["HEADROOM"], "--json"], capture_output=True, text=True)
+    if r.returncode != 0: return None
+    d = json.loads(r.stdout)
+    return d["per_gpu_peak_bytes"] / d["memory"]["gpu_usable_bytes"]
+lines = []
+for p in edge:
+    # Aim at 98% (fits by 2%) and 101.5% (over by 1.5%), within these bounds.
+    want, aim = ((0.97, 0.995), 0.98) if p["name"].endswith("fits") else ((1.005, 1.03), 1.015)
+    best = None
+    for seq in range(p["seq"] - 2048, p["seq"] + 2049, 64):
+        r = ratio(p, seq)
+        if r is None: continue
+        if want[0] <= r <= want[1] and (best is None or abs(r - aim) < abs(best[1] - aim)):
+            best = (seq, r)
+    if best:
+        lines.append(f"{p['name']}: seq {p['seq']} -> {best[0]}, predicted at {100*best[1]:.2f}% of the usable memory")
+        p["seq"] = best[0]
+        p["note"] = p.get("note", "") + f" [device_calibrate.sh: seq set to {best[0]} by prediction with the measured profile: {100*best[1]:.2f}% of the usable memory]"
+    else:
+        lines.append(f"{p['name']}: no sequence length in range predicted in {want}; kept {p['seq']}")
+out = os.path.join(os.environ["OUTDIR"], "sweep-edge.json")
+json.dump(sw, open(out, "w"), indent=1)
+open(os.path.join(os.environ["OUTDIR"], "edge-choice.txt"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+    [ -e "$OUT/sweep-edge.json" ] && SWEEP=$OUT/sweep-edge.json
+  fi
   args=(--headroom "$HEADROOM" --timeout 200)
   [ -n "${PROFILE:-}" ] && args+=(--profile "$PROFILE")
   [ -n "${ONLY:-}" ] && args+=(--only "$ONLY")

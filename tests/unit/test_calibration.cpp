@@ -162,6 +162,48 @@ TEST_CASE("calibrate fits the profile from measured points (hand numbers, H100)"
   CHECK(profile_to_json(profile_from_json(profile_to_json(p), default_profile(gpu))) == profile_to_json(p));
 }
 
+TEST_CASE("calibrate keeps fp32 attention apart and takes the offload-like CPU AdamW (hand numbers, H100)",
+          "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  // Attention without helper-kernel share in the forward: b=1, 16 heads, s=2048,
+  // d=128, causal. bf16 at 0.5 of the bf16 GEMM rate (0.8 x 989.5), fp32 at 0.2
+  // of the fp32 rate (TF32 494.5 x the fitted 0.5).
+  const double work = 4.0 * 16 * 2048.0 * 2048.0 * 128 / 2;
+  const double bf16_rate = kH100Peak * 0.8, fp32_rate = 494.5e12 * 0.5;
+  const double th = 2048.0 * 16 * 128;
+  const double helpers16 = 4 * th / 2.17e12 + 6 * th / 3.1e12 + 2 * 3e-6;
+  const double helpers32 = 8 * th / 2.17e12 + 8 * th / 3.1e12 + 2 * 3e-6;
+  auto point = [&](const char* prec, double fwd, double bwd) {
+    return json{{"precision", prec}, {"batch", 1}, {"heads", 16}, {"kv_heads", 16}, {"seq", 2048}, {"head_dim", 128},
+                {"causal", true}, {"forward_seconds", fwd}, {"backward_seconds", bwd}};
+  };
+  m["attention"] = json::array({point("bf16", work / (bf16_rate * 0.5), 2.5 * work / (bf16_rate * 0.4) + helpers16),
+                                point("fp32", work / (fp32_rate * 0.2), 2.5 * work / (fp32_rate * 0.1) + helpers32)});
+  // The plain CPU AdamW at 2e9/s; as the offload step runs it 1.5e9/s.
+  m["cpu_adam"]["as_offload_runs_it"] = {{"params", 3e8}, {"seconds", 0.2}, {"threads", 32}};
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.gemm_efficiency_fp32 == Approx(0.5));
+  CHECK(p.attention_forward_relative == Approx(0.5));
+  CHECK(p.attention_backward_relative == Approx(0.4));
+  CHECK(p.attention_forward_relative_fp32 == Approx(0.2));
+  CHECK(p.attention_backward_relative_fp32 == Approx(0.1));
+  CHECK(p.attention_forward_rel(Precision::FP32) == Approx(0.2));
+  CHECK(p.attention_forward_rel(Precision::BF16) == Approx(0.5));
+  CHECK(p.attention_backward_rel(Precision::FP16) == Approx(0.4));
+  CHECK(p.cpu_adam_params_per_second == Approx(1.5e9));
+  // The fp32 points' model times come from the fp32 figures.
+  const json& c = *p.calibration;
+  CHECK(c["attention"][1]["forward_error_pct"].get<double>() == Approx(3e-6 / (work / (fp32_rate * 0.2)) * 100).margin(1e-6));
+  CHECK(c["fits"].contains("attention_backward_relative_fp32"));
+  // Saved and loaded as any field.
+  const HardwareProfile q = profile_from_json(profile_to_json(p), default_profile(gpu));
+  CHECK(q.attention_backward_relative_fp32 == Approx(0.1));
+  json bad = profile_to_json(p);
+  bad["attention_forward_relative_fp32"] = 1.5;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+}
+
 TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H100-SXM");
   json m = h100_measurements();

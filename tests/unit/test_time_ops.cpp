@@ -79,6 +79,19 @@ TEST_CASE("flash attention: 4 s^2 d per head forward, 2.5x backward, half when c
         Approx(2 * fwd / (50e12 * 0.8)));
 }
 
+TEST_CASE("fp32 attention: its own relative rates when measured, the 16-bit ones otherwise", "[time]") {
+  auto p = toy();
+  const double fwd = 4.0 * 32 * 2048.0 * 2048 * 128 * 0.5;
+  const double fp32_rate = 25e12 * 0.5;  // peak_fp32 x gemm_efficiency (no TF32)
+  CHECK(flash_attention_forward_seconds(p, 32, 2048, 128, true, Precision::FP32) == Approx(fwd / (fp32_rate * 0.8)));
+  p.attention_forward_relative_fp32 = 0.2;
+  p.attention_backward_relative_fp32 = 0.1;
+  CHECK(flash_attention_forward_seconds(p, 32, 2048, 128, true, Precision::FP32) == Approx(fwd / (fp32_rate * 0.2)));
+  CHECK(flash_attention_backward_seconds(p, 32, 2048, 128, true, Precision::FP32) ==
+        Approx(2.5 * fwd / (fp32_rate * 0.1)));
+  CHECK(flash_attention_forward_seconds(p, 32, 2048, 128, true, Precision::BF16) == Approx(fwd / (50e12 * 0.8)));
+}
+
 TEST_CASE("optimizer: fused Adam streams 32 bytes per parameter; CPU Adam shares the host", "[time]") {
   const auto p = toy();
   // bf16: zero 2 + norm 2 (reduction) + convert 6 (strided) + AdamW 28 + copy back 6 = 44 bytes.

@@ -78,6 +78,41 @@ TEST_CASE("validate: errors are (predicted - measured) / measured, peak from the
   CHECK(n["status"] == "not_run");
 }
 
+TEST_CASE("validate: the causes of a miss from the run's own actions", "[validate]") {
+  // Offload plan: predicted 1.0 s with 0.6 s of forward+backward; measured 1.25 s
+  // with F 0.2 + B 0.4 = 0.6 s: the 0.25 s miss is all in the rest of the step.
+  StepPrediction pred = prediction(1.0, 100, true);
+  pred.compute_seconds = 0.6;
+  RunOutcome run;
+  run.status = "ran";
+  run.result = result(1.25, 100, {100});
+  (*run.result)["measurement"]["action_seconds"] = {{"F", 0.2}, {"B", 0.4}, {"D", 0.6}};
+  (*run.result)["measurement"]["cpu_adam_params_per_second"] = 2.0e9;
+  (*run.result)["measurement"]["host_copy_gbps"] = 70.0;
+  const json r = plan_record(entry("o", "A"), pred, "", run, 2.5e9);
+  const json& c = r["causes"]["step"];
+  CHECK(c["compute_measured"].get<double>() == Approx(0.6));
+  CHECK(c["rest_predicted"].get<double>() == Approx(0.4));
+  CHECK(c["rest_measured"].get<double>() == Approx(0.65));
+  CHECK(c["larger"] == "rest");
+  CHECK(contains(c["text"].get<std::string>(), "CPU AdamW 2e+09 parameters/s (profile 2.5e+09/s, +25%)"));
+  CHECK(contains(c["text"].get<std::string>(), "host memcpy 70 GB/s"));
+  // Memory: predicted activations 60 against 50 measured is the largest difference.
+  CHECK(r["causes"]["memory"]["category"] == "activations");
+  CHECK(r["causes"]["memory"]["difference_bytes"].get<double>() == Approx(10));
+  // A compute-bound miss: F+B 0.9 s measured against 0.6 predicted.
+  (*run.result)["measurement"]["action_seconds"] = {{"F", 0.3}, {"B", 0.6}};
+  (*run.result)["measurement"]["step_seconds"]["median"] = 1.3;
+  CHECK(plan_record(entry("c", "A"), pred, "", run)["causes"]["step"]["larger"] == "compute");
+  // The table names the cause for a plan missing by more than 4%.
+  json plans = json::array({r});
+  json report = {{"sweep_name", "t"}, {"steps", 2}, {"warmup", 1}, {"held_out", "B"}, {"plans", plans},
+                 {"summary", summarize(plans, "B")}};
+  CHECK(contains(report_table(report), "o step -20.0%: mostly the rest of the step"));
+  // Not run: no causes.
+  CHECK(plan_record(entry("n", "B"), pred, "", RunOutcome{})["causes"].is_null());
+}
+
 TEST_CASE("validate: MAPE and worst per half, and the fit verdicts", "[validate]") {
   auto ran = [](const std::string& name, const std::string& half, double pred_step, double pred_peak) {
     RunOutcome run;
