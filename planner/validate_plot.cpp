@@ -150,7 +150,7 @@ PlotFiles plot_files(const json& report) {
   if (k > 0) {
     out.data.push_back({"memory_breakdown.dat", data});
     g += fmt::format(
-        "\nunset logscale\nunset size\nunset key\nset key outside right top box\nset grid ytics\n"
+        "\nunset logscale\nset size noratio 1,1\nunset key\nset key outside right top box\nset grid ytics\n"
         "set terminal pngcairo size {w},720 font \"sans,10\"\nset output \"memory_breakdown.png\"\n"
         "set title \"Memory per GPU by category: left bar predicted, right bar measured ({name})\"\n"
         "set xlabel \"\"\nset ylabel \"{unit}\"\nset xrange [-1:{xmax}]\nset yrange [0:{ymax:.6g}]\n"

@@ -40,8 +40,10 @@ START=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 pack() {
   set +x
-  tar czf "$OUT/results.tgz.tmp" -C "$OUT" --exclude results.tgz --exclude results.tgz.tmp . 2>/dev/null &&
-    mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
+  # tar exits 1 when a file changed while read (log.txt is still being
+  # written through tee): the archive is still good.
+  tar czf "$OUT/results.tgz.tmp" -C "$OUT" --exclude results.tgz --exclude results.tgz.tmp --warning=no-file-changed . 2>/dev/null
+  [ $? -le 1 ] && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
   ls -la "$OUT"
 }
 trap pack EXIT
