@@ -414,7 +414,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   Fitter f;
   f.gpu = gpu;
   f.m = measured;
-  f.p = gpu ? default_profile(*gpu) : cpu_base(measured);
+  f.p = gpu ? datasheet_profile(*gpu) : cpu_base(measured);  // efficiencies over the datasheet, not over an earlier calibration
   // The runtime runs fp32 matmuls on TF32 tensor cores where there are some.
   if (gpu && gpu->peak_tf32 > 0) f.p.allow_tf32 = true;
   f.memory_kernels();

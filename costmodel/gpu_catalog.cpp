@@ -244,8 +244,10 @@ std::vector<GpuSpec> build_catalog() {
     g.source = std::string(h.src) + (h.sxm ? "; efficiencies measured on this workplace's devices (bf16 8192^3 matmul, "
                                              "device-to-device copy)"
                                            : "; efficiencies assumed");
-    if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100";
-    if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200x2";
+    // Measured by planner calibrate; the profile is compiled in from
+    // costmodel/profiles/NAME.json and is this GPU's default (default_profile).
+    if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100/calibrate-sweep";
+    if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/calibrate-sweep";
     c.push_back(g);
   }
   add_datasheet_gpus(c);  // gpu_catalog_more.cpp

@@ -121,7 +121,7 @@ constexpr ArchRow kArch[] = {
 
 }  // namespace
 
-HardwareProfile default_profile(const GpuSpec& g) {
+HardwareProfile datasheet_profile(const GpuSpec& g) {
   HardwareProfile p;
   p.gpu = g.name;
   p.peak_fp32_flops = g.peak_fp32;
@@ -160,6 +160,11 @@ HardwareProfile default_profile(const GpuSpec& g) {
                          g.name, g.source);
   return p;
 }
+
+// Defined after the fields' list (profile_from_json).
+HardwareProfile measured_overlay(const GpuSpec& g, HardwareProfile base);
+
+HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, datasheet_profile(g)); }
 
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
@@ -207,6 +212,30 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
     throw InputError(fmt::format("profile: {}", e.what()));
   }
   p.validate();
+  return p;
+}
+
+const nlohmann::json* measured_profile_json(const std::string& gpu) {
+  static const std::vector<std::pair<std::string, nlohmann::json>> parsed = [] {
+    std::vector<std::pair<std::string, nlohmann::json>> v;
+    for (const auto& [name, text] : measured_profile_texts()) v.emplace_back(std::string(name), nlohmann::json::parse(text));
+    return v;
+  }();
+  for (const auto& [name, j] : parsed)
+    if (name == gpu) return &j;
+  return nullptr;
+}
+
+HardwareProfile measured_overlay(const GpuSpec& g, HardwareProfile base) {
+  // Only the catalog GPU as measured: a spec whose figures a cluster file
+  // changed has lost its `calibrated` mark (cluster_spec.cpp).
+  if (g.calibrated.empty()) return base;
+  const nlohmann::json* j = measured_profile_json(g.name);
+  if (!j) return base;
+  HardwareProfile p = profile_from_json(*j, base);
+  // A memory size the cluster file states is the capacity, not what the
+  // catalog GPU measured (the mark survives a memory change: cluster_spec.cpp).
+  if (g.memory_bytes != gpu_by_name(g.name).memory_bytes) p.gpu_memory_bytes = base.gpu_memory_bytes;
   return p;
 }
 

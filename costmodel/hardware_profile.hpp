@@ -10,6 +10,9 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "costmodel/cluster_spec.hpp"
 #include "strategies/strategy.hpp"
@@ -108,8 +111,16 @@ struct HardwareProfile {
   void validate() const;  // throws InputError
 };
 
-// Defaults for a GPU of the catalog.
+// Defaults for a GPU of the catalog: the datasheet profile, overlaid, for the
+// GPUs this project measured (costmodel/profiles/NAME.json, compiled in), with
+// the fields planner calibrate measured there.
 HardwareProfile default_profile(const GpuSpec& gpu);
+// The datasheet peaks and published or assumed efficiencies only.
+HardwareProfile datasheet_profile(const GpuSpec& gpu);
+// The compiled-in measured profile of a catalog GPU (JSON), or nullptr.
+const nlohmann::json* measured_profile_json(const std::string& gpu);
+// Generated from costmodel/profiles/*.json (CMakeLists.txt): {GPU name, JSON text}.
+const std::vector<std::pair<std::string_view, std::string_view>>& measured_profile_texts();
 
 nlohmann::json profile_to_json(const HardwareProfile& p);
 // Keys missing from `j` keep the values of `base`; unknown keys are an InputError.

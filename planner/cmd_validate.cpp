@@ -180,7 +180,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
                      {"version", 1},
                      {"created", utc_timestamp()},
                      {"sweep", o->sweep},
-                     {"sweep_name", sw.name},
+                     {"sweep_name", o->gpus.empty() ? sw.name : sw.name + ", run on " + o->gpus + " (--gpus)"},
                      {"held_out", sw.held_out},
                      {"steps", steps},
                      {"warmup", warmup},

@@ -26,7 +26,12 @@ r = json.load(open(sys.argv[1]))
 assert json.load(open(sys.argv[2])) == r, "--json prints report.json"
 assert [p["status"] for p in r["plans"]] == ["not_run"] * 4
 assert all(p["predicted"]["step_seconds"] > 0 and p["measured"] is None for p in r["plans"])
+assert all(p["causes"] is None for p in r["plans"]), "no causes without a run"
 PY
+# --gpus: the report's title says where the plans ran.
+echo '{"format": "planner-sweep", "version": 1, "name": "one", "plans": [{"name": "x", "half": "A", "model": "gpt2", "gpus": "1xH100", "seq": 256, "global_batch": 4}]}' >"$TMP/one.json"
+expect_exit 0 $P validate "$TMP/one.json" -o "$TMP/pred2" --predict-only --no-plots --gpus 1xH200
+expect_grep "one, run on 1xH200 \(--gpus\)" "$TMP/out"
 
 if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ] || ! command -v mpirun >/dev/null; then
   echo "runtime or mpirun missing: runs skipped"; finish; exit $?

@@ -57,7 +57,7 @@ json h100_measurements() {
 }  // namespace
 
 TEST_CASE("a profile round-trips through JSON, calibration included", "[calibrate]") {
-  HardwareProfile p = default_profile(gpu_by_name("H100-SXM"));
+  HardwareProfile p = datasheet_profile(gpu_by_name("H100-SXM"));
   p.gemm_efficiency_bf16 = 0.77;
   p.cpu_adam_params_per_second = 2.5e9;
   p.gpu_memory_bytes = 84'000'000'000;

@@ -1,6 +1,8 @@
 // Memory at the edge (issue 10, item 5): capacity is what a process can
 // allocate, a headroom is kept free, and the memory model follows the profile
 // it is given (attention kernel, dropout, measured overheads).
+#include <nlohmann/json.hpp>
+
 #include "catch.hpp"
 #include "costmodel/compat.hpp"
 #include "costmodel/memory_model.hpp"
@@ -25,11 +27,17 @@ int64_t cat(const MemoryReport& r, MemCategory c) { return r.peak_breakdown()[in
 
 TEST_CASE("capacity is the GPU's allocatable memory, less a 2% headroom by default", "[memory][edge]") {
   const Plan p = gpt2_plan();
-  const MemoryReport r = estimate_memory(p);
+  const HardwareProfile sheet = datasheet_profile(p.cluster.gpu);
+  const MemoryReport r = estimate_memory(p, Engine::Ours, &sheet);
   CHECK(r.gpu_capacity_bytes == 85'017'493'504);  // H100: cudaMemGetInfo total, not 80 GiB
   CHECK(r.gpu_headroom_bytes == 1'700'349'870);   // round(0.02 * 85,017,493,504)
   CHECK(r.gpu_usable_bytes() == 85'017'493'504 - 1'700'349'870);
   CHECK(r.capacity_source == "GPU spec (H100-SXM)");
+  // By default the H100's shipped calibrate profile says what a process could
+  // really allocate there (costmodel/profiles/H100-SXM.json).
+  const MemoryReport d = estimate_memory(p);
+  CHECK(d.gpu_capacity_bytes == measured_profile_json("H100-SXM")->at("gpu_memory_bytes").get<int64_t>());
+  CHECK(d.capacity_source == "profile (measured by planner calibrate)");
 }
 
 TEST_CASE("fits flips exactly at capacity less headroom", "[memory][edge]") {

@@ -200,10 +200,39 @@ TEST_CASE("profiles save and load as JSON; unknown keys are refused", "[time]") 
 
 TEST_CASE("default profiles come from the catalog", "[time]") {
   const GpuSpec& h100 = gpu_by_name("H100");
-  const HardwareProfile p = default_profile(h100);
+  const HardwareProfile p = datasheet_profile(h100);
   CHECK(p.peak_bf16_flops == h100.peak_bf16);
   CHECK(p.gemm_efficiency == h100.gemm_efficiency);
   CHECK(p.sm_count == 132);
   CHECK(p.flash_attention);
   CHECK(p.peak_flops(Precision::BF16) == h100.peak_bf16);
+  // An uncalibrated GPU's default is its datasheet profile.
+  CHECK(profile_to_json(default_profile(gpu_by_name("A100"))) == profile_to_json(datasheet_profile(gpu_by_name("A100"))));
+}
+
+TEST_CASE("the GPUs this project measured default to their shipped calibrate profile", "[time][calibrate]") {
+  for (const char* name : {"H100-SXM", "H200"}) {
+    const GpuSpec& g = gpu_by_name(name);
+    const nlohmann::json* m = measured_profile_json(name);
+    REQUIRE(m != nullptr);
+    const HardwareProfile d = default_profile(g), base = datasheet_profile(g);
+    // Every field the shipped file holds is the default's; the others stay the datasheet's.
+    const nlohmann::json dj = profile_to_json(d), bj = profile_to_json(base);
+    for (auto it = dj.begin(); it != dj.end(); ++it) {
+      if (m->contains(it.key())) CHECK(*it == m->at(it.key()));
+      else CHECK(*it == bj.at(it.key()));
+    }
+    CHECK(d.gpu_memory_bytes == m->at("gpu_memory_bytes").get<int64_t>());
+    CHECK(d.gemm_efficiency != base.gemm_efficiency);  // measured, not the catalog's
+    CHECK(d.peak_bf16_flops == g.peak_bf16);            // peaks stay the datasheet's
+  }
+  // A spec whose figures a cluster file changed is no longer the measured GPU.
+  GpuSpec changed = nlohmann::json{{"name", "H100"}, {"peak_bf16_TFLOPS", 500}}.get<GpuSpec>();
+  CHECK(profile_to_json(default_profile(changed)) == profile_to_json(datasheet_profile(changed)));
+  CHECK(measured_profile_json("A100-80GB-SXM") == nullptr);
+  // A memory size the cluster file states is the capacity.
+  GpuSpec small = nlohmann::json{{"name", "H100"}, {"memory", "64GiB"}}.get<GpuSpec>();
+  CHECK(!small.calibrated.empty());
+  CHECK(default_profile(small).gpu_memory_bytes == datasheet_profile(small).gpu_memory_bytes);
+  CHECK(default_profile(small).gemm_efficiency == default_profile(gpu_by_name("H100")).gemm_efficiency);
 }
