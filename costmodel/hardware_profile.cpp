@@ -76,6 +76,8 @@ void HardwareProfile::validate() const {
   fraction(strided_kernel_relative, "strided_kernel_relative");
   fraction(reduction_kernel_relative, "reduction_kernel_relative");
   fraction(attention_forward_relative, "attention_forward_relative");
+  if (!(tp_comm_overlap >= 0 && tp_comm_overlap <= 1))
+    throw InputError(fmt::format("profile: tp_comm_overlap={} must be a fraction in [0, 1]", tp_comm_overlap));
   fraction(attention_backward_relative, "attention_backward_relative");
   if (attention_forward_relative_fp32 != 0) fraction(attention_forward_relative_fp32, "attention_forward_relative_fp32");
   if (attention_backward_relative_fp32 != 0) fraction(attention_backward_relative_fp32, "attention_backward_relative_fp32");
@@ -172,7 +174,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
   X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
-  X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather)          \
+  X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
   X(cpu_adam_params_per_second) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
   X(nccl_communicator_bytes) X(memory_headroom) X(memory_headroom_bytes)
 

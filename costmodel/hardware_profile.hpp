@@ -92,6 +92,11 @@ struct HardwareProfile {
   int grad_reduce_bytes_per_element = 0;  // 0: the working precision; 4 for fp32 reduction (Megatron bf16)
   bool overlap_grad_reduce = true;    // DP reduction of buckets during the backward
   bool overlap_param_gather = false;  // ZeRO-1/2 parameter all-gather hidden under the next forward
+  // Fraction of a layer's sequence-parallel all-gathers and reduce-scatters
+  // pipelined with its GEMMs (chunked, as Megatron-LM's --tp-comm-overlap with
+  // TransformerEngine does): 0 runs them serially, as this runtime and
+  // Megatron-LM by default do; 1 is the ideal decomposition.
+  double tp_comm_overlap = 0;
 
   // planner calibrate's measured points and how each fitted field came from
   // them (kept so a reader can check; not read by the models). Null when the

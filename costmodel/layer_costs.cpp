@@ -32,6 +32,19 @@ void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_
 
 }  // namespace
 
+double exposed_tp_comm_seconds(const HardwareProfile& p, double comm, double gemm, int tp) {
+  const double f = std::clamp(p.tp_comm_overlap, 0.0, 1.0);
+  if (f <= 0 || comm <= 0 || tp < 2) return comm;
+  // Each collective cut into tp chunks, each chunk's transfer under the GEMM of
+  // the previous one (Wang et al. 2023, "Overlap communication with dependent
+  // computation via decomposition"; TransformerEngine's userbuffers ring
+  // exchange): the pass takes max(comm, gemm) + min(comm, gemm) / tp, so the
+  // collectives add that less the GEMMs.
+  const double n = double(tp);
+  const double pipelined = std::max(comm, gemm) + std::min(comm, gemm) / n - gemm;
+  return (1 - f) * comm + f * pipelined;
+}
+
 PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s,
                                   const GroupLink& tp_link) {
   PassTimes out;
@@ -155,8 +168,10 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     const int outs = m.parallel_block ? 1 : 2;
     if (s.sp) {
       const double ag = all_gather_seconds(act_bytes, tp_link, base), rs = reduce_scatter_seconds(act_bytes, tp_link, base);
-      out.forward.tp_comm_seconds = 2 * ag + outs * rs;
-      out.backward.tp_comm_seconds = (2 + outs) * ag + 2 * rs;
+      out.forward.tp_comm_seconds =
+          exposed_tp_comm_seconds(p, 2 * ag + outs * rs, out.forward.gemm_seconds, tp_link.size);
+      out.backward.tp_comm_seconds =
+          exposed_tp_comm_seconds(p, (2 + outs) * ag + 2 * rs, out.backward.gemm_seconds, tp_link.size);
     } else {
       out.forward.tp_comm_seconds = outs * all_reduce_seconds(act_bytes, tp_link, base);
       out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;

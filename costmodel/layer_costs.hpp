@@ -23,6 +23,12 @@ struct OpTimes {
 };
 OpTimes operator*(double k, const OpTimes& o);
 
+// The tensor-parallel collectives of one pass of a layer (sequence parallel:
+// all-gathers and reduce-scatters) that stay on its critical path when the
+// profile's tp_comm_overlap of them is pipelined with the pass's GEMMs
+// (`comm` if 0; docs/TIME_MODEL.md sec. 3).
+double exposed_tp_comm_seconds(const HardwareProfile& p, double comm, double gemm, int tp);
+
 struct PassTimes {
   OpTimes forward, backward, recompute;  // recompute runs inside the backward pass
 };

@@ -236,3 +236,33 @@ TEST_CASE("the GPUs this project measured default to their shipped calibrate pro
   CHECK(default_profile(small).gpu_memory_bytes == datasheet_profile(small).gpu_memory_bytes);
   CHECK(default_profile(small).gemm_efficiency == default_profile(gpu_by_name("H100")).gemm_efficiency);
 }
+
+TEST_CASE("tensor-parallel collectives pipelined with the GEMMs (tp_comm_overlap)", "[time]") {
+  auto p = toy();
+  // The decomposition into tp chunks: the pass takes max(comm, gemm) + min / tp.
+  CHECK(exposed_tp_comm_seconds(p, 3.0, 10.0, 4) == 3.0);  // off by default: serial
+  p.tp_comm_overlap = 1;
+  CHECK(exposed_tp_comm_seconds(p, 3.0, 10.0, 4) == Approx(0.75));        // 10 + 3/4 - 10
+  CHECK(exposed_tp_comm_seconds(p, 12.0, 10.0, 4) == Approx(12 + 2.5 - 10));  // comm-bound
+  CHECK(exposed_tp_comm_seconds(p, 3.0, 10.0, 1) == 3.0);                 // no group
+  p.tp_comm_overlap = 0.5;
+  CHECK(exposed_tp_comm_seconds(p, 3.0, 10.0, 4) == Approx(0.5 * 3 + 0.5 * 0.75));
+  // In a layer with sp: the forward's 2 AG + 2 RS and the backward's 4 AG + 2 RS
+  // shrink by exactly that rule; without sp nothing changes (all-reduces stay serial).
+  ModelSpec m;
+  m.layers = 1, m.hidden = 4096, m.heads = m.kv_heads = 32, m.ffn = 4 * 4096, m.vocab = 51200;
+  const GroupLink link{2, 1, 2, 1 / 100e9, 5e-6, 1 / 100e9, 5e-6, 0, 0};
+  const LayerShape sp{4096, 1, 2, true, Precision::BF16, Ckpt::None}, nosp{4096, 1, 2, false, Precision::BF16, Ckpt::None};
+  auto serial = toy();
+  const PassTimes a = transformer_layer_times(serial, m, sp, link), b = transformer_layer_times(p, m, sp, link);
+  CHECK(b.forward.gemm_seconds == Approx(a.forward.gemm_seconds));
+  CHECK(b.forward.tp_comm_seconds == Approx(exposed_tp_comm_seconds(p, a.forward.tp_comm_seconds, a.forward.gemm_seconds, 2)));
+  CHECK(b.backward.tp_comm_seconds ==
+        Approx(exposed_tp_comm_seconds(p, a.backward.tp_comm_seconds, a.backward.gemm_seconds, 2)));
+  CHECK(b.forward.tp_comm_seconds < a.forward.tp_comm_seconds);
+  CHECK(transformer_layer_times(p, m, nosp, link).forward.tp_comm_seconds ==
+        Approx(transformer_layer_times(serial, m, nosp, link).forward.tp_comm_seconds));
+  nlohmann::json bad = profile_to_json(p);
+  bad["tp_comm_overlap"] = 1.5;
+  CHECK_THROWS_AS(profile_from_json(bad, p), InputError);
+}
