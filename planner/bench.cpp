@@ -17,6 +17,7 @@ BenchResult run_bench(const BenchRequest& req) {
   s.seq = req.seq;
   s.global_batch = req.global_batch;
   s.explain = req.explain;
+  s.prune = req.prune;
   BenchResult out;
   out.request = req;
   double total = 0;
@@ -29,6 +30,7 @@ BenchResult run_bench(const BenchRequest& req) {
       out.stats = r.stats;
       if (!r.plans.empty()) {
         out.best_strategy = r.plans.front().plan.strategy.to_string();
+        out.best_strategy_short = short_strategy(r.plans.front().plan.strategy);
         out.best_step_seconds = r.plans.front().prediction.step_seconds;
       }
     }
@@ -41,12 +43,13 @@ BenchResult run_bench(const BenchRequest& req) {
 std::string bench_text(const BenchResult& r) {
   const auto& q = r.request;
   return fmt::format(
-      "planner plan --model {} --gpus {} --seq {} --global-batch {}{}\n"
+      "planner plan --model {} --gpus {} --seq {} --global-batch {}{}{}\n"
       "  wall time        {:.3f} s (best of {}), mean {:.3f} s, one thread\n"
       "  candidates       {} evaluated, {:.0f} per second\n"
       "                   {} memory-checked, {} did not fit, {} simulated, {} pruned by the lower bound\n"
       "  best plan        {} ({:.3f} s per step)\n",
-      q.model, q.gpus, q.seq, q.global_batch, q.explain ? " --explain" : "", r.best_wall_seconds, q.repeats,
+      q.model, q.gpus, q.seq, q.global_batch, q.explain ? " --explain" : "",
+      q.prune ? "" : " (lower-bound pruning off: every fitting strategy simulated)", r.best_wall_seconds, q.repeats,
       r.mean_wall_seconds, r.stats.enumerated, r.candidates_per_second, r.stats.memory_checked, r.stats.not_fitting,
       r.stats.simulated, r.stats.pruned, r.best_strategy, r.best_step_seconds);
 }
@@ -57,14 +60,18 @@ nlohmann::json bench_json(const BenchResult& r) {
           {"seq", r.request.seq},
           {"global_batch", r.request.global_batch},
           {"repeats", r.request.repeats},
+          {"explain", r.request.explain},
+          {"prune", r.request.prune},
           {"wall_seconds", r.best_wall_seconds},
           {"mean_wall_seconds", r.mean_wall_seconds},
           {"candidates_evaluated", r.stats.enumerated},
           {"candidates_per_second", r.candidates_per_second},
           {"candidates_memory_checked", r.stats.memory_checked},
+          {"candidates_not_fitting", r.stats.not_fitting},
           {"candidates_simulated", r.stats.simulated},
           {"pruned_by_bound", r.stats.pruned},
           {"best_strategy", r.best_strategy},
+          {"best_strategy_short", r.best_strategy_short},
           {"best_step_seconds", r.best_step_seconds}};
 }
 

@@ -18,6 +18,7 @@ struct BenchRequest {
   int64_t global_batch = 1024;
   int repeats = 3;
   bool explain = false;
+  bool prune = true;  // false: simulate every fitting strategy (what the lower bound saves)
 };
 
 struct BenchResult {
@@ -26,6 +27,7 @@ struct BenchResult {
   double best_wall_seconds = 0, mean_wall_seconds = 0;
   double candidates_per_second = 0;  // enumerated / best wall time
   std::string best_strategy;
+  std::string best_strategy_short;   // short_strategy(): the keys that differ from the defaults
   double best_step_seconds = 0;
 };
 

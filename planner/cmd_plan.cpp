@@ -143,7 +143,7 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
       "Default: the full search for llama-2-70b on 128x8xH100, seq 4096, global batch 1024.");
   struct Opts {
     std::string model = "llama-2-70b", gpus = "128x8xH100", seq = "4096", global_batch = "1024", repeats = "3";
-    bool explain = false, json = false;
+    bool explain = false, no_prune = false, json = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->model, "model (default llama-2-70b)");
@@ -152,6 +152,8 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--global-batch", o->global_batch, "global batch (default 1024)");
   cmd->add_option("--repeats", o->repeats, "searches to time (default 3)");
   cmd->add_flag("--explain", o->explain, "time the search with --explain");
+  cmd->add_flag("--no-prune", o->no_prune,
+                "time the search without the lower-bound pruning (every fitting strategy simulated)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {
     BenchRequest req;
@@ -161,6 +163,7 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
     req.global_batch = parse_global_batch(o->global_batch);
     req.repeats = int(std::min<int64_t>(parse_int(o->repeats, "--repeats"), 1000));
     req.explain = o->explain;
+    req.prune = !o->no_prune;
     BenchResult r = run_bench(req);
     emit("", o->json ? bench_json(r).dump(2) + "\n" : bench_text(r));
     exit_code = 0;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <random>
 #include <string>
@@ -152,6 +153,8 @@ TEST_CASE("long steps: extrapolation equals the full simulation with the real co
     }
   CHECK(equal > 300);
   CHECK(refused == 0);  // real models settle quickly
+  // For docs/TIME_MODEL.md (scripts/time_model_tables.py).
+  std::printf("long-run-cases {\"costs\": \"real\", \"equal\": %d, \"refused\": %d}\n", equal, refused);
 }
 
 TEST_CASE("long steps: extrapolation equals the full simulation with random costs", "[long_run]") {
@@ -192,6 +195,7 @@ TEST_CASE("long steps: extrapolation equals the full simulation with random cost
   // are refused, never answered wrongly.
   CHECK(equal > 600);
   CHECK(refused * 10 < equal);
+  std::printf("long-run-cases {\"costs\": \"random\", \"equal\": %d, \"refused\": %d}\n", equal, refused);
 }
 
 TEST_CASE("long steps: predict answers 2^20 micro-batches, bounded by the same budget", "[long_run]") {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "catch.hpp"
 #include "costmodel/predict_detail.hpp"
 
@@ -35,6 +37,7 @@ ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab, int6
 
 struct Run {
   std::string source;      // citation
+  std::string cite;        // short citation, as docs/TIME_MODEL.md's table shows it
   std::string name;
   ModelSpec model;
   std::string gpus;        // cluster spec
@@ -75,30 +78,36 @@ std::vector<Run> runs() {
       "BigScience 2022, 'BLOOM: A 176B-Parameter Open-Access Multilingual Language Model' (arXiv:2211.05100) "
       "sec. 3.4: 156 TFLOP/s per A100 80GB, 48 nodes x 8, TP=4, PP=12, DP=8, micro-batch 2, global batch 2048, "
       "bf16, ZeRO-1, full activation checkpointing";
+  const char* megatron_cite = "Narayanan et al. 2021 Table 1";
+  const char* korthikanti_cite = "Korthikanti et al. 2022 Table 5 (selective + SP)";
+  const char* bloom_cite = "BigScience 2022 (arXiv:2211.05100)";
   const auto A = Run::MegatronHardwareTflops;
   const auto M = Run::ModelFlopsUtilization;
   return {
-      {megatron, "1.7B", gpt(24, 2304, 24, 51200, 2048), "4x8xA100-80GB",
+      {megatron, megatron_cite, "GPT 1.7B", gpt(24, 2304, 24, 51200, 2048), "4x8xA100-80GB",
        strat(32, 1, 1, 16, 1, Ckpt::Full, Precision::FP16), 2048, 512, false, true, A, 137},
-      {megatron, "18.4B", gpt(40, 6144, 48, 51200, 2048), "32x8xA100-80GB",
+      {megatron, megatron_cite, "GPT 18.4B", gpt(40, 6144, 48, 51200, 2048), "32x8xA100-80GB",
        strat(32, 8, 1, 8, 4, Ckpt::Full, Precision::FP16), 2048, 1024, false, true, A, 135},
-      {megatron, "145.6B", gpt(80, 12288, 96, 51200, 2048), "192x8xA100-80GB",
+      {megatron, megatron_cite, "GPT 145.6B", gpt(80, 12288, 96, 51200, 2048), "192x8xA100-80GB",
        strat(24, 8, 8, 2, 48, Ckpt::Full, Precision::FP16, 2), 2048, 2304, false, true, A, 148},
-      {megatron, "1008B", gpt(128, 25600, 160, 51200, 2048), "384x8xA100-80GB",
+      {megatron, megatron_cite, "GPT 1008B", gpt(128, 25600, 160, 51200, 2048), "384x8xA100-80GB",
        strat(6, 8, 64, 1, 512, Ckpt::Full, Precision::FP16), 2048, 3072, false, true, A, 163},
-      {korthikanti, "175B", gpt(96, 12288, 96, 51200, 2048), "8x8xA100-80GB",
+      {korthikanti, korthikanti_cite, "GPT 175B", gpt(96, 12288, 96, 51200, 2048), "8x8xA100-80GB",
        strat(1, 8, 8, 1, 64, Ckpt::Selective, Precision::FP16, 1, true), 2048, 64, false, true, M, 0.514},
-      {korthikanti, "530B", gpt(105, 20480, 128, 51200, 2048), "35x8xA100-80GB",
+      {korthikanti, korthikanti_cite, "GPT 530B", gpt(105, 20480, 128, 51200, 2048), "35x8xA100-80GB",
        strat(1, 8, 35, 1, 280, Ckpt::Selective, Precision::FP16, 1, true), 2048, 280, false, true, M, 0.560},
-      {bloom, "BLOOM-176B", gpt(70, 14336, 112, 250880, 2048, false), "48x8xA100-80GB",
+      {bloom, bloom_cite, "BLOOM-176B", gpt(70, 14336, 112, 250880, 2048, false), "48x8xA100-80GB",
        strat(8, 4, 12, 2, 128, Ckpt::Full, Precision::BF16, 1, false, 1), 2048, 2048, false, false, A, 156},
   };
 }
 
 }  // namespace
 
+// Prints a table, and one line per run, "published-run {json}", from which
+// scripts/time_model_tables.py generates docs/TIME_MODEL.md's sec. 8 table.
 TEST_CASE("published end-to-end throughputs are predicted within 25%", "[published]") {
   std::string table = "| run | GPUs | tp/pp/dp | metric | published | predicted | error |\n|---|---|---|---|---|---|---|\n";
+  std::string lines;
   for (const Run& run : runs()) {
     Plan plan;
     plan.model = run.model;
@@ -124,11 +133,24 @@ TEST_CASE("published end-to-end throughputs are predicted within 25%", "[publish
     const double err = predicted / run.published - 1;
     table += fmt::format("| {} | {} | {}/{}/{} | {} | {:.3g} | {:.3g} | {:+.1f}% |\n", run.name, plan.cluster.world(),
                          run.strategy.tp, run.strategy.pp, run.strategy.dp, metric, run.published, predicted, 100 * err);
+    const nlohmann::json row = {{"run", run.name},
+                                {"cite", run.cite},
+                                {"gpus", plan.cluster.world()},
+                                {"gpu", plan.cluster.gpu.name},
+                                {"tp", run.strategy.tp},
+                                {"pp", run.strategy.pp},
+                                {"dp", run.strategy.dp},
+                                {"vpp", run.strategy.vpp},
+                                {"metric", metric},
+                                {"published", run.published},
+                                {"predicted", predicted},
+                                {"error", err}};
+    lines += "published-run " + row.dump() + "\n";
     INFO(run.source);
     INFO(run.name << ": published " << run.published << ", predicted " << predicted << " (step "
                   << p.step_seconds << " s, compute " << p.compute_seconds << ", comm " << p.exposed_comm_seconds
                   << ", bubble " << p.bubble_seconds << ", optimizer " << p.optimizer_seconds << ")");
     CHECK(std::abs(err) <= 0.25);
   }
-  std::printf("%s", table.c_str());
+  std::printf("%s%s", table.c_str(), lines.c_str());
 }
