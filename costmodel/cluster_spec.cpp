@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "costmodel/topology.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -25,13 +26,20 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input limits"
-// The topology model builds every GPU of one node and its links, and routes
-// a collective from each of its members (one shortest-path search per GPU it
-// starts from, found when first needed): a ring over every GPU of a node of g
-// costs about g^2 log g (predict 0.17 s and plan 1.0 s at 1024 GPUs; predict
-// 3.5 s and plan 21 s at 4096, so a node is at most 1024 GPUs (an NVL72 rack,
-// a 256-GPU GH200 NVLink domain and NVL576 fit).
-constexpr int64_t kMaxGpusPerNode = 1024;
+// The topology model builds every GPU of one node and its links, but searches
+// best paths only from one GPU (and NIC) per class of interchangeable ones and
+// carries them over (costmodel/topology.cpp), so routing a collective is O(g):
+// a node of 4096 GPUs predicts in 0.02 s and plans in 0.1-0.15 s (gpt2,
+// llama-2-70b), one of 8192 in 0.04 s and 0.2-0.45 s (two nodes of 8192:
+// 0.45 s, 0.85 s with the NICs of kMaxSharedNicRoutes) on a 2-core machine,
+// Release; at 16384 the worst plan seen took 1.6 s. So a node is at most 8192
+// GPUs (the largest NVLink domain announced, NVL576, fits 14 times).
+constexpr int64_t kMaxGpusPerNode = 8192;
+// GPUs whose PCIe switch has no NIC send across nodes through every equally
+// near NIC, so a collective routes (such GPUs) x (NICs) paths per node
+// (Topology::shared_nic_routes); 2^17 admits every node of up to 1024 GPUs
+// and keeps a plan under a second.
+constexpr int64_t kMaxSharedNicRoutes = int64_t(1) << 17;
 constexpr double kMinBandwidth_Bps = 1e6;
 constexpr int64_t GiB = int64_t{1} << 30;
 constexpr double GB = 1e9;
@@ -535,6 +543,14 @@ void ClusterSpec::validate() const {
   if (!is_pcie(pcie.kind)) fail(fmt::format("pcie link must be pcie3/4/5, got {}", to_string(pcie.kind)));
   if (!is_network(network.kind)) fail(fmt::format("network must be infiniband or ethernet, got {}", to_string(network.kind)));
   if (nics_per_node < 1) fail("nics_per_node must be at least 1");
+  // Only traffic across nodes leaves through the NICs.
+  if (const int64_t routes = Topology::shared_nic_routes(gpus_per_node, nics_per_node);
+      nodes > 1 && routes > kMaxSharedNicRoutes)
+    fail(fmt::format("{} NICs on a node of {} GPUs leave {} GPUs without a NIC on their PCIe switch, each spreading "
+                     "over all {} NICs ({} routes per collective, at most {}): give at least {} NICs (one per PCIe "
+                     "switch of two GPUs) or fewer",
+                     nics_per_node, gpus_per_node, routes / nics_per_node, nics_per_node, routes, kMaxSharedNicRoutes,
+                     (gpus_per_node + 1) / 2));
   if (host_memory_bytes <= 0) fail("host memory must be positive");
   if (!(host_memory_bandwidth_Bps >= kMinBandwidth_Bps) || !std::isfinite(host_memory_bandwidth_Bps))
     fail(fmt::format("host memory bandwidth must be finite and at least 1 MB/s, got {} B/s", host_memory_bandwidth_Bps));

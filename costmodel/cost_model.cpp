@@ -148,35 +148,48 @@ struct CostContext::Impl {
     const RankGrid grid(s.dp, s.pp, s.tp);
     const int g = std::max(1, cluster.gpus_per_node);
     std::vector<std::vector<int>> groups;
+    int groups_node = -1;  // the node whose DP groups `groups` holds
     std::vector<std::pair<int, int>> pairs;
+    const int64_t block = int64_t(s.pp) * s.tp;  // ranks of one DP index
+    // Stages on one node share its DP groups and find their sends among their
+    // own ranks: a deep pipeline on a large node was a scan of the node per
+    // stage (and of the ranks before each rank for the DP groups).
     for (int st = 0; st < s.pp; ++st) {
       const int rep = grid.rank({0, st, 0});
       const int node_first = (rep / g) * g, node_last = std::min(grid.world(), node_first + g);
-      // DP: every DP group with a member on the representative's node.
-      groups.clear();
-      int rep_index = 0;
-      for (int x = node_first; x < node_last; ++x) {
-        const RankCoord c = grid.coord(x);
-        bool seen = false;  // its group came in through an earlier rank of the node
-        for (int y = node_first; y < x && !seen; ++y) {
-          const RankCoord cy = grid.coord(y);
-          seen = cy.pp == c.pp && cy.tp == c.tp;
+      // DP: every DP group with a member on the representative's node, each
+      // through its first rank there. A DP group is a (pp, tp) pair, which is
+      // rank mod pp*tp (RankGrid: rank = (dp_i pp + pp_i) tp + tp_i), so the
+      // first pp*tp ranks of the node bring in each group once, in rank order,
+      // the representative (dp_i = 0) at index rep - node_first. Stages on
+      // the same node share them.
+      if (s.dp > 1) {
+        if (groups_node != node_first) {
+          groups.clear();
+          const int groups_end = int(std::min<int64_t>(node_last, node_first + block));
+          for (int x = node_first; x < groups_end; ++x) groups.push_back(grid.dp_group(x));
+          groups_node = node_first;
         }
-        if (seen) continue;
-        if (x == rep) rep_index = int(groups.size());
-        groups.push_back(grid.dp_group(x));
+        out.dp.push_back(topo.ring(groups, rep - node_first));
+      } else {
+        out.dp.push_back(GroupLink{});
       }
-      out.dp.push_back(s.dp > 1 ? topo.ring(groups, rep_index) : GroupLink{});
-      // PP: every rank of this stage on the node sends to its next stage at once.
-      pairs.clear();
-      int rep_pair = 0;
-      for (int x = node_first; x < node_last; ++x) {
-        const RankCoord c = grid.coord(x);
-        if (c.pp != st) continue;
-        if (x == rep) rep_pair = int(pairs.size());
-        pairs.push_back({x, grid.rank({c.dp, (st + 1) % s.pp, c.tp})});
+      // PP: every rank of this stage on the node sends to its next stage at
+      // once; in rank order, the ranks (d pp + st) tp + t of each DP index d.
+      if (s.pp > 1) {
+        pairs.clear();
+        int rep_pair = 0;
+        for (int64_t d = node_first / block; d * block < node_last; ++d)
+          for (int t = 0; t < s.tp; ++t) {
+            const int64_t x = (d * s.pp + st) * s.tp + t;
+            if (x < node_first || x >= node_last) continue;
+            if (x == rep) rep_pair = int(pairs.size());
+            pairs.push_back({int(x), grid.rank({int(d), (st + 1) % s.pp, t})});
+          }
+        out.next.push_back(topo.p2p(pairs, rep_pair));
+      } else {
+        out.next.push_back(GroupLink{});
       }
-      out.next.push_back(s.pp > 1 ? topo.p2p(pairs, rep_pair) : GroupLink{});
     }
     return links[key] = std::move(out);
   }

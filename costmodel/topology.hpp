@@ -5,6 +5,11 @@
 // every flow that the concurrently running groups of the same kind put through
 // that node, and taking the most loaded link of the group's own flows
 // (docs/TIME_MODEL.md, "Topology"). The fabric is non-blocking (fat tree).
+// Best paths are searched from one GPU (or NIC) per class of interchangeable
+// ones and carried over to the rest by the swap that maps one onto the other:
+// a handful of searches per node whatever its size, so routing a collective
+// costs O(g) (a node of 8192 GPUs predicts in 0.04 s).
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -48,9 +53,30 @@ class Topology {
   // Bytes/s one GPU gets to or from host memory while `gpus` GPUs of its node copy at once.
   double host_copy_Bps(int gpus) const;
 
+  // A GPU whose PCIe switch has no NIC sends across nodes through every
+  // equally near NIC of its node (NVSwitch: all of them), so a collective
+  // across nodes routes up to (such GPUs) x (NICs) paths per node:
+  // ClusterSpec::validate bounds it (docs/ARCHITECTURE.md, "Input limits").
+  static int64_t shared_nic_routes(int gpus_per_node, int nics_per_node);
+
   // Vertices and arcs, for tests and --explain.
   int vertex_count() const;
   int arc_count() const;
+  // For tests: an arc (its weight in the best-path search, its bandwidth
+  // times the profile's efficiency), the NIC vertices, a GPU's CPU socket,
+  // the best path between two vertices as arcs (GPUs are vertices 0..g-1;
+  // empty when dst is src or unreachable) and a GPU's nearest NICs (indices
+  // into nic_vertices()), as ring() and p2p() use them.
+  struct ArcView {
+    int from = 0, to = 0;
+    bool network = false;  // NIC <-> fabric
+    double search_weight = 0, Bps = 0, effective_Bps = 0, latency_s = 0;
+  };
+  ArcView arc(int a) const;
+  const std::vector<int>& nic_vertices() const;
+  int cpu_vertex(int gpu) const;
+  std::vector<int> best_path(int src, int dst) const;
+  std::vector<int> nearest_nics(int gpu) const;
 
   struct Impl;  // the graph; defined in topology.cpp
 

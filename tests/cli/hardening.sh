@@ -22,7 +22,7 @@ if grep -q '"per_gpu_peak_bytes": -' "$TMP/out"; then echo "FAIL: negative peak"
 expect_exit 0 $P max-model --gpus 1xRTX3090 --seq 16777216 --mbs 65536
 expect_grep "No model of family" "$TMP/out"
 for cmd in predict plan; do
-  expect_bad_input $P $cmd --model gpt2 --gpus 65537xH100 && expect_grep "at most 1024 per node" "$TMP/err"
+  expect_bad_input $P $cmd --model gpt2 --gpus 65537xH100 && expect_grep "at most 8192 per node" "$TMP/err"
 done
 expect_bad_input $P memory --model gpt2 --gpus 4xH100 --strategy dp=1047553,pp=4100 && expect_grep "dp\*tp\*pp" "$TMP/err"
 expect_bad_input $P memory --model gpt2 --gpus 4xH100 --strategy mbs=65537 && expect_grep "mbs" "$TMP/err"
@@ -59,10 +59,23 @@ expect_exit 0 $P predict --model "$TMP/small.json" --gpus 1xRTX3090 --seq 65536 
 expect_grep '"mfu": 0\.' "$TMP/out"
 
 # Bounded work: huge nodes refused by rule; long steps extrapolated, or refused by the simulator's limit.
-expect_bad_input $P predict --model gpt2 --gpus 4096xH100 && expect_grep "1024 per node" "$TMP/err"
-# The largest node routes each collective from each member once (costmodel/topology.cpp): within 2 s.
-expect_fast 2 $P predict --model gpt2 --gpus 1024xH100
-expect_fast 2 $P plan --model gpt2 --gpus 1024xH100
+expect_bad_input $P predict --model gpt2 --gpus 8193xH100 && expect_grep "8192 per node" "$TMP/err"
+# Large nodes search best paths once per class of interchangeable GPUs (costmodel/topology.cpp):
+# 1024, 4096 and the largest node, 8192 GPUs, predict and plan within 2 s (each well under 1 s here).
+for n in 1024 4096 8192; do
+  expect_fast 2 $P predict --model gpt2 --gpus ${n}xH100
+  expect_fast 2 $P plan --model gpt2 --gpus ${n}xH100
+done
+# Across nodes too, and a deep pipeline on one large node.
+expect_fast 2 $P plan --model llama-2-70b --gpus 2x4096xH100
+cat > "$TMP/deep.json" <<'JSON'
+{"model_type": "llama", "num_hidden_layers": 1024, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+ "intermediate_size": 688, "vocab_size": 32000, "max_position_embeddings": 2048}
+JSON
+expect_fast 2 $P predict --model "$TMP/deep.json" --gpus 4096xH100 --strategy dp=4,pp=1024
+# NICs on few PCIe switches of a large node: every NIC-less GPU would spread over all of them, refused across nodes.
+echo '{"gpu": "H100", "nodes": 2, "gpus_per_node": 4096, "network": {"nics_per_node": 64}}' > "$TMP/nics.json"
+expect_bad_input $P plan --model gpt2 --gpus "$TMP/nics.json" && expect_grep "64 NICs on a node of 4096 GPUs" "$TMP/err"
 expect_exit 0 $P predict --model gpt2 --gpus 12500x8xH100
 expect_exit 0 $P plan --model gpt2 --gpus 12500x8xH100 --global-batch 100000
 # 2^20 micro-batches: simulated a few at a time and extrapolated (costmodel/long_run.hpp), in well under 2 s.

@@ -181,7 +181,7 @@ TEST_CASE("spec strings", "[cluster]") {
 
 TEST_CASE("bad spec strings are one-line input errors", "[cluster]") {
   for (const char* bad : {"", "0xH100", "-2xH100", "2x", "x3090", "99999999999999999999xH100", "2xRTX3080",
-                          "1000x1025xH100", "2x0xH100", "abcxH100", "2xx3090"}) {
+                          "10x8193xH100", "2x0xH100", "abcxH100", "2xx3090"}) {
     INFO("'" << bad << "'");
     REQUIRE_THROWS_AS(parse_cluster(bad), InputError);
     std::string msg = error_of([&] { parse_cluster(bad); });
@@ -195,7 +195,7 @@ TEST_CASE("bad spec strings are one-line input errors", "[cluster]") {
   CHECK(contains(error_of([] { parse_cluster("0xH100"); }), "at least 1"));
   CHECK(contains(error_of([] { parse_cluster("-2xH100"); }), "positive"));
   CHECK(contains(error_of([] { parse_cluster("99999999999999999999xH100"); }), "too large"));
-  CHECK(contains(error_of([] { parse_cluster("1000x1025xH100"); }), "too many"));
+  CHECK(contains(error_of([] { parse_cluster("10x8193xH100"); }), "too many"));
 }
 
 TEST_CASE("cluster JSON: defaults, overrides, unknown keys", "[cluster]") {
@@ -348,5 +348,5 @@ TEST_CASE("ClusterSpec::validate rejects nonsense", "[cluster]") {
   REQUIRE_THROWS_AS(broken([](ClusterSpec& c) { c.host_memory_bytes = 0; }).validate(), InputError);
   REQUIRE_THROWS_AS(broken([](ClusterSpec& c) { c.cpu_cores = 0; }).validate(), InputError);
   REQUIRE_THROWS_AS(broken([](ClusterSpec& c) { c.gpu_link = c.pcie; }).validate(), InputError);  // NVLink pairs over PCIe?
-  REQUIRE_THROWS_AS(broken([](ClusterSpec& c) { c.nodes = 1000; c.gpus_per_node = 1025; }).validate(), InputError);
+  REQUIRE_THROWS_AS(broken([](ClusterSpec& c) { c.nodes = 10; c.gpus_per_node = 8193; }).validate(), InputError);
 }

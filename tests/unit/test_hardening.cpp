@@ -81,11 +81,14 @@ TEST_CASE("memory never wraps: a huge need saturates and does not fit", "[harden
   CHECK_FALSE(m.fits());
 }
 
-TEST_CASE("a node is at most 1024 GPUs; the whole cluster at most 2^20", "[hardening]") {
-  CHECK(error_of([] { parse_cluster("65537xH100"); }).find("at most 1024 per node") != std::string::npos);
-  CHECK(error_of([] { parse_cluster("4096xH100"); }).find("at most 1024 per node") != std::string::npos);
+TEST_CASE("a node is at most 8192 GPUs; the whole cluster at most 2^20", "[hardening]") {
+  CHECK(error_of([] { parse_cluster("65537xH100"); }).find("at most 8192 per node") != std::string::npos);
+  CHECK(error_of([] { parse_cluster("16384xH100"); }).find("at most 8192 per node") != std::string::npos);
   CHECK_NOTHROW(parse_cluster("1024xH100"));
-  CHECK_THROWS_AS(parse_cluster("1025xH100"), InputError);
+  CHECK_NOTHROW(parse_cluster("4096xH100"));
+  CHECK_NOTHROW(parse_cluster("8192xH100"));
+  CHECK_NOTHROW(parse_cluster("128x8192xH100"));
+  CHECK_THROWS_AS(parse_cluster("8193xH100"), InputError);
   CHECK_NOTHROW(parse_cluster("12500x8xH100"));
   CHECK_THROWS_AS(parse_cluster("131073x8xH100"), InputError);
 }
