@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from docgen import replace_block, write_if_changed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
 
@@ -57,11 +59,8 @@ def rows():
 def main():
     readme = os.path.join(ROOT, "README.md")
     text = open(readme).read()
-    if BEGIN not in text or END not in text:
-        print(f"README.md lacks {BEGIN} ... {END}", file=sys.stderr)
-        return 2
     table = rows()
-    new = text[: text.index(BEGIN) + len(BEGIN)] + "\n" + table + "\n" + text[text.index(END):]
+    new = replace_block(text, BEGIN, END, table, "README.md")
     if "--print" in sys.argv:
         print(table)
         return 0
@@ -70,10 +69,7 @@ def main():
             print("README.md's accuracy table differs from validation/'s reports: run scripts/accuracy_table.py", file=sys.stderr)
             return 1
         return 0
-    if new != text:
-        tmp = readme + ".tmp"
-        open(tmp, "w").write(new)
-        os.replace(tmp, readme)
+    write_if_changed(readme, text, new)
     return 0
 
 

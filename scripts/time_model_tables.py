@@ -31,6 +31,8 @@ import re
 import subprocess
 import sys
 
+from docgen import block_span, replace_block, write_if_changed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "TIME_MODEL.md")
 BLOCKS = ("long_run", "bench", "published")
@@ -146,10 +148,7 @@ def render_published(rows):
 
 
 def block_of(text, name):
-    begin, end = markers(name)
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        sys.exit(f"time_model_tables.py: docs/TIME_MODEL.md needs exactly one {begin} ... {end}")
-    return text.index(begin) + len(begin), text.index(end)
+    return block_span(text, *markers(name), "docs/TIME_MODEL.md")
 
 
 def main():
@@ -200,12 +199,8 @@ def main():
 
     new = text
     for name in BLOCKS:
-        b, e = block_of(new, name)
-        new = new[:b] + "\n" + generated[name][0] + "\n" + new[e:]
-    if new != text:
-        tmp = DOC + ".tmp"
-        open(tmp, "w").write(new)
-        os.replace(tmp, DOC)
+        new = replace_block(new, *markers(name), generated[name][0], "docs/TIME_MODEL.md")
+    write_if_changed(DOC, text, new)
     return 0
 
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "strategies/errors.hpp"
 
@@ -24,5 +25,15 @@ inline std::string error_of(const std::function<void()>& f) {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Consecutive groups of `size` ranks covering [0, world): {0..size-1}, {size..}, ...
+inline std::vector<std::vector<int>> blocks(int world, int size) {
+  std::vector<std::vector<int>> g;
+  for (int first = 0; first < world; first += size) {
+    g.emplace_back();
+    for (int i = 0; i < size; ++i) g.back().push_back(first + i);
+  }
+  return g;
+}
 
 }  // namespace test_util

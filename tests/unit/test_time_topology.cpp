@@ -4,19 +4,13 @@
 #include "costmodel/collectives.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/topology.hpp"
+#include "test_util.hpp"
 
 using namespace planner;
 
 namespace {
 
-std::vector<std::vector<int>> blocks(int world, int size) {
-  std::vector<std::vector<int>> g;
-  for (int first = 0; first < world; first += size) {
-    g.emplace_back();
-    for (int i = 0; i < size; ++i) g.back().push_back(first + i);
-  }
-  return g;
-}
+using test_util::blocks;
 
 }  // namespace
 

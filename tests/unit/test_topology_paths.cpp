@@ -15,6 +15,7 @@
 #include "costmodel/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/topology.hpp"
+#include "test_util.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/rank_grid.hpp"
 
@@ -211,14 +212,7 @@ void check_same(const GroupLink& a, const GroupLink& b) {
   CHECK(a.inter_latency_seconds == Approx(b.inter_latency_seconds).epsilon(1e-12));
 }
 
-std::vector<std::vector<int>> blocks(int world, int size) {
-  std::vector<std::vector<int>> g;
-  for (int first = 0; first < world; first += size) {
-    g.emplace_back();
-    for (int i = 0; i < size; ++i) g.back().push_back(first + i);
-  }
-  return g;
-}
+using test_util::blocks;
 
 ClusterSpec with_nics(std::string spec, int nics) {
   ClusterSpec c = resolve_cluster(spec);
