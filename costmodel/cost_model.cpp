@@ -285,6 +285,25 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   out.set_grad_norm_sync_seconds(world > 1 ? base + 2 * std::ceil(std::log2(double(world))) * net.latency_s : 0);
 }
 
+OpTimes CostContext::stage_op_times(const Strategy& s, int stage) {
+  const LayerSet& ls = impl_->layer_set(s);
+  const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
+  const Layout& layout = impl_->layout(s.pp, vpp);
+  OpTimes out;
+  for (int u : layout.part.stage_units(stage)) {
+    const PassTimes& t = u == 0 ? ls.embedding : u == layout.part.head_unit() ? ls.head : ls.layer;
+    out += t.forward;
+    out += t.backward;
+    out += t.recompute;
+  }
+  return out;
+}
+
+OpTimes step_op_times(const Plan& plan, const HardwareProfile& p, int stage) {
+  CostContext ctx(plan.model, plan.cluster, plan.seq, p);
+  return double(plan.strategy.gas) * ctx.stage_op_times(plan.strategy, stage);
+}
+
 TableCostModel build_cost_model(const Plan& plan, const HardwareProfile& p) {
   CostContext ctx(plan.model, plan.cluster, plan.seq, p);
   TableCostModel t;

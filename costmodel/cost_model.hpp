@@ -113,6 +113,9 @@ class CostContext {
   void build(const Strategy& s, TableCostModel& out);
   // Per-layer pass times for the strategy's shape (cached).
   const PassTimes& layer_times(const Strategy& s);
+  // One micro-batch's forward, backward and recompute of every unit of
+  // pipeline stage `stage`, by op class, summed (a rank of that stage).
+  OpTimes stage_op_times(const Strategy& s, int stage);
 
  private:
   struct Impl;
@@ -120,5 +123,11 @@ class CostContext {
 };
 
 TableCostModel build_cost_model(const Plan& plan, const HardwareProfile& p);
+
+// A step's forward, backward and recompute kernels on a rank of pipeline stage
+// `stage`, by op class (GEMM, attention, memory-bound, TP collectives): every
+// unit of the stage times the micro-batches each rank runs. What `planner exec
+// --kernels` measures beside it.
+OpTimes step_op_times(const Plan& plan, const HardwareProfile& p, int stage);
 
 }  // namespace planner

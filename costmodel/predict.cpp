@@ -58,7 +58,9 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   use.simulate = true;
   use.trace = record_trace;
   check_compat(plan, use);  // every caller checked already; a plan that reaches here unchecked is refused too
-  const TableCostModel cost = build_cost_model(plan, profile);
+  CostContext ctx(plan.model, plan.cluster, plan.seq, profile);
+  TableCostModel cost;
+  ctx.build(plan.strategy, cost);
   SimOptions opt;
   opt.record_trace = record_trace;
   StepOptions so;
@@ -76,6 +78,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
                                          to_string(plan.strategy.schedule)));
   StepPrediction p;
   fill_prediction(plan, profile, sim, p);
+  p.compute_by_class = double(plan.strategy.gas) * ctx.stage_op_times(plan.strategy, sim.critical_stage);
   p.memory = estimate_memory(plan, Engine::Ours, &profile);
   if (sim_out) *sim_out = sim;
   return p;
@@ -114,7 +117,12 @@ nlohmann::json prediction_json(const StepPrediction& p) {
                     {"exposed_comm_seconds", p.exposed_comm_seconds},
                     {"bubble_seconds", p.bubble_seconds},
                     {"optimizer_seconds", p.optimizer_seconds},
-                    {"offload_seconds", p.offload_seconds}};
+                    {"offload_seconds", p.offload_seconds},
+                    {"compute_by_class",
+                     {{"gemm_seconds", p.compute_by_class.gemm_seconds},
+                      {"attention_seconds", p.compute_by_class.attention_seconds},
+                      {"memory_bound_seconds", p.compute_by_class.memory_seconds},
+                      {"tp_comm_seconds", p.compute_by_class.tp_comm_seconds}}}};
   j["memory"] = memory_report_json(p.memory);
   return j;
 }

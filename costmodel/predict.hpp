@@ -5,6 +5,7 @@
 #include <string>
 #include <nlohmann/json_fwd.hpp>
 
+#include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan.hpp"
 
@@ -25,6 +26,10 @@ struct StepPrediction {
   double bubble_seconds = 0;           // pipeline idle time
   double optimizer_seconds = 0;        // optimizer step (GPU or CPU)
   double offload_seconds = 0;          // exposed host<->device copies
+  // The critical rank's forward, backward and recompute kernels of a step by op
+  // class (cost_model.hpp step_op_times); their total is compute_seconds plus
+  // the TP collectives when nothing else delays the stage.
+  OpTimes compute_by_class;
   MemoryReport memory;
 };
 

@@ -80,6 +80,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "  planner exec plan.json\n"
       "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
       "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe --trace step.json\n"
+      "  planner exec examples/plans/gpt2-xl-h100-bf16.json --kernels   # GPU: where forward+backward time goes\n"
       "  mpirun -np 16 --hostfile hosts planner exec plan.json   # several nodes: one rank per GPU\n"
       "Runs on the GPU when there is one, else on the CPU. A plan with dp > 1 starts one process per rank\n"
       "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.\n"
@@ -89,7 +90,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
                 lr = "3e-4", profile;
     std::string comm_timeout = "300", trace, headroom;
-    bool json = false, quiet = false, oversubscribe = false;
+    bool json = false, quiet = false, oversubscribe = false, kernels = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json to run")->required();
@@ -109,6 +110,9 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--oversubscribe", o->oversubscribe, "CPU: start more ranks than cores (passed to mpirun)");
   cmd->add_option("--trace", o->trace,
                   "write one Chrome trace (Perfetto) with the predicted and the measured timeline of the step");
+  cmd->add_flag("--kernels", o->kernels,
+                "GPU: after the timed steps, record one more step's forward/backward kernels and compare them by "
+                "op class (GEMM, attention, memory-bound) with the prediction");
   cmd->add_option("--comm-timeout", o->comm_timeout,
                   "seconds a collective may take before every rank is ended (default 300)");
   cmd->callback([o, &exit_code] {
@@ -133,6 +137,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     e.progress = !o->quiet;
     e.oversubscribe = o->oversubscribe;
     e.trace_path = o->trace;
+    e.kernels = o->kernels;
     e.comm_timeout_seconds = int(std::min<int64_t>(parse_int(o->comm_timeout, "--comm-timeout"), 86400));
     try {
       size_t used = 0;

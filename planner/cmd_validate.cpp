@@ -119,7 +119,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   struct Opts {
     std::string sweep, output, steps, warmup, device = "auto", only, half, timeout = "1200", gpus;
     ProfileCli profile;
-    bool json = false, quiet = false, oversubscribe = false, predict_only = false, no_plots = false;
+    bool json = false, quiet = false, oversubscribe = false, predict_only = false, no_plots = false, kernels = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("sweep", o->sweep, "sweep.json")->required();
@@ -135,6 +135,9 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--oversubscribe", o->oversubscribe, "CPU: more ranks than cores (passed to planner exec)");
   cmd->add_flag("--predict-only", o->predict_only, "predict every plan and write the report without running any");
   cmd->add_flag("--no-plots", o->no_plots, "do not draw the pictures");
+  cmd->add_flag("--kernels", o->kernels,
+                "GPU: every plan also records one step's kernels (planner exec --kernels); the causes of a miss then "
+                "name the op class");
   cmd->add_flag("--json", o->json, "print report.json instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
@@ -147,6 +150,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
     if (o->device != "auto" && o->device != "cuda" && o->device != "cpu")
       throw InputError(fmt::format("--device '{}' is not one of auto|cuda|cpu", o->device));
     if (!o->half.empty() && o->half != "A" && o->half != "B") throw InputError("--half must be A or B");
+    if (o->kernels && o->device == "cpu") throw InputError("--kernels records GPU kernels; it cannot go with --device cpu");
     check_headroom(o->profile.headroom);
     std::set<std::string> only;
     for (const auto& n : split(o->only, ',')) {
@@ -233,6 +237,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
         if (!o->profile.profile.empty()) args.insert(args.end(), {"--profile", o->profile.profile});
         if (!o->profile.headroom.empty()) args.insert(args.end(), {"--headroom", o->profile.headroom});
         if (o->oversubscribe) args.push_back("--oversubscribe");
+        if (o->kernels) args.push_back("--kernels");
         bool timed_out = false;
         run.exit_code = run_child(args, (fs::path(dir) / run.log_file).string(), "", timeout, &timed_out);
         if (run.exit_code == 0 && fs::is_regular_file(result_path, ec)) {

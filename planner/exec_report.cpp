@@ -68,6 +68,20 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
       rows.push_back({fmt::format("memory.stage{}_peak", st), double(p.memory.stages[size_t(st)].gpu_peak_bytes),
                       meas[size_t(st)], true, meas[size_t(st)] > 0});
   }
+  if (m.contains("kernels") && m["kernels"].is_object()) {
+    // --kernels: one step's forward and backward kernels by the time model's op
+    // classes (rank 0, stage 0 under pipeline parallelism: the prediction's
+    // critical stage may differ). The span is first kernel start to last end.
+    const json& k = m["kernels"];
+    const json& c = k["by_class"];
+    const OpTimes& q = p.compute_by_class;
+    rows.push_back({"kernels.forward_backward", q.compute_seconds(), num(k, "span_seconds")});
+    rows.push_back({"kernels.gemm", q.gemm_seconds, num(c, "gemm_seconds")});
+    rows.push_back({"kernels.attention", q.attention_seconds, num(c, "attention_seconds")});
+    rows.push_back({"kernels.memory_bound", q.memory_seconds, num(c, "memory_bound_seconds")});
+    rows.push_back({"kernels.host_copy", 0, num(c, "host_copy_seconds"), false, true});
+    rows.push_back({"kernels.idle", 0, std::max(0.0, num(k, "span_seconds") - num(k, "busy_seconds")), false, true});
+  }
   if (num(m, "host_state_bytes") > 0) {
     // Host memory of the node: every rank's peak resident set.
     double host = 0;
@@ -94,7 +108,8 @@ std::string render_value(const std::string& name, double v) {
     if (v >= double(1 << 20)) return fmt::format("{:.1f} MiB", v / double(1 << 20));
     return fmt::format("{:.1f} KiB", v / 1024.0);
   }
-  if (name == "step_seconds" || name == "exposed_comm_seconds") return fmt::format("{:.4f} s", v);
+  if (name == "step_seconds" || name == "exposed_comm_seconds" || name.rfind("kernels.", 0) == 0)
+    return fmt::format("{:.4f} s", v);
   if (name == "mfu") return fmt::format("{:.1f} %", v * 100);
   return fmt::format("{:.1f}", v);
 }
@@ -137,8 +152,12 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
                      losses.back().get<double>(), losses.size());
   o << "\n" << fmt::format("{:<26} {:>16} {:>16} {:>9}\n", "", "predicted", "measured", "error");
   for (const auto& r : rows) {
-    const std::string label = r.name.rfind("memory.", 0) == 0 ? "  " + r.name.substr(7) : r.name;
+    const bool kern = r.name.rfind("kernels.", 0) == 0;
+    const std::string label = r.name.rfind("memory.", 0) == 0 ? "  " + r.name.substr(7)
+                              : kern                           ? "  " + r.name.substr(8)
+                                                               : r.name;
     if (r.name == "memory.parameters") o << "memory\n";
+    if (r.name == "kernels.forward_backward") o << "kernels of one step's forward + backward (rank 0)\n";
     const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
     const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
     std::string ev;

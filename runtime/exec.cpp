@@ -86,6 +86,27 @@ json timeline_json(const Measurement& r) {
   return {{"stage_actions", r.trace_actions}, {"rank_stage", r.trace_rank_stage}, {"ranks", ranks}};
 }
 
+// --kernels: one step's forward and backward kernels by op class, and the
+// longest 40 kernels by name.
+json kernels_json(const KernelProfile& k) {
+  if (!k.recorded) return nullptr;
+  json top = json::array();
+  for (size_t i = 0; i < k.kernels.size() && i < 40; ++i) {
+    const auto& x = k.kernels[i];
+    top.push_back({{"name", x.name}, {"class", to_string(x.cls)}, {"count", x.count}, {"seconds", x.seconds}});
+  }
+  return {{"by_class",
+           {{"gemm_seconds", k.gemm_seconds},
+            {"attention_seconds", k.attention_seconds},
+            {"memory_bound_seconds", k.memory_seconds},
+            {"host_copy_seconds", k.host_copy_seconds}}},
+          {"busy_seconds", k.busy_seconds()},
+          {"span_seconds", k.span_seconds},
+          {"launches", k.launches},
+          {"distinct_kernels", k.kernels.size()},
+          {"top", top}};
+}
+
 json measurement_json(const Measurement& r) {
   return {{"device", r.device},
           {"precision", r.precision},
@@ -126,6 +147,7 @@ json measurement_json(const Measurement& r) {
           {"host_copy_gbps", num_or_null(r.host_copy_gbps, r.host_copy_gbps > 0)},
           {"action_seconds", actions_json(r)},
           {"timeline", timeline_json(r)},
+          {"kernels", kernels_json(r.kernels)},
           {"memory", memory_json(r.memory)},
           {"notes", r.notes}};
 }
@@ -250,6 +272,7 @@ ExecRun run_plan(const ExecOptions& o) {
   ro.comm_timeout_seconds = o.comm_timeout_seconds;
   ro.time_actions = o.time_actions;
   ro.trace = !o.trace_path.empty();
+  ro.kernels = o.kernels;
   const Measurement m = run_training(r.plan, ro);
   r.report = m.root;
   r.run = {{"created", utc_now()},
@@ -260,6 +283,7 @@ ExecRun run_plan(const ExecOptions& o) {
              {"seed", o.seed},
              {"lr", o.lr},
              {"tokens_path", o.tokens_path},
+             {"kernels", o.kernels},
              {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
            {"measurement", measurement_json(m)},
            {"machine", machine_json(m.machine)}};

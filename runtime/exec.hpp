@@ -29,6 +29,7 @@ struct ExecOptions {
   int comm_timeout_seconds = 300;    // a collective that takes longer ends every rank
   bool time_actions = true;          // time each action of the step program (exposed communication)
   std::string trace_path;            // --trace: predicted and measured timeline, one Chrome-trace file
+  bool kernels = false;              // --kernels: record one extra step's forward/backward GPU kernels
 };
 
 // The measured run of a plan. With dp·tp·pp > 1 outside an MPI launch, this process

@@ -100,6 +100,8 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     const unsigned hw = std::thread::hardware_concurrency();
     if (hw > 0) at::set_num_threads(std::max(1, int(hw) / wi.local_size));
   }
+  if (opt.kernels && !cuda)
+    throw InputError("--kernels records GPU kernels, but this run is on the CPU (no GPU, or --device cpu)");
   if (cuda) {
     const int n = cuda_device_count();
     if (wi.local_size > n)
@@ -304,6 +306,24 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     const int64_t known = mm.parameters + mm.gradients + mm.optimizer_states + mm.activations + mm.logits_loss +
                           mm.comm_buffers;
     mm.overhead = std::max<int64_t>(0, mm.total - known);
+    if (opt.kernels) {
+      // One more step after every figure above was read (the profiler's own
+      // work is in none of them): its forward and backward kernels, recorded
+      // until the hook after the last backward; the optimizer runs unrecorded.
+      synchronize(cuda);
+      KernelRecorder rec;
+      bool stopped = false;
+      engine.after_backward = [&] {
+        synchronize(cuda);
+        r.kernels = rec.stop();
+        stopped = true;
+      };
+      rec.start();
+      engine.step(total);
+      synchronize(cuda);
+      if (!stopped) r.kernels = rec.stop();
+      engine.after_backward = nullptr;
+    }
     r.final_loss_scale = engine.loss_scale();
     r.skipped_steps = engine.skipped_steps();
   } catch (const c10::OutOfMemoryError& e) {

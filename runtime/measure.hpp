@@ -9,6 +9,7 @@
 
 #include "costmodel/plan.hpp"
 #include "runtime/device.hpp"
+#include "runtime/kernel_profile.hpp"
 
 namespace planner::rt {
 
@@ -24,6 +25,7 @@ struct RunOptions {
   uint64_t seed = 1234;
   double lr = 3e-4;
   bool progress = true;          // a line per step on stderr
+  bool kernels = false;          // GPU: one more step whose forward and backward kernels are recorded
 };
 
 // Memory in the memory model's categories (bytes on the device at the step's peak).
@@ -96,6 +98,7 @@ struct Measurement {
   int64_t skipped_steps = 0;
   std::string data;           // description of the token source
   MeasuredMemory memory;
+  KernelProfile kernels;      // RunOptions::kernels: one extra step's forward + backward kernels (this rank's)
   MachineInfo machine;
   std::vector<std::string> notes;
 };

@@ -15,6 +15,8 @@
 # measured), HEADROOM (passed to validate, default 0: the fit verdicts against
 # the whole capacity, as the memory-edge plans need), ONLY (validate --only),
 # GPUS (validate --gpus: e.g. 1xH200 to run sweep_1gpu.json on one H200),
+# HALF (validate --half A|B), KERNELS=1 (validate --kernels: each plan's
+# forward/backward kernels by op class beside the prediction's),
 # STEPS, WARMUP, BUDGET (seconds for the whole call, default 560: the device
 # tool ends a command at 600), BUILD=0 with PLANNER_BIN=path (use a planner
 # already built, e.g. on a warm machine).
@@ -173,6 +175,8 @@ PY
   [ -n "${GPUS:-}" ] && args+=(--gpus "$GPUS")
   [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
   [ -n "${WARMUP:-}" ] && args+=(--warmup "$WARMUP")
+  [ -n "${HALF:-}" ] && args+=(--half "$HALF")
+  [ "${KERNELS:-0}" = 1 ] && args+=(--kernels)
   t=$(( $(left) - 20 ))
   say "validate $SWEEP (limit $t s): ${args[*]}"
   if [ "$t" -gt 30 ]; then

@@ -38,5 +38,8 @@ expect_bad_input $P exec "$TMP/dp2.json" -o "$TMP/r3.json"
 expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --steps 0 -o "$TMP/r4.json"
 expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --lr fast
 expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --tokens /nonexistent.bin
-for f in r2 r3 r4; do [ ! -e "$TMP/$f.json" ] || { echo "FAIL: $f.json written on bad input"; fails=$((fails+1)); }; done
+# --kernels records GPU kernels: on the CPU it is refused before anything runs.
+expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu --kernels -o "$TMP/r6.json"
+expect_grep "kernels" "$TMP/err"
+for f in r2 r3 r4 r6; do [ ! -e "$TMP/$f.json" ] || { echo "FAIL: $f.json written on bad input"; fails=$((fails+1)); }; done
 finish

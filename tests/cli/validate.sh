@@ -16,6 +16,7 @@ expect_bad_input $P validate "$TMP/bad.json" -o "$TMP/v0" && expect_grep "half" 
 expect_bad_input $P validate "$SWEEP" -o "$TMP/v0" --only no-such-plan
 expect_bad_input $P validate "$SWEEP" -o "$TMP/v0" --headroom lots
 expect_bad_input $P validate "$SWEEP" -o /nonexistent/dir/v
+expect_bad_input $P validate "$SWEEP" -o "$TMP/v0" --kernels --device cpu && expect_grep "kernels" "$TMP/err"
 [ ! -e "$TMP/v0" ] || { echo "FAIL: report folder made on bad input"; fails=$((fails+1)); }
 
 # Predictions alone need no runtime (commit them before the runs).

@@ -372,3 +372,38 @@ TEST_CASE("predict writes the documented keys and a Perfetto trace", "[sim]") {
   CHECK(trace.at("traceEvents").size() > 30);
   std::filesystem::remove(path);
 }
+
+TEST_CASE("predict's compute by op class adds up to the simulated compute of the critical stage", "[sim]") {
+  // compute_by_class (what exec --kernels measures beside it) is built apart
+  // from the simulator's table: its classes must sum to the compute the
+  // simulator charged the critical stage, and its TP collectives to the
+  // stage's TP time, for every kind of layout.
+  struct Case {
+    const char* gpus;
+    const char* strategy;
+  };
+  for (const Case c : {Case{"1xH100", "mbs=4,gas=3"}, Case{"1xH100", "mbs=2,gas=2,ckpt=full"},
+                       Case{"1xH100", "mbs=2,gas=2,ckpt=selective,precision=fp16"},
+                       Case{"8xA100-80GB", "dp=2,tp=2,pp=2,mbs=2,gas=4,sp=1"},
+                       Case{"8xA100-80GB", "dp=2,tp=1,pp=4,mbs=1,gas=8,schedule=interleaved,vpp=3"}}) {
+    INFO(c.gpus << " " << c.strategy);
+    Plan plan;
+    plan.model = resolve_model("gpt2");
+    plan.cluster = resolve_cluster(c.gpus);
+    plan.strategy = Strategy::parse(c.strategy);
+    plan.seq = 1024;
+    plan.global_batch = plan.strategy.global_batch();
+    SimResult sim;
+    const StepPrediction p = predict(plan, load_profile("", plan.cluster.gpu), &sim, false);
+    const StageTime& st = sim.stages.at(sim.critical_stage);
+    CHECK(p.compute_by_class.gemm_seconds > 0);
+    CHECK(p.compute_by_class.attention_seconds > 0);
+    CHECK(p.compute_by_class.memory_seconds > 0);
+    CHECK(p.compute_by_class.compute_seconds() + p.compute_by_class.tp_comm_seconds ==
+          Approx(st.compute_seconds + st.tp_comm_seconds).epsilon(1e-9));
+    CHECK(p.compute_by_class.tp_comm_seconds == Approx(st.tp_comm_seconds).margin(1e-12));
+    const auto j = prediction_json(p).at("breakdown").at("compute_by_class");
+    CHECK(j.at("gemm_seconds").get<double>() == Approx(p.compute_by_class.gemm_seconds));
+    CHECK(j.at("memory_bound_seconds").get<double>() == Approx(p.compute_by_class.memory_seconds));
+  }
+}

@@ -1,0 +1,63 @@
+#pragma once
+// `planner exec --kernels`: the GPU kernels of one step's forward and backward
+// (recomputation included), recorded with LibTorch's Kineto profiler and summed
+// by the time model's op classes (costmodel/layer_costs.hpp OpTimes), so that a
+// step-time miss can be traced to the class of kernels that causes it. No
+// LibTorch types in this header.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace planner::rt {
+
+// GEMM (cuBLAS/cuBLASLt/CUTLASS matrix multiplies, split-K reductions),
+// attention (flash, memory-efficient and cuDNN SDPA kernels), memory-bound
+// (every other kernel, device-to-device copies and memsets) and copies between
+// host and device.
+enum class KernelClass { Gemm, Attention, Memory, HostCopy };
+const char* to_string(KernelClass c);
+// The class of a kernel from its name as the profiler reports it ("Memcpy HtoD
+// (Pinned -> Device)" for a copy activity).
+KernelClass kernel_class(const std::string& name);
+
+struct KernelEvent {
+  std::string name;
+  double start_seconds = 0;  // on the profiler's clock
+  double seconds = 0;        // duration
+};
+
+struct KernelRow {
+  std::string name;
+  KernelClass cls = KernelClass::Memory;
+  int64_t count = 0;
+  double seconds = 0;  // summed over the launches
+};
+
+struct KernelProfile {
+  bool recorded = false;
+  std::vector<KernelRow> kernels;  // distinct names, longest total first
+  double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, host_copy_seconds = 0;
+  int64_t launches = 0;
+  // First start to last end: with one stream busy at a time, span minus the
+  // kernels' sum is the time the GPU sat idle between them (launch latency,
+  // host synchronisation).
+  double span_seconds = 0;
+  double busy_seconds() const { return gemm_seconds + attention_seconds + memory_seconds + host_copy_seconds; }
+};
+
+// Sums events by name and class.
+KernelProfile summarize_kernels(const std::vector<KernelEvent>& events);
+
+// Records the GPU kernels (and copy/memset activities) launched between start()
+// and stop(). stop() synchronises nothing: call it after the device has
+// finished the work (the caller synchronises).
+class KernelRecorder {
+ public:
+  void start();
+  KernelProfile stop();
+
+ private:
+  bool running_ = false;
+};
+
+}  // namespace planner::rt

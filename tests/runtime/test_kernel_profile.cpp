@@ -1,0 +1,77 @@
+// exec --kernels: kernel names to the time model's op classes, and the sums.
+// The names are as the profiler reported them on an H100 (LibTorch 2.11, CUDA
+// 13: validation/h100/profile.txt) plus the other attention and cuBLAS kernels.
+#include <ATen/ATen.h>
+
+#include "runtime/kernel_profile.hpp"
+#include "catch.hpp"
+
+using namespace planner::rt;
+
+TEST_CASE("kernel names map to the time model's op classes", "[kernels]") {
+  CHECK(kernel_class("nvjet_sm90_tst_256x128_64x4_1x2_h_badd_coopA_NTT") == KernelClass::Gemm);
+  CHECK(kernel_class("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1") ==
+        KernelClass::Gemm);
+  CHECK(kernel_class("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_nn_align8") == KernelClass::Gemm);
+  CHECK(kernel_class("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>") == KernelClass::Gemm);
+  CHECK(kernel_class("ampere_sgemm_128x64_nn") == KernelClass::Gemm);
+  CHECK(kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128") ==
+        KernelClass::Attention);
+  CHECK(kernel_class("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>") ==
+        KernelClass::Attention);
+  CHECK(kernel_class("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel)") ==
+        KernelClass::Attention);
+  CHECK(kernel_class("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl>") ==
+        KernelClass::Memory);
+  CHECK(kernel_class("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>") ==
+        KernelClass::Memory);
+  CHECK(kernel_class("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16>>") ==
+        KernelClass::Memory);
+  CHECK(kernel_class("Memcpy HtoD (Pinned -> Device)") == KernelClass::HostCopy);
+  CHECK(kernel_class("Memcpy DtoH (Device -> Pageable)") == KernelClass::HostCopy);
+  CHECK(kernel_class("Memcpy DtoD (Device -> Device)") == KernelClass::Memory);
+  CHECK(kernel_class("Memset (Device)") == KernelClass::Memory);
+  CHECK(std::string(to_string(KernelClass::Memory)) == "memory_bound");
+}
+
+TEST_CASE("kernel events sum by name and class, the span from first start to last end", "[kernels]") {
+  const std::vector<KernelEvent> ev = {
+      {"nvjet_a", 10.0, 0.5},       {"gelu elementwise", 10.5, 0.1}, {"nvjet_a", 10.7, 0.5},
+      {"flash_fwd_kernel", 11.2, 0.3}, {"Memcpy HtoD (Pinned -> Device)", 9.9, 0.05}, {"gelu elementwise", 11.5, 0.1},
+  };
+  const KernelProfile p = summarize_kernels(ev);
+  CHECK(p.recorded);
+  CHECK(p.launches == 6);
+  CHECK(p.gemm_seconds == Approx(1.0));
+  CHECK(p.attention_seconds == Approx(0.3));
+  CHECK(p.memory_seconds == Approx(0.2));
+  CHECK(p.host_copy_seconds == Approx(0.05));
+  CHECK(p.busy_seconds() == Approx(1.55));
+  CHECK(p.span_seconds == Approx(11.6 - 9.9));
+  REQUIRE(p.kernels.size() == 4);
+  CHECK(p.kernels[0].name == "nvjet_a");
+  CHECK(p.kernels[0].count == 2);
+  CHECK(p.kernels[0].seconds == Approx(1.0));
+  CHECK(p.kernels[1].name == "flash_fwd_kernel");
+  CHECK(p.kernels[2].name == "gelu elementwise");
+  CHECK(p.kernels[2].cls == KernelClass::Memory);
+  CHECK(p.kernels[2].count == 2);
+  const KernelProfile none = summarize_kernels({});
+  CHECK(none.launches == 0);
+  CHECK(none.span_seconds == 0);
+}
+
+TEST_CASE("the recorder starts and stops LibTorch's profiler (no kernels on the CPU)", "[kernels]") {
+  KernelRecorder rec;
+  CHECK_THROWS(rec.stop());
+  rec.start();
+  CHECK_THROWS(rec.start());
+  const at::Tensor a = at::ones({64, 64});
+  const double s = at::mm(a, a).sum().item<double>();
+  CHECK(s == 64.0 * 64 * 64);
+  const KernelProfile p = rec.stop();
+  CHECK(p.recorded);
+  CHECK(p.launches == 0);  // CPU work records no GPU kernel, copy or memset
+  rec.start();             // and again, as exec would for another plan
+  CHECK(rec.stop().launches == 0);
+}
