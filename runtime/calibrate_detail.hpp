@@ -38,7 +38,8 @@ std::string fmt_num(double v, int digits = 3);  // "%.3g" (LibTorch's fmt shadow
 nlohmann::json measure_gemms(const Ctx& c);
 nlohmann::json measure_attention(const Ctx& c);
 nlohmann::json measure_memory_kernels(const Ctx& c);
-double measure_kernel_overhead(const Ctx& c);
+// {kernel_overhead_seconds (GPU: queued behind work, as in a step), launch_bound_seconds}
+nlohmann::json measure_kernel_overhead(const Ctx& c);
 
 // runtime/calibrate_host.cpp
 nlohmann::json measure_host_copies(const Ctx& c);  // GPU only

@@ -248,3 +248,20 @@ TEST_CASE("a CPU calibration uses the fastest measured rates as peaks", "[calibr
   CHECK(p.gemm_efficiency_fp32 == Approx(0.75 / gemm_shape_factor(p, 256, 256, 256, 1)).epsilon(1e-9));
   CHECK(test_util::contains(error_of([&] { fit_profile(json{{"format", "x"}}, nullptr); }), "not a calibration"));
 }
+
+TEST_CASE("calibrate takes the queued kernel overhead; older measurements hold one launch-bound number",
+          "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  m["kernel_overhead_seconds"] = {{"kernel_overhead_seconds", 1.6e-6}, {"launch_bound_seconds", 7.5e-6}};
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.kernel_overhead_seconds == Approx(1.6e-6));
+  REQUIRE(p.calibration);
+  const std::string how = p.calibration->at("fits").at("kernel_overhead_seconds").at("from").get<std::string>();
+  CHECK(how.find("queued") != std::string::npos);
+  CHECK(how.find("7.5 us") != std::string::npos);
+  m["kernel_overhead_seconds"] = 7.5e-6;  // a measurement file written before the queued figure
+  CHECK(fit_profile(m, &gpu).kernel_overhead_seconds == Approx(7.5e-6));
+  m["kernel_overhead_seconds"] = {{"launch_bound_seconds", 7.5e-6}};  // no queued figure: the datasheet's stays
+  CHECK(fit_profile(m, &gpu).kernel_overhead_seconds == Approx(datasheet_profile(gpu).kernel_overhead_seconds));
+}
