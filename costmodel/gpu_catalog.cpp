@@ -246,7 +246,7 @@ std::vector<GpuSpec> build_catalog() {
                                            : "; efficiencies assumed");
     // Measured by planner calibrate; the profile is compiled in from
     // costmodel/profiles/NAME.json and is this GPU's default (default_profile).
-    if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100/calibrate-sweep";
+    if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100/kernels";
     if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/calibrate-sweep";
     c.push_back(g);
   }

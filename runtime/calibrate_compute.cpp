@@ -64,9 +64,11 @@ std::vector<Shape> gemm_shapes(bool quick) {
 // by a memory-bound kernel of about its own duration (a layer's norms,
 // activations and residuals come between its GEMMs), only the GEMM timed, by
 // CUDA events around it; the median over calls lasting about 0.1 s in all.
-// Back to back, GEMMs hold the GPU at its power limit and its clock drops: on
-// the H100 of validation/h100/kernels, 8192^3 bf16 ran at 629 TFLOP/s back to
-// back while a training step's GEMMs (exec --kernels) ran at about 790.
+// On the H100 this changes the rate by -11% to +5% against back to back
+// (validation/h100/kernels: both figures per shape). What it does not capture:
+// at the 700 W limit a GEMM's clock depends on its operands' values (random
+// normal operands 640-730 TFLOP/s, zeros 785-890, benchmarks/gemm_data.py),
+// and a training step's GEMMs ran at about 780 TFLOP/s (exec --kernels).
 struct Filler {
   at::Tensor src, dst;      // bf16 buffers of 2^26 elements; a copy between them is the memory-bound kernel
   double per_element = 0;  // seconds per element copied

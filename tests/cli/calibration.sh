@@ -3,7 +3,7 @@
 . "$(dirname "$0")/../cli_lib.sh"
 P="$PLANNER"
 expect_exit 0 $P list gpus
-expect_grep "^H100-SXM .* validation/h100/calibrate-sweep " "$TMP/out"
+expect_grep "^H100-SXM .* validation/h100/kernels " "$TMP/out"
 expect_grep "^MI300X .* datasheet, predict only " "$TMP/out"
 expect_grep "^L4 .* datasheet only " "$TMP/out"
 expect_exit 0 $P list gpus --json

@@ -88,7 +88,7 @@ TEST_CASE("catalog: peer links of the added GPUs, per direction", "[cluster][cat
 }
 
 TEST_CASE("catalog: only the GPUs validation/ measured are calibrated", "[cluster][catalog]") {
-  CHECK(gpu_by_name("H100").calibrated == "validation/h100/calibrate-sweep");
+  CHECK(gpu_by_name("H100").calibrated == "validation/h100/kernels");
   CHECK(gpu_by_name("H200").calibrated == "validation/h200/calibrate-sweep");
   CHECK(calibration_note(gpu_by_name("H100")).empty());
   int calibrated = 0;
@@ -112,7 +112,7 @@ TEST_CASE("catalog: only the GPUs validation/ measured are calibrated", "[cluste
 TEST_CASE("catalog: the calibration mark survives a JSON round trip, not changed figures", "[cluster][catalog]") {
   nlohmann::json j = gpu_by_name("H100");
   GpuSpec back = j.get<GpuSpec>();
-  CHECK(back.calibrated == "validation/h100/calibrate-sweep");
+  CHECK(back.calibrated == "validation/h100/kernels");
   CHECK(back == gpu_by_name("H100"));
   // A cluster file that changes a measured figure of a catalog GPU describes a
   // GPU nobody measured.
@@ -122,7 +122,7 @@ TEST_CASE("catalog: the calibration mark survives a JSON round trip, not changed
   // ... unless it says where it was calibrated; memory size alone changes nothing.
   CHECK(nlohmann::json{{"name", "H100"}, {"peak_bf16_TFLOPS", 500}, {"calibrated", "my-lab"}}.get<GpuSpec>().calibrated ==
         "my-lab");
-  CHECK(nlohmann::json{{"name", "H100"}, {"memory", "64GiB"}}.get<GpuSpec>().calibrated == "validation/h100/calibrate-sweep");
+  CHECK(nlohmann::json{{"name", "H100"}, {"memory", "64GiB"}}.get<GpuSpec>().calibrated == "validation/h100/kernels");
   // A GPU not in the catalog is never calibrated by default.
   CHECK(nlohmann::json{{"name", "MyGPU"}, {"memory", "24GiB"}, {"memory_GBps", 900}, {"peak_fp16_TFLOPS", 100}}
             .get<GpuSpec>()
