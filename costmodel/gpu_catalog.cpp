@@ -247,7 +247,7 @@ std::vector<GpuSpec> build_catalog() {
     // Measured by planner calibrate; the profile is compiled in from
     // costmodel/profiles/NAME.json and is this GPU's default (default_profile).
     if (std::string_view(h.name) == "H100-SXM") g.calibrated = "validation/h100/kernels";
-    if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/calibrate-sweep";
+    if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/kernels";
     c.push_back(g);
   }
   add_datasheet_gpus(c);  // gpu_catalog_more.cpp

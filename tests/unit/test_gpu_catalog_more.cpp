@@ -89,7 +89,7 @@ TEST_CASE("catalog: peer links of the added GPUs, per direction", "[cluster][cat
 
 TEST_CASE("catalog: only the GPUs validation/ measured are calibrated", "[cluster][catalog]") {
   CHECK(gpu_by_name("H100").calibrated == "validation/h100/kernels");
-  CHECK(gpu_by_name("H200").calibrated == "validation/h200/calibrate-sweep");
+  CHECK(gpu_by_name("H200").calibrated == "validation/h200/kernels");
   CHECK(calibration_note(gpu_by_name("H100")).empty());
   int calibrated = 0;
   for (const auto& n : gpu_names()) {
