@@ -80,6 +80,7 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
     rows.push_back({"kernels.attention", q.attention_seconds, num(c, "attention_seconds")});
     rows.push_back({"kernels.memory_bound", q.memory_seconds, num(c, "memory_bound_seconds")});
     rows.push_back({"kernels.host_copy", 0, num(c, "host_copy_seconds"), false, true});
+    rows.push_back({"kernels.communication", 0, num(c, "communication_seconds"), false, true});
     rows.push_back({"kernels.idle", 0, std::max(0.0, num(k, "span_seconds") - num(k, "busy_seconds")), false, true});
   }
   if (num(m, "host_state_bytes") > 0) {

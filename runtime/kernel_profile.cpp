@@ -15,6 +15,7 @@ const char* to_string(KernelClass c) {
     case KernelClass::Attention: return "attention";
     case KernelClass::Memory: return "memory_bound";
     case KernelClass::HostCopy: return "host_copy";
+    case KernelClass::Comm: return "communication";
   }
   return "?";
 }
@@ -30,6 +31,7 @@ KernelClass kernel_class(const std::string& name) {
   // device-to-device copy or a memset streams through HBM like any kernel.
   if (s.rfind("memcpy", 0) == 0) return has(s, "htod") || has(s, "dtoh") ? KernelClass::HostCopy : KernelClass::Memory;
   if (s.rfind("memset", 0) == 0) return KernelClass::Memory;
+  if (has(s, "nccl")) return KernelClass::Comm;
   // Attention before GEMM: the memory-efficient kernels are CUTLASS-built (fmha_cutlass*).
   for (const char* a : {"flash", "fmha", "sdpa", "attention", "attn"})
     if (has(s, a)) return KernelClass::Attention;
@@ -43,6 +45,7 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events) {
   p.recorded = true;
   std::map<std::string, KernelRow> by_name;
   double first = 0, last = 0;
+  int64_t computed = 0;  // compute kernels seen (the span is theirs)
   for (const auto& e : events) {
     KernelRow& r = by_name[e.name];
     if (r.count == 0) r.name = e.name, r.cls = kernel_class(e.name);
@@ -51,10 +54,13 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events) {
     (r.cls == KernelClass::Gemm        ? p.gemm_seconds
      : r.cls == KernelClass::Attention ? p.attention_seconds
      : r.cls == KernelClass::Memory    ? p.memory_seconds
-                                       : p.host_copy_seconds) += e.seconds;
-    if (p.launches == 0 || e.start_seconds < first) first = e.start_seconds;
-    if (p.launches == 0 || e.start_seconds + e.seconds > last) last = e.start_seconds + e.seconds;
+     : r.cls == KernelClass::HostCopy  ? p.host_copy_seconds
+                                       : p.comm_seconds) += e.seconds;
     p.launches += 1;
+    if (r.cls == KernelClass::HostCopy || r.cls == KernelClass::Comm) continue;  // other streams
+    if (computed == 0 || e.start_seconds < first) first = e.start_seconds;
+    if (computed == 0 || e.start_seconds + e.seconds > last) last = e.start_seconds + e.seconds;
+    computed += 1;
   }
   p.span_seconds = last - first;
   for (auto& [_, r] : by_name) p.kernels.push_back(std::move(r));
@@ -64,6 +70,14 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events) {
 }
 
 namespace prof = torch::profiler::impl;
+
+KernelRecorder::~KernelRecorder() {
+  if (!running_) return;
+  try {
+    (void)torch::autograd::profiler::disableProfiler();
+  } catch (...) {
+  }
+}
 
 void KernelRecorder::start() {
   if (running_) throw std::logic_error("KernelRecorder::start: already recording");

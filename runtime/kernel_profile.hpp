@@ -13,8 +13,9 @@ namespace planner::rt {
 // GEMM (cuBLAS/cuBLASLt/CUTLASS matrix multiplies, split-K reductions),
 // attention (flash, memory-efficient and cuDNN SDPA kernels), memory-bound
 // (every other kernel, device-to-device copies and memsets) and copies between
-// host and device.
-enum class KernelClass { Gemm, Attention, Memory, HostCopy };
+// host and device, and collective communication (NCCL kernels, which run on
+// their own streams beside the compute).
+enum class KernelClass { Gemm, Attention, Memory, HostCopy, Comm };
 const char* to_string(KernelClass c);
 // The class of a kernel from its name as the profiler reports it ("Memcpy HtoD
 // (Pinned -> Device)" for a copy activity).
@@ -36,13 +37,14 @@ struct KernelRow {
 struct KernelProfile {
   bool recorded = false;
   std::vector<KernelRow> kernels;  // distinct names, longest total first
-  double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, host_copy_seconds = 0;
+  double gemm_seconds = 0, attention_seconds = 0, memory_seconds = 0, host_copy_seconds = 0, comm_seconds = 0;
   int64_t launches = 0;
-  // First start to last end: with one stream busy at a time, span minus the
-  // kernels' sum is the time the GPU sat idle between them (launch latency,
-  // host synchronisation).
+  // First start to last end of the compute kernels (GEMM, attention,
+  // memory-bound): with one compute stream, span minus their sum is the time it
+  // sat idle between them (launch latency, host synchronisation, waits for
+  // communication).
   double span_seconds = 0;
-  double busy_seconds() const { return gemm_seconds + attention_seconds + memory_seconds + host_copy_seconds; }
+  double busy_seconds() const { return gemm_seconds + attention_seconds + memory_seconds; }
 };
 
 // Sums events by name and class.
@@ -53,6 +55,10 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events);
 // finished the work (the caller synchronises).
 class KernelRecorder {
  public:
+  KernelRecorder() = default;
+  KernelRecorder(const KernelRecorder&) = delete;
+  KernelRecorder& operator=(const KernelRecorder&) = delete;
+  ~KernelRecorder();  // a recorder left running (an exception in the step) turns the profiler off
   void start();
   KernelProfile stop();
 

@@ -31,6 +31,9 @@ TEST_CASE("kernel names map to the time model's op classes", "[kernels]") {
   CHECK(kernel_class("Memcpy DtoH (Device -> Pageable)") == KernelClass::HostCopy);
   CHECK(kernel_class("Memcpy DtoD (Device -> Device)") == KernelClass::Memory);
   CHECK(kernel_class("Memset (Device)") == KernelClass::Memory);
+  CHECK(kernel_class("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") ==
+        KernelClass::Comm);
+  CHECK(kernel_class("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == KernelClass::Comm);
   CHECK(std::string(to_string(KernelClass::Memory)) == "memory_bound");
 }
 
@@ -38,24 +41,27 @@ TEST_CASE("kernel events sum by name and class, the span from first start to las
   const std::vector<KernelEvent> ev = {
       {"nvjet_a", 10.0, 0.5},       {"gelu elementwise", 10.5, 0.1}, {"nvjet_a", 10.7, 0.5},
       {"flash_fwd_kernel", 11.2, 0.3}, {"Memcpy HtoD (Pinned -> Device)", 9.9, 0.05}, {"gelu elementwise", 11.5, 0.1},
+      {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 11.0, 0.9},  // on its own stream, past the compute's end
   };
   const KernelProfile p = summarize_kernels(ev);
   CHECK(p.recorded);
-  CHECK(p.launches == 6);
+  CHECK(p.launches == 7);
+  CHECK(p.comm_seconds == Approx(0.9));
   CHECK(p.gemm_seconds == Approx(1.0));
   CHECK(p.attention_seconds == Approx(0.3));
   CHECK(p.memory_seconds == Approx(0.2));
   CHECK(p.host_copy_seconds == Approx(0.05));
-  CHECK(p.busy_seconds() == Approx(1.55));
-  CHECK(p.span_seconds == Approx(11.6 - 9.9));
-  REQUIRE(p.kernels.size() == 4);
+  CHECK(p.busy_seconds() == Approx(1.5));             // the compute kernels
+  CHECK(p.span_seconds == Approx(11.6 - 10.0));        // theirs: not the copy before nor the collective after
+  REQUIRE(p.kernels.size() == 5);
   CHECK(p.kernels[0].name == "nvjet_a");
+  CHECK(p.kernels[1].cls == KernelClass::Comm);
   CHECK(p.kernels[0].count == 2);
   CHECK(p.kernels[0].seconds == Approx(1.0));
-  CHECK(p.kernels[1].name == "flash_fwd_kernel");
-  CHECK(p.kernels[2].name == "gelu elementwise");
-  CHECK(p.kernels[2].cls == KernelClass::Memory);
-  CHECK(p.kernels[2].count == 2);
+  CHECK(p.kernels[2].name == "flash_fwd_kernel");
+  CHECK(p.kernels[3].name == "gelu elementwise");
+  CHECK(p.kernels[3].cls == KernelClass::Memory);
+  CHECK(p.kernels[3].count == 2);
   const KernelProfile none = summarize_kernels({});
   CHECK(none.launches == 0);
   CHECK(none.span_seconds == 0);
