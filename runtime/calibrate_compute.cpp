@@ -67,7 +67,7 @@ std::vector<Shape> gemm_shapes(bool quick) {
 // On the H100 this changes the rate by -11% to +5% against back to back
 // (validation/h100/kernels: both figures per shape). What it does not capture:
 // at the 700 W limit a GEMM's clock depends on its operands' values (random
-// normal operands 640-730 TFLOP/s, zeros 785-890, benchmarks/gemm_data.py),
+// normal operands 639-725 TFLOP/s, zeros 775-892, benchmarks/gemm_data.py),
 // and a training step's GEMMs ran at about 780 TFLOP/s (exec --kernels).
 struct Filler {
   at::Tensor src, dst;      // bf16 buffers of 2^26 elements; a copy between them is the memory-bound kernel
