@@ -64,8 +64,10 @@ std::vector<Shape> gemm_shapes(bool quick) {
 // by a memory-bound kernel of about its own duration (a layer's norms,
 // activations and residuals come between its GEMMs), only the GEMM timed, by
 // CUDA events around it; the median over calls lasting about 0.1 s in all.
-// On the H100 this changes the rate by -11% to +5% against back to back
-// (validation/h100/kernels: both figures per shape). What it does not capture:
+// On the H100 this changed the rate by -32% to +7% per shape against back to
+// back, a median of -1% (fp32) to -5% (fp16) (validation/h100/kernels: both
+// figures per shape), away from a step's GEMMs, which run faster. What it does
+// not capture:
 // at the 700 W limit a GEMM's clock depends on its operands' values (random
 // normal operands 639-725 TFLOP/s, zeros 775-892, benchmarks/gemm_data.py),
 // and a training step's GEMMs ran at about 780 TFLOP/s (exec --kernels).
