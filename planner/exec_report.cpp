@@ -28,6 +28,25 @@ struct Row {
   bool have_pred = true, have_meas = true;
 };
 
+}  // namespace
+
+nlohmann::json kernel_class_comparison(const StepPrediction& p, const nlohmann::json& m) {
+  if (!m.contains("kernels") || !m["kernels"].is_object()) return nullptr;
+  const json& k = m["kernels"];
+  const json& c = k["by_class"];
+  const OpTimes& q = p.compute_by_class;
+  auto pair = [](json pred, double meas) { return json{{"predicted", pred}, {"measured", meas}}; };
+  return {{"forward_backward", pair(q.compute_seconds(), num(k, "span_seconds"))},
+          {"gemm", pair(q.gemm_seconds, num(c, "gemm_seconds"))},
+          {"attention", pair(q.attention_seconds, num(c, "attention_seconds"))},
+          {"memory_bound", pair(q.memory_seconds, num(c, "memory_bound_seconds"))},
+          {"host_copy", pair(nullptr, num(c, "host_copy_seconds"))},
+          {"communication", pair(nullptr, num(c, "communication_seconds"))},
+          {"idle", pair(nullptr, num(k, "idle_seconds"))}};
+}
+
+namespace {
+
 std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, const json& m) {
   std::vector<Row> rows;
   const double mfu = num(m, "mfu", -1);
@@ -68,21 +87,16 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
       rows.push_back({fmt::format("memory.stage{}_peak", st), double(p.memory.stages[size_t(st)].gpu_peak_bytes),
                       meas[size_t(st)], true, meas[size_t(st)] > 0});
   }
-  if (m.contains("kernels") && m["kernels"].is_object()) {
-    // --kernels: one step's forward and backward kernels by the time model's op
-    // classes (rank 0, stage 0 under pipeline parallelism: the prediction's
-    // critical stage may differ). The span is first kernel start to last end.
-    const json& k = m["kernels"];
-    const json& c = k["by_class"];
-    const OpTimes& q = p.compute_by_class;
-    rows.push_back({"kernels.forward_backward", q.compute_seconds(), num(k, "span_seconds")});
-    rows.push_back({"kernels.gemm", q.gemm_seconds, num(c, "gemm_seconds")});
-    rows.push_back({"kernels.attention", q.attention_seconds, num(c, "attention_seconds")});
-    rows.push_back({"kernels.memory_bound", q.memory_seconds, num(c, "memory_bound_seconds")});
-    rows.push_back({"kernels.host_copy", 0, num(c, "host_copy_seconds"), false, true});
-    rows.push_back({"kernels.communication", 0, num(c, "communication_seconds"), false, true});
-    rows.push_back({"kernels.idle", 0, std::max(0.0, num(k, "span_seconds") - num(k, "busy_seconds")), false, true});
-  }
+  // --kernels: one step's forward and backward kernels by the time model's op
+  // classes (rank 0, stage 0 under pipeline parallelism: the prediction's
+  // critical stage may differ).
+  const json kc = kernel_class_comparison(p, m);
+  if (kc.is_object())
+    for (const char* n : {"forward_backward", "gemm", "attention", "memory_bound", "host_copy", "communication", "idle"}) {
+      const json& pr = kc[n]["predicted"];
+      rows.push_back({std::string("kernels.") + n, pr.is_number() ? pr.get<double>() : 0.0,
+                      kc[n]["measured"].get<double>(), pr.is_number(), true});
+    }
   if (num(m, "host_state_bytes") > 0) {
     // Host memory of the node: every rank's peak resident set.
     double host = 0;

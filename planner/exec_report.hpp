@@ -17,6 +17,14 @@ struct ExecReport {
   std::string table;      // human output
 };
 
+// exec --kernels: each op class of one step's forward and backward kernels,
+// {"gemm", "attention", "memory_bound", "forward_backward" (the compute
+// kernels' span against the three classes' predicted sum), "host_copy",
+// "communication", "idle"}, each {"predicted" (null where the time model has
+// no such figure), "measured"}; null when `measurement` has no kernels. Used
+// by exec's comparison rows and by validate's causes.
+nlohmann::json kernel_class_comparison(const StepPrediction& prediction, const nlohmann::json& measurement);
+
 // `run`: {"created", "options", "measurement", "machine"} as the runtime writes them.
 ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run);
 

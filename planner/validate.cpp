@@ -8,6 +8,7 @@
 #include <set>
 
 #include "costmodel/compat.hpp"
+#include "planner/exec_report.hpp"
 #include "costmodel/memory_model.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -180,28 +181,20 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
                    {"larger", std::abs(dc) >= std::abs(dr) ? "compute" : "rest"},
                    {"kernel_classes", nullptr},
                    {"text", text}};
-    if (m.contains("kernels") && m["kernels"].is_object()) {
-      // exec --kernels: the forward and backward kernels of one step by the
-      // time model's op classes, beside the prediction's.
-      const json& k = m["kernels"];
-      const json& c = k["by_class"];
-      const OpTimes& q = pred.compute_by_class;
-      const double idle = std::max(0.0, num(k, "span_seconds") - num(k, "busy_seconds"));
-      json classes = {{"gemm", {{"predicted", q.gemm_seconds}, {"measured", num(c, "gemm_seconds")}}},
-                      {"attention", {{"predicted", q.attention_seconds}, {"measured", num(c, "attention_seconds")}}},
-                      {"memory_bound", {{"predicted", q.memory_seconds}, {"measured", num(c, "memory_bound_seconds")}}},
-                      {"host_copy", {{"predicted", nullptr}, {"measured", num(c, "host_copy_seconds")}}},
-                      {"idle", {{"predicted", nullptr}, {"measured", idle}}}};
+    const json classes = kernel_class_comparison(pred, m);  // exec --kernels, else null
+    if (classes.is_object()) {
+      auto p_of = [&](const char* n) { return classes[n]["predicted"].get<double>(); };
+      auto m_of = [&](const char* n) { return classes[n]["measured"].get<double>(); };
       std::string worst;
       double wd = 0;
       for (const char* n : {"gemm", "attention", "memory_bound"}) {
-        const double d = classes[n]["predicted"].get<double>() - classes[n]["measured"].get<double>();
+        const double d = p_of(n) - m_of(n);
         if (std::abs(d) > std::abs(wd)) wd = d, worst = n;
       }
       text += fmt::format("; kernels of one step, predicted/measured: GEMM {:.4f}/{:.4f} s, attention {:.4f}/{:.4f} s, "
                           "memory-bound {:.4f}/{:.4f} s, idle -/{:.4f} s; largest difference {} ({:+.4f} s)",
-                          q.gemm_seconds, num(c, "gemm_seconds"), q.attention_seconds, num(c, "attention_seconds"),
-                          q.memory_seconds, num(c, "memory_bound_seconds"), idle, worst, wd);
+                          p_of("gemm"), m_of("gemm"), p_of("attention"), m_of("attention"), p_of("memory_bound"),
+                          m_of("memory_bound"), m_of("idle"), worst, wd);
       out["step"]["kernel_classes"] = classes;
       out["step"]["text"] = text;
     }

@@ -102,6 +102,7 @@ json kernels_json(const KernelProfile& k) {
             {"host_copy_seconds", k.host_copy_seconds},
             {"communication_seconds", k.comm_seconds}}},
           {"busy_seconds", k.busy_seconds()},
+          {"idle_seconds", k.idle_seconds()},
           {"span_seconds", k.span_seconds},
           {"launches", k.launches},
           {"distinct_kernels", k.kernels.size()},

@@ -45,6 +45,7 @@ struct KernelProfile {
   // communication).
   double span_seconds = 0;
   double busy_seconds() const { return gemm_seconds + attention_seconds + memory_seconds; }
+  double idle_seconds() const { return span_seconds > busy_seconds() ? span_seconds - busy_seconds() : 0.0; }
 };
 
 // Sums events by name and class.

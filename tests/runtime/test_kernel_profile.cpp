@@ -53,6 +53,7 @@ TEST_CASE("kernel events sum by name and class, the span from first start to las
   CHECK(p.host_copy_seconds == Approx(0.05));
   CHECK(p.busy_seconds() == Approx(1.5));             // the compute kernels
   CHECK(p.span_seconds == Approx(11.6 - 10.0));        // theirs: not the copy before nor the collective after
+  CHECK(p.idle_seconds() == Approx(0.1));
   REQUIRE(p.kernels.size() == 5);
   CHECK(p.kernels[0].name == "nvjet_a");
   CHECK(p.kernels[1].cls == KernelClass::Comm);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
+#include "planner/exec_report.hpp"
 #include "planner/validate.hpp"
 #include "test_util.hpp"
 
@@ -183,4 +184,34 @@ TEST_CASE("validate: a bad sweep is refused with one line naming the plan", "[va
   CHECK(contains(error_of([&] { load_sweep(slash); }), "names files"));
   CHECK(contains(error_of([&] { load_sweep((dir / "missing.json").string()); }), "missing.json"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("exec --kernels: each op class, predicted beside measured, the same for exec's rows and validate's causes",
+          "[validate]") {
+  StepPrediction p;
+  p.compute_by_class.gemm_seconds = 0.5;
+  p.compute_by_class.attention_seconds = 0.1;
+  p.compute_by_class.memory_seconds = 0.3;
+  p.compute_by_class.tp_comm_seconds = 0.05;  // not a kernel class of one GPU's compute stream
+  CHECK(kernel_class_comparison(p, nlohmann::json{{"kernels", nullptr}}).is_null());
+  const nlohmann::json m = {
+      {"kernels",
+       {{"by_class",
+         {{"gemm_seconds", 0.4}, {"attention_seconds", 0.125}, {"memory_bound_seconds", 0.3},
+          {"host_copy_seconds", 0.01}, {"communication_seconds", 0.2}}},
+        {"busy_seconds", 0.825},
+        {"span_seconds", 0.85},
+        {"idle_seconds", 0.025}}}};
+  const nlohmann::json c = kernel_class_comparison(p, m);
+  CHECK(c["forward_backward"]["predicted"].get<double>() == Approx(0.9));  // GEMM + attention + memory-bound
+  CHECK(c["forward_backward"]["measured"].get<double>() == Approx(0.85));
+  CHECK(c["gemm"]["predicted"].get<double>() == Approx(0.5));
+  CHECK(c["gemm"]["measured"].get<double>() == Approx(0.4));
+  CHECK(c["attention"]["measured"].get<double>() == Approx(0.125));
+  CHECK(c["memory_bound"]["predicted"].get<double>() == Approx(0.3));
+  CHECK(c["communication"]["predicted"].is_null());
+  CHECK(c["communication"]["measured"].get<double>() == Approx(0.2));
+  CHECK(c["idle"]["predicted"].is_null());
+  CHECK(c["idle"]["measured"].get<double>() == Approx(0.025));
+  CHECK(c["host_copy"]["measured"].get<double>() == Approx(0.01));
 }
