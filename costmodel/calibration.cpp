@@ -258,6 +258,19 @@ struct Fitter {
               : fmt::format("{} parameters through the runtime's CPU AdamW (at::_fused_adamw_, {} threads)",
                             a["params"].get<int64_t>(), a.value("threads", 0)));
     }
+    if (m.contains("cpu_adam_node") && m["cpu_adam_node"].value("node_params_per_second", 0.0) > 0) {
+      // Under mpirun with several ranks on the node: every rank ran the CPU
+      // AdamW at once with its share of the cores, as offload plans run it.
+      // The node's rate is what the time model divides between its processes.
+      const json& a = m["cpu_adam_node"];
+      const double one = p.cpu_adam_params_per_second;
+      p.cpu_adam_params_per_second = a["node_params_per_second"].get<double>();
+      set("cpu_adam_params_per_second", p.cpu_adam_params_per_second,
+          fmt::format("{} processes on the node at once, {} threads each, {}: {:.4g} parameters/s per process{}",
+                      a.value("processes_per_node", 0), a.value("threads", 0), a.value("how", std::string()),
+                      p.cpu_adam_params_per_second / std::max(1, a.value("processes_per_node", 1)),
+                      one > 0 ? fmt::format("; one process alone with every core: {:.4g}/s", one) : std::string()));
+    }
     if (!gpu || !m.contains("host_copies")) return;
     std::vector<double> rates;
     for (const auto& c : m["host_copies"])

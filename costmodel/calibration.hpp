@@ -19,7 +19,8 @@
 //  strided_/reduction_kernel_relative  median of the class / median streaming
 //  kernel_overhead_seconds  a tiny kernel's launch-bound time
 //  host_copy_efficiency  mean pinned H2D, D2H GB/s / the GPU's PCIe link rate
-//  cpu_adam_params_per_second  measured
+//  cpu_adam_params_per_second  measured: the node's rate, every local rank at
+//                        once under mpirun (cpu_adam_node), else one process
 //  gpu_memory_bytes      what the probe reserved + memory outside the allocator
 //  context_bytes, workspace_bytes, nccl_communicator_bytes  measured
 //  nvlink_ or pcie_efficiency, collective_base_latency_seconds  from the

@@ -66,10 +66,13 @@ struct HardwareProfile {
   double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
   double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
   double cpu_adam_flops_per_param = 20;  // CPU Adam arithmetic per parameter (vectorised)
-  // CPU AdamW of one process using every core, parameters per second, as the
-  // runtime's offload runs it (fp32 master and moments, 16-bit gradients
-  // converted in chunks, at::_fused_adamw_), measured by planner calibrate;
-  // 0: modelled from the node's DRAM bandwidth and CPU FLOP/s.
+  // CPU AdamW of a node, parameters per second, all its processes together, as
+  // the runtime's offload runs it (fp32 master and moments, 16-bit gradients
+  // converted in chunks, at::_fused_adamw_), measured by planner calibrate:
+  // under mpirun with every local rank at once (each with its share of the
+  // cores), with one rank by that process alone using every core; the time
+  // model divides it between the node's processes. 0: modelled from the
+  // node's DRAM bandwidth and CPU FLOP/s.
   double cpu_adam_params_per_second = 0;
 
   // --- memory the process itself takes (docs/ARCHITECTURE.md, "Overhead") ---

@@ -116,8 +116,12 @@ double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec)
 double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double params, int procs) {
   if (params <= 0) return 0;
   procs = std::max(1, procs);
-  // Measured (planner calibrate): one process with every core; processes on a
-  // node share the cores (the runtime gives each its part of them).
+  // Measured (planner calibrate): the node's rate, all its processes together
+  // (every local rank at once under mpirun; one process alone otherwise, an
+  // estimate for several: on the 32-core host of two H200s, one rank alone ran
+  // 3.0e9 parameters/s (validation/h200x2/run4), two ranks at once 1.83e9
+  // each (validation/h200x2/heldout-b)). The runtime gives each process its
+  // part of the cores.
   if (p.cpu_adam_params_per_second > 0) return params / (p.cpu_adam_params_per_second / procs);
   // Fallbacks when the cluster does not say: a two-socket server of DDR4-3200,
   // 8 channels each (2 x 204.8 GB/s), and 64 cores at ~30 GFLOP/s fp32 AVX2 each.

@@ -226,6 +226,11 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     worldc->barrier();
     calib::measure_collectives(c, *worldc, m);
     worldc->barrier();
+    if (wi.local_size > 1) {
+      json node = calib::measure_cpu_adam_node(c, *worldc, wi.local_size);
+      if (!node.is_null()) m["cpu_adam_node"] = std::move(node);
+      else notes.push_back("CPU AdamW on every rank at once: failed on a rank, not measured");
+    }
   } else {
     notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");
   }

@@ -45,6 +45,14 @@ nlohmann::json measure_kernel_overhead(const Ctx& c);
 nlohmann::json measure_host_copies(const Ctx& c);  // GPU only
 nlohmann::json measure_host_memcpy(const Ctx& c);
 nlohmann::json measure_cpu_adam(const Ctx& c);
+// Every rank at once (collective over `world`, the CPU communicator of all
+// ranks), each with hardware threads / local_size threads as planner exec
+// gives it: the CPU AdamW (as the offload step runs it on a GPU machine) when
+// local_size processes share a node. Returns, for rank 0's report,
+// {processes_per_node, threads, how, per_process_params_per_second [per rank],
+// node_params_per_second (the mean per process times local_size)}, or null if
+// a rank failed.
+nlohmann::json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size);
 // Every rank: the collectives of the runtime's Communicator over sizes and group
 // sizes; `world` is the CPU (MPI) communicator of all ranks. Fills
 // "collectives" and "nccl_communicator_bytes" of `out` (rank 0).

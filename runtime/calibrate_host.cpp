@@ -130,7 +130,10 @@ json measure_cpu_adam_offload(const Ctx& c) {
 
 }  // namespace
 
-json measure_cpu_adam(const Ctx& c) {
+namespace {
+
+// The CPU AdamW on one buffer on the calling thread (no device), best of 5.
+json cpu_adam_plain(const Ctx& c) {
   // As runtime/engine.cpp's offload step: fp32 master and moments, 16-bit
   // gradients converted into an fp32 work chunk of at most 2^26 elements, the
   // fused AdamW, and the updated parameters written back in 16 bits.
@@ -154,10 +157,57 @@ json measure_cpu_adam(const Ctx& c) {
     }
     param16.copy_(master);
   }, c.quick ? 0.005 : 0.2);
-  say(c, "CPU AdamW (one buffer, main thread, best of 5): " + fmt_num(double(n) / s) + " parameters/s with " +
+  return {{"params", n}, {"seconds", s}, {"threads", at::get_num_threads()}};
+}
+
+}  // namespace
+
+json measure_cpu_adam(const Ctx& c) {
+  json out = cpu_adam_plain(c);
+  say(c, "CPU AdamW (one buffer, main thread, best of 5): " +
+             fmt_num(out["params"].get<double>() / out["seconds"].get<double>()) + " parameters/s with " +
              std::to_string(at::get_num_threads()) + " threads");
-  json out = {{"params", n}, {"seconds", s}, {"threads", at::get_num_threads()}};
   if (c.cuda) out["as_offload_runs_it"] = measure_cpu_adam_offload(c);
+  return out;
+}
+
+json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size) {
+  // Each rank takes its share of the node's cores, as planner exec gives it
+  // (runtime/measure.cpp), and all run at once.
+  const int before = at::get_num_threads();
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int threads = hw > 0 ? std::max(1, int(hw) / std::max(1, local_size)) : before;
+  at::set_num_threads(threads);
+  Ctx quiet = c;
+  quiet.progress = false;
+  world.barrier();
+  double rate = -1;  // a rank that fails still joins the gather below
+  try {
+    const json one = c.cuda ? measure_cpu_adam_offload(quiet) : cpu_adam_plain(quiet);
+    rate = one["params"].get<double>() / one["seconds"].get<double>();
+  } catch (const std::exception& e) {
+    say(c, std::string("CPU AdamW on every rank at once: failed on rank 0: ") + e.what());
+  }
+  at::set_num_threads(before);
+  at::Tensor in = at::tensor(std::vector<double>{rate}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor all = at::empty({int64_t(world.size())}, in.options());
+  world.all_gather(in, all)->wait();
+  std::vector<double> rates(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  double sum = 0;
+  for (double r : rates) {
+    if (!(r > 0)) return json();  // some rank failed: not measured
+    sum += r;
+  }
+  const double per_process = sum / double(rates.size());
+  json out = {{"processes_per_node", local_size},
+              {"threads", threads},
+              {"how", c.cuda ? "as the offload step runs it (pinned buffers, a worker thread, copies to the device)"
+                             : "one buffer on the main thread"},
+              {"per_process_params_per_second", rates},
+              {"node_params_per_second", per_process * local_size}};
+  say(c, "CPU AdamW on every rank at once (" + std::to_string(local_size) + " per node, " + std::to_string(threads) +
+             " threads each): " + fmt_num(per_process) + " parameters/s per process, " +
+             fmt_num(per_process * local_size) + " per node");
   return out;
 }
 

@@ -589,10 +589,19 @@ at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
     x = at::embedding(p(wte_), (ids - lo).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
     x = leave_tp(x);  // (b, s, width); sp: (b, s/tp, width)
   }
-  // This rank's positions: all of them, or its sequence shard under sp.
-  const int64_t s = x.size(1), first = sp_ ? int64_t(tp_rank_) * s : 0;
+  // This rank's positions: all of them, or under sp those of its shard's
+  // tokens (a run of the flattened b * s tokens; runtime/tp.hpp).
+  const int64_t b = x.size(0), s = x.size(1);
   if (proj_in_ >= 0) x = linear(x, proj_in_, -1);
-  if (wpe_ >= 0) x = x + p(wpe_).narrow(0, spec_.position_offset + first, s);
+  if (wpe_ >= 0) {
+    if (!sp_ || b == 1) {  // one run of consecutive positions
+      x = x + p(wpe_).narrow(0, spec_.position_offset + (sp_ ? int64_t(tp_rank_) * s : 0), s);
+    } else {
+      const int64_t n = b * s;
+      at::Tensor pos = at::arange(int64_t(tp_rank_) * n, int64_t(tp_rank_ + 1) * n, ids.options().dtype(at::kLong));
+      x = x + at::embedding(p(wpe_), pos.remainder(s * tp_size_).add_(spec_.position_offset).view({b, s}));
+    }
+  }
   if (wtt_ >= 0) x = x + p(wtt_).select(0, 0);  // token type 0 everywhere
   if (emb_norm_w_ >= 0) x = norm(x, emb_norm_w_, emb_norm_b_);
   return x;

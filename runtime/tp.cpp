@@ -81,13 +81,13 @@ PendingSeq all_gather_seq_start(const at::Tensor& x, Communicator& c) {
   const int t = c.size();
   at::Tensor in = x.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
-  std::vector<int64_t> buf_shape{t};
-  buf_shape.insert(buf_shape.end(), shape.begin(), shape.end());
-  at::Tensor buf = at::empty(buf_shape, in.options());  // (t, b, s/t, ...)
-  WorkPtr w = c.all_gather(in, buf);
+  if (shape.size() < 2) throw std::invalid_argument("all_gather_seq: expected (b, s/tp, ...)");
   shape[1] *= t;
-  // (b, t, s/t, ...) -> (b, s, ...): a view when b == 1, a copy otherwise.
-  return {w, [buf, shape] { return buf.movedim(0, 1).reshape(shape); }};
+  // Rank r's shard is the r-th of tp equal runs of the flattened (b * s) tokens
+  // (tp.hpp), so the gathered chunks in rank order are the full tensor itself.
+  at::Tensor out = at::empty(shape, in.options());
+  WorkPtr w = c.all_gather(in, out);
+  return {w, [out] { return out; }};
 }
 
 PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c) {
@@ -96,9 +96,7 @@ PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c) {
   if (shape.size() < 2 || shape[1] % t != 0)
     throw std::invalid_argument("reduce_scatter_seq: the sequence (" + std::to_string(shape.size() < 2 ? 0 : shape[1]) +
                                 ") is not a multiple of tp=" + std::to_string(t));
-  std::vector<int64_t> split{shape[0], t, shape[1] / t};
-  split.insert(split.end(), shape.begin() + 2, shape.end());
-  at::Tensor in = x.reshape(split).movedim(1, 0).contiguous();  // (t, b, s/t, ...): no copy when b == 1
+  at::Tensor in = x.contiguous();  // tp chunks of the flattened tokens, in rank order
   shape[1] /= t;
   at::Tensor out = at::empty(shape, x.options());
   WorkPtr w = c.reduce_scatter(in, out);

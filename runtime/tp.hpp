@@ -29,10 +29,18 @@
 // gradient's GEMM), whose input gradient it reduce-scatters (overlapping the
 // weight gradient's GEMM); the gathered input is never kept, as Korthikanti et
 // al. 2022 (sec. 4.2.2) count it.
-// Activations are (b, s, h) and the sequence shard of rank r is
-// [r s/tp, (r+1) s/tp) of dim 1. The Communicator works on flat chunks in rank
-// order, so the sequence collectives go through a (tp, b, s/tp, h) buffer: a
-// transpose copy when b > 1, none for b = 1 (then the two layouts coincide).
+// Activations are (b, s, h). The "sequence shard" of rank r is the r-th of tp
+// equal runs of the flattened b * s tokens, kept as a (b, s/tp, h) tensor: the
+// Communicator works on flat chunks in rank order, so the all-gather writes
+// the full (b, s, h) tensor and the reduce-scatter reads it with no transpose
+// copy. Everything done on shards (norms, residual additions, biases) is
+// token by token, so which tokens a rank holds does not matter, except for the
+// learned position embedding: the model looks up each token's own position
+// (TransformerModel::embed). For b = 1 the run is positions [r s/tp, (r+1)
+// s/tp), Megatron-LM's split; for b > 1 it is whole sequences (b a multiple of
+// tp) or parts of them. (Splitting dim 1 of (b, s, h) instead needed a copy
+// through a (tp, b, s/tp, h) buffer for every collective: 10 copies of a full
+// activation per layer and micro-batch.)
 // The reductions cannot run in place (the Communicator's all-reduce is in place
 // and autograd may hand the same gradient to several consumers, a residual
 // among them), so copy_to_tp and reduce_from_tp copy once.
@@ -63,7 +71,7 @@ at::Tensor tp_assemble(const at::Tensor& gathered, const TpSplit& s, const std::
 // The autograd functions above; `tp` null (or of size 1) makes each the identity.
 at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp);
-at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp);  // (b, s, ...) -> (b, s/tp, ...), summed
+at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp);  // (b, s, ...) -> this rank's (b, s/tp, ...), summed
 
 // One row chunk of the vocabulary-parallel cross-entropy (Megatron-LM's; the
 // chunked loss in model.cpp calls it): logits (c, local columns) are this

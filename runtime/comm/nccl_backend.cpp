@@ -5,9 +5,20 @@
 // high-priority CUDA stream from LibTorch's pool. A call records `ready` on the
 // caller's current stream, makes the communicator's stream wait for it, issues
 // the NCCL call there and records `done`; Work::wait() makes the caller's
-// current stream wait for `done` (the host returns at once). The tensors are
-// recorded on the communicator's stream for the caching allocator, so their
-// memory is not reused before the collective is over.
+// current stream wait for `done` (the host returns at once).
+//
+// Memory: the Work holds the operation's tensors until wait(). When wait() runs
+// on the stream that issued the call, the tensors are then simply released:
+// any later reuse of their memory by the caching allocator is work queued on
+// that stream after the wait, so after `done`. Only a Work waited on another
+// stream, or dropped unwaited before its `done` has passed, records its
+// tensors on the communicator's stream (recordStream), whose cost is that the
+// allocator cannot reuse them until it sees that stream's event pass: with the
+// host running ahead of the GPU, every tensor freed meanwhile stays reserved.
+// Tensor parallelism issues collectives on activations all through the step,
+// and recording them all held several GiB per GPU in the allocator (2.8 GiB
+// with tp=2, 7.7 GiB with sp, gpt-neo-1.3b on an H200; validation/h200x2-3d
+// run2). This is PyTorch's TORCH_NCCL_AVOID_RECORD_STREAMS scheme.
 //
 // Faults: since wait() does not block the host, a watchdog thread per
 // communicator polls the outstanding operations (cudaEventQuery) and
@@ -27,6 +38,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -79,12 +91,16 @@ struct Op {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Op> op, at::Device dev, std::vector<at::Tensor> keep)
-      : op_(std::move(op)), dev_(dev), keep_(std::move(keep)) {}
+  NcclWork(std::shared_ptr<Op> op, at::Device dev, c10::cuda::CUDAStream issued_on, c10::cuda::CUDAStream comm_stream,
+           std::vector<at::Tensor> keep)
+      : op_(std::move(op)), dev_(dev), issued_on_(issued_on), comm_stream_(comm_stream), keep_(std::move(keep)) {}
+  ~NcclWork() override { record_kept(); }
   void wait() override {
     c10::cuda::CUDAGuard guard(dev_);
     const auto cur = c10::cuda::getCurrentCUDAStream(dev_.index());
     check_cuda(cudaStreamWaitEvent(cur.stream(), op_->done, 0), std::string(op_->name) + ": cudaStreamWaitEvent");
+    if (cur == issued_on_) keep_.clear();  // reuse is ordered after `done` (see the top of this file)
+    else record_kept();
   }
   bool done() override {
     const cudaError_t q = cudaEventQuery(op_->done);
@@ -97,8 +113,21 @@ class NcclWork final : public Work {
   }
 
  private:
+  // The tensors still held, recorded on the communicator's stream and released:
+  // the allocator reuses their memory only once the collective is over.
+  void record_kept() noexcept {
+    for (const auto& t : keep_)
+      if (t.numel() > 0) {
+        try {
+          c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), comm_stream_);
+        } catch (...) {  // CUDA shutting down at exit: nothing will reuse the memory
+        }
+      }
+    keep_.clear();
+  }
   std::shared_ptr<Op> op_;
   at::Device dev_;
+  c10::cuda::CUDAStream issued_on_, comm_stream_;
   std::vector<at::Tensor> keep_;
 };
 
@@ -261,6 +290,7 @@ class NcclCommunicator final : public Communicator {
     c10::cuda::CUDAGuard guard(dev_);
     auto op = std::make_shared<Op>(name);
     const std::string where = "communicator " + g_->name + ": " + name + ": ";
+    std::optional<c10::cuda::CUDAStream> caller_stream;
     track(op);
     try {
       check_cuda(cudaEventCreateWithFlags(&op->ready, cudaEventDisableTiming), where + "cudaEventCreate");
@@ -271,15 +301,14 @@ class NcclCommunicator final : public Communicator {
       const ncclResult_t r = call(comm_.load(), stream_.stream());
       if (r != ncclSuccess) throw std::runtime_error(where + "NCCL failed: " + nccl_error(r, comm_.load()));
       check_cuda(cudaEventRecord(op->done, stream_.stream()), where + "cudaEventRecord");
-      for (const auto& t : tensors)
-        if (t.numel() > 0) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+      caller_stream = caller;
     } catch (...) {
       untrack(op);
       if (aborting()) park();  // the failure came from the watchdog's abort, which is ending the job
       throw;
     }
     op->issued.store(true, std::memory_order_release);
-    return std::make_shared<NcclWork>(op, dev_, std::move(tensors));
+    return std::make_shared<NcclWork>(op, dev_, *caller_stream, stream_, std::move(tensors));
   }
 
   void track(const std::shared_ptr<Op>& op) {

@@ -74,6 +74,13 @@ ops = {x["op"] for x in c["collectives"]}
 assert ops == {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"}, ops
 assert all(x["backend"] == "mpi" and x["group_size"] == 2 and x["seconds"] > 0 for x in c["collectives"])
 assert c["ranks"] == 2
+# The CPU AdamW with both ranks at once: the node's rate is what the profile keeps.
+n = c["cpu_adam_node"]
+assert n["processes_per_node"] == 2 and len(n["per_process_params_per_second"]) == 2, n
+assert all(r > 0 for r in n["per_process_params_per_second"]), n
+assert abs(n["node_params_per_second"] - sum(n["per_process_params_per_second"])) <= 1e-9 * n["node_params_per_second"], n
+p = json.load(open(sys.argv[1]))
+assert p["cpu_adam_params_per_second"] == n["node_params_per_second"], (p["cpu_adam_params_per_second"], n)
 PY
 fi
 
