@@ -318,7 +318,12 @@ struct Fitter {
     if (m.value("nccl_communicator_bytes", int64_t(-1)) >= 0) {
       p.nccl_communicator_bytes = m["nccl_communicator_bytes"].get<int64_t>();
       set("nccl_communicator_bytes", double(p.nccl_communicator_bytes),
-          "growth of memory outside the allocator across the first communicator's set-up and first all-reduce");
+          m.contains("nccl_send_recv_bytes")
+              ? fmt::format("growth of memory outside the allocator across the first communicator's set-up and "
+                            "its collectives (send/recv then added {:.0f} MiB)",
+                            m["nccl_send_recv_bytes"].get<double>() / 1048576.0)
+              : "growth of memory outside the allocator across the first communicator's set-up and first "
+                "all-reduce (measured before the other collectives ran)");
     }
   }
 

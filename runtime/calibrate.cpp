@@ -5,12 +5,15 @@
 #include "runtime/calibrate.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <thread>
 
 #include "costmodel/plan.hpp"
 #include "runtime/calibrate_detail.hpp"
@@ -194,6 +197,13 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
     worldc = make_communicator({all}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
   }
+  // Under mpirun a rank starts with one LibTorch thread (seen on two H200s:
+  // calibrate's host memcpy ran at 10 GB/s, CPU AdamW at 3e8/s, against 99 GB/s
+  // and 2.5e9 alone). Rank 0's benchmarks below run while the other ranks wait
+  // (asleep in the barrier): it takes every core, as one process alone would.
+  const int threads_before = at::get_num_threads();
+  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && std::thread::hardware_concurrency() > 0)
+    at::set_num_threads(int(std::thread::hardware_concurrency()));
   if (wi.rank == 0) {
     calib::say(c, std::string("on ") + (cuda ? m["machine"]["gpu_name"].get<std::string>() : "the CPU (" +
                                                                                                m["machine"]["cpu"].get<std::string>() + ")") +
@@ -222,6 +232,7 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     if (cuda) part("memory", [&] { return measure_device_memory(c, after_context); });
     else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
   }
+  at::set_num_threads(threads_before);
   if (worldc) {
     worldc->barrier();
     calib::measure_collectives(c, *worldc, m);

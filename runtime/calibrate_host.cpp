@@ -221,7 +221,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   if (group_sizes.empty() || group_sizes.back() != W) group_sizes.push_back(W);
   json points = json::array();
   std::vector<double> mine;  // this rank's seconds, one per point, in the same order on every rank
-  int64_t nccl_bytes = -1;
+  int64_t nccl_bytes = -1, p2p_bytes = -1;
   for (int g : group_sizes) {
     if (W % g) continue;  // every rank must be in exactly one group
     std::vector<std::vector<int>> groups;
@@ -232,15 +232,20 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
     }
     const int64_t outside0 = memory_outside_allocator(c.cuda);
     auto comm = make_communicator(groups, "calibrate" + std::to_string(g), c.device, timeout);
-    {
-      at::Tensor probe = at::ones({1}, at::TensorOptions().device(c.device).dtype(at::kFloat));
-      comm->all_reduce(probe)->wait();
-      synchronize(c.cuda);
-    }
-    if (nccl_bytes < 0 && c.cuda) nccl_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
+    const bool first = nccl_bytes < 0 && c.cuda;
     const std::string backend = comm->backend() == Backend::Nccl ? "nccl" : "mpi";
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"}) {
       const std::string o = op;
+      // NCCL's device memory of a communicator, as the runtime's collective
+      // communicators use it: the growth outside the caching allocator once
+      // every collective has run (NCCL sets up each algorithm's buffers at its
+      // first use: after the first all-reduce alone, 772 MiB of the 990 MiB a
+      // dp=2 run holds on an H200). Send/recv add their own buffers (pipeline
+      // links), measured apart.
+      if (first && o == "send_recv") {
+        synchronize(c.cuda);
+        nccl_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
+      }
       if (o == "send_recv" && g != 2) continue;  // pairs only
       for (int64_t S : sizes) {
         const int64_t n = S / 4;  // floats
@@ -260,6 +265,10 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
       }
     }
     synchronize(c.cuda);
+    if (first) {
+      if (nccl_bytes < 0) nccl_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
+      else p2p_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0 - nccl_bytes);
+    }
   }
   // The slowest rank's time of each point (MPI on the CPU).
   at::Tensor in = at::tensor(mine, at::TensorOptions().dtype(at::kDouble));
@@ -279,6 +288,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   }
   out["collectives"] = points;
   if (nccl_bytes >= 0) out["nccl_communicator_bytes"] = nccl_bytes;
+  if (p2p_bytes >= 0) out["nccl_send_recv_bytes"] = p2p_bytes;
 }
 
 }  // namespace planner::rt::calib
