@@ -155,7 +155,7 @@ namespace {
 // offload, exposed communication, bubble) against the predicted rest; for
 // offload the CPU AdamW rate of the run against the profile's; for memory the
 // category with the largest difference.
-json miss_causes(const StepPrediction& pred, const json& m, const json& rec, double profile_cpu_adam) {
+json miss_causes(const StepPrediction& pred, const json& m, const json& rec, double profile_cpu_adam, int procs) {
   json out = {{"step", nullptr}, {"memory", nullptr}};
   const json acts = m.value("action_seconds", json::object());
   const double step = rec["measured"]["step_seconds"].get<double>();
@@ -171,7 +171,14 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
     const double rate = num(m, "cpu_adam_params_per_second");
     if (rate > 0) {
       text += fmt::format("; the run's CPU AdamW {:.3g} parameters/s", rate);
-      if (profile_cpu_adam > 0) text += fmt::format(" (profile {:.3g}/s, {:+.0f}%)", profile_cpu_adam, (profile_cpu_adam - rate) / rate * 100);
+      if (profile_cpu_adam > 0) {
+        // The profile's rate is the node's; each process gets its share (as the
+        // time model divides it, costmodel/cost_model.cpp).
+        const double share = profile_cpu_adam / procs;
+        text += procs > 1 ? fmt::format(" (profile {:.3g}/s per node, {:.3g}/s per process: {:+.0f}%)", profile_cpu_adam,
+                                        share, (share - rate) / rate * 100)
+                          : fmt::format(" (profile {:.3g}/s, {:+.0f}%)", share, (share - rate) / rate * 100);
+      }
       if (num(m, "host_copy_gbps") > 0) text += fmt::format(", host memcpy {:.0f} GB/s", num(m, "host_copy_gbps"));
     }
     out["step"] = {{"compute_predicted", pred.compute_seconds},
@@ -274,7 +281,8 @@ json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred,
     r["measured"] = nullptr;
   }
   r["errors"] = errors;
-  r["causes"] = (pred && !r["measured"].is_null()) ? miss_causes(*pred, (*run.result)["measurement"], r, profile_cpu_adam)
+  r["causes"] = (pred && !r["measured"].is_null()) ? miss_causes(*pred, (*run.result)["measurement"], r, profile_cpu_adam,
+                                                                  std::max(1, p.cluster.gpus_per_node))
                                                     : json(nullptr);
   return r;
 }

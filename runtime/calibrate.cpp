@@ -183,6 +183,13 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     // As the runtime: fp32 matmuls on TF32 tensor cores.
     at::globalContext().setFloat32MatmulPrecision("high");
   }
+  // Under mpirun a rank starts with one LibTorch thread (seen on two H200s:
+  // calibrate's host memcpy ran at 10 GB/s, CPU AdamW at 3e8/s, against 99 GB/s
+  // and 2.5e9 alone). Rank 0's benchmarks below run while the other ranks wait
+  // (asleep in the barrier): it takes every core, as one process alone would.
+  const int threads_before = at::get_num_threads();
+  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && std::thread::hardware_concurrency() > 0)
+    at::set_num_threads(int(std::thread::hardware_concurrency()));
   json m = {{"format", "planner-calibration"},
             {"created", utc_timestamp()},
             {"device", cuda ? "cuda" : "cpu"},
@@ -197,13 +204,6 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
     worldc = make_communicator({all}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
   }
-  // Under mpirun a rank starts with one LibTorch thread (seen on two H200s:
-  // calibrate's host memcpy ran at 10 GB/s, CPU AdamW at 3e8/s, against 99 GB/s
-  // and 2.5e9 alone). Rank 0's benchmarks below run while the other ranks wait
-  // (asleep in the barrier): it takes every core, as one process alone would.
-  const int threads_before = at::get_num_threads();
-  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && std::thread::hardware_concurrency() > 0)
-    at::set_num_threads(int(std::thread::hardware_concurrency()));
   if (wi.rank == 0) {
     calib::say(c, std::string("on ") + (cuda ? m["machine"]["gpu_name"].get<std::string>() : "the CPU (" +
                                                                                                m["machine"]["cpu"].get<std::string>() + ")") +

@@ -98,6 +98,12 @@ TEST_CASE("validate: the causes of a miss from the run's own actions", "[validat
   CHECK(c["larger"] == "rest");
   CHECK(contains(c["text"].get<std::string>(), "CPU AdamW 2e+09 parameters/s (profile 2.5e+09/s, +25%)"));
   CHECK(contains(c["text"].get<std::string>(), "host memcpy 70 GB/s"));
+  // Two processes on the node: the profile's rate is the node's, each gets half.
+  SweepEntry two = entry("o2", "A");
+  two.plan.cluster.gpus_per_node = 2;
+  const json r2 = plan_record(two, pred, "", run, 5.0e9);
+  CHECK(contains(r2["causes"]["step"]["text"].get<std::string>(),
+                 "CPU AdamW 2e+09 parameters/s (profile 5e+09/s per node, 2.5e+09/s per process: +25%)"));
   // Memory: predicted activations 60 against 50 measured is the largest difference.
   CHECK(r["causes"]["memory"]["category"] == "activations");
   CHECK(r["causes"]["memory"]["difference_bytes"].get<double>() == Approx(10));
