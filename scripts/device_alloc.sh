@@ -29,7 +29,7 @@ cmake --build build-dev --target planner planner-exec >>"$R/build.log" 2>&1 || {
 say built
 X=./build-dev/planner
 P=validation/h200x2/heldout-a/validate/plans
-$X predict --model models/tinyllama-1.1b.json --gpus 1xH200 --strategy mbs=16,gas=1,ckpt=full,precision=bf16 \
+$X predict --model examples/models/tinyllama-1.1b.json --gpus 1xH200 --strategy mbs=16,gas=1,ckpt=full,precision=bf16 \
   --seq 2048 --global-batch 16 -o "$R/tinyllama-1gpu-full.json" >/dev/null
 cp "$P/tinyllama-dp2-z1-fp16-full.json" "$P/neo-1.3b-dp2-z0.json" "$P/opt-1.3b-tp2.json" "$R/"
 for n in tinyllama-1gpu-full tinyllama-dp2-z1-fp16-full neo-1.3b-dp2-z0 opt-1.3b-tp2; do
