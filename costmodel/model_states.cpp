@@ -31,10 +31,13 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   //    separate group) + two links on each rank.
   k.nccl_bytes_per_communicator = 990.0 * (1 << 20);
   k.nccl_bytes_per_pipe_link = 168.0 * (1 << 20);
-  // Reserved but unallocated memory of PyTorch's caching allocator, as a
-  // fraction of the memory that comes and goes within a step (activations and
-  // logits): measured 0.29 GiB of 21.2 GiB (gpt2-xl) and 0.42 of 27.7 GiB
-  // (gpt-neo-1.3b) on H100, validation/h100/.
+  // Reserved but unallocated memory of PyTorch's caching allocator with its
+  // default segments (the other engines'; planner's runtime uses expandable
+  // segments), as a fraction of the memory that comes and goes within a step
+  // (activations and logits): measured 0.29 GiB of 21.2 GiB (gpt2-xl) and 0.42
+  // of 27.7 GiB (gpt-neo-1.3b) on H100, validation/h100/. With full
+  // checkpointing it reached 1.9-2.2 GiB of 14 (TinyLlama,
+  // validation/h200x2/alloc).
   k.fragmentation = 0.015;
   // Gradient buckets as in PyTorch DDP (bucket_cap_mb = 25), two in flight.
   k.bucket_bytes = 25.0 * (1 << 20);

@@ -16,6 +16,9 @@
 
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
+#if defined(PLANNER_HAS_RUNTIME)
+#include "runtime/device.hpp"
+#endif
 
 namespace {
 
@@ -43,6 +46,9 @@ std::string one_line(std::string s) {
 #endif
 
 int main(int argc, char** argv) {
+#if defined(PLANNER_HAS_RUNTIME)
+  planner::rt::use_expandable_segments();  // before LibTorch's allocator reads its settings
+#endif
 #if defined(PLANNER_EXEC_FORWARD)
   if (argc >= 2 && std::string(argv[1]) == "exec") forward_to_exec(argv);
   // calibrate measures with the runtime; fitting saved measurements (--from) needs none.

@@ -78,14 +78,6 @@ namespace {
 using nlohmann::json;
 using calib::Ctx;
 
-json machine_json(const MachineInfo& m) {
-  return {{"device", m.device},   {"gpu_name", m.gpu_name}, {"gpu_memory_bytes", m.gpu_memory_bytes},
-          {"gpu_sm_count", m.gpu_sm_count}, {"driver", m.driver}, {"cuda_runtime", m.cuda_runtime},
-          {"libtorch", m.libtorch}, {"cpu", m.cpu},         {"cpu_threads", m.cpu_threads},
-          {"hostname", m.hostname}};
-}
-
-
 // cudaMemGetInfo (free, total); zeros without CUDA.
 std::pair<int64_t, int64_t> mem_info(bool cuda) {
 #ifdef PLANNER_CALIB_CUDA

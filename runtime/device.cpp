@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -320,12 +321,29 @@ std::vector<std::pair<double, double>> IntervalTimer::spans() {
 }
 
 // ---- Machine ----------------------------------------------------------------
+void use_expandable_segments() { setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0); }
+
+nlohmann::json machine_json(const MachineInfo& m) {
+  return {{"device", m.device},
+          {"gpu_name", m.gpu_name},
+          {"gpu_memory_bytes", m.gpu_memory_bytes},
+          {"gpu_sm_count", m.gpu_sm_count},
+          {"driver", m.driver},
+          {"cuda_runtime", m.cuda_runtime},
+          {"libtorch", m.libtorch},
+          {"cpu", m.cpu},
+          {"cpu_threads", m.cpu_threads},
+          {"allocator_conf", m.allocator_conf},
+          {"hostname", m.hostname}};
+}
+
 MachineInfo machine_info(bool cuda) {
   MachineInfo m;
   m.libtorch = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
                std::to_string(TORCH_VERSION_PATCH);
   m.cpu = cpu_model_name();
   m.cpu_threads = at::get_num_threads();
+  if (const char* a = std::getenv("PYTORCH_CUDA_ALLOC_CONF")) m.allocator_conf = a;
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) m.hostname = host;
   m.device = "cpu";

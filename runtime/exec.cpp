@@ -154,19 +154,6 @@ json measurement_json(const Measurement& r) {
           {"notes", r.notes}};
 }
 
-json machine_json(const MachineInfo& m) {
-  return {{"device", m.device},
-          {"gpu_name", m.gpu_name},
-          {"gpu_memory_bytes", m.gpu_memory_bytes},
-          {"gpu_sm_count", m.gpu_sm_count},
-          {"driver", m.driver},
-          {"cuda_runtime", m.cuda_runtime},
-          {"libtorch", m.libtorch},
-          {"cpu", m.cpu},
-          {"cpu_threads", m.cpu_threads},
-          {"hostname", m.hostname}};
-}
-
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
