@@ -325,6 +325,12 @@ struct Fitter {
               : "growth of memory outside the allocator across the first communicator's set-up and first "
                 "all-reduce (measured before the other collectives ran)");
     }
+    if (m.value("nccl_pipe_link_bytes", int64_t(-1)) > 0) {
+      p.nccl_pipe_link_bytes = m["nccl_pipe_link_bytes"].get<int64_t>();
+      set("nccl_pipe_link_bytes", double(p.nccl_pipe_link_bytes),
+          "growth of memory outside the allocator across the set-up and first send of the pipeline links of a "
+          "two-stage ring (make_pipe_links, as the interleaved schedule makes them), per link of rank 0");
+    }
   }
 
   void collectives() {

@@ -22,7 +22,7 @@
 //  cpu_adam_params_per_second  measured: the node's rate, every local rank at
 //                        once under mpirun (cpu_adam_node), else one process
 //  gpu_memory_bytes      what the probe reserved + memory outside the allocator
-//  context_bytes, workspace_bytes, nccl_communicator_bytes  measured
+//  context_bytes, workspace_bytes, nccl_communicator_bytes, nccl_pipe_link_bytes  measured
 //  nvlink_ or pcie_efficiency, collective_base_latency_seconds  from the
 //                        largest group's all-reduce: bandwidth from the slope
 //                        between the smallest and largest size, launch latency

@@ -69,6 +69,7 @@ void HardwareProfile::validate() const {
   non_negative(double(context_bytes), "context_bytes");
   non_negative(double(workspace_bytes), "workspace_bytes");
   non_negative(double(nccl_communicator_bytes), "nccl_communicator_bytes");
+  non_negative(double(nccl_pipe_link_bytes), "nccl_pipe_link_bytes");
   non_negative(double(memory_headroom_bytes), "memory_headroom_bytes");
   if (!(memory_headroom >= 0 && memory_headroom < 1))
     throw InputError(fmt::format("profile: memory_headroom={} must be a fraction in [0, 1)", memory_headroom));
@@ -157,6 +158,7 @@ HardwareProfile datasheet_profile(const GpuSpec& g) {
   p.context_bytes = int64_t(k.context_bytes);
   p.workspace_bytes = int64_t(k.static_buffer_bytes);
   p.nccl_communicator_bytes = int64_t(k.nccl_bytes_per_communicator);
+  p.nccl_pipe_link_bytes = int64_t(k.nccl_bytes_per_pipe_link);
   p.source = fmt::format("default for {}: datasheet peaks ({}), efficiencies from "
                          "/work/shared/reference/gpu-microbenchmarks.md and docs/TIME_MODEL.md",
                          g.name, g.source);
@@ -176,7 +178,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
   X(cpu_adam_params_per_second) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
-  X(nccl_communicator_bytes) X(memory_headroom) X(memory_headroom_bytes)
+  X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(memory_headroom) X(memory_headroom_bytes)
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json j;

@@ -83,6 +83,7 @@ struct HardwareProfile {
   int64_t context_bytes = 0;            // outside the caching allocator: context, cuBLAS/cuDNN handles, kernels
   int64_t workspace_bytes = 0;          // inside it with no tensor alive: cuBLAS workspaces, small buffers
   int64_t nccl_communicator_bytes = 0;  // device memory NCCL takes per communicator in use
+  int64_t nccl_pipe_link_bytes = 0;     // ... per pipeline link (runtime/comm/pipe_links.hpp: its own communicator)
   // Kept free when deciding whether a plan fits: usable = capacity -
   // max(memory_headroom x capacity, memory_headroom_bytes) (--headroom).
   double memory_headroom = 0.02;

@@ -108,6 +108,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   k.context_bytes = double(profile.context_bytes);
   k.static_buffer_bytes = double(profile.workspace_bytes);
   k.nccl_bytes_per_communicator = double(profile.nccl_communicator_bytes);
+  if (profile.nccl_pipe_link_bytes > 0) k.nccl_bytes_per_pipe_link = double(profile.nccl_pipe_link_bytes);
   const int e = bytes_per_element(s.precision);
   const int chunks = s.pp * s.vpp;
   const std::vector<int> chunk_layers = partition_layers(m, chunks);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/calibrate_detail.hpp"
+#include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
 #include "runtime/streams.hpp"
 
@@ -270,6 +271,41 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
       else p2p_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0 - nccl_bytes);
     }
   }
+  // NCCL's memory per pipeline link, as the runtime makes them: pairs of ranks
+  // as two-stage pipelines, each with the links of the interleaved ring (four
+  // per rank: activations and gradients, each way), one message sent on each.
+  // (On the CPU the same exchange runs over MPI, with nothing to measure.)
+  int64_t link_bytes = -1;
+  if (W >= 2 && W % 2 == 0) {
+    std::vector<std::vector<int>> pairs;
+    for (int r = 0; r < W; r += 2) pairs.push_back({r, r + 1});
+    auto pp = make_communicator(pairs, "calibrate-pp", c.device, timeout);
+    synchronize(c.cuda);
+    const int64_t before = memory_outside_allocator(c.cuda);
+    {
+      PipeLinks links = make_pipe_links(*pp, /*ring=*/true, c.device);
+      const auto fopt = at::TensorOptions().device(c.device).dtype(at::kFloat);
+      std::vector<at::Tensor> bufs;
+      std::vector<WorkPtr> works;
+      int n = 0;
+      // Both ranks take the links in one order (edge 0 then edge 1, activations
+      // then gradients), so that a link's first use, which connects its two
+      // ranks, finds the peer there.
+      const int stage = pp->rank();
+      auto op = [&](Communicator* link, bool send) {
+        if (!link) return;
+        bufs.push_back(at::ones({c.quick ? int64_t(1) << 10 : int64_t(4) << 20}, fopt));
+        works.push_back(send ? link->send(bufs.back(), 1) : link->recv(bufs.back(), 0));
+        ++n;
+      };
+      for (int edge = 0; edge < 2; ++edge) op(stage == edge ? links.f_out : links.f_in, stage == edge);
+      for (int edge = 0; edge < 2; ++edge) op(stage == edge ? links.b_in : links.b_out, stage != edge);
+      for (auto& w : works) w->wait();
+      synchronize(c.cuda);
+      if (n > 0 && c.cuda) link_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - before) / n;
+    }
+    synchronize(c.cuda);
+  }
   // The slowest rank's time of each point (MPI on the CPU).
   at::Tensor in = at::tensor(mine, at::TensorOptions().dtype(at::kDouble));
   at::Tensor all = at::empty({int64_t(mine.size()) * W}, in.options());
@@ -289,6 +325,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   out["collectives"] = points;
   if (nccl_bytes >= 0) out["nccl_communicator_bytes"] = nccl_bytes;
   if (p2p_bytes >= 0) out["nccl_send_recv_bytes"] = p2p_bytes;
+  if (link_bytes >= 0) out["nccl_pipe_link_bytes"] = link_bytes;
 }
 
 }  // namespace planner::rt::calib
