@@ -218,8 +218,9 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
   if (!worst.empty())
     out["memory"] = {{"category", worst},
                      {"difference_bytes", diff},
-                     {"text", fmt::format("largest difference: {} {} predicted, {} measured (rank 0)", worst,
-                                          gib(pc[worst].get<double>()), gib(mc[worst].get<double>()))}};
+                     {"text", fmt::format("largest difference: {} {} predicted, {} measured (rank {})", worst,
+                                          gib(pc[worst].get<double>()), gib(mc[worst].get<double>()),
+                                          rec["measured"].value("categories_rank", 0))}};
   return out;
 }
 
@@ -261,15 +262,26 @@ json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred,
   if (run.result && run.result->contains("measurement")) {
     const json& m = (*run.result)["measurement"];
     double peak = num(m.value("memory", json::object()), "total_bytes");
-    for (const auto& x : m.value("ranks", json::array())) peak = std::max(peak, num(x, "peak_bytes"));
-    const json mc = m.value("memory", json::object()).value("categories", json::object());
+    // The categories of the fullest rank (pipeline stages differ), as the
+    // predicted ones are the fullest stage's; rank 0's when the ranks' own are
+    // not recorded (results written before they were).
+    json mc = m.value("memory", json::object()).value("categories", json::object());
+    int cat_rank = 0;
+    for (const auto& x : m.value("ranks", json::array())) {
+      if (num(x, "peak_bytes") > peak && x.contains("categories") && x["categories"].is_object()) {
+        mc = x["categories"];
+        cat_rank = x.value("rank", 0);
+      }
+      peak = std::max(peak, num(x, "peak_bytes"));
+    }
     const double step = num(m.value("step_seconds", json::object()), "median");
     r["measured"] = {{"step_seconds", step},
                      {"per_gpu_peak_bytes", int64_t(peak)},
                      {"tokens_per_second", num(m, "tokens_per_second")},
                      {"mfu", m.value("mfu", json(nullptr))},
                      {"device", m.value("device", "")},
-                     {"categories", mc}};
+                     {"categories", mc},
+                     {"categories_rank", cat_rank}};
     if (pred) {
       errors["step_seconds_pct"] = pct(pred->step_seconds, step);
       errors["per_gpu_peak_pct"] = pct(double(pred->memory.per_gpu_peak_bytes), peak);

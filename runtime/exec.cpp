@@ -30,11 +30,14 @@ using nlohmann::json;
 
 json num_or_null(double v, bool ok = true) { return ok && std::isfinite(v) ? json(v) : json(nullptr); }
 
+json categories_json(const std::array<int64_t, 7>& c) {
+  json cats = json::object();
+  for (size_t i = 0; i < c.size(); ++i) cats[MeasuredMemory::kCategoryNames[i]] = c[i];
+  return cats;
+}
+
 json memory_json(const MeasuredMemory& m) {
-  json cats = {{"parameters", m.parameters},   {"gradients", m.gradients},     {"optimizer_states", m.optimizer_states},
-               {"activations", m.activations}, {"logits_loss", m.logits_loss}, {"comm_buffers", m.comm_buffers},
-               {"overhead", m.overhead}};
-  return {{"categories", cats},
+  return {{"categories", categories_json(m.categories())},
           {"total_bytes", m.total},
           {"phases",
            {{"after_model_allocated", m.after_model_allocated},
@@ -62,7 +65,8 @@ json ranks_json(const Measurement& r) {
                  {"median_step_seconds", x.median_s},
                  {"peak_bytes", x.peak_bytes},
                  {"comm_bytes", x.comm_bytes},
-                 {"host_peak_bytes", x.host_peak_bytes}});
+                 {"host_peak_bytes", x.host_peak_bytes},
+                 {"categories", categories_json(x.categories)}});
   return a;
 }
 

@@ -338,10 +338,12 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     std::vector<double> sorted = mine;
     std::sort(sorted.begin(), sorted.end());
     mine.push_back(sorted[sorted.size() / 2]);
+    for (int64_t c : r.memory.categories()) mine.push_back(double(c));
     mine.push_back(double(r.memory.total));
     mine.push_back(double(r.memory.comm_buffers));
     mine.push_back(double(host_peak_rss_bytes()));
     const size_t k = mine.size();
+    const size_t cats = k - 3 - MeasuredMemory::kCategoryNames.size();  // after the median
     const std::vector<double> all = all_gather_doubles(worldc.get(), mine);
     const int n = int(all.size() / k);
     for (int q = 0; q < n; ++q) {
@@ -349,7 +351,8 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       for (size_t i = 0; i < r.step_seconds.size(); ++i) r.step_seconds[i] = std::max(r.step_seconds[i], x[i]);
       RankMeasurement rm;
       rm.rank = q;
-      rm.median_s = x[k - 4];
+      for (size_t c = 0; c < rm.categories.size(); ++c) rm.categories[c] = int64_t(x[cats + c]);
+      rm.median_s = x[cats - 1];
       rm.peak_bytes = int64_t(x[k - 3]);
       rm.comm_bytes = int64_t(x[k - 2]);
       rm.host_peak_bytes = int64_t(x[k - 1]);

@@ -3,6 +3,7 @@
 // (CUDA events on the GPU, the steady clock on the CPU), throughput, model
 // TFLOP/s and MFU, losses, and device memory by phase and by the memory model's
 // categories. No LibTorch types in this header (exec.cpp and the CLI include it).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ struct MeasuredMemory {
   int64_t outside_allocator = 0;           // CUDA context etc. (0 on the CPU)
   int64_t optimizer_work = 0;              // fp32 gradient chunk buffer (part of overhead)
   int64_t device_total = 0;                // the device's memory (0 on the CPU)
+  // The memory model's categories, named by kCategoryNames in this order.
+  static constexpr std::array<const char*, 7> kCategoryNames{
+      "parameters", "gradients", "optimizer_states", "activations", "logits_loss", "comm_buffers", "overhead"};
+  std::array<int64_t, 7> categories() const {
+    return {parameters, gradients, optimizer_states, activations, logits_loss, comm_buffers, overhead};
+  }
 };
 
 // One rank's own figures (gathered to rank 0).
@@ -63,6 +70,7 @@ struct RankMeasurement {
   int64_t peak_bytes = 0;       // device peak (reserved + outside the allocator)
   int64_t comm_bytes = 0;       // device memory the communicators took (NCCL buffers), outside the allocator
   int64_t host_peak_bytes = 0;  // peak resident host memory of the process (VmHWM)
+  std::array<int64_t, 7> categories{};  // its memory by MeasuredMemory::kCategoryNames (pipeline stages differ)
 };
 
 struct Measurement {

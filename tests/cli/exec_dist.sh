@@ -46,6 +46,12 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["plan"]["strategy"]["pp"] == 2 and r["measurement"]["world"] == 2
 assert all(l == l for l in r["measurement"]["losses"])
+# Each rank's own memory categories: rank 0's are the report's; rank 1 (the
+# head, tied embeddings) holds logits, rank 0 (no head) none.
+ranks = r["measurement"]["ranks"]
+assert ranks[0]["categories"] == r["measurement"]["memory"]["categories"], ranks[0]
+assert ranks[1]["categories"]["logits_loss"] > 0 and ranks[0]["categories"]["logits_loss"] == 0, ranks
+assert sum(ranks[1]["categories"].values()) == ranks[1]["peak_bytes"], ranks[1]
 t = json.load(open(sys.argv[2]))
 ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
 def names(pid): return [e["name"] for e in sorted((e for e in ev if e["pid"] == pid), key=lambda e: e["ts"])]

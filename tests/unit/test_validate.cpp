@@ -79,6 +79,28 @@ TEST_CASE("validate: errors are (predicted - measured) / measured, peak from the
   CHECK(n["status"] == "not_run");
 }
 
+TEST_CASE("validate: a pipeline run's categories are its fullest rank's", "[validate]") {
+  // Rank 0 (stage 0, no head) peaks at 90, rank 1 (the head) at 100 with its
+  // own categories: those are compared with the predicted fullest stage.
+  RunOutcome run;
+  run.status = "ran";
+  run.result = result(1.0, 90, {90, 100});
+  (*run.result)["measurement"]["ranks"][1]["categories"] = {{"parameters", 40}, {"activations", 30}, {"logits_loss", 30}};
+  const json r = plan_record(entry("pp", "A"), prediction(1.0, 100, true), "", run);
+  CHECK(r["measured"]["categories_rank"] == 1);
+  CHECK(r["measured"]["categories"]["logits_loss"] == 30);
+  CHECK(r["measured"]["per_gpu_peak_bytes"] == 100);
+  // predicted activations 60 against rank 1's 30: the largest difference, named with its rank.
+  CHECK(r["causes"]["memory"]["category"] == "activations");
+  CHECK(r["causes"]["memory"]["difference_bytes"].get<double>() == Approx(30));
+  CHECK(contains(r["causes"]["memory"]["text"].get<std::string>(), "(rank 1)"));
+  // Without the ranks' own categories (older results): rank 0's.
+  run.result = result(1.0, 90, {90, 100});
+  const json old = plan_record(entry("pp", "A"), prediction(1.0, 100, true), "", run);
+  CHECK(old["measured"]["categories_rank"] == 0);
+  CHECK(old["measured"]["categories"]["activations"] == 50);
+}
+
 TEST_CASE("validate: the causes of a miss from the run's own actions", "[validate]") {
   // Offload plan: predicted 1.0 s with 0.6 s of forward+backward; measured 1.25 s
   // with F 0.2 + B 0.4 = 0.6 s: the 0.25 s miss is all in the rest of the step.
