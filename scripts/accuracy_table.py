@@ -10,6 +10,9 @@ half between the README's markers
   scripts/accuracy_table.py            rewrite README.md's table in place
   scripts/accuracy_table.py --check    exit 1 if README.md's table is not what the reports give (ctest)
   scripts/accuracy_table.py --print    print the table
+
+A report's held-out half is the sweep's (`held_out`), unless a file named
+`held_out` beside report.json says otherwise (A, B or none, then why).
 """
 import glob
 import json
@@ -36,6 +39,12 @@ def rows():
         machine = (r.get("machine") or {}).get("gpu_name", "?")
         gpus = sorted({p["gpus"] for p in r["plans"]})
         held = r.get("held_out")
+        # A file `held_out` beside the report overrides the sweep's half: "A",
+        # "B", or "none" (plans that ran before, re-run after a change), then
+        # the reason on the following lines.
+        marker = os.path.join(os.path.dirname(path), "held_out")
+        if os.path.exists(marker):
+            held = open(marker).read().split()[0]
         for half in ("A", "B"):
             s = r["summary"][half]
             if s["plans"] == 0:
