@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <thread>
 
 #include "costmodel/plan.hpp"
 #include "runtime/calibrate_detail.hpp"
@@ -180,8 +179,8 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   // and 2.5e9 alone). Rank 0's benchmarks below run while the other ranks wait
   // (asleep in the barrier): it takes every core, as one process alone would.
   const int threads_before = at::get_num_threads();
-  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && std::thread::hardware_concurrency() > 0)
-    at::set_num_threads(int(std::thread::hardware_concurrency()));
+  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && threads_per_rank(1) > 0)
+    at::set_num_threads(threads_per_rank(1));
   json m = {{"format", "planner-calibration"},
             {"created", utc_timestamp()},
             {"device", cuda ? "cuda" : "cpu"},

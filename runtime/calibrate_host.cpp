@@ -176,8 +176,7 @@ json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size) {
   // Each rank takes its share of the node's cores, as planner exec gives it
   // (runtime/measure.cpp), and all run at once.
   const int before = at::get_num_threads();
-  const unsigned hw = std::thread::hardware_concurrency();
-  const int threads = hw > 0 ? std::max(1, int(hw) / std::max(1, local_size)) : before;
+  const int share = threads_per_rank(local_size), threads = share > 0 ? share : before;
   at::set_num_threads(threads);
   Ctx quiet = c;
   quiet.progress = false;

@@ -7,12 +7,14 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <cctype>
 #include <unordered_map>
 
@@ -322,6 +324,11 @@ std::vector<std::pair<double, double>> IntervalTimer::spans() {
 
 // ---- Machine ----------------------------------------------------------------
 void use_expandable_segments() { setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0); }
+
+int threads_per_rank(int ranks_on_node) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? std::max(1, int(hw) / std::max(1, ranks_on_node)) : 0;
+}
 
 nlohmann::json machine_json(const MachineInfo& m) {
   return {{"device", m.device},

@@ -88,4 +88,8 @@ nlohmann::json machine_json(const MachineInfo& m);
 // with expandable segments, at the same step time (validation/h200x2/alloc).
 void use_expandable_segments();
 
+// LibTorch intra-op threads for one of `ranks_on_node` processes sharing the
+// node's cores (at least 1); 0 when the core count is unknown.
+int threads_per_rank(int ranks_on_node);
+
 }  // namespace planner::rt

@@ -97,8 +97,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     // Measured on two H200 ranks with 32 threads each on 32 cores: host memcpy
     // 11 GB/s and CPU AdamW 4.1e8 parameters/s, against 103 GB/s and 3.0e9 for
     // one rank (validation/h200x2/run4).
-    const unsigned hw = std::thread::hardware_concurrency();
-    if (hw > 0) at::set_num_threads(std::max(1, int(hw) / wi.local_size));
+    if (const int t = threads_per_rank(wi.local_size); t > 0) at::set_num_threads(t);
   }
   if (opt.kernels && !cuda)
     throw InputError("--kernels records GPU kernels, but this run is on the CPU (no GPU, or --device cpu)");
