@@ -250,7 +250,7 @@ struct Fitter {
       p.cpu_adam_params_per_second = r;
       set("cpu_adam_params_per_second", r,
           offload_like
-              ? fmt::format("median of 5 offload steps of {} parameters (runtime's CPU AdamW on a worker thread, "
+              ? fmt::format("median of 5 offload steps of {} parameters (the Engine's adam_range on its worker thread, "
                             "pinned buffers, copies to the device beside it, {} threads); one buffer on the main "
                             "thread, best of 5: {:.4g}/s",
                             x["params"].get<int64_t>(), x.value("threads", 0),

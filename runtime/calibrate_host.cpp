@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 #include <string>
@@ -14,6 +15,7 @@
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
+#include "runtime/host_adam.hpp"
 #include "runtime/streams.hpp"
 
 namespace planner::rt::calib {
@@ -66,43 +68,50 @@ json measure_host_memcpy(const Ctx& c) {
 
 namespace {
 
-// The CPU AdamW as Engine::opt runs it under offload (runtime/engine.cpp):
-// pinned host buffers, a worker thread updating unit after unit while this
-// thread waits for each unit and copies its 16-bit parameters to the device on
-// a side stream, at a size where the buffers are far larger than any cache.
-// The median of a few steps, as the runtime's step times are medians: a host
-// whose memory bandwidth varies shows it here, not only in the plans' runs.
-json measure_cpu_adam_offload(const Ctx& c) {
-  const int64_t unit = int64_t(1) << 25, units = 4, n = unit * units;  // 134M parameters, 2.1 GiB pinned
-  at::Tensor master = pinned_empty(n, at::kFloat, true), m = pinned_empty(n, at::kFloat, true),
-             v = pinned_empty(n, at::kFloat, true);
-  at::Tensor grad16 = pinned_empty(n, at::kBFloat16, true), param16 = pinned_empty(n, at::kBFloat16, true);
-  at::Tensor work = pinned_empty(unit, at::kFloat, true);
-  master.normal_(), m.zero_(), v.zero_(), grad16.normal_(), param16.zero_();
+// The CPU AdamW as Engine::opt runs it under offload (runtime/engine.cpp), by
+// the Engine's own adam_range (runtime/host_adam.hpp) on buffers allocated as
+// the Engine allocates them: fp32 master and moments and the 16-bit gradient
+// and parameter copies pinned, the fp32 work chunk pageable; units of 2^25
+// parameters (a layer of a 1-3B model) updated on a worker thread while this
+// thread waits for each and copies its 16-bit parameters to the device on a
+// side stream (Engine::to_device). Each step's time is the worker's, from its
+// first unit to its last, as the runtime reports it (Engine::cpu_adam_seconds);
+// the median of 5 steps. `before_step` runs before each timed step: under
+// mpirun, a barrier, so that the ranks' steps overlap as an offload run's do
+// (their buffers allocated and warmed up before any is timed).
+json measure_cpu_adam_offload(const Ctx& c, const std::function<void()>& before_step = {}) {
+  const int64_t unit = c.quick ? (int64_t(1) << 20) : (int64_t(1) << 25);
+  const int64_t units = c.quick ? 2 : 8, n = unit * units;  // 268M parameters: 4 GiB pinned
+  auto host_zeros = [&](int64_t k, at::ScalarType t) { return pinned_empty(k, t, true).zero_(); };
+  at::Tensor master = host_zeros(n, at::kFloat), m = host_zeros(n, at::kFloat), v = host_zeros(n, at::kFloat);
+  at::Tensor grad16 = host_zeros(n, at::kBFloat16), param16 = host_zeros(n, at::kBFloat16);
+  at::Tensor work = at::empty({std::min(n, kOptChunk)}, at::TensorOptions().dtype(at::kFloat));
+  master.normal_(), grad16.normal_();
   at::Tensor dev = at::empty({n}, at::TensorOptions().device(c.device).dtype(at::kBFloat16));
   at::Tensor step = at::ones({}, at::kFloat), divisor = at::ones({}, at::kFloat);
+  const AdamHyper h;
   SideStream copy(true);
   auto one_step = [&] {
     std::vector<std::promise<void>> done(static_cast<size_t>(units));
     std::vector<std::future<void>> ready;
     for (auto& d : done) ready.push_back(d.get_future());
-    const auto t0 = std::chrono::steady_clock::now();
+    double worker_seconds = 0;
     std::thread worker([&] {
       at::NoGradGuard ng;
+      const auto t0 = std::chrono::steady_clock::now();
       int64_t u = 0;
       try {
         for (; u < units; ++u) {
           const int64_t o = u * unit;
-          at::Tensor g = work.copy_(grad16.narrow(0, o, unit));
-          at::_fused_adamw_({master.narrow(0, o, unit)}, {g}, {m.narrow(0, o, unit)}, {v.narrow(0, o, unit)}, {},
-                            {step}, 3e-4, 0.9, 0.95, 0.1, 1e-8, /*amsgrad=*/false, /*maximize=*/false, divisor,
-                            /*found_inf=*/std::nullopt);
+          adam_range(master.narrow(0, o, unit), m.narrow(0, o, unit), v.narrow(0, o, unit), grad16.narrow(0, o, unit),
+                     work, unit, h, step, divisor);
           param16.narrow(0, o, unit).copy_(master.narrow(0, o, unit));
           done[size_t(u)].set_value();
         }
       } catch (...) {  // the waiting thread rethrows it
         for (; u < units; ++u) done[size_t(u)].set_exception(std::current_exception());
       }
+      worker_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
     try {
       for (int64_t u = 0; u < units; ++u) {
@@ -115,15 +124,19 @@ json measure_cpu_adam_offload(const Ctx& c) {
     }
     worker.join();
     copy.host_wait();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return worker_seconds;
   };
   at::NoGradGuard ng;
   (void)one_step();  // warm-up: the worker's thread pool, the pages
   std::vector<double> t;
-  for (int i = 0; i < (c.quick ? 1 : 5); ++i) t.push_back(one_step());
+  for (int i = 0; i < (c.quick ? 1 : 5); ++i) {  // measure_cpu_adam_node counts on this number
+    if (before_step) before_step();
+    t.push_back(one_step());
+  }
   std::sort(t.begin(), t.end());
   const double med = t[t.size() / 2];
-  say(c, "CPU AdamW as the offload step runs it (pinned, worker thread, copies to the device, median of " +
+  say(c, "CPU AdamW as the offload step runs it (Engine's adam_range on its worker thread, pinned buffers, copies "
+         "to the device, median of " +
              std::to_string(t.size()) + "): " + fmt_num(double(n) / med) + " parameters/s (fastest " +
              fmt_num(double(n) / t.front()) + ", slowest " + fmt_num(double(n) / t.back()) + ")");
   return {{"params", n}, {"seconds", med}, {"seconds_all", t}, {"threads", at::get_num_threads()}};
@@ -181,12 +194,17 @@ json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size) {
   Ctx quiet = c;
   quiet.progress = false;
   world.barrier();
-  double rate = -1;  // a rank that fails still joins the gather below
+  double rate = -1;  // a rank that fails still joins the barriers and the gather below
+  const int steps = c.quick ? 1 : 5;  // measure_cpu_adam_offload's timed steps, each after a barrier
+  int barriers = 0;
   try {
-    const json one = c.cuda ? measure_cpu_adam_offload(quiet) : cpu_adam_plain(quiet);
+    const json one =
+        c.cuda ? measure_cpu_adam_offload(quiet, [&] { world.barrier(), ++barriers; }) : cpu_adam_plain(quiet);
     rate = one["params"].get<double>() / one["seconds"].get<double>();
   } catch (const std::exception& e) {
     say(c, std::string("CPU AdamW on every rank at once: failed on rank 0: ") + e.what());
+    if (c.cuda)
+      for (; barriers < steps; ++barriers) world.barrier();
   }
   at::set_num_threads(before);
   at::Tensor in = at::tensor(std::vector<double>{rate}, at::TensorOptions().dtype(at::kDouble));

@@ -14,6 +14,7 @@
 #include "runtime/batch.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
+#include "runtime/host_adam.hpp"
 #include "runtime/streams.hpp"
 #include "runtime/tp.hpp"
 #include "strategies/errors.hpp"
@@ -22,7 +23,6 @@
 namespace planner::rt {
 
 namespace {
-constexpr int64_t kOptChunk = int64_t(1) << 26;  // fp32 conversion chunk (256 MB), as Trainer
 int64_t key(int mb, int u) { return int64_t(mb) * 1000003 + u; }
 }  // namespace
 
@@ -757,12 +757,10 @@ void Engine::reduce_replicated() {
     for (const auto& r : I.repl_host) I.host_grad.narrow(0, r.host, r.len).copy_(g.narrow(0, r.dev, r.len));
 }
 
-namespace {
-
 // AdamW over [o, o + n) of the shard buffers, split at the decay boundary and in
 // chunks, as Trainer::optimizer_step does for the whole buffer.
 void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
-                const TrainConfig& c, const at::Tensor& step_count, const at::Tensor& divisor) {
+                const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor) {
   const int64_t n = master.numel();
   for (int part = 0; part < 2; ++part) {
     const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
@@ -771,11 +769,15 @@ void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16
       at::Tensor g = grad16.narrow(0, a + o, cnum);
       if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
       at::_fused_adamw_({master.narrow(0, a + o, cnum)}, {g}, {m.narrow(0, a + o, cnum)}, {v.narrow(0, a + o, cnum)}, {},
-                        {step_count}, c.lr, c.beta1, c.beta2, part == 0 ? c.weight_decay : 0.0, c.eps,
+                        {step_count}, h.lr, h.beta1, h.beta2, part == 0 ? h.weight_decay : 0.0, h.eps,
                         /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
     }
   }
 }
+
+namespace {
+
+AdamHyper hyper(const TrainConfig& c) { return {c.lr, c.beta1, c.beta2, c.weight_decay, c.eps}; }
 
 }  // namespace
 
@@ -801,7 +803,7 @@ void Engine::opt() {
       at::Tensor p = param_chunk(un);
       at::Tensor master = I.master_is_param ? p : I.master.narrow(0, un.sbase, un.chunk);
       adam_range(master, I.m.narrow(0, un.sbase, un.chunk), I.v.narrow(0, un.sbase, un.chunk), shard_grad(u), I.work,
-                 decay_len(un), cfg_, I.step_count, I.divisor);
+                 decay_len(un), hyper(cfg_), I.step_count, I.divisor);
       if (!I.master_is_param) p.copy_(master);
     }
     return;
@@ -825,7 +827,7 @@ void Engine::opt() {
         }
         at::Tensor master = J.master.narrow(0, un.sbase, un.chunk);
         adam_range(master, J.m.narrow(0, un.sbase, un.chunk), J.v.narrow(0, un.sbase, un.chunk),
-                   J.host_grad.narrow(0, un.sbase, un.chunk), J.host_work, decay_len(un), cfg_, J.step_count, divisor);
+                   J.host_grad.narrow(0, un.sbase, un.chunk), J.host_work, decay_len(un), hyper(cfg_), J.step_count, divisor);
         J.host_param.narrow(0, un.sbase, un.chunk).copy_(master);
         promises[u].set_value();
       } catch (...) {
