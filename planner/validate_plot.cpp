@@ -152,7 +152,7 @@ PlotFiles plot_files(const json& report) {
     g += fmt::format(
         "\nunset logscale\nset size noratio 1,1\nunset key\nset key outside right top box\nset grid ytics\n"
         "set terminal pngcairo size {w},720 font \"sans,10\"\nset output \"memory_breakdown.png\"\n"
-        "set title \"Memory per GPU by category: left bar predicted, right bar measured ({name})\"\n"
+        "set title \"Memory per GPU by category: left bar predicted, right bar measured\\n{name}\"\n"
         "set xlabel \"\"\nset ylabel \"{unit}\"\nset xrange [-1:{xmax}]\nset yrange [0:{ymax:.6g}]\n"
         "set xtics ({tics}) rotate by -40 font \",8\"\nset style fill solid 0.9 border rgb \"#333333\"\nset boxwidth 0.9\n"
         "plot ",

@@ -41,7 +41,7 @@ set key outside right top box
 set grid ytics
 set terminal pngcairo size 900,720 font "sans,10"
 set output "memory_breakdown.png"
-set title "Memory per GPU by category: left bar predicted, right bar measured (issue 9 on two H200s: GPT-Neo-1.3B, pipeline schedules and tensor parallelism)"
+set title "Memory per GPU by category: left bar predicted, right bar measured\nissue 9 on two H200s: GPT-Neo-1.3B, pipeline schedules and tensor parallelism"
 set xlabel ""
 set ylabel "GiB"
 set xrange [-1:17]
