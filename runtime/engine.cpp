@@ -67,7 +67,10 @@ struct Engine::Impl {
   at::Tensor host_grad, host_param, host_work;  // offload (pinned)
   std::vector<at::Tensor> gathered, ugrad;  // the pool buffer each unit uses now, or undefined
   std::vector<WorkPtr> gather_work, reduce_work;
-  std::vector<bool> gather_on_copy;
+  // Offload=all without a dp all-gather: where on the copy stream each unit's
+  // parameters have arrived (the compute stream waits for that point only, not
+  // for the next unit's prefetch queued behind it).
+  std::vector<SideStream::Mark> gather_mark;
   std::vector<int> reduces_done;
   std::vector<WorkPtr> pending;
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
@@ -310,7 +313,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   I.ugrad.assign(size_t(U), at::Tensor());
   I.gather_work.assign(size_t(U), nullptr);
   I.reduce_work.assign(size_t(U), nullptr);
-  I.gather_on_copy.assign(size_t(U), false);
+  I.gather_mark.assign(size_t(U), nullptr);
   I.reduces_done.assign(size_t(U), 0);
   for (int u = 0; u < U; ++u) {
     const Unit& un = I.units[size_t(u)];
@@ -424,7 +427,7 @@ void Engine::run_action(const StepAction& a, int64_t step) {
 void Engine::forward(int mb, int u, int chunk, int64_t step) {
   Impl& I = *impl_;
   if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
-  if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
+  if (I.gather_mark[size_t(u)]) I.copy->wait(I.gather_mark[size_t(u)]), I.gather_mark[size_t(u)] = nullptr;
   const int head = program_.partition.head_unit();
   if (u == 0) {
     std::vector<int64_t> scratch;
@@ -518,7 +521,7 @@ void Engine::ensure_grad(int u) {
 void Engine::backward(int mb, int u, int chunk) {
   Impl& I = *impl_;
   if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
-  if (I.gather_on_copy[size_t(u)]) I.copy->join(), I.gather_on_copy[size_t(u)] = false;
+  if (I.gather_mark[size_t(u)]) I.copy->wait(I.gather_mark[size_t(u)]), I.gather_mark[size_t(u)] = nullptr;
   const int head = program_.partition.head_unit();
   ensure_grad(u);
   if (u == head && spec_.tied_embeddings) ensure_grad(0);
@@ -563,7 +566,7 @@ void Engine::gather(int u) {
     });
     I.keep.push_back(src);
     if (w) I.gather_work[size_t(u)] = w;
-    else I.gather_on_copy[size_t(u)] = true;
+    else I.gather_mark[size_t(u)] = I.copy->mark();
   } else if (dp_ && st_.dp > 1) {
     I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
   } else {

@@ -67,6 +67,22 @@ void SideStream::join() {
 void SideStream::host_wait() {
   if (impl_->cuda) check(cudaStreamSynchronize(impl_->stream->stream()), "cudaStreamSynchronize");
 }
+SideStream::Mark SideStream::mark() {
+  if (!impl_->cuda) return nullptr;
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  Mark m(new cudaEvent_t(e), [](void* q) {
+    cudaEventDestroy(*static_cast<cudaEvent_t*>(q));
+    delete static_cast<cudaEvent_t*>(q);
+  });
+  check(cudaEventRecord(e, impl_->stream->stream()), "cudaEventRecord");
+  return m;
+}
+void SideStream::wait(const Mark& m) {
+  if (!impl_->cuda || !m) return;
+  check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(), *static_cast<cudaEvent_t*>(m.get()), 0),
+        "cudaStreamWaitEvent");
+}
 #else
 at::Tensor pinned_empty(int64_t n, at::ScalarType dtype, bool cuda) {
   if (cuda) throw std::runtime_error("this build has no CUDA headers: no pinned memory");
@@ -80,6 +96,8 @@ SideStream::~SideStream() = default;
 void SideStream::run(const std::function<void()>& enqueue) { enqueue(); }
 void SideStream::join() {}
 void SideStream::host_wait() {}
+SideStream::Mark SideStream::mark() { return nullptr; }
+void SideStream::wait(const Mark&) {}
 #endif
 
 }  // namespace planner::rt

@@ -26,6 +26,12 @@ class SideStream {
   void run(const std::function<void()>& enqueue);
   // The current (compute) stream waits for everything queued so far on the side stream.
   void join();
+  // A point on the side stream: what is queued there so far (null on the CPU).
+  // wait(mark) makes the current (compute) stream wait for that much only, not
+  // for what was queued on the side stream after it (join() waits for all of it).
+  using Mark = std::shared_ptr<void>;
+  Mark mark();
+  void wait(const Mark& m);
   // The host waits for the side stream (before the CPU reads what it copied).
   void host_wait();
 
