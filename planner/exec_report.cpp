@@ -45,6 +45,21 @@ nlohmann::json kernel_class_comparison(const StepPrediction& p, const nlohmann::
           {"idle", pair(nullptr, num(k, "idle_seconds"))}};
 }
 
+MeasuredPeak fullest_rank_memory(const json& m) {
+  MeasuredPeak r;
+  const json mem = m.value("memory", json::object());
+  r.peak_bytes = num(mem, "total_bytes");
+  r.categories = mem.value("categories", json::object());
+  for (const auto& x : m.value("ranks", json::array())) {
+    if (num(x, "peak_bytes") > r.peak_bytes && x.contains("categories") && x["categories"].is_object()) {
+      r.categories = x["categories"];
+      r.rank = x.value("rank", 0);
+    }
+    r.peak_bytes = std::max(r.peak_bytes, num(x, "peak_bytes"));
+  }
+  return r;
+}
+
 namespace {
 
 std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, const json& m) {
@@ -61,22 +76,18 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
   if (m.contains("action_seconds") && m["action_seconds"].contains("Sync"))
     rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds,
                     m["action_seconds"]["Sync"].get<double>()});
-  // The categories are rank 0's, which runs pipeline stage 0.
-  const auto& bd = p.memory.stages.empty() ? MemBreakdown{}
-                   : s.pp > 1                ? p.memory.stages[0].gpu
-                                             : p.memory.peak_breakdown();
-  const json& cats = m["memory"]["categories"];
+  // The predicted fullest stage's categories against the fullest rank's (one
+  // rule with validate's: fullest_rank_memory).
+  const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
+  const MeasuredPeak mp = fullest_rank_memory(m);
   for (int i = 0; i < kMemCategories; ++i) {
     const char* name = to_string(MemCategory(i));
-    rows.push_back({std::string("memory.") + name, double(bd[i]), num(cats, name), !p.memory.stages.empty(), true});
+    rows.push_back({std::string("memory.") + name, double(bd[i]), num(mp.categories, name), !p.memory.stages.empty(), true});
   }
-  double peak = num(m["memory"], "total_bytes");  // rank 0's; the fullest rank's under pipeline parallelism
-  if (s.pp > 1)
-    for (const auto& x : m.value("ranks", json::array())) peak = std::max(peak, num(x, "peak_bytes"));
-  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), peak, !p.memory.stages.empty(), true});
+  rows.push_back({"memory.peak_total", double(p.memory.per_gpu_peak_bytes), mp.peak_bytes, !p.memory.stages.empty(), true});
   if (s.pp > 1 && p.memory.stages.size() == size_t(s.pp)) {
     // Pipeline stages hold different layers: each stage's predicted peak against
-    // the fullest rank of that stage (the categories above are rank 0's).
+    // the fullest rank of that stage.
     const RankGrid grid(s.dp, s.pp, s.tp);
     std::vector<double> meas(size_t(s.pp), 0.0);
     for (const auto& x : m.value("ranks", json::array())) {

@@ -25,6 +25,18 @@ struct ExecReport {
 // by exec's comparison rows and by validate's causes.
 nlohmann::json kernel_class_comparison(const StepPrediction& prediction, const nlohmann::json& measurement);
 
+// The measured side of the memory comparison: the device peak of the fullest
+// rank and that rank's memory categories (pipeline stages hold different
+// layers; the prediction's categories are its fullest stage's), rank 0's
+// categories when the ranks' own are not recorded (results written before
+// they were). Used by exec's comparison rows and by validate.
+struct MeasuredPeak {
+  double peak_bytes = 0;
+  nlohmann::json categories = nlohmann::json::object();
+  int rank = 0;  // whose categories
+};
+MeasuredPeak fullest_rank_memory(const nlohmann::json& measurement);
+
 // `run`: {"created", "options", "measurement", "machine"} as the runtime writes them.
 ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run);
 

@@ -261,19 +261,12 @@ json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred,
   json errors = {{"step_seconds_pct", nullptr}, {"per_gpu_peak_pct", nullptr}, {"categories_pct", json::object()}};
   if (run.result && run.result->contains("measurement")) {
     const json& m = (*run.result)["measurement"];
-    double peak = num(m.value("memory", json::object()), "total_bytes");
-    // The categories of the fullest rank (pipeline stages differ), as the
-    // predicted ones are the fullest stage's; rank 0's when the ranks' own are
-    // not recorded (results written before they were).
-    json mc = m.value("memory", json::object()).value("categories", json::object());
-    int cat_rank = 0;
-    for (const auto& x : m.value("ranks", json::array())) {
-      if (num(x, "peak_bytes") > peak && x.contains("categories") && x["categories"].is_object()) {
-        mc = x["categories"];
-        cat_rank = x.value("rank", 0);
-      }
-      peak = std::max(peak, num(x, "peak_bytes"));
-    }
+    // The fullest rank's peak and categories (planner/exec_report.hpp), as the
+    // predicted ones are the fullest stage's.
+    const MeasuredPeak mp = fullest_rank_memory(m);
+    const double peak = mp.peak_bytes;
+    const json& mc = mp.categories;
+    const int cat_rank = mp.rank;
     const double step = num(m.value("step_seconds", json::object()), "median");
     r["measured"] = {{"step_seconds", step},
                      {"per_gpu_peak_bytes", int64_t(peak)},

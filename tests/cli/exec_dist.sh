@@ -52,6 +52,13 @@ ranks = r["measurement"]["ranks"]
 assert ranks[0]["categories"] == r["measurement"]["memory"]["categories"], ranks[0]
 assert ranks[1]["categories"]["logits_loss"] > 0 and ranks[0]["categories"]["logits_loss"] == 0, ranks
 assert sum(ranks[1]["categories"].values()) == ranks[1]["peak_bytes"], ranks[1]
+# The comparison's memory rows take the fullest rank's categories (as validate
+# does), not rank 0's: here the fullest rank is the one with the head.
+full = max(ranks, key=lambda x: x["peak_bytes"])
+c = r["comparison"]
+for k, v in full["categories"].items():
+    assert c["memory." + k]["measured"] == v or (v == 0 and c["memory." + k]["measured"] in (0, None)), (k, v, c["memory." + k])
+assert c["memory.peak_total"]["measured"] == full["peak_bytes"], c["memory.peak_total"]
 t = json.load(open(sys.argv[2]))
 ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
 def names(pid): return [e["name"] for e in sorted((e for e in ev if e["pid"] == pid), key=lambda e: e["ts"])]
