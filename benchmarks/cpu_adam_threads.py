@@ -10,14 +10,16 @@ written back in 16 bits) over 2^27 parameters in pinned buffers, timed
   each of those beside a process spinning on one core (as an MPI barrier or a
   CUDA synchronisation spins);
   two processes at once, each with half the cores, starting together.
-  python3 benchmarks/cpu_adam_threads.py [--json OUT]
+  [PARAMS=n] python3 benchmarks/cpu_adam_threads.py [--json OUT]
+Not yet run on a GPU machine: its first device call hung (the two processes
+were forked after the parent initialised CUDA; they are spawned now).
 """
 import argparse, json, multiprocessing as mp, os, statistics, threading, time
 
 import torch
 
-N = 1 << 27
-CHUNK = 1 << 26
+N = int(os.environ.get("PARAMS", 1 << 27))
+CHUNK = min(N, 1 << 26)
 
 
 def buffers(pinned):
@@ -84,14 +86,18 @@ def main():
     for threads in (cores, cores - 1, cores // 2):
         for w in (False, True):
             r = rate(b, threads, w); res["single"].append(r); print("alone", r, flush=True)
-    stop = mp.Event(); sp = mp.Process(target=spin, args=(stop,)); sp.start()
+    fork = mp.get_context("fork")  # the spinner touches no CUDA
+    stop = fork.Event(); sp = fork.Process(target=spin, args=(stop,)); sp.start()
     for threads in (cores, cores - 1):
         for w in (False, True):
             r = rate(b, threads, w); res["spinning"].append(r); print("beside a spinning process", r, flush=True)
     stop.set(); sp.join()
     del b
-    barrier, q = mp.Barrier(2), mp.Queue()
-    ps = [mp.Process(target=two_proc_child, args=(cores // 2, barrier, q)) for _ in range(2)]
+    # Spawned, not forked: the parent has initialised CUDA (pinned memory), and
+    # a forked child cannot use it (the first device call hung in the children).
+    ctx = mp.get_context("spawn")
+    barrier, q = ctx.Barrier(2), ctx.Queue()
+    ps = [ctx.Process(target=two_proc_child, args=(cores // 2, barrier, q)) for _ in range(2)]
     for p in ps: p.start()
     res["two_processes"] = [q.get(), q.get()]
     for p in ps: p.join()
@@ -101,5 +107,4 @@ def main():
 
 
 if __name__ == "__main__":
-    mp.set_start_method("fork")
     main()
