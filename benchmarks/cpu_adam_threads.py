@@ -11,8 +11,10 @@ written back in 16 bits) over 2^27 parameters in pinned buffers, timed
   CUDA synchronisation spins);
   two processes at once, each with half the cores, starting together.
   [PARAMS=n] python3 benchmarks/cpu_adam_threads.py [--json OUT]
-Not yet run on a GPU machine: its first device call hung (the two processes
-were forked after the parent initialised CUDA; they are spawned now).
+Not yet run to the end on a GPU machine: its first device call ran past 240 s
+with nothing back (its output went through `cut`, whose buffer the timeout
+lost). The likely cause, the two processes forked after the parent had
+initialised CUDA, is removed: they are spawned now.
 """
 import argparse, json, multiprocessing as mp, os, statistics, threading, time
 
@@ -94,7 +96,7 @@ def main():
     stop.set(); sp.join()
     del b
     # Spawned, not forked: the parent has initialised CUDA (pinned memory), and
-    # a forked child cannot use it (the first device call hung in the children).
+    # a forked child cannot use it.
     ctx = mp.get_context("spawn")
     barrier, q = ctx.Barrier(2), ctx.Queue()
     ps = [ctx.Process(target=two_proc_child, args=(cores // 2, barrier, q)) for _ in range(2)]
