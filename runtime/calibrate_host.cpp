@@ -79,6 +79,9 @@ namespace {
 // the median of 5 steps. `before_step` runs before each timed step: under
 // mpirun, a barrier, so that the ranks' steps overlap as an offload run's do
 // (their buffers allocated and warmed up before any is timed).
+// Timed steps of measure_cpu_adam_offload (each after `before_step`).
+int offload_steps(const Ctx& c) { return c.quick ? 1 : 5; }
+
 json measure_cpu_adam_offload(const Ctx& c, const std::function<void()>& before_step = {}) {
   const int64_t unit = c.quick ? (int64_t(1) << 20) : (int64_t(1) << 25);
   const int64_t units = c.quick ? 2 : 8, n = unit * units;  // 268M parameters: 4 GiB pinned
@@ -129,7 +132,7 @@ json measure_cpu_adam_offload(const Ctx& c, const std::function<void()>& before_
   at::NoGradGuard ng;
   (void)one_step();  // warm-up: the worker's thread pool, the pages
   std::vector<double> t;
-  for (int i = 0; i < (c.quick ? 1 : 5); ++i) {  // measure_cpu_adam_node counts on this number
+  for (int i = 0; i < offload_steps(c); ++i) {
     if (before_step) before_step();
     t.push_back(one_step());
   }
@@ -195,7 +198,7 @@ json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size) {
   quiet.progress = false;
   world.barrier();
   double rate = -1;  // a rank that fails still joins the barriers and the gather below
-  const int steps = c.quick ? 1 : 5;  // measure_cpu_adam_offload's timed steps, each after a barrier
+  const int steps = offload_steps(c);  // each after a barrier
   int barriers = 0;
   try {
     const json one =

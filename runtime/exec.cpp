@@ -30,9 +30,9 @@ using nlohmann::json;
 
 json num_or_null(double v, bool ok = true) { return ok && std::isfinite(v) ? json(v) : json(nullptr); }
 
-json categories_json(const std::array<int64_t, 7>& c) {
+json categories_json(const MemBreakdown& c) {
   json cats = json::object();
-  for (size_t i = 0; i < c.size(); ++i) cats[MeasuredMemory::kCategoryNames[i]] = c[i];
+  for (int i = 0; i < kMemCategories; ++i) cats[to_string(MemCategory(i))] = c[size_t(i)];
   return cats;
 }
 

@@ -342,7 +342,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     mine.push_back(double(r.memory.comm_buffers));
     mine.push_back(double(host_peak_rss_bytes()));
     const size_t k = mine.size();
-    const size_t cats = k - 3 - MeasuredMemory::kCategoryNames.size();  // after the median
+    const size_t cats = k - 3 - size_t(kMemCategories);  // after the median
     const std::vector<double> all = all_gather_doubles(worldc.get(), mine);
     const int n = int(all.size() / k);
     for (int q = 0; q < n; ++q) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/memory_model.hpp"
 #include "costmodel/plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
@@ -54,10 +55,8 @@ struct MeasuredMemory {
   int64_t outside_allocator = 0;           // CUDA context etc. (0 on the CPU)
   int64_t optimizer_work = 0;              // fp32 gradient chunk buffer (part of overhead)
   int64_t device_total = 0;                // the device's memory (0 on the CPU)
-  // The memory model's categories, named by kCategoryNames in this order.
-  static constexpr std::array<const char*, 7> kCategoryNames{
-      "parameters", "gradients", "optimizer_states", "activations", "logits_loss", "comm_buffers", "overhead"};
-  std::array<int64_t, 7> categories() const {
+  // The memory model's categories, in MemCategory's order (costmodel/memory_model.hpp).
+  MemBreakdown categories() const {
     return {parameters, gradients, optimizer_states, activations, logits_loss, comm_buffers, overhead};
   }
 };
@@ -70,7 +69,7 @@ struct RankMeasurement {
   int64_t peak_bytes = 0;       // device peak (reserved + outside the allocator)
   int64_t comm_bytes = 0;       // device memory the communicators took (NCCL buffers), outside the allocator
   int64_t host_peak_bytes = 0;  // peak resident host memory of the process (VmHWM)
-  std::array<int64_t, 7> categories{};  // its memory by MeasuredMemory::kCategoryNames (pipeline stages differ)
+  MemBreakdown categories{};    // its memory by MemCategory (pipeline stages differ)
 };
 
 struct Measurement {
