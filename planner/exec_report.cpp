@@ -161,6 +161,9 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
   if (num(m, "cpu_adam_seconds") > 0)
     o << fmt::format("CPU AdamW: {:.3f} s per step, {:.3g} parameters/s; host memcpy {:.1f} GB/s (read + write)\n",
                      num(m, "cpu_adam_seconds"), num(m, "cpu_adam_params_per_second"), num(m, "host_copy_gbps"));
+  if (m.contains("cpu_steal_fraction") && m["cpu_steal_fraction"].is_number())
+    o << fmt::format("host CPU time stolen by the hypervisor over the timed steps: {:.1f}%\n",
+                     100 * num(m, "cpu_steal_fraction"));
   o << "device: " << mc.value("device", "");
   if (!mc.value("gpu_name", "").empty())
     o << " " << mc.value("gpu_name", "") << " (driver " << mc.value("driver", "") << ", CUDA "

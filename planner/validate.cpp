@@ -180,6 +180,8 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
                           : fmt::format(" (profile {:.3g}/s, {:+.0f}%)", share, (share - rate) / rate * 100);
       }
       if (num(m, "host_copy_gbps") > 0) text += fmt::format(", host memcpy {:.0f} GB/s", num(m, "host_copy_gbps"));
+      if (m.contains("cpu_steal_fraction") && m["cpu_steal_fraction"].is_number())
+        text += fmt::format(", CPU time stolen by the hypervisor {:.1f}%", 100 * num(m, "cpu_steal_fraction"));
     }
     out["step"] = {{"compute_predicted", pred.compute_seconds},
                    {"compute_measured", fb},

@@ -151,6 +151,7 @@ json measurement_json(const Measurement& r) {
           {"cpu_adam_seconds", num_or_null(r.cpu_adam_seconds, r.cpu_adam_seconds > 0)},
           {"cpu_adam_params_per_second", num_or_null(r.cpu_adam_params_per_second, r.cpu_adam_seconds > 0)},
           {"host_copy_gbps", num_or_null(r.host_copy_gbps, r.host_copy_gbps > 0)},
+          {"cpu_steal_fraction", num_or_null(r.cpu_steal_fraction, r.cpu_steal_fraction >= 0)},
           {"action_seconds", actions_json(r)},
           {"timeline", timeline_json(r)},
           {"kernels", kernels_json(r.kernels)},

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -55,6 +56,20 @@ double host_copy_gbps() {
   for (int i = 0; i < 3; ++i) b.copy_(a);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return 3.0 * 2.0 * double(n) * 4.0 / s / 1e9;
+}
+
+// The host's CPU time so far, in clock ticks, from /proc/stat's first line:
+// (stolen by the hypervisor, all). {-1, -1} where it cannot be read.
+std::pair<double, double> cpu_ticks() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  if (!(f >> cpu) || cpu != "cpu") return {-1, -1};
+  double x = 0, total = 0, steal = 0;
+  for (int i = 0; i < 8 && f >> x; ++i) {  // user nice system idle iowait irq softirq steal
+    total += x;
+    if (i == 7) steal = x;
+  }
+  return {steal, total};
 }
 
 // Test hook for the fault tests: PLANNER_TEST_KILL=RANK:STEP kills that rank
@@ -215,6 +230,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     std::vector<at::Tensor> losses;
     int64_t step_start = 0, peak_alloc = 0, peak_res = 0;
     const int total = opt.warmup + opt.steps;
+    std::pair<double, double> ticks0{-1, -1};
     for (int s = 0; s < total; ++s) {
       maybe_die(wi.rank, s);
       timing = s >= opt.warmup;
@@ -222,6 +238,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
         if (s == opt.warmup) {
           synchronize(cuda);
           engine.time_actions = opt.time_actions;
+          ticks0 = cpu_ticks();
         }
         reset_peak_memory(cuda);
         step_start = std::max(step_start, memory_stats(cuda).allocated - before.allocated);
@@ -246,6 +263,8 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
       }
     }
     r.step_seconds = timer.seconds();
+    if (const auto t1 = cpu_ticks(); ticks0.second >= 0 && t1.second > ticks0.second)
+      r.cpu_steal_fraction = (t1.first - ticks0.first) / (t1.second - ticks0.second);
     for (auto& l : losses) r.losses.push_back(l.item<double>());
     if (opt.time_actions) {
       engine.collect_action_times();

@@ -81,6 +81,9 @@ struct Measurement {
   double cpu_adam_seconds = 0;         // CPU AdamW of the last timed step (offload)
   double cpu_adam_params_per_second = 0;
   double host_copy_gbps = 0;           // host memcpy bandwidth measured beside it (read + write bytes / s)
+  // The share of the host's CPU time that the hypervisor gave to others (the
+  // "steal" of /proc/stat) over the timed steps; < 0 where not readable.
+  double cpu_steal_fraction = -1;
   std::vector<std::pair<std::string, double>> action_seconds;  // per step, by action kind (rank 0)
   // With RunOptions::trace: the step program's actions (stage 0's list, every
   // rank runs it) and, per rank, (start, end) of each in the last timed step.

@@ -10,7 +10,8 @@
 # for validate --kernels. Writes under $OUT/r: calib/, predicted-NAME/ and
 # predicted-NAME.txt, predicted.stamp, NAME/ (device_calibrate.sh's sweep
 # part); everything in $OUT/results.tgz (the device tool returns few files).
-# Used by scripts/device_x2_heldout3.sh, device_x2_offload4.sh, device_x2_offload5.sh and device_x2_heldout6.sh.
+# Used by scripts/device_x2_heldout3.sh, device_x2_offload4.sh, device_x2_offload5.sh, device_x2_heldout6.sh
+# and device_x2_offload7.sh.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:?set OUT}

@@ -17,6 +17,9 @@ for k in ("plan", "prediction", "measurement", "machine"):
 m = r["measurement"]
 assert len(m["losses"]) == 4 and all(l == l for l in m["losses"]), "one finite loss per step"
 assert m["step_seconds"]["median"] > 0
+# /proc/stat's steal over the timed steps (Linux): a share of the CPU time
+st = m["cpu_steal_fraction"]
+assert st is not None and 0 <= st <= 1, st
 PY
 # A plan that is not the search's best (full recomputation), written by predict -o, runs as it is.
 echo '{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 512, "n_positions": 128}' > "$TMP/tiny.json"
