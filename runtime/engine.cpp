@@ -1,11 +1,9 @@
 #include "runtime/engine.hpp"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -762,58 +760,23 @@ void Engine::reduce_replicated() {
     for (const auto& r : I.repl_host) I.host_grad.narrow(0, r.host, r.len).copy_(g.narrow(0, r.dev, r.len));
 }
 
-// AdamW over [o, o + n) of the shard buffers, split at the decay boundary, as
-// Trainer::optimizer_step does for the whole buffer. On the GPU in chunks of
-// kOptChunk; on the host in tiles (host_adam.hpp).
+// AdamW over [o, o + n) of the shard buffers, split at the decay boundary and in
+// chunks, as Trainer::optimizer_step does for the whole buffer.
 void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
                 const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor, at::Tensor out16) {
   const int64_t n = master.numel();
-  auto update = [&](int64_t a, int64_t len, at::Tensor g, bool decay) {
-    at::_fused_adamw_({master.narrow(0, a, len)}, {g}, {m.narrow(0, a, len)}, {v.narrow(0, a, len)}, {}, {step_count},
-                      h.lr, h.beta1, h.beta2, decay ? h.weight_decay : 0.0, h.eps, /*amsgrad=*/false,
-                      /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
-  };
-  if (!master.is_cpu()) {
-    for (int part = 0; part < 2; ++part) {
-      const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
-      for (int64_t o = 0; o < len; o += kOptChunk) {
-        const int64_t cnum = std::min(kOptChunk, len - o);
-        at::Tensor g = grad16.narrow(0, a + o, cnum);
-        if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
-        update(a + o, cnum, g, part == 0);
-      }
+  for (int part = 0; part < 2; ++part) {
+    const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
+    for (int64_t o = 0; o < len; o += kOptChunk) {
+      const int64_t cnum = std::min(kOptChunk, len - o);
+      at::Tensor g = grad16.narrow(0, a + o, cnum);
+      if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
+      at::_fused_adamw_({master.narrow(0, a + o, cnum)}, {g}, {m.narrow(0, a + o, cnum)}, {v.narrow(0, a + o, cnum)}, {},
+                        {step_count}, h.lr, h.beta1, h.beta2, part == 0 ? h.weight_decay : 0.0, h.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
     }
-    if (out16.defined()) out16.copy_(master);
-    return;
   }
-  // The host: tiles of kHostTile handed out one at a time to the intra-op
-  // threads, each converting its tile's gradient into its own part of `work`
-  // (a tile is a few hundred KB: it stays in the core's cache), updating, and
-  // writing the tile's 16-bit copy while it is there. One pass over memory
-  // instead of three, and a thread slowed by another process on its core
-  // takes fewer tiles instead of holding up a statically divided loop.
-  const int64_t tiles0 = (decay_len + kHostTile - 1) / kHostTile;
-  const int64_t tiles = tiles0 + (n - decay_len + kHostTile - 1) / kHostTile;
-  const int threads = std::max(1, at::get_num_threads());
-  const bool convert = grad16.scalar_type() != at::kFloat;
-  at::Tensor scratch = work;
-  if (convert && (!scratch.defined() || scratch.numel() < int64_t(threads) * kHostTile))
-    scratch = at::empty({int64_t(threads) * kHostTile}, master.options());
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t b, int64_t e) {
-    for (int64_t slot = b; slot < e; ++slot) {
-      at::Tensor mine = convert ? scratch.narrow(0, slot * kHostTile, kHostTile) : at::Tensor();
-      for (int64_t t; (t = next.fetch_add(1)) < tiles;) {
-        const bool decay = t < tiles0;
-        const int64_t a = decay ? t * kHostTile : decay_len + (t - tiles0) * kHostTile;
-        const int64_t len = std::min(kHostTile, (decay ? decay_len : n) - a);
-        at::Tensor g = grad16.narrow(0, a, len);
-        if (convert) g = mine.narrow(0, 0, len).copy_(g);
-        update(a, len, g, decay);
-        if (out16.defined()) out16.narrow(0, a, len).copy_(master.narrow(0, a, len));
-      }
-    }
-  });
+  if (out16.defined()) out16.copy_(master);
 }
 
 namespace {
