@@ -25,12 +25,13 @@ at the end to show drift. Then two processes at once (each half the cores),
 pinned against huge+reg, as two ranks of one host run their offload steps.
   [PARAMS=n] python3 benchmarks/cpu_adam_pages.py [--json OUT]
 """
-import argparse, ctypes, json, mmap, multiprocessing as mp, os, statistics, threading, time
+import argparse, json, mmap, multiprocessing as mp, os, time
 
 import torch
 
-N = int(os.environ.get("PARAMS", 1 << 27))
-CHUNK = min(N, 1 << 26)
+# The update, its size (PARAMS) and its timing are cpu_adam_threads.py's.
+from cpu_adam_threads import CHUNK, N, one_pass, rate as rate_with
+
 CUDA = torch.cuda.is_available()
 _keep = []  # (mmap, registered pointer) of the mmap schemes' live buffers
 
@@ -92,31 +93,8 @@ def buffers(scheme):
     return master, m, v, g16, p16, work
 
 
-def one_pass(b):
-    master, m, v, g16, p16, work = b
-    step, div = torch.ones(()), torch.ones(())
-    for o in range(0, N, CHUNK):
-        g = work[: min(CHUNK, N - o)].copy_(g16[o:o + CHUNK])
-        torch._fused_adamw_([master[o:o + CHUNK]], [g], [m[o:o + CHUNK]], [v[o:o + CHUNK]], [], [step],
-                            lr=3e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, amsgrad=False,
-                            maximize=False, grad_scale=None, found_inf=None)
-    p16.copy_(master)
-
-
-def rate(b, in_worker, reps=5):
-    out = {}
-    def run():
-        one_pass(b)
-        t = []
-        for _ in range(reps):
-            t0 = time.perf_counter(); one_pass(b); t.append(time.perf_counter() - t0)
-        out["t"] = t
-    if in_worker:
-        th = threading.Thread(target=run); th.start(); th.join()
-    else:
-        run()
-    return {"params_per_second": N / statistics.median(out["t"]), "fastest": N / min(out["t"]),
-            "slowest": N / max(out["t"])}
+def rate(b, in_worker):
+    return rate_with(b, torch.get_num_threads(), in_worker)
 
 
 def measure(scheme):

@@ -6,7 +6,7 @@
 # $OUT/threads.json and $OUT/log.txt.
 #   OUT=/some/dir bash scripts/device_cpu_adam_pages.sh
 set -uo pipefail
-OUT=${OUT:?set OUT}
+[ -n "${OUT:-}" ] || { echo "device_cpu_adam_pages.sh: set OUT to the folder to write into" >&2; exit 2; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nproc; lscpu | grep -E "Model name|Socket|NUMA|Thread|Core|L3|Hypervisor" || true

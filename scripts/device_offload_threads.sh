@@ -7,7 +7,7 @@
 # the default again (drift). Writes $OUT/log.txt and $OUT/<case>.json.
 #   OUT=/some/dir bash scripts/device_offload_threads.sh
 set -uo pipefail
-OUT=${OUT:?set OUT}
+[ -n "${OUT:-}" ] || { echo "device_offload_threads.sh: set OUT to the folder to write into" >&2; exit 2; }
 PLAN=validation/h100x2/heldout6/run-1gpu/validate/plans/neo-1.3b-offload-opt-selective.json
 {
   SP=$(python3 -c 'import site;print(site.getsitepackages()[0])')
