@@ -170,11 +170,16 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
       // working precision; a chunked fp32 cross-entropy turns them into their
       // gradient during the forward, so each micro-batch waiting for its backward
       // keeps e bytes per logit, and the one being computed holds its logits and
-      // their gradient, one fp32 chunk of at most 256 MiB and a padded copy of the
-      // output matrix with its gradient. Measured on H100 (validation/h100/):
-      // gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71 GiB from this formula.
-      // Under TP each rank's GEMM covers its ceil(vocab / tp) rows, padded to 64.
+      // their gradient, one fp32 chunk of at most 256 MiB and, where the rank's
+      // rows need padding, a padded copy of the output matrix with its gradient
+      // (runtime/model.cpp LinearAccum; a vocabulary that is already a multiple
+      // of 64, such as Llama's 32000 and 128256, is read in place and its
+      // gradient added into the flat buffer, with no copy). Measured on H100
+      // (validation/h100/): gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71
+      // GiB from this formula. Under TP each rank's GEMM covers its
+      // ceil(vocab / tp) rows, padded to 64.
       const double vp = double(padded_vocab_columns(m, s.tp));
+      const bool padded = vp > double(vocab_rows_per_rank(m, s.tp));
       const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
       const double tokens = double(plan.seq) * s.mbs;
       if (megatron) {
@@ -187,7 +192,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
         logits = 4.0 * lg * sm.inflight_microbatches + e * lg;
       } else {
         logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
-                 2.0 * e * vp * width;
+                 (padded ? 2.0 * e * vp * width : 0.0);
       }
       g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
     }
