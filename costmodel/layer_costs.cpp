@@ -264,7 +264,7 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   // tensor and added into the flat buffer.
   const int64_t V = vocab_rows_per_rank(m, int(t)), Vp = padded_vocab_columns(m, int(t));
   linear(p, pr, T, Vp, width, out);
-  if (Vp > V) {
+  if (lm_head_padded(m, int(t))) {
     const double Vw = double(V) * width, Vpw = double(Vp) * width;
     fm.add(MK::Streaming, e * Vpw + 2 * e * Vw, 2);
     bm.add(MK::Streaming, e * Vpw + 2 * e * Vw, 2);

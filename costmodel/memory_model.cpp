@@ -179,7 +179,6 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
       // GiB from this formula. Under TP each rank's GEMM covers its
       // ceil(vocab / tp) rows, padded to 64.
       const double vp = double(padded_vocab_columns(m, s.tp));
-      const bool padded = vp > double(vocab_rows_per_rank(m, s.tp));
       const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
       const double tokens = double(plan.seq) * s.mbs;
       if (megatron) {
@@ -192,7 +191,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
         logits = 4.0 * lg * sm.inflight_microbatches + e * lg;
       } else {
         logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
-                 (padded ? 2.0 * e * vp * width : 0.0);
+                 (lm_head_padded(m, s.tp) ? 2.0 * e * vp * width : 0.0);
       }
       g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
     }

@@ -134,4 +134,6 @@ int64_t vocab_rows_per_rank(const ModelSpec& m, int tp) {
 
 int64_t padded_vocab_columns(const ModelSpec& m, int tp) { return (vocab_rows_per_rank(m, tp) + 63) / 64 * 64; }
 
+bool lm_head_padded(const ModelSpec& m, int tp) { return padded_vocab_columns(m, tp) > vocab_rows_per_rank(m, tp); }
+
 }  // namespace planner

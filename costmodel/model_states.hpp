@@ -61,5 +61,8 @@ int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding
 // (runtime/model.hpp: TransformerModel::vocab_rows() and padded_vocab()).
 int64_t vocab_rows_per_rank(const ModelSpec& m, int tp);
 int64_t padded_vocab_columns(const ModelSpec& m, int tp);
+// Whether those rows need padding: only then does the runtime make a padded
+// copy of the LM head's matrix (and of its gradient) for the GEMM.
+bool lm_head_padded(const ModelSpec& m, int tp);
 
 }  // namespace planner
