@@ -4,8 +4,8 @@
 // bits), which the runtime ran before and still runs with
 // PLANNER_HOST_ADAM=libtorch. Same buffers, same process, alternated.
 //
-//   host_adam_bench [--params N] [--threads T] [--reps R] [--spin]
-//                   [--start-at UNIX_SECONDS] [--json FILE]
+//   host_adam_bench [--params N] [--threads T] [--reps R] [--dtype bf16|fp16]
+//                   [--spin] [--start-at UNIX_SECONDS] [--json FILE]
 //
 // --spin keeps one more thread busy-waiting during the timed passes, as a CUDA
 // synchronisation or an NCCL proxy thread spins beside the offload step's
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   int64_t n = int64_t(1) << 27, reps = 5, threads = at::get_num_threads();
   long long start_at = 0;
   bool spin = false;
+  at::ScalarType type = at::kBFloat16;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -61,10 +62,17 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = parse_int(next(), "--reps");
     else if (a == "--start-at") start_at = parse_int(next(), "--start-at");
     else if (a == "--spin") spin = true;
+    else if (a == "--dtype") {
+      const std::string d = next();
+      if (d == "bf16") type = at::kBFloat16;
+      else if (d == "fp16") type = at::kHalf;
+      else usage_error("--dtype is bf16 or fp16, got '" + d + "'");
+    }
     else if (a == "--json") json_path = next();
     else if (a == "-h" || a == "--help") {
       std::printf(
-          "host_adam_bench [--params N] [--threads T] [--reps R] [--spin] [--start-at UNIX_SECONDS] [--json FILE]\n"
+          "host_adam_bench [--params N] [--threads T] [--reps R] [--dtype bf16|fp16] [--spin] [--start-at UNIX_SECONDS]\n"
+          "                [--json FILE]\n"
           "  the offload step's host AdamW: planner's one-pass loop against LibTorch's three passes\n"
           "example: host_adam_bench --params 134217728 --threads 16 --json out.json\n");
       return 0;
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
   const int64_t unit = std::min<int64_t>(n, int64_t(1) << 25);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor master = at::randn({n}, f32), m = at::zeros({n}, f32), v = at::zeros({n}, f32);
-  at::Tensor grad16 = at::randn({n}, f32).mul_(1e-3).to(at::kBFloat16), param16 = at::empty({n}, f32.dtype(at::kBFloat16));
+  at::Tensor grad16 = at::randn({n}, f32).mul_(1e-3).to(type), param16 = at::empty({n}, f32.dtype(type));
   at::Tensor work = at::empty({std::min(n, planner::rt::kOptChunk)}, f32);
   const at::Tensor step = at::ones({}, f32), divisor = at::ones({}, f32);
   const planner::rt::AdamHyper h;
@@ -109,16 +117,16 @@ int main(int argc, char** argv) {
   stop = true;
   if (spinner.joinable()) spinner.join();
   std::string json = "{\"params\": " + std::to_string(n) + ", \"threads\": " + std::to_string(threads) +
-                     ", \"spin\": " + (spin ? "true" : "false") + ", \"cores\": " +
+                     ", \"dtype\": \"" + (type == at::kHalf ? "fp16" : "bf16") + "\", \"spin\": " + (spin ? "true" : "false") + ", \"cores\": " +
                      std::to_string(std::thread::hardware_concurrency());
   double med[2];
   for (int k = 0; k < 2; ++k) {
     std::vector<double> s = t[k];
     std::sort(s.begin(), s.end());
     med[k] = s[s.size() / 2];
-    std::printf("%-8s %.3g parameters/s (median of %lld; fastest %.3g, slowest %.3g), %lld threads%s\n", impls[k],
+    std::printf("%-8s %.3g parameters/s (median of %lld; fastest %.3g, slowest %.3g), %lld threads, %s%s\n", impls[k],
                 double(n) / med[k], (long long)reps, double(n) / s.front(), double(n) / s.back(), (long long)threads,
-                spin ? ", beside a spinning thread" : "");
+                type == at::kHalf ? "fp16" : "bf16", spin ? ", beside a spinning thread" : "");
     json += std::string(", \"") + impls[k] + "\": {\"params_per_second\": " + std::to_string(double(n) / med[k]) +
             ", \"seconds\": [";
     for (size_t i = 0; i < t[k].size(); ++i) json += (i ? ", " : "") + std::to_string(t[k][i]);

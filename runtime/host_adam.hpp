@@ -33,13 +33,15 @@ void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16
 
 // The host AdamW (runtime/host_adam.cpp): the same update as
 // at::_fused_adamw_ with grad_scale = divisor (the same operations in the
-// same order, bit for bit where the CPU has FMA), in one pass over
-// contiguous arrays: per block of 4096 elements, the 16-bit gradient is
-// converted and divided in the core's cache, master, m and v updated, and the
-// copy written in out_type (bf16, fp16 or fp32; out16 may be null). Memory sees 28 bytes per parameter
-// with 16-bit gradients, about half of what converting into a work buffer, the
-// fused AdamW and a copy as three LibTorch passes move; the host AdamW is
-// bound by memory bandwidth (validation/h100x2/cpu-adam).
+// same order, bit for bit where the CPU has FMA), in one pass over contiguous
+// arrays: per block of 4096 elements, the gradient is converted and divided
+// in the core's cache, master, m and v updated, and the copy written in
+// out_type (bf16, fp16 or fp32; out16 may be null). Memory sees 28 bytes per
+// parameter with 16-bit gradients, about half of what converting into a work
+// buffer, the fused AdamW and a copy as three LibTorch passes move; the host
+// AdamW is bound by memory bandwidth (validation/h100x2/cpu-adam, host-adam).
+// fp16 is converted with F16C where the CPU has it and bf16 by shifts, both
+// vectorized, so that neither precision is compute-bound.
 //
 // The work is spread over `threads` threads (the caller and helpers of a team
 // kept for the process), which take blocks from a shared counter. LibTorch's

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# One nvidia-h100-x2 call, held-out set 10 (issue 10), the first after the host AdamW's
+# vectorised fp16 conversions (runtime/host_adam.cpp): calibrate this host (one GPU
+# and mpirun -np 2), predict both sweeps with its profiles before any plan
+# runs, then run them (--kernels), the two-GPU sweep first.
+# scripts/device_x2_same_host.sh does the work.
+#   OUT=/some/dir bash scripts/device_x2_heldout10.sh
+[ -n "${OUT:-}" ] || { echo "device_x2_heldout10.sh: set OUT to the folder to write into" >&2; exit 2; }
+exec bash scripts/device_x2_same_host.sh \
+  'heldout10-2gpu|examples/sweep_h100x2_heldout10.json|2gpu||1' \
+  'heldout10-1gpu|examples/sweep_h100_heldout10.json|1gpu||1'
