@@ -71,7 +71,8 @@ namespace {
 // The CPU AdamW as Engine::opt runs it under offload (runtime/engine.cpp), by
 // the Engine's own adam_range (runtime/host_adam.hpp) on buffers allocated as
 // the Engine allocates them: fp32 master and moments and the 16-bit gradient
-// and parameter copies pinned, the fp32 work chunk pageable; units of 2^25
+// and parameter copies pinned (the fp32 work chunk, pageable, is used only by
+// PLANNER_HOST_ADAM=libtorch); units of 2^25
 // parameters (a layer of a 1-3B model) updated on a worker thread while this
 // thread waits for each and copies its 16-bit parameters to the device on a
 // side stream (Engine::to_device). Each step's time is the worker's, from its

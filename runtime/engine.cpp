@@ -278,6 +278,8 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   if (I.offload) {
     I.host_grad = host_zeros(sbase, I.dt);
     I.host_param = s.offload == Offload::All ? I.pshard : host_zeros(sbase, I.dt);
+    // Only PLANNER_HOST_ADAM=libtorch writes into it (host_adamw converts in
+    // cache); pageable and untouched otherwise, so it holds no pages.
     if (I.mixed) I.host_work = at::empty({std::min(sbase, kOptChunk)}, at::TensorOptions().dtype(at::kFloat));
   } else if (I.mixed) {
     I.work = at::empty({std::min(sbase, kOptChunk)}, dev(at::kFloat));

@@ -34,7 +34,7 @@ finish() {
 }
 trap finish EXIT
 
-OUT=$R/calib PART=calibrate BUDGET=200 bash scripts/device_calibrate.sh >"$R/calib.console.txt" 2>&1
+OUT=$R/calib PART=calibrate BUDGET=${CAL_BUDGET:-260} bash scripts/device_calibrate.sh >"$R/calib.console.txt" 2>&1
 X=./build-dev/planner
 profile() { case "$1" in 1gpu|2gpu) echo "$R/calib/profile-$1.json" ;; *) echo "$1" ;; esac; }
 for spec in "$@"; do
