@@ -2,7 +2,6 @@
 // this file's own threads (runtime/host_adam.hpp says why).
 #include "runtime/host_adam.hpp"
 
-
 #include <c10/util/Half.h>
 
 #if defined(__x86_64__)
@@ -42,7 +41,7 @@ class Team {
 
   void run(int threads, int64_t blocks, const std::function<void(int64_t)>& body) {
     std::lock_guard<std::mutex> one_job(job_mu_);
-    const int helpers = std::max(0, std::min<int>(threads, int(blocks)) - 1);
+    const int helpers = int(std::max<int64_t>(0, std::min<int64_t>(threads, blocks) - 1));
     grow(helpers);
     {
       std::lock_guard<std::mutex> lk(mu_);
