@@ -4,6 +4,8 @@
 // the whole model), with accumulation and checkpointing, on several families.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <thread>
+#include <vector>
 
 #include "runtime/host_adam.hpp"
 #include "catch.hpp"
@@ -86,5 +88,34 @@ TEST_CASE("host AdamW: adam_range equals one fused call per part", "[engine][ada
       }
     }
   }
+  at::set_num_threads(before);
+}
+
+// Two callers at once (two Engines' worker threads in one process): the host
+// AdamW's team takes one job at a time, and each caller gets its own result.
+TEST_CASE("host AdamW: two callers at once get the same results as one at a time", "[engine][adam]") {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor step = at::full({}, 2.0, f32), divisor = at::full({}, 1.0, f32);
+  const rt::AdamHyper h;
+  const int before = at::get_num_threads();
+  at::set_num_threads(4);  // helpers for each caller, even on a 2-core machine
+  const int64_t n = 64 * 4096 + 17;
+  at::manual_seed(11);
+  std::vector<at::Tensor> master0, grad;
+  for (int k = 0; k < 2; ++k) master0.push_back(at::randn({n}, f32)), grad.push_back(at::randn({n}, f32).to(at::kBFloat16));
+  auto update = [&](int k, int reps) {
+    at::Tensor mm = master0[size_t(k)].clone(), m = at::zeros({n}, f32), v = at::zeros({n}, f32);
+    for (int r = 0; r < reps; ++r) rt::adam_range(mm, m, v, grad[size_t(k)], at::Tensor(), n / 2, h, step, divisor);
+    return mm;
+  };
+  const at::Tensor alone0 = update(0, 20), alone1 = update(1, 20);
+  at::Tensor both0, both1;
+  std::thread a([&] { both0 = update(0, 20); });
+  std::thread b([&] { both1 = update(1, 20); });
+  a.join();
+  b.join();
+  CHECK(at::equal(both0, alone0));
+  CHECK(at::equal(both1, alone1));
+  CHECK(!at::equal(alone0, master0[0]));
   at::set_num_threads(before);
 }
