@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
       return 0;
     } else usage_error("unknown argument '" + a + "' (see --help)");
   }
+  std::ofstream json_file;  // opened before the run: a bad path is refused at once
+  if (!json_path.empty()) {
+    json_file.open(json_path);
+    if (!json_file) usage_error("cannot write " + json_path);
+  }
   at::set_num_threads(int(threads));
   const int64_t unit = std::min<int64_t>(n, int64_t(1) << 25);
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -134,9 +139,6 @@ int main(int argc, char** argv) {
   }
   std::printf("planner / libtorch: %.2fx\n", med[1] / med[0]);
   json += ", \"speedup\": " + std::to_string(med[1] / med[0]) + "}\n";
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    if (!f || !(f << json)) usage_error("cannot write " + json_path);
-  }
+  if (!json_path.empty() && !(json_file << json << std::flush)) usage_error("cannot write " + json_path);
   return 0;
 }

@@ -1,13 +1,11 @@
 #include "runtime/engine.hpp"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -762,40 +760,6 @@ void Engine::reduce_replicated() {
   // Offload: the host copies left before this sum; copy the summed ranges again.
   if (I.offload)
     for (const auto& r : I.repl_host) I.host_grad.narrow(0, r.host, r.len).copy_(g.narrow(0, r.dev, r.len));
-}
-
-// AdamW over [o, o + n) of the shard buffers, split at the decay boundary and in
-// chunks, as Trainer::optimizer_step does for the whole buffer.
-void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
-                const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor, at::Tensor out16) {
-  const int64_t n = master.numel();
-  // PLANNER_HOST_ADAM=libtorch runs the host update as the device's, for
-  // comparison (benchmarks/host_adam_bench.cpp); read at each call.
-  const char* impl = std::getenv("PLANNER_HOST_ADAM");
-  if (!master.is_cuda() && !(impl && std::string(impl) == "libtorch")) {
-    auto contiguous = [](const at::Tensor& t) { return !t.defined() || t.is_contiguous(); };
-    if (master.scalar_type() != at::kFloat || m.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat ||
-        m.numel() != n || v.numel() != n || grad16.numel() != n || (out16.defined() && out16.numel() != n) ||
-        !contiguous(master) || !contiguous(m) || !contiguous(v) || !contiguous(grad16) || !contiguous(out16))
-      throw std::invalid_argument("adam_range: host buffers must be contiguous, fp32 master and moments, n elements");
-    host_adamw(master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), grad16.data_ptr(),
-               grad16.scalar_type(), n, decay_len, h, step_count.item<double>(), divisor.item<float>(),
-               out16.defined() ? out16.data_ptr() : nullptr, out16.defined() ? out16.scalar_type() : at::kBFloat16,
-               at::get_num_threads());
-    return;
-  }
-  for (int part = 0; part < 2; ++part) {
-    const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
-    for (int64_t o = 0; o < len; o += kOptChunk) {
-      const int64_t cnum = std::min(kOptChunk, len - o);
-      at::Tensor g = grad16.narrow(0, a + o, cnum);
-      if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
-      at::_fused_adamw_({master.narrow(0, a + o, cnum)}, {g}, {m.narrow(0, a + o, cnum)}, {v.narrow(0, a + o, cnum)}, {},
-                        {step_count}, h.lr, h.beta1, h.beta2, part == 0 ? h.weight_decay : 0.0, h.eps,
-                        /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
-    }
-  }
-  if (out16.defined()) out16.copy_(master);
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// The host AdamW of the offload step: one pass over the shard, on a team of
-// this file's own threads (runtime/host_adam.hpp says why).
+// The AdamW of one shard range (adam_range) and, on the host, its one-pass
+// update on a team of this file's own threads (runtime/host_adam.hpp says why).
 #include "runtime/host_adam.hpp"
 
 #include <c10/util/Half.h>
@@ -11,14 +11,18 @@
 #define PLANNER_CLONES
 #endif
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -258,6 +262,41 @@ void host_adamw(float* master, float* m, float* v, const void* grad, at::ScalarT
                  k, decay_factor, scaled, out16 ? static_cast<char*>(out16) + size_t(o) * osize : nullptr, out_type);
   };
   Team::get().run(std::max(1, threads), blocks, body);
+}
+
+// AdamW over [o, o + n) of the shard buffers: host tensors by host_adamw
+// above; device tensors split at the decay boundary and in chunks, as
+// Trainer::optimizer_step does for the whole buffer.
+void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
+                const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor, at::Tensor out16) {
+  const int64_t n = master.numel();
+  // PLANNER_HOST_ADAM=libtorch runs the host update as the device's, for
+  // comparison (benchmarks/host_adam_bench.cpp); read at each call.
+  const char* impl = std::getenv("PLANNER_HOST_ADAM");
+  if (!master.is_cuda() && !(impl && std::string(impl) == "libtorch")) {
+    auto contiguous = [](const at::Tensor& t) { return !t.defined() || t.is_contiguous(); };
+    if (master.scalar_type() != at::kFloat || m.scalar_type() != at::kFloat || v.scalar_type() != at::kFloat ||
+        m.numel() != n || v.numel() != n || grad16.numel() != n || (out16.defined() && out16.numel() != n) ||
+        !contiguous(master) || !contiguous(m) || !contiguous(v) || !contiguous(grad16) || !contiguous(out16))
+      throw std::invalid_argument("adam_range: host buffers must be contiguous, fp32 master and moments, n elements");
+    host_adamw(master.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), grad16.data_ptr(),
+               grad16.scalar_type(), n, decay_len, h, step_count.item<double>(), divisor.item<float>(),
+               out16.defined() ? out16.data_ptr() : nullptr, out16.defined() ? out16.scalar_type() : at::kBFloat16,
+               at::get_num_threads());
+    return;
+  }
+  for (int part = 0; part < 2; ++part) {
+    const int64_t a = part == 0 ? 0 : decay_len, len = part == 0 ? decay_len : n - decay_len;
+    for (int64_t o = 0; o < len; o += kOptChunk) {
+      const int64_t cnum = std::min(kOptChunk, len - o);
+      at::Tensor g = grad16.narrow(0, a + o, cnum);
+      if (g.scalar_type() != at::kFloat) g = work.narrow(0, 0, cnum).copy_(g);
+      at::_fused_adamw_({master.narrow(0, a + o, cnum)}, {g}, {m.narrow(0, a + o, cnum)}, {v.narrow(0, a + o, cnum)}, {},
+                        {step_count}, h.lr, h.beta1, h.beta2, part == 0 ? h.weight_decay : 0.0, h.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
+    }
+  }
+  if (out16.defined()) out16.copy_(master);
 }
 
 }  // namespace planner::rt
