@@ -113,8 +113,33 @@ struct Fitter {
                       : "a tiny kernel's time in a burst of 50 (launch-bound)");
   }
 
+  // calibrate's step_operands part: the same GEMM or attention timed on a
+  // training step's own operands and on random normal ones of its shape. A
+  // GPU's clock at its power limit depends on the values (validation/h100/
+  // kernels §3), so on the GPU the rates fitted from random operands are
+  // scaled by the median of random / step time over the captured cases of a
+  // precision family (key "16-bit" pools bf16 and fp16 for attention, whose
+  // relative rates are one figure for both). {} where not measured.
+  std::map<std::string, std::pair<double, size_t>> operand_factors(const char* list, const char* random_key,
+                                                                   const char* step_key, bool pool16) const {
+    std::map<std::string, std::pair<double, size_t>> out;
+    if (!m.contains("step_operands") || !m["step_operands"].is_object()) return out;
+    const json cases = m["step_operands"].value(list, json::array());
+    std::map<std::string, std::vector<double>> ratios;
+    for (const auto& x : cases) {
+      const double r = x.value(random_key, 0.0), st = x.value(step_key, 0.0);
+      if (!(r > 0) || !(st > 0) || !std::isfinite(r) || !std::isfinite(st)) continue;
+      std::string prec = x.value("precision", "");
+      if (pool16 && prec != "fp32") prec = "16-bit";
+      ratios[prec].push_back(r / st);
+    }
+    for (auto& [prec, v] : ratios) out[prec] = {median(v), v.size()};
+    return out;
+  }
+
   void gemms() {
     if (!m.contains("gemm") || m["gemm"].empty()) return;
+    const auto factors = operand_factors("gemms", "random_seconds", "step_seconds", false);
     std::map<std::string, std::vector<json*>> by_prec;
     for (auto& g : m["gemm"]) by_prec[g.at("precision").get<std::string>()].push_back(&g);
     if (!gpu) {
@@ -155,14 +180,28 @@ struct Fitter {
         (*g)["memory_bound"] = mem_bound;
         if (!mem_bound) kept.push_back((*g)["efficiency"].get<double>());
       }
-      const double eff = fraction(median(kept.empty() ? effs : kept), std::string("gemm_efficiency_") + prec, notes);
+      double random_eff = median(kept.empty() ? effs : kept), factor = 1;
+      std::string how_operands;
+      if (auto it = factors.find(prec); it != factors.end()) {
+        if (gpu) {
+          factor = it->second.first;
+          how_operands = fmt::format(" x {:.4f}, the median random / step-operand time over {} GEMMs of one-layer "
+                                     "models' training steps (random operands alone: {:.4f})",
+                                     factor, it->second.second, random_eff);
+        } else {
+          notes.push_back(fmt::format("gemm_efficiency_{}: the CPU's random / step-operand time ratio {:.4f} "
+                                      "(median over {} GEMMs) is not applied: no power-limited clock",
+                                      prec, it->second.first, it->second.second));
+        }
+      }
+      const double eff = fraction(random_eff * factor, std::string("gemm_efficiency_") + prec, notes);
       if (eff <= 0) continue;
       (pr == Precision::FP32 ? p.gemm_efficiency_fp32 : pr == Precision::FP16 ? p.gemm_efficiency_fp16
                                                                               : p.gemm_efficiency_bf16) = eff;
       set(std::string("gemm_efficiency_") + prec, eff,
-          fmt::format("median over {} shapes of measured FLOP/s / ({} peak {:.4g} TFLOP/s x shape factor)",
+          fmt::format("median over {} shapes of measured FLOP/s / ({} peak {:.4g} TFLOP/s x shape factor){}",
                       kept.empty() ? effs.size() : kept.size(), pr == Precision::FP32 && p.allow_tf32 ? "tf32" : prec,
-                      peak / 1e12));
+                      peak / 1e12, how_operands));
       main_eff = eff, main_prec = prec;
     }
     if (main_eff > 0) {
@@ -211,12 +250,23 @@ struct Fitter {
     const std::string how_f = "median over {} {}cases of attention FLOP/s (4 b a s^2 d, halved causal) / the fitted {}GEMM rate";
     const std::string how_b = "median over {} {}cases of 2.5x the forward's FLOPs / (backward time less rowsum(dO O) and the "
                               "dQ conversion, which the layer model prices apart) / the fitted {}GEMM rate";
+    const auto fwd_f = operand_factors("attention", "random_forward_seconds", "step_forward_seconds", true);
+    const auto bwd_f = operand_factors("attention", "random_backward_seconds", "step_backward_seconds", true);
     auto fit = [&](const std::vector<double>& v, const char* field, double& out, bool fp32, const std::string& how) {
       if (v.empty()) return;
-      const double x = fraction(median(v), field, notes);
+      const auto& factors = std::string(field).find("forward") != std::string::npos ? fwd_f : bwd_f;
+      double factor = 1;
+      std::string how_operands;
+      if (auto it = factors.find(fp32 ? "fp32" : "16-bit"); it != factors.end() && gpu) {
+        factor = it->second.first;
+        how_operands = fmt::format(" x {:.4f}, the median random / step-operand time over {} attention cases of "
+                                   "one-layer models' training steps (random operands alone: {:.4f})",
+                                   factor, it->second.second, median(v));
+      }
+      const double x = fraction(median(v) * factor, field, notes);
       if (x <= 0) return;
       out = x;
-      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : ""));
+      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : "") + how_operands);
     };
     fit(fwd, "attention_forward_relative", p.attention_forward_relative, false, how_f);
     fit(bwd, "attention_backward_relative", p.attention_backward_relative, false, how_b);

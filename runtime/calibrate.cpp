@@ -222,6 +222,9 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     part("cpu_adam", [&] { return calib::measure_cpu_adam(c); });
     if (cuda) part("memory", [&] { return measure_device_memory(c, after_context); });
     else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
+    // After the memory part: its Trainers load kernels (AdamW, the loss) whose
+    // code would count as memory outside the allocator there.
+    part("step_operands", [&] { return calib::measure_step_operands(c); });
   }
   at::set_num_threads(threads_before);
   if (worldc) {

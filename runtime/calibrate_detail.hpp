@@ -41,6 +41,13 @@ nlohmann::json measure_memory_kernels(const Ctx& c);
 // {kernel_overhead_seconds (GPU: queued behind work, as in a step), launch_bound_seconds}
 nlohmann::json measure_kernel_overhead(const Ctx& c);
 
+// runtime/calibrate_operands.cpp: GEMMs and attention on a training step's own
+// operands against random normal ones of the same shapes:
+// {gemms: [{precision, model, layout, m, n, k, random_seconds, step_seconds}],
+//  attention: [{precision, model, batch, heads, kv_heads, seq, head_dim,
+//               random_/step_forward_seconds, random_/step_backward_seconds}]}
+nlohmann::json measure_step_operands(const Ctx& c);
+
 // runtime/calibrate_host.cpp
 nlohmann::json measure_host_copies(const Ctx& c);  // GPU only
 nlohmann::json measure_host_memcpy(const Ctx& c);
