@@ -3,7 +3,9 @@
 // LibTorch inside: not for the planner's headers.
 #include <ATen/ATen.h>
 
+#include <array>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -47,6 +49,25 @@ nlohmann::json measure_kernel_overhead(const Ctx& c);
 //  attention: [{precision, model, batch, heads, kv_heads, seq, head_dim,
 //               random_/step_forward_seconds, random_/step_backward_seconds}]}
 nlohmann::json measure_step_operands(const Ctx& c);
+
+// The operands of every GEMM (aten::mm, addmm, addmm_; 2-D) and fused
+// attention (q, k, v; the output gradient of each attention backward) run on
+// any thread while fn() runs, copied (a RecordFunction observer; one capture
+// at a time). `self` is addmm's bias or addmm_'s accumulator.
+struct CapturedGemm {
+  std::string op;  // "aten::mm", "aten::addmm", "aten::addmm_"
+  at::Tensor a, b, self;
+};
+struct Captured {
+  std::mutex mu;
+  std::vector<CapturedGemm> gemms;
+  std::vector<std::array<at::Tensor, 3>> attention;
+  std::vector<at::Tensor> attention_grads;
+};
+void capture_ops(Captured& cap, const std::function<void()>& fn);
+// One call of the GEMM as it was called (addmm_ accumulates into the captured
+// copy of its accumulator, which grows with each call).
+void replay_gemm(const CapturedGemm& g);
 
 // runtime/calibrate_host.cpp
 nlohmann::json measure_host_copies(const Ctx& c);  // GPU only

@@ -46,13 +46,6 @@ namespace {
 
 using nlohmann::json;
 
-// What the observer copied during one forward + backward.
-struct Captured {
-  std::mutex mu;
-  std::vector<std::pair<at::Tensor, at::Tensor>> gemms;  // (A, B) of C = A B, strides kept
-  std::vector<std::array<at::Tensor, 3>> attention;       // q, k, v (contiguous)
-  std::vector<at::Tensor> attention_grads;                // the gradient of each attention output
-};
 Captured* g_captured = nullptr;  // set only while the observer is installed
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
@@ -69,11 +62,11 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
   const std::string_view name = fn.name();
   const auto in = fn.inputs();
   auto tensor = [&](size_t i) { return i < in.size() && in[i].isTensor() ? in[i].toTensor() : at::Tensor(); };
-  at::Tensor a, b, q, k, v, dout;
+  at::Tensor a, b, self, q, k, v, dout;
   if (name == "aten::mm") {
     a = tensor(0), b = tensor(1);
   } else if (name == "aten::addmm" || name == "aten::addmm_") {
-    a = tensor(1), b = tensor(2);
+    self = tensor(0), a = tensor(1), b = tensor(2);
   } else if (name == "aten::scaled_dot_product_attention") {
     q = tensor(0), k = tensor(1), v = tensor(2);
   } else if (starts_with(name, "aten::_scaled_dot_product_") && ends_with(name, "_backward")) {
@@ -85,7 +78,12 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
   torch::autograd::AutoGradMode no_grad(false);
   std::lock_guard<std::mutex> lock(cap->mu);
   if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) {
-    cap->gemms.emplace_back(a.clone(at::MemoryFormat::Preserve), b.clone(at::MemoryFormat::Preserve));
+    CapturedGemm g;
+    g.op = std::string(name);
+    g.a = a.clone(at::MemoryFormat::Preserve);
+    g.b = b.clone(at::MemoryFormat::Preserve);
+    if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
+    cap->gemms.push_back(std::move(g));
   } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
     cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
   } else if (dout.defined() && dout.dim() == 4) {
@@ -141,6 +139,36 @@ double time_gemm(const Ctx& c, const std::function<void()>& fn, const at::Tensor
   return v[v.size() / 2];
 }
 
+}  // namespace
+
+void capture_ops(Captured& cap, const std::function<void()>& fn) {
+  g_captured = &cap;
+  const at::CallbackHandle h = at::addGlobalCallback(
+      at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(h);
+    g_captured = nullptr;
+    throw;
+  }
+  at::removeCallback(h);
+  g_captured = nullptr;
+}
+
+void replay_gemm(const CapturedGemm& g) {
+  if (g.op == "aten::addmm_") {
+    at::Tensor t = g.self;
+    t.addmm_(g.a, g.b);
+  } else if (g.op == "aten::addmm") {
+    (void)at::addmm(g.self, g.a, g.b);
+  } else {
+    (void)at::mm(g.a, g.b);
+  }
+}
+
+namespace {
+
 const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
   const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
   return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
@@ -178,24 +206,16 @@ json measure_step_operands(const Ctx& c) {
         synchronize(c.cuda);
         tr.zero_grad();
         auto [ids, labels] = tr.batch(2, 0, cfg.mbs);
-        g_captured = &cap;
-        const at::CallbackHandle h = at::addGlobalCallback(
-            at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
-        try {
+        capture_ops(cap, [&] {
           tr.forward_backward(ids, labels, tr.loss_scale() / double(cfg.gas));
           synchronize(c.cuda);
-        } catch (...) {
-          at::removeCallback(h);
-          g_captured = nullptr;
-          throw;
-        }
-        at::removeCallback(h);
-        g_captured = nullptr;
+        });
       }
       empty_cache(c.cuda);
       const std::string p = to_string(pr);
       int timed = 0;
-      for (auto& [a, b] : cap.gemms) {
+      for (const CapturedGemm& g : cap.gemms) {
+        const at::Tensor &a = g.a, &b = g.b;
         const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
         const double flops = 2.0 * double(m) * double(n) * double(k);
         if (flops < min_flops) continue;
