@@ -15,7 +15,11 @@
 //
 //   step_gemms [--model gpt-neo-1.3b|opt-1.3b|tinyllama] [--layers N]
 //              [--precision bf16|fp16|fp32] [--mbs N] [--seq N] [--reps N]
-//              [--json FILE]
+//              [--seconds S] [--json FILE]
+//
+// --seconds S: each way first runs unrecorded for S seconds (default 0), so
+// that it is timed in the GPU's sustained state (its clock under the power
+// limit) rather than in a burst after a pause.
 //
 // Prints one line per way with the summed GEMM seconds and the ratio to
 // `step`, and the GEMM kernels by name for step and replay-mm; --json writes
@@ -79,6 +83,7 @@ json gemm_rows(const KernelProfile& p) {
 int main(int argc, char** argv) {
   std::string model = "gpt-neo-1.3b", prec = "bf16", json_path;
   int64_t layers = 4, mbs = 4, seq = 2048, reps = 3;
+  double warm_seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -92,9 +97,15 @@ int main(int argc, char** argv) {
     else if (a == "--seq") seq = parse_int(next(), "--seq");
     else if (a == "--reps") reps = parse_int(next(), "--reps");
     else if (a == "--json") json_path = next();
+    else if (a == "--seconds") {
+      const char* v = next();
+      char* end = nullptr;
+      warm_seconds = std::strtod(v, &end);
+      if (!end || *end || !(warm_seconds >= 0) || warm_seconds > 600) usage_error("--seconds needs 0..600, got '" + std::string(v) + "'");
+    }
     else if (a == "-h" || a == "--help") {
       std::printf("step_gemms [--model gpt-neo-1.3b|opt-1.3b|tinyllama] [--layers N] [--precision bf16|fp16|fp32]\n"
-                  "           [--mbs N] [--seq N] [--reps N] [--json FILE]\n");
+                  "           [--mbs N] [--seq N] [--reps N] [--seconds S] [--json FILE]\n");
       return 0;
     } else usage_error("unknown argument '" + a + "'");
   }
@@ -134,8 +145,21 @@ int main(int argc, char** argv) {
   synchronize(true);
   const double mult = tr.loss_scale() / double(cfg.gas);
 
+  // Runs fn unrecorded for --seconds (the sustained state).
+  auto sustain = [&](const std::function<void()>& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < warm_seconds) {
+      fn();
+      synchronize(true);
+    }
+  };
   // step: the forward + backward under the profiler.
   phase("step");
+  sustain([&] {
+    tr.zero_grad();
+    auto [ids, labels] = tr.batch(2, 0, mbs);
+    tr.forward_backward(ids, labels, mult);
+  });
   std::vector<double> step_s;
   KernelProfile step_prof;
   for (int64_t r = 0; r < reps; ++r) {
@@ -170,6 +194,7 @@ int main(int argc, char** argv) {
     phase(name);
     seq_fn();  // warm-up
     synchronize(true);
+    sustain(seq_fn);
     std::vector<double> s;
     for (int64_t r = 0; r < reps; ++r) {
       KernelRecorder rec;

@@ -19,12 +19,18 @@ cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TEST
 echo "built in $(( $(date +%s) - START )) s"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader -lms 50 >"$R/clocks.csv" 2>&1 &
 SMI=$!
-for a in "--model gpt-neo-1.3b --precision bf16" "--model opt-1.3b --precision bf16" "--model tinyllama --precision bf16" \
-         "--model gpt-neo-1.3b --precision fp16" "--model gpt-neo-1.3b --precision fp32"; do
-  n=$(echo "$a" | awk '{print $2"-"$4}')
+# RUNS: one "--model M --precision P --layers L" per line; SECONDS: sustained seconds before each way.
+RUNS=${RUNS:-"--model gpt-neo-1.3b --precision bf16 --layers 4
+--model opt-1.3b --precision bf16 --layers 4
+--model tinyllama --precision bf16 --layers 4
+--model gpt-neo-1.3b --precision fp16 --layers 4
+--model gpt-neo-1.3b --precision fp32 --layers 4"}
+while read -r a; do
+  [ -n "$a" ] || continue
+  n=$(echo "$a" | awk '{print $2"-"$4"-"$6}')
   echo "== $n ($(( $(date +%s) - START )) s)"
-  timeout 120 ./build-dev/step_gemms $a --layers 4 --json "$R/$n.json"
-done
+  timeout 150 ./build-dev/step_gemms $a --seconds "${SECONDS_SUSTAIN:-0}" --json "$R/$n.json"
+done <<<"$RUNS"
 kill $SMI
 tar czf "$OUT/results.tgz" -C "$R" .
 echo "done in $(( $(date +%s) - START )) s"
