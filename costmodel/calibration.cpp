@@ -113,25 +113,25 @@ struct Fitter {
                       : "a tiny kernel's time in a burst of 50 (launch-bound)");
   }
 
-  // calibrate's step_operands part: the same GEMM or attention timed on a
-  // training step's own operands and on random normal ones of its shape. A
-  // GPU's clock at its power limit depends on the values (validation/h100/
-  // kernels §3), so on the GPU the rates fitted from random operands are
-  // scaled by the median of random / step time over the captured cases of a
-  // precision family (key "16-bit" pools bf16 and fp16 for attention, whose
-  // relative rates are one figure for both). {} where not measured.
-  std::map<std::string, std::pair<double, size_t>> operand_factors(const char* list, const char* random_key,
-                                                                   const char* step_key, bool pool16) const {
+  // calibrate's in_step part: per model family and precision, the GEMM and
+  // attention kernels' time in a sustained training step of a two-layer model
+  // (Kineto) and the same kernels timed as calibrate times its points. At its
+  // power limit a GPU's clock depends on the mix it runs (validation/h100/
+  // in-step), so on the GPU the rates fitted from calibrate's points are
+  // scaled by the median of calibrate's time over the step's (key "16-bit"
+  // pools bf16 and fp16 when `pool16`: the attention rates are one figure for
+  // both). {} where not measured (the CPU has no step kernel times).
+  std::map<std::string, std::pair<double, size_t>> in_step_factors(const char* alone_key, const char* step_key,
+                                                                   bool pool16) const {
     std::map<std::string, std::pair<double, size_t>> out;
-    if (!m.contains("step_operands") || !m["step_operands"].is_object()) return out;
-    const json cases = m["step_operands"].value(list, json::array());
+    if (!m.contains("in_step") || !m["in_step"].is_array()) return out;
     std::map<std::string, std::vector<double>> ratios;
-    for (const auto& x : cases) {
-      const double r = x.value(random_key, 0.0), st = x.value(step_key, 0.0);
-      if (!(r > 0) || !(st > 0) || !std::isfinite(r) || !std::isfinite(st)) continue;
+    for (const auto& x : m["in_step"]) {
+      const double a = x.value(alone_key, 0.0), st = x.value(step_key, 0.0);
+      if (!(a > 0) || !(st > 0) || !std::isfinite(a) || !std::isfinite(st)) continue;
       std::string prec = x.value("precision", "");
       if (pool16 && prec != "fp32") prec = "16-bit";
-      ratios[prec].push_back(r / st);
+      ratios[prec].push_back(a / st);
     }
     for (auto& [prec, v] : ratios) out[prec] = {median(v), v.size()};
     return out;
@@ -139,7 +139,7 @@ struct Fitter {
 
   void gemms() {
     if (!m.contains("gemm") || m["gemm"].empty()) return;
-    const auto factors = operand_factors("gemms", "random_seconds", "step_seconds", false);
+    const auto factors = in_step_factors("alone_gemm_seconds", "step_gemm_seconds", false);
     std::map<std::string, std::vector<json*>> by_prec;
     for (auto& g : m["gemm"]) by_prec[g.at("precision").get<std::string>()].push_back(&g);
     if (!gpu) {
@@ -154,6 +154,7 @@ struct Fitter {
     }
     double main_eff = 0;
     std::string main_prec;
+    std::vector<double> tn16, tn32;
     for (const char* prec : {"fp32", "fp16", "bf16"}) {  // the last one measured is the main (16-bit) one
       if (!by_prec.count(prec)) continue;
       const Precision pr = precision_of(prec);
@@ -178,39 +179,51 @@ struct Fitter {
         const double bytes = double(M * K + K * N + M * N) * bytes_per_element(pr);
         const bool mem_bound = bytes / p.memory_Bps() > compute;
         (*g)["memory_bound"] = mem_bound;
-        if (!mem_bound) kept.push_back((*g)["efficiency"].get<double>());
+        // Weight gradients (tn) have their own relative rate, fitted below.
+        if (!mem_bound && g->value("layout", "") != "tn") kept.push_back((*g)["efficiency"].get<double>());
       }
-      double random_eff = median(kept.empty() ? effs : kept), factor = 1;
-      std::string how_operands;
-      if (auto it = factors.find(prec); it != factors.end()) {
-        if (gpu) {
-          factor = it->second.first;
-          how_operands = fmt::format(" x {:.4f}, the median random / step-operand time over {} GEMMs of one-layer "
-                                     "models' training steps (random operands alone: {:.4f})",
-                                     factor, it->second.second, random_eff);
-        } else {
-          notes.push_back(fmt::format("gemm_efficiency_{}: the CPU's random / step-operand time ratio {:.4f} "
-                                      "(median over {} GEMMs) is not applied: no power-limited clock",
-                                      prec, it->second.first, it->second.second));
-        }
+      double points_eff = median(kept.empty() ? effs : kept), factor = 1;
+      std::string how_step;
+      if (auto it = factors.find(prec); it != factors.end() && gpu) {
+        factor = it->second.first;
+        how_step = fmt::format(" x {:.4f}, the median over {} models of calibrate's time for their GEMMs / the GEMM "
+                               "kernels' time in a sustained training step (the points alone: {:.4f})",
+                               factor, it->second.second, points_eff);
       }
-      const double eff = fraction(random_eff * factor, std::string("gemm_efficiency_") + prec, notes);
+      const double eff = fraction(points_eff * factor, std::string("gemm_efficiency_") + prec, notes);
       if (eff <= 0) continue;
       (pr == Precision::FP32 ? p.gemm_efficiency_fp32 : pr == Precision::FP16 ? p.gemm_efficiency_fp16
                                                                               : p.gemm_efficiency_bf16) = eff;
       set(std::string("gemm_efficiency_") + prec, eff,
           fmt::format("median over {} shapes of measured FLOP/s / ({} peak {:.4g} TFLOP/s x shape factor){}",
                       kept.empty() ? effs.size() : kept.size(), pr == Precision::FP32 && p.allow_tf32 ? "tf32" : prec,
-                      peak / 1e12, how_operands));
+                      peak / 1e12, how_step));
       main_eff = eff, main_prec = prec;
+      // The weight-gradient shapes against this precision's fitted rate (before the in-step factor, which both share).
+      for (json* g : by_prec[prec])
+        if (g->value("layout", "") == "tn" && !(*g)["memory_bound"].get<bool>())
+          (pr == Precision::FP32 ? tn32 : tn16).push_back((*g)["efficiency"].get<double>() / points_eff);
     }
+    auto fit_tn = [&](const std::vector<double>& v, const char* field, double& out, bool fp32) {
+      if (v.empty()) return;
+      const double x = median(v);
+      if (!(x > 0) || x > 2) return;
+      out = x;
+      set(field, x, fmt::format("median over {} {}weight-gradient (tn) shapes of their efficiency / their precision's "
+                                "fitted forward and data-gradient efficiency",
+                                v.size(), fp32 ? "fp32 " : "16-bit "));
+    };
+    fit_tn(tn16, "weight_grad_gemm_relative", p.weight_grad_gemm_relative, false);
+    fit_tn(tn32, "weight_grad_gemm_relative_fp32", p.weight_grad_gemm_relative_fp32, true);
     if (main_eff > 0) {
       p.gemm_efficiency = main_eff;
       set("gemm_efficiency", main_eff, "gemm_efficiency_" + main_prec);
     }
     for (auto& g : m["gemm"]) {
-      const double model = gemm_seconds(p, g["m"].get<int64_t>(), g["n"].get<int64_t>(), g["k"].get<int64_t>(),
-                                        precision_of(g["precision"].get<std::string>()), 1);
+      const int64_t M = g["m"].get<int64_t>(), N = g["n"].get<int64_t>(), K = g["k"].get<int64_t>();
+      const Precision pr = precision_of(g["precision"].get<std::string>());
+      const double model = g.value("layout", "") == "tn" ? weight_grad_gemm_seconds(p, M, N, K, pr)
+                                                          : gemm_seconds(p, M, N, K, pr, 1);
       g["model_seconds"] = model;
       g["error_pct"] = pct_error(model, g["seconds"].get<double>());
     }
@@ -250,23 +263,21 @@ struct Fitter {
     const std::string how_f = "median over {} {}cases of attention FLOP/s (4 b a s^2 d, halved causal) / the fitted {}GEMM rate";
     const std::string how_b = "median over {} {}cases of 2.5x the forward's FLOPs / (backward time less rowsum(dO O) and the "
                               "dQ conversion, which the layer model prices apart) / the fitted {}GEMM rate";
-    const auto fwd_f = operand_factors("attention", "random_forward_seconds", "step_forward_seconds", true);
-    const auto bwd_f = operand_factors("attention", "random_backward_seconds", "step_backward_seconds", true);
+    const auto step_f = in_step_factors("alone_attention_seconds", "step_attention_seconds", true);
     auto fit = [&](const std::vector<double>& v, const char* field, double& out, bool fp32, const std::string& how) {
       if (v.empty()) return;
-      const auto& factors = std::string(field).find("forward") != std::string::npos ? fwd_f : bwd_f;
       double factor = 1;
-      std::string how_operands;
-      if (auto it = factors.find(fp32 ? "fp32" : "16-bit"); it != factors.end() && gpu) {
+      std::string how_step;
+      if (auto it = step_f.find(fp32 ? "fp32" : "16-bit"); it != step_f.end() && gpu) {
         factor = it->second.first;
-        how_operands = fmt::format(" x {:.4f}, the median random / step-operand time over {} attention cases of "
-                                   "one-layer models' training steps (random operands alone: {:.4f})",
-                                   factor, it->second.second, median(v));
+        how_step = fmt::format(" x {:.4f}, the median over {} models of calibrate's time for their attention / the "
+                               "attention kernels' time in a sustained training step (the cases alone: {:.4f})",
+                               factor, it->second.second, median(v));
       }
       const double x = fraction(median(v) * factor, field, notes);
       if (x <= 0) return;
       out = x;
-      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : "") + how_operands);
+      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : "") + how_step);
     };
     fit(fwd, "attention_forward_relative", p.attention_forward_relative, false, how_f);
     fit(bwd, "attention_backward_relative", p.attention_backward_relative, false, how_b);

@@ -82,6 +82,11 @@ void HardwareProfile::validate() const {
   fraction(attention_backward_relative, "attention_backward_relative");
   if (attention_forward_relative_fp32 != 0) fraction(attention_forward_relative_fp32, "attention_forward_relative_fp32");
   if (attention_backward_relative_fp32 != 0) fraction(attention_backward_relative_fp32, "attention_backward_relative_fp32");
+  if (!(weight_grad_gemm_relative > 0 && weight_grad_gemm_relative <= 2))
+    throw InputError(fmt::format("profile: weight_grad_gemm_relative={} must be in (0, 2]", weight_grad_gemm_relative));
+  if (!(weight_grad_gemm_relative_fp32 >= 0 && weight_grad_gemm_relative_fp32 <= 2))
+    throw InputError(fmt::format("profile: weight_grad_gemm_relative_fp32={} must be in [0, 2] (0: the 16-bit figure)",
+                                 weight_grad_gemm_relative_fp32));
   fraction(nvlink_efficiency, "nvlink_efficiency");
   fraction(pcie_efficiency, "pcie_efficiency");
   fraction(network_efficiency, "network_efficiency");
@@ -172,7 +177,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
 
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
-  X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
+  X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(weight_grad_gemm_relative) X(weight_grad_gemm_relative_fp32) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(kernel_overhead_seconds)      \
   X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \

@@ -30,6 +30,17 @@ struct HardwareProfile {
   // Per working precision, when measured (planner calibrate: the median over
   // transformer GEMM shapes of measured / (peak x shape factor)); 0: gemm_efficiency.
   double gemm_efficiency_fp32 = 0, gemm_efficiency_fp16 = 0, gemm_efficiency_bf16 = 0;
+  // A weight gradient's GEMM, dW = X^T dY (the "tn" layout: both operands
+  // read transposed, the reduction over the tokens), relative to the fitted
+  // rate of the forward and data-gradient GEMMs: on an H100 TF32 runs it at
+  // about 0.7 of their rate, bf16 and fp16 at about theirs (planner
+  // calibrate's "weight grad" shapes). 16-bit inputs and, when measured, fp32
+  // apart (0: the 16-bit figure).
+  double weight_grad_gemm_relative = 1.0, weight_grad_gemm_relative_fp32 = 0;
+  double weight_grad_gemm_rel(Precision p) const {
+    return p == Precision::FP32 && weight_grad_gemm_relative_fp32 > 0 ? weight_grad_gemm_relative_fp32
+                                                                       : weight_grad_gemm_relative;
+  }
   int sm_count = 108;                 // streaming multiprocessors (wave quantization)
   int gemm_tile_m = 128, gemm_tile_n = 128;  // output tile of one thread block (cuBLAS/CUTLASS typical)
   double gemm_k_half = 32;            // reduction length at which the main loop runs at half speed

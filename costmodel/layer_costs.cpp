@@ -27,7 +27,7 @@ namespace {
 // dW = X^T dY (k x n, reduction T).
 void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_t k, PassTimes& out) {
   out.forward.gemm_seconds += gemm_seconds(p, T, n, k, pr);
-  out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + gemm_seconds(p, k, n, T, pr);
+  out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + weight_grad_gemm_seconds(p, k, n, T, pr);
 }
 
 }  // namespace

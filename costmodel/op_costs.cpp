@@ -45,12 +45,22 @@ double gemm_shape_factor(const HardwareProfile& p, int64_t m, int64_t n, int64_t
   return std::min(1.0, raw_utilisation(p, m, n, k, batch) / ref);
 }
 
-double gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec, int64_t batch) {
+namespace {
+double gemm_at(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec, int64_t batch, double rel) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   const double flops = 2.0 * double(batch) * double(m) * double(n) * double(k);
-  const double compute = flops / (p.gemm_flops(prec) * gemm_shape_factor(p, m, n, k, batch));
+  const double compute = flops / (p.gemm_flops(prec) * rel * gemm_shape_factor(p, m, n, k, batch));
   const double bytes = double(batch) * (double(m) * k + double(k) * n + double(m) * n) * bytes_per_element(prec);
   return std::max(compute, bytes / p.memory_Bps()) + p.kernel_overhead_seconds;
+}
+}  // namespace
+
+double gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec, int64_t batch) {
+  return gemm_at(p, m, n, k, prec, batch, 1.0);
+}
+
+double weight_grad_gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec) {
+  return gemm_at(p, m, n, k, prec, 1, p.weight_grad_gemm_rel(prec));
 }
 
 double memory_bound_seconds(const HardwareProfile& p, double bytes) {

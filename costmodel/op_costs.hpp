@@ -17,6 +17,9 @@ double gemm_shape_factor(const HardwareProfile& p, int64_t m, int64_t n, int64_t
 
 // C(m x n) = A(m x k) B(k x n), `batch` times: max(compute, memory) + one kernel overhead.
 double gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec, int64_t batch = 1);
+// A weight gradient dW (m x n) = X^T (m x k) dY (k x n), k the tokens: the
+// same at the profile's weight_grad_gemm_rel of the GEMM rate.
+double weight_grad_gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precision prec);
 
 // A memory-bound kernel moving `bytes` (reads + writes) through HBM.
 double memory_bound_seconds(const HardwareProfile& p, double bytes);

@@ -224,7 +224,7 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
     // After the memory part: its Trainers load kernels (AdamW, the loss) whose
     // code would count as memory outside the allocator there.
-    part("step_operands", [&] { return calib::measure_step_operands(c); });
+    part("in_step", [&] { return calib::measure_in_step(c); });
   }
   at::set_num_threads(threads_before);
   if (worldc) {

@@ -43,12 +43,14 @@ nlohmann::json measure_memory_kernels(const Ctx& c);
 // {kernel_overhead_seconds (GPU: queued behind work, as in a step), launch_bound_seconds}
 nlohmann::json measure_kernel_overhead(const Ctx& c);
 
-// runtime/calibrate_operands.cpp: GEMMs and attention on a training step's own
-// operands against random normal ones of the same shapes:
-// {gemms: [{precision, model, layout, m, n, k, random_seconds, step_seconds}],
-//  attention: [{precision, model, batch, heads, kv_heads, seq, head_dim,
-//               random_/step_forward_seconds, random_/step_backward_seconds}]}
-nlohmann::json measure_step_operands(const Ctx& c);
+// runtime/calibrate_in_step.cpp: GEMMs and attention in a sustained training
+// step of two-layer models (Kineto kernel sums) against the same kernels timed
+// as calibrate times its points; one row per model family and precision:
+// {precision, model, layers, tokens, gemms, shapes: [{layout, m, n, k, count,
+// seconds}], attention: [{batch, heads, kv_heads, seq, head_dim, seconds}],
+// alone_gemm_seconds, alone_attention_seconds, and on the GPU
+// step_gemm_seconds, step_attention_seconds}.
+nlohmann::json measure_in_step(const Ctx& c);
 
 // The operands of every GEMM (aten::mm, addmm, addmm_; 2-D) and fused
 // attention (q, k, v; the output gradient of each attention backward) run on

@@ -205,10 +205,10 @@ TEST_CASE("calibrate keeps fp32 attention apart and takes the offload-like CPU A
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
-TEST_CASE("calibrate scales a GPU's GEMM and attention rates by the step-operand ratio (hand numbers, H100)",
+TEST_CASE("calibrate scales a GPU's GEMM and attention rates by their speed in a training step (hand numbers, H100)",
           "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H100-SXM");
-  json m = h100_measurements();  // bf16 GEMMs on random operands: median 0.8 of the peak; fp32 0.5
+  json m = h100_measurements();  // bf16 GEMMs at calibrate's points: median 0.8 of the peak; fp32 0.5
   const double work = 4.0 * 16 * 2048.0 * 2048.0 * 128 / 2;
   const double th = 2048.0 * 16 * 128;
   const double helpers = 4 * th / 2.17e12 + 6 * th / 3.1e12 + 2 * 3e-6;
@@ -217,44 +217,73 @@ TEST_CASE("calibrate scales a GPU's GEMM and attention rates by the step-operand
   m["attention"] = json::array({{{"precision", "bf16"}, {"batch", 1}, {"heads", 16}, {"kv_heads", 16}, {"seq", 2048},
                                  {"head_dim", 128}, {"causal", true}, {"forward_seconds", work / (rate * 0.5)},
                                  {"backward_seconds", 2.5 * work / (rate * 0.4) + helpers}}});
-  // bf16 GEMMs on a step's operands 1.05, 1.10 and 1.20 times as fast as on
-  // random ones (median 1.10); fp16's one case is not a bf16 case; fp32 0.98.
-  auto g = [](const char* prec, double ratio) {
-    return json{{"precision", prec}, {"model", "m"}, {"layout", "nt"}, {"m", 8192}, {"n", 8192}, {"k", 8192},
-                {"random_seconds", 1e-3 * ratio}, {"step_seconds", 1e-3}};
+  // Three bf16 models whose GEMMs calibrate times at 1.05, 1.20 and 1.10 x
+  // their time in the step (median 1.10); fp16's one row is not bf16's; fp32
+  // 0.98. Attention: calibrate's time 0.90 (bf16) and 0.80 (fp16) of the
+  // step's: the 16-bit median 0.85.
+  auto row = [](const char* prec, double gemm_ratio, double attention_ratio) {
+    return json{{"precision", prec}, {"model", "m"}, {"alone_gemm_seconds", 1e-2 * gemm_ratio},
+                {"step_gemm_seconds", 1e-2}, {"alone_attention_seconds", 2e-3 * attention_ratio},
+                {"step_attention_seconds", 2e-3}};
   };
-  // Attention: bf16 forward 0.90 and fp16 0.80 as fast on the step's operands
-  // (the 16-bit median 0.85), backward 1.0 and 0.90 (0.95).
-  auto a = [](const char* prec, double f, double b) {
-    return json{{"precision", prec}, {"random_forward_seconds", 1e-3 * f}, {"step_forward_seconds", 1e-3},
-                {"random_backward_seconds", 2e-3 * b}, {"step_backward_seconds", 2e-3}};
-  };
-  m["step_operands"] = {{"gemms", json::array({g("bf16", 1.05), g("bf16", 1.20), g("bf16", 1.10), g("fp16", 2.0),
-                                               g("fp32", 0.98)})},
-                        {"attention", json::array({a("bf16", 0.90, 1.0), a("fp16", 0.80, 0.90)})}};
+  m["in_step"] = json::array({row("bf16", 1.05, 0.90), row("bf16", 1.20, 0.90), row("bf16", 1.10, 0.90),
+                              row("fp16", 2.0, 0.80), row("fp32", 0.98, 1.0)});
   const HardwareProfile p = fit_profile(m, &gpu);
   CHECK(p.gemm_efficiency_bf16 == Approx(0.8 * 1.10));
   CHECK(p.gemm_efficiency == Approx(0.8 * 1.10));
   CHECK(p.gemm_efficiency_fp32 == Approx(0.5 * 0.98));
-  CHECK(p.attention_forward_relative == Approx(0.5 * 0.85));
-  CHECK(p.attention_backward_relative == Approx(0.4 * 0.95));
+  // Four bf16/fp16 rows: 0.90, 0.90, 0.90, 0.80: median 0.90.
+  CHECK(p.attention_forward_relative == Approx(0.5 * 0.90));
+  CHECK(p.attention_backward_relative == Approx(0.4 * 0.90));
   const json& c = *p.calibration;
-  CHECK(c["fits"]["gemm_efficiency_bf16"]["from"].get<std::string>().find("step-operand") != std::string::npos);
-  // Above 1 of the datasheet after scaling: kept at 1, noted.
-  m["step_operands"]["gemms"] = json::array({g("bf16", 1.5)});
+  CHECK(c["fits"]["gemm_efficiency_bf16"]["from"].get<std::string>().find("training step") != std::string::npos);
+  // Above 1 of the datasheet after scaling: kept at 1.
+  m["in_step"] = json::array({row("bf16", 1.5, 1.0)});
   CHECK(fit_profile(m, &gpu).gemm_efficiency_bf16 == Approx(1.0));
-  // A CPU calibration notes the ratio and keeps its own rates.
+  // A CPU calibration has no step kernel times: its own rates stand.
   json cpu = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 1}, {"quick", true},
               {"machine", {{"cpu", "x"}}}};
   cpu["gemm"] = json::array({{{"precision", "fp32"}, {"layout", "nn"}, {"m", 256}, {"n", 256}, {"k", 256},
                               {"seconds", 2.0 * 256 * 256 * 256 / 1e11}}});
-  cpu["step_operands"] = {{"gemms", json::array({g("fp32", 0.5)})}, {"attention", json::array()}};
-  const HardwareProfile q = fit_profile(cpu, nullptr);
-  CHECK(q.peak_fp32_flops == Approx(1e11));
-  const json fn = (*q.calibration)["fit_notes"];
-  CHECK(std::any_of(fn.begin(), fn.end(), [](const json& n) {
-    return n.get<std::string>().find("not applied") != std::string::npos;
-  }));
+  cpu["in_step"] = json::array({{{"precision", "fp32"}, {"alone_gemm_seconds", 1e-3}}});
+  CHECK(fit_profile(cpu, nullptr).peak_fp32_flops == Approx(1e11));
+}
+
+TEST_CASE("calibrate fits the weight-gradient GEMM rate apart, per 16-bit and fp32 (hand numbers, H100)",
+          "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();  // bf16 (nn) at 0.8, 0.7, 0.9: median 0.8; fp32 (nn) at 0.5
+  const int64_t n = 8192;
+  // Weight gradients (tn): bf16 at 0.6 and 0.64 of the peak (0.75 and 0.8 of
+  // the fitted 0.8), fp16 none; fp32 at 0.35 (0.7 of its 0.5).
+  for (double eff : {0.6, 0.64})
+    m["gemm"].push_back({{"precision", "bf16"}, {"layout", "tn"}, {"m", n}, {"n", n}, {"k", n},
+                         {"seconds", gemm_s(n, kH100Peak, eff)}});
+  m["gemm"].push_back({{"precision", "fp32"}, {"layout", "tn"}, {"m", n}, {"n", n}, {"k", n},
+                       {"seconds", gemm_s(n, kH100Tf32, 0.35)}});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.gemm_efficiency_bf16 == Approx(0.8));  // the tn points are not in the median
+  CHECK(p.gemm_efficiency_fp32 == Approx(0.5));
+  CHECK(p.weight_grad_gemm_relative == Approx(0.775));
+  CHECK(p.weight_grad_gemm_relative_fp32 == Approx(0.7));
+  CHECK(p.weight_grad_gemm_rel(Precision::FP16) == Approx(0.775));
+  // The time model prices a weight gradient at that rate, a forward GEMM at the fitted one.
+  CHECK(weight_grad_gemm_seconds(p, n, n, n, Precision::FP32) == Approx(gemm_s(n, kH100Tf32, 0.35) + 3e-6));
+  CHECK(gemm_seconds(p, n, n, n, Precision::FP32) == Approx(gemm_s(n, kH100Tf32, 0.5) + 3e-6));
+  // The tn points' model times use it: the 0.6 point is reproduced within its share of the median.
+  const json& c = *p.calibration;
+  CHECK(c["gemm"][4]["model_seconds"].get<double>() ==
+        Approx(weight_grad_gemm_seconds(p, n, n, n, Precision::BF16)));
+  // Saved and loaded; out of range refused.
+  const HardwareProfile q = profile_from_json(profile_to_json(p), default_profile(gpu));
+  CHECK(q.weight_grad_gemm_relative_fp32 == Approx(0.7));
+  json bad = profile_to_json(p);
+  bad["weight_grad_gemm_relative"] = 0;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+  // Without tn points: 1 and 0 (the forward rate).
+  const HardwareProfile d = fit_profile(h100_measurements(), &gpu);
+  CHECK(d.weight_grad_gemm_relative == 1.0);
+  CHECK(d.weight_grad_gemm_relative_fp32 == 0.0);
 }
 
 TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[calibrate]") {

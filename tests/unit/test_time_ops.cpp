@@ -141,6 +141,11 @@ TEST_CASE("a transformer layer's GEMMs are 24 T h^2 forward and twice that backw
   CHECK(t.backward.gemm_seconds == Approx(48 * T * h * h / 50e12));
   CHECK(t.forward.tp_comm_seconds == 0);
   CHECK(t.recompute.total_seconds() == 0);
+  // Weight gradients (half the backward's 48 T h^2) at 0.5 of the rate: 24 + 2 x 24 T h^2.
+  auto slow_wgrad = p;
+  slow_wgrad.weight_grad_gemm_relative = 0.5;
+  CHECK(transformer_layer_times(slow_wgrad, m, s, GroupLink{}).backward.gemm_seconds == Approx(72 * T * h * h / 50e12));
+  CHECK(transformer_layer_times(slow_wgrad, m, s, GroupLink{}).forward.gemm_seconds == Approx(24 * T * h * h / 50e12));
   // Full recomputation repeats the forward; selective with fused attention nothing.
   const PassTimes full = transformer_layer_times(p, m, {8192, 1, 1, false, Precision::BF16, Ckpt::Full}, GroupLink{});
   CHECK(full.recompute.total_seconds() == Approx(full.forward.total_seconds()));

@@ -1,0 +1,311 @@
+// planner calibrate: GEMMs and attention as a training step runs them, against
+// the same kernels timed as calibrate times its points (runtime/calibrate.hpp).
+//
+// Why: a data-center GPU trains at its power limit, and its clock then
+// depends on the mix of kernels it runs. On an H100 (700 W; validation/h100/
+// in-step), the GEMMs of a few-layer model's training step, sustained for
+// seconds, ran at about 1725 MHz; the same GEMMs back to back at about 1365
+// MHz, and timed as calibrate times its points (each interleaved with a
+// memory-bound copy, the median call) 14-18% slower than in the step. A
+// step's norms, activations, attention and launch gaps draw less power than
+// GEMMs, which then run at a higher clock. (The operands' values do not
+// explain it: the same GEMMs on the step's own operands and on random normal
+// ones of the same shapes ran within 1% of each other, median over 45 GEMMs
+// per precision.)
+//
+// How: for each model family the runtime executes (a GPT-style decoder with
+// GELU, an OPT-style one with ReLU, a LLaMA-style one with SwiGLU and
+// grouped-query attention; two layers each at calibrate's GEMM width 2048,
+// 4 x 2048 tokens) and each precision, a Trainer runs two optimizer steps on
+// the synthetic tokens `planner exec` trains on, then forward + backward
+// passes for a second unrecorded (the sustained state), then two under the
+// Kineto profiler (runtime/kernel_profile.hpp: the GEMM and attention
+// kernels' summed durations, the faster pass), then one more under a
+// RecordFunction observer that copies the operands of every GEMM (aten::mm,
+// addmm, addmm_) and fused attention. Each distinct GEMM is then timed as
+// calibrate times its shapes (mm_out interleaved with a copy of its own
+// duration, the median call) and the attention as measure_attention does
+// (forward + backward, the fastest batch of calls). The fit
+// (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision and its
+// attention rates by the median ratio, calibrate's time over the step's.
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <tuple>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "costmodel/model_spec.hpp"
+#include "runtime/calibrate_detail.hpp"
+#include "runtime/data.hpp"
+#include "runtime/device.hpp"
+#include "runtime/kernel_profile.hpp"
+#include "runtime/trainer.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+using nlohmann::json;
+
+Captured* g_captured = nullptr;  // set only while the observer is installed
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// The RecordFunction start callback (a plain function: the API takes no
+// closures). Runs on whichever thread calls the op: the caller's in the
+// forward, autograd's device thread in the backward.
+std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
+  Captured* cap = g_captured;
+  if (!cap) return nullptr;
+  const std::string_view name = fn.name();
+  const auto in = fn.inputs();
+  auto tensor = [&](size_t i) { return i < in.size() && in[i].isTensor() ? in[i].toTensor() : at::Tensor(); };
+  at::Tensor a, b, self, q, k, v, dout;
+  if (name == "aten::mm") {
+    a = tensor(0), b = tensor(1);
+  } else if (name == "aten::addmm" || name == "aten::addmm_") {
+    self = tensor(0), a = tensor(1), b = tensor(2);
+  } else if (name == "aten::scaled_dot_product_attention") {
+    q = tensor(0), k = tensor(1), v = tensor(2);
+  } else if (starts_with(name, "aten::_scaled_dot_product_") && ends_with(name, "_backward")) {
+    dout = tensor(0);  // every fused attention backward takes the output's gradient first
+  } else {
+    return nullptr;
+  }
+  // Copies, not references: a buffer can be written again before the timing.
+  torch::autograd::AutoGradMode no_grad(false);
+  std::lock_guard<std::mutex> lock(cap->mu);
+  if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) {
+    CapturedGemm g;
+    g.op = std::string(name);
+    g.a = a.clone(at::MemoryFormat::Preserve);
+    g.b = b.clone(at::MemoryFormat::Preserve);
+    if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
+    cap->gemms.push_back(std::move(g));
+  } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
+    cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
+  } else if (dout.defined() && dout.dim() == 4) {
+    cap->attention_grads.push_back(dout.contiguous().clone());
+  }
+  return nullptr;
+}
+
+struct Family {
+  std::string label;
+  ModelSpec spec;
+};
+
+// Each family the runtime executes at calibrate's GEMM width 2048
+// (calibrate_compute.cpp): gpt-neo-1.3b's layers (GELU, 16 heads of 128),
+// opt-1.3b's (ReLU, 32 heads of 64) and TinyLlama's (SwiGLU 5632, 32 heads of
+// 64 with 4 kv heads), two of them. Quick: one layer 64 wide.
+std::vector<Family> families(bool quick) {
+  std::vector<Family> f;
+  ModelSpec gpt = model_preset("gpt-neo-1.3b"), opt = model_preset("opt-1.3b"), llama = model_preset("llama-2-7b");
+  llama.hidden = 2048, llama.heads = 32, llama.kv_heads = 4, llama.ffn = 5632;
+  if (quick) {
+    for (ModelSpec* s : {&gpt, &opt, &llama}) s->hidden = 64, s->heads = 4, s->kv_heads = 4, s->ffn = 256, s->vocab = 512;
+    llama.kv_heads = 2, llama.ffn = 176;
+  }
+  for (ModelSpec* s : {&gpt, &opt, &llama}) s->layers = quick ? 1 : 2;
+  f.push_back({"gpt-neo-1.3b", gpt});
+  f.push_back({"opt-1.3b", opt});
+  f.push_back({"tinyllama-1.1b", llama});
+  for (auto& x : f) x.spec.validate();
+  return f;
+}
+
+// The seconds of one call of `fn` as calibrate's GEMM points are timed on the
+// GPU: each call followed by a copy of about its own duration, the median call
+// (CUDA events). On the CPU the fastest batch of calls.
+double time_gemm(const Ctx& c, const std::function<void()>& fn, const at::Tensor& src, const at::Tensor& dst,
+                 double copy_per_element) {
+  const double alone = time_per_call(c, fn);
+  if (!c.cuda) return alone;
+  const int64_t n = std::clamp<int64_t>(int64_t(alone / copy_per_element), 1 << 16, src.numel());
+  at::Tensor s = src.narrow(0, 0, n), d = dst.narrow(0, 0, n);
+  const int calls = int(std::clamp(0.1 / (2 * alone), 10.0, 2000.0));
+  IntervalTimer t(c.cuda);
+  for (int i = 0; i < calls; ++i) {
+    t.start();
+    fn();
+    t.stop();
+    d.copy_(s);
+  }
+  std::vector<double> v = t.seconds();
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+void capture_ops(Captured& cap, const std::function<void()>& fn) {
+  g_captured = &cap;
+  const at::CallbackHandle h = at::addGlobalCallback(
+      at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(h);
+    g_captured = nullptr;
+    throw;
+  }
+  at::removeCallback(h);
+  g_captured = nullptr;
+}
+
+void replay_gemm(const CapturedGemm& g) {
+  if (g.op == "aten::addmm_") {
+    at::Tensor t = g.self;
+    t.addmm_(g.a, g.b);
+  } else if (g.op == "aten::addmm") {
+    (void)at::addmm(g.self, g.a, g.b);
+  } else {
+    (void)at::mm(g.a, g.b);
+  }
+}
+
+namespace {
+
+const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
+  const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
+  return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
+}
+
+}  // namespace
+
+json measure_in_step(const Ctx& c) {
+  json out = json::array();
+  const std::vector<Precision> precisions =
+      c.cuda ? std::vector<Precision>{Precision::BF16, Precision::FP16, Precision::FP32}
+             : std::vector<Precision>{Precision::FP32};
+  // The memory-bound copy that comes between calibrate's GEMMs (calibrate_compute.cpp's Filler).
+  at::Tensor src, dst;
+  double copy_per_element = 0;
+  if (c.cuda) {
+    src = at::randn({int64_t(1) << 26}, at::TensorOptions().device(c.device).dtype(at::kBFloat16));
+    dst = at::empty_like(src);
+    copy_per_element = time_per_call(c, [&] { dst.copy_(src); }) / double(src.numel());
+  }
+  const double sustain_seconds = c.quick ? 0.0 : 1.0;
+  for (const Family& fam : families(c.quick)) {
+    for (Precision pr : precisions) {
+      TrainConfig cfg;
+      cfg.precision = pr;
+      cfg.mbs = c.quick ? 2 : 4;
+      cfg.gas = 1;
+      cfg.seq = c.quick ? 32 : 2048;
+      Captured cap;
+      std::vector<double> step_gemm, step_attention;
+      {
+        Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
+        tr.step(0);
+        tr.step(1);
+        synchronize(c.cuda);
+        const double mult = tr.loss_scale() / double(cfg.gas);
+        int64_t micro = 0;
+        auto pass = [&] {
+          tr.zero_grad();
+          auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
+          tr.forward_backward(ids, labels, mult);
+        };
+        const auto t0 = std::chrono::steady_clock::now();
+        do {
+          pass();
+          synchronize(c.cuda);
+        } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
+        if (c.cuda) {
+          for (int r = 0; r < 2; ++r) {
+            KernelRecorder rec;
+            rec.start();
+            pass();
+            synchronize(true);
+            const KernelProfile kp = rec.stop();
+            step_gemm.push_back(kp.gemm_seconds);
+            step_attention.push_back(kp.attention_seconds);
+          }
+        }
+        capture_ops(cap, [&] {
+          pass();
+          synchronize(c.cuda);
+        });
+      }
+      empty_cache(c.cuda);
+      // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
+      std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
+      for (const CapturedGemm& g : cap.gemms) {
+        auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
+        auto [it, fresh] = distinct.try_emplace(key, &g, 0);
+        ++it->second.second;
+      }
+      json shapes = json::array();
+      double alone_gemm = 0;
+      for (const auto& [key, gc] : distinct) {
+        const CapturedGemm& g = *gc.first;
+        at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
+        const double sec = time_gemm(c, [&] { at::mm_out(y, g.a, g.b); }, src, dst, copy_per_element);
+        alone_gemm += gc.second * sec;
+        shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
+                          {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
+      }
+      double alone_attention = 0;
+      json attention = json::array();
+      for (size_t i = 0; i < cap.attention.size() && i < cap.attention_grads.size(); ++i) {
+        // Attention backward runs in the reverse order of the forwards.
+        const auto& qkv = cap.attention[i];
+        const at::Tensor& dout = cap.attention_grads[cap.attention_grads.size() - 1 - i];
+        const bool gqa = qkv[1].size(1) != qkv[0].size(1);
+        at::Tensor q = qkv[0].detach().requires_grad_(true), k = qkv[1].detach().requires_grad_(true),
+                   v = qkv[2].detach().requires_grad_(true);
+        const double fb = time_per_call(c, [&] {
+          at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+          (void)torch::autograd::grad({o}, {q, k, v}, {dout});
+        });
+        alone_attention += fb;
+        attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
+                             {"head_dim", q.size(3)}, {"seconds", fb}});
+      }
+      const std::string p = to_string(pr);
+      json row = {{"precision", p},
+                  {"model", fam.label},
+                  {"layers", fam.spec.layers},
+                  {"tokens", cfg.mbs * cfg.seq},
+                  {"gemms", cap.gemms.size()},
+                  {"shapes", shapes},
+                  {"attention", attention},
+                  {"alone_gemm_seconds", alone_gemm},
+                  {"alone_attention_seconds", alone_attention}};
+      if (c.cuda) {
+        std::sort(step_gemm.begin(), step_gemm.end());
+        std::sort(step_attention.begin(), step_attention.end());
+        row["step_gemm_seconds"] = step_gemm.front();
+        row["step_attention_seconds"] = step_attention.front();
+      }
+      say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
+                 std::to_string(cap.gemms.size()) + " GEMMs " +
+                 (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
+                 fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
+                 (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
+                 fmt_num(alone_attention * 1e3) + " ms");
+      out.push_back(std::move(row));
+      cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+      empty_cache(c.cuda);
+    }
+  }
+  return out;
+}
+
+}  // namespace planner::rt::calib
