@@ -82,6 +82,14 @@ void HardwareProfile::validate() const {
   fraction(attention_backward_relative, "attention_backward_relative");
   if (attention_forward_relative_fp32 != 0) fraction(attention_forward_relative_fp32, "attention_forward_relative_fp32");
   if (attention_backward_relative_fp32 != 0) fraction(attention_backward_relative_fp32, "attention_backward_relative_fp32");
+  for (const auto& r : attention_rates) {
+    if (r.head_dim <= 0 || r.seq <= 0)
+      throw InputError(fmt::format("profile: attention_rates head_dim={} seq={} must be positive", r.head_dim, r.seq));
+    if (!(r.forward > 0 && r.forward <= 2) || !(r.backward > 0 && r.backward <= 2))
+      throw InputError(fmt::format("profile: attention_rates at head_dim={} seq={}: relative rates {} and {} must be "
+                                   "in (0, 2]",
+                                   r.head_dim, r.seq, r.forward, r.backward));
+  }
   if (!(weight_grad_gemm_relative > 0 && weight_grad_gemm_relative <= 2))
     throw InputError(fmt::format("profile: weight_grad_gemm_relative={} must be in (0, 2]", weight_grad_gemm_relative));
   if (!(weight_grad_gemm_relative_fp32 >= 0 && weight_grad_gemm_relative_fp32 <= 2))
@@ -185,19 +193,80 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(cpu_adam_params_per_second) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
   X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(memory_headroom) X(memory_headroom_bytes)
 
+namespace {
+
+// Rate at (d, s) from the table's points of one precision family; 0 when it has none.
+double table_rate(const std::vector<HardwareProfile::AttentionRate>& table, bool fp32, bool backward, int64_t d,
+                  int64_t s) {
+  std::vector<const HardwareProfile::AttentionRate*> pts;
+  for (const auto& r : table)
+    if (r.fp32 == fp32) pts.push_back(&r);
+  if (pts.empty()) return 0;
+  // Along the sequence at one head dimension: linear in log2(seq), held outside.
+  auto at_dim = [&](int64_t dim) {
+    std::vector<std::pair<double, double>> line;  // (log2 seq, rate)
+    for (const auto* r : pts)
+      if (r->head_dim == dim) line.emplace_back(std::log2(double(r->seq)), backward ? r->backward : r->forward);
+    std::sort(line.begin(), line.end());
+    const double x = std::log2(double(std::max<int64_t>(s, 1)));
+    if (x <= line.front().first) return line.front().second;
+    if (x >= line.back().first) return line.back().second;
+    for (size_t i = 1; i < line.size(); ++i)
+      if (x <= line[i].first) {
+        const auto& [x0, y0] = line[i - 1];
+        const auto& [x1, y1] = line[i];
+        return x1 > x0 ? y0 + (y1 - y0) * (x - x0) / (x1 - x0) : y1;
+      }
+    return line.back().second;
+  };
+  std::vector<int64_t> dims;
+  for (const auto* r : pts) dims.push_back(r->head_dim);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  if (d <= dims.front()) return at_dim(dims.front());
+  if (d >= dims.back()) return at_dim(dims.back());
+  for (size_t i = 1; i < dims.size(); ++i)
+    if (d <= dims[i]) {
+      const double y0 = at_dim(dims[i - 1]), y1 = at_dim(dims[i]);
+      return y0 + (y1 - y0) * double(d - dims[i - 1]) / double(dims[i] - dims[i - 1]);
+    }
+  return at_dim(dims.back());
+}
+
+}  // namespace
+
+double HardwareProfile::attention_forward_rel(Precision p, int64_t head_dim, int64_t seq) const {
+  const bool fp32 = p == Precision::FP32;
+  const double r = table_rate(attention_rates, fp32, false, head_dim, seq);
+  return r > 0 ? r : attention_forward_rel(p);
+}
+
+double HardwareProfile::attention_backward_rel(Precision p, int64_t head_dim, int64_t seq) const {
+  const bool fp32 = p == Precision::FP32;
+  const double r = table_rate(attention_rates, fp32, true, head_dim, seq);
+  return r > 0 ? r : attention_backward_rel(p);
+}
+
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json j;
   j["format"] = "planner-profile";
 #define X(f) j[#f] = p.f;
   PLANNER_PROFILE_FIELDS(X)
 #undef X
+  if (!p.attention_rates.empty()) {
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& r : p.attention_rates)
+      t.push_back({{"precision", r.fp32 ? "fp32" : "16-bit"}, {"head_dim", r.head_dim}, {"seq", r.seq},
+                   {"forward_relative", r.forward}, {"backward_relative", r.backward}});
+    j["attention_rates"] = t;
+  }
   if (p.calibration) j["calibration"] = *p.calibration;
   return j;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile& base) {
   if (!j.is_object()) throw InputError("profile: expected a JSON object");
-  std::vector<std::string> known{"format", "calibration"};
+  std::vector<std::string> known{"format", "calibration", "attention_rates"};
 #define X(f) known.push_back(#f);
   PLANNER_PROFILE_FIELDS(X)
 #undef X
@@ -213,6 +282,23 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
   if (j.contains(#f)) j.at(#f).get_to(p.f);
     PLANNER_PROFILE_FIELDS(X)
 #undef X
+    if (j.contains("attention_rates")) {
+      const auto& t = j.at("attention_rates");
+      if (!t.is_array()) throw InputError("profile: 'attention_rates' must be an array");
+      p.attention_rates.clear();
+      for (const auto& e : t) {
+        HardwareProfile::AttentionRate r;
+        const std::string prec = e.at("precision").get<std::string>();
+        if (prec != "16-bit" && prec != "fp32")
+          throw InputError(fmt::format("profile: attention_rates precision '{}' must be 16-bit or fp32", prec));
+        r.fp32 = prec == "fp32";
+        e.at("head_dim").get_to(r.head_dim);
+        e.at("seq").get_to(r.seq);
+        e.at("forward_relative").get_to(r.forward);
+        e.at("backward_relative").get_to(r.backward);
+        p.attention_rates.push_back(r);
+      }
+    }
     if (j.contains("calibration")) {
       if (!j.at("calibration").is_object()) throw InputError("profile: 'calibration' must be an object");
       p.calibration = std::make_shared<const nlohmann::json>(j.at("calibration"));

@@ -59,6 +59,22 @@ struct HardwareProfile {
     return p == Precision::FP32 && attention_backward_relative_fp32 > 0 ? attention_backward_relative_fp32
                                                                         : attention_backward_relative;
   }
+  // The same per head dimension and sequence length, when measured (planner
+  // calibrate's attention cases: on an H100 the 16-bit forward runs at about
+  // 0.5 of the GEMM rate at head dimension 64 and 0.8 at 128, and faster as
+  // the sequence grows). A rate between measured points is interpolated
+  // linearly in the head dimension and in log2 of the sequence length, and
+  // held at the nearest point outside them. Empty (or no point of the
+  // precision family): the single figures above.
+  struct AttentionRate {
+    bool fp32 = false;  // fp32 inputs (the memory-efficient kernel); else 16-bit (flash)
+    int64_t head_dim = 0, seq = 0;
+    double forward = 0, backward = 0;  // relative to the GEMM rate, as the single figures
+    friend bool operator==(const AttentionRate&, const AttentionRate&) = default;
+  };
+  std::vector<AttentionRate> attention_rates;
+  double attention_forward_rel(Precision p, int64_t head_dim, int64_t seq) const;
+  double attention_backward_rel(Precision p, int64_t head_dim, int64_t seq) const;
   double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR
   double memory_efficiency = 0.8;     // achievable fraction for streaming kernels
   // Memory-bound kernel classes slower than a vectorized stream, as fractions of

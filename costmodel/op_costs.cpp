@@ -94,13 +94,13 @@ double flash_work(int64_t batch_heads, int64_t seq, int64_t head_dim, bool causa
 
 double flash_attention_forward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
                                        Precision prec) {
-  return flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_forward_rel(prec)) +
+  return flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_forward_rel(prec, d, s)) +
          p.kernel_overhead_seconds;
 }
 
 double flash_attention_backward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
                                         Precision prec) {
-  return 2.5 * flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_backward_rel(prec)) +
+  return 2.5 * flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_backward_rel(prec, d, s)) +
          p.kernel_overhead_seconds;
 }
 

@@ -11,7 +11,7 @@
 # predicted-NAME.txt, predicted.stamp, NAME/ (device_calibrate.sh's sweep
 # part); everything in $OUT/results.tgz (the device tool returns few files).
 # Used by scripts/device_x2_heldout3.sh, device_x2_offload4.sh, device_x2_offload5.sh, device_x2_heldout6.sh
-# device_x2_offload7.sh, device_x2_heldout9.sh and device_x2_heldout10.sh.
+# device_x2_offload7.sh, device_x2_heldout9.sh, device_x2_heldout10.sh and device_x2_heldout11.sh.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:?set OUT}

@@ -220,21 +220,29 @@ TEST_CASE("calibrate scales a GPU's GEMM and attention rates by their speed in a
   // Three bf16 models whose GEMMs calibrate times at 1.05, 1.20 and 1.10 x
   // their time in the step (median 1.10); fp16's one row is not bf16's; fp32
   // 0.98. Attention: calibrate's time 0.90 (bf16) and 0.80 (fp16) of the
-  // step's: the 16-bit median 0.85.
+  // step's.
   auto row = [](const char* prec, double gemm_ratio, double attention_ratio) {
     return json{{"precision", prec}, {"model", "m"}, {"alone_gemm_seconds", 1e-2 * gemm_ratio},
                 {"step_gemm_seconds", 1e-2}, {"alone_attention_seconds", 2e-3 * attention_ratio},
                 {"step_attention_seconds", 2e-3}};
   };
-  m["in_step"] = json::array({row("bf16", 1.05, 0.90), row("bf16", 1.20, 0.90), row("bf16", 1.10, 0.90),
+  // A row whose attention ran SDPA's math path (no fused attention captured:
+  // its batched GEMMs count in the step) is left out.
+  json math = row("bf16", 0.5, 1.0);
+  math["attention"] = json::array();
+  m["in_step"] = json::array({row("bf16", 1.05, 0.90), row("bf16", 1.20, 0.90), row("bf16", 1.10, 0.90), math,
                               row("fp16", 2.0, 0.80), row("fp32", 0.98, 1.0)});
   const HardwareProfile p = fit_profile(m, &gpu);
   CHECK(p.gemm_efficiency_bf16 == Approx(0.8 * 1.10));
   CHECK(p.gemm_efficiency == Approx(0.8 * 1.10));
   CHECK(p.gemm_efficiency_fp32 == Approx(0.5 * 0.98));
-  // Four bf16/fp16 rows: 0.90, 0.90, 0.90, 0.80: median 0.90.
-  CHECK(p.attention_forward_relative == Approx(0.5 * 0.90));
-  CHECK(p.attention_backward_relative == Approx(0.4 * 0.90));
+  // The attention's own in-step ratios are kept, not applied: its rates are
+  // relative to the scaled GEMM rate, as measured.
+  CHECK(p.attention_forward_relative == Approx(0.5));
+  CHECK(p.attention_backward_relative == Approx(0.4));
+  REQUIRE(p.attention_rates.size() == 1);
+  CHECK(p.attention_rates[0].forward == Approx(0.5));
+  CHECK(p.attention_forward_rel(Precision::BF16, 128, 2048) == Approx(0.5));
   const json& c = *p.calibration;
   CHECK(c["fits"]["gemm_efficiency_bf16"]["from"].get<std::string>().find("training step") != std::string::npos);
   // Above 1 of the datasheet after scaling: kept at 1.
@@ -284,6 +292,41 @@ TEST_CASE("calibrate fits the weight-gradient GEMM rate apart, per 16-bit and fp
   const HardwareProfile d = fit_profile(h100_measurements(), &gpu);
   CHECK(d.weight_grad_gemm_relative == 1.0);
   CHECK(d.weight_grad_gemm_relative_fp32 == 0.0);
+}
+
+TEST_CASE("attention rates per head dimension and sequence interpolate between measured points", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  HardwareProfile p = default_profile(gpu);
+  p.attention_forward_relative = 0.33, p.attention_backward_relative = 0.22;
+  p.attention_forward_relative_fp32 = 0.11, p.attention_backward_relative_fp32 = 0.05;
+  using R = HardwareProfile::AttentionRate;
+  p.attention_rates = {R{false, 64, 1024, 0.4, 0.3}, R{false, 64, 4096, 0.6, 0.5}, R{false, 128, 1024, 0.8, 0.7},
+                       R{false, 128, 4096, 1.0, 0.9}};
+  // log2(2048) is halfway between 1024 and 4096; head dimension 96 halfway between 64 and 128.
+  CHECK(p.attention_forward_rel(Precision::BF16, 64, 2048) == Approx(0.5));
+  CHECK(p.attention_backward_rel(Precision::FP16, 64, 2048) == Approx(0.4));
+  CHECK(p.attention_forward_rel(Precision::BF16, 96, 2048) == Approx(0.7));
+  CHECK(p.attention_forward_rel(Precision::BF16, 80, 1024) == Approx(0.5));
+  // Held at the nearest point outside them.
+  CHECK(p.attention_forward_rel(Precision::BF16, 64, 512) == Approx(0.4));
+  CHECK(p.attention_forward_rel(Precision::BF16, 256, 16384) == Approx(1.0));
+  CHECK(p.attention_backward_rel(Precision::BF16, 32, 8192) == Approx(0.5));
+  // No fp32 point: the fp32 single figures.
+  CHECK(p.attention_forward_rel(Precision::FP32, 64, 2048) == Approx(0.11));
+  CHECK(p.attention_backward_rel(Precision::FP32, 64, 2048) == Approx(0.05));
+  // The flash time uses it: work / (GEMM rate x rate at (d, s)).
+  const double work = 4.0 * 16 * 2048.0 * 2048.0 * 64 / 2;
+  CHECK(flash_attention_forward_seconds(p, 16, 2048, 64, true, Precision::BF16) ==
+        Approx(work / (p.gemm_flops(Precision::BF16) * 0.5) + p.kernel_overhead_seconds));
+  // Saved and loaded; bad points refused with a line naming them.
+  const HardwareProfile q = profile_from_json(profile_to_json(p), default_profile(gpu));
+  CHECK(q.attention_rates == p.attention_rates);
+  json bad = profile_to_json(p);
+  bad["attention_rates"][1]["forward_relative"] = 0;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+  bad = profile_to_json(p);
+  bad["attention_rates"][0]["precision"] = "fp8";
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
 TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[calibrate]") {
