@@ -262,6 +262,14 @@ struct Fitter {
       a["backward_relative"] = 2.5 * work / core / rate;
       // A CPU calibration has only fp32 cases: they are the profile's main figures.
       const bool own_fp32 = pr == Precision::FP32 && gpu != nullptr;
+      // fp32 with grouped-query attention: SDPA has no fused kernel for it on
+      // the GPU and runs its math path (on an H100 about 10x slower than the
+      // memory-efficient kernel at the same work), which the fused kernels'
+      // rates must not include.
+      if (own_fp32 && a.value("kv_heads", a["heads"].get<int64_t>()) != a["heads"].get<int64_t>()) {
+        a["excluded"] = "fp32 grouped-query attention runs SDPA's math path";
+        continue;
+      }
       (own_fp32 ? fwd32 : fwd).push_back(a["forward_relative"]);
       (own_fp32 ? bwd32 : bwd).push_back(a["backward_relative"]);
     }
@@ -291,6 +299,7 @@ struct Fitter {
     // that point (bf16 and fp16, batch sizes, grouped-query or not).
     std::map<std::tuple<bool, int64_t, int64_t>, std::pair<std::vector<double>, std::vector<double>>> at;
     for (auto& a : m["attention"]) {
+      if (a.contains("excluded")) continue;
       const bool fp32 = precision_of(a["precision"].get<std::string>()) == Precision::FP32 && gpu != nullptr;
       auto& [f, b] = at[{fp32, a["head_dim"].get<int64_t>(), a["seq"].get<int64_t>()}];
       f.push_back(a["forward_relative"].get<double>());

@@ -144,16 +144,20 @@ json measure_attention(const Ctx& c) {
   struct Cfg {
     int64_t b, heads, kv_heads, s, d;
   };
-  // Head dimensions 64 and 128 at sequences 1024, 2048, 4096 and 8192 (the
-  // profile's attention_rates interpolate between them): gpt2-xl (25 heads of
-  // 64), gpt-neo (16 of 128), TinyLlama's GQA (32 heads, 4 kv heads of 64),
-  // and the others of the grid at about the same work.
+  // Head dimensions 64 and 128 at sequences 1024, 2048, 4096 and 8192, and
+  // 80 (OPT-2.7b: the flash kernels run it padded to a wider head) at 1024
+  // and 2048 (the profile's attention_rates interpolate between them):
+  // gpt2-xl (25 heads of 64), gpt-neo (16 of 128), TinyLlama's GQA (32
+  // heads, 4 kv heads of 64), and the others of the grid at about the same
+  // work.
   const std::vector<Cfg> cfgs = c.quick ? std::vector<Cfg>{{2, 4, 4, 128, 32}, {2, 4, 2, 128, 16}}
                                         : std::vector<Cfg>{{8, 25, 25, 1024, 64},
                                                            {8, 32, 4, 2048, 64},
                                                            {4, 32, 32, 2048, 64},
                                                            {2, 32, 32, 4096, 64},
                                                            {1, 32, 32, 8192, 64},
+                                                           {8, 32, 32, 1024, 80},
+                                                           {4, 32, 32, 2048, 80},
                                                            {8, 16, 16, 1024, 128},
                                                            {8, 16, 16, 2048, 128},
                                                            {2, 32, 32, 4096, 128},

@@ -179,8 +179,12 @@ TEST_CASE("calibrate keeps fp32 attention apart and takes the offload-like CPU A
     return json{{"precision", prec}, {"batch", 1}, {"heads", 16}, {"kv_heads", 16}, {"seq", 2048}, {"head_dim", 128},
                 {"causal", true}, {"forward_seconds", fwd}, {"backward_seconds", bwd}};
   };
+  // An fp32 grouped-query case (SDPA's math path, ten times slower) is left out of the fp32 rates.
+  json gqa32 = point("fp32", 10 * work / (fp32_rate * 0.2), 10 * 2.5 * work / (fp32_rate * 0.1) + helpers32);
+  gqa32["kv_heads"] = 4;
   m["attention"] = json::array({point("bf16", work / (bf16_rate * 0.5), 2.5 * work / (bf16_rate * 0.4) + helpers16),
-                                point("fp32", work / (fp32_rate * 0.2), 2.5 * work / (fp32_rate * 0.1) + helpers32)});
+                                point("fp32", work / (fp32_rate * 0.2), 2.5 * work / (fp32_rate * 0.1) + helpers32),
+                                gqa32});
   // The plain CPU AdamW at 2e9/s; as the offload step runs it 1.5e9/s.
   m["cpu_adam"]["as_offload_runs_it"] = {{"params", 3e8}, {"seconds", 0.2}, {"threads", 32}};
   const HardwareProfile p = fit_profile(m, &gpu);
@@ -189,6 +193,8 @@ TEST_CASE("calibrate keeps fp32 attention apart and takes the offload-like CPU A
   CHECK(p.attention_backward_relative == Approx(0.4));
   CHECK(p.attention_forward_relative_fp32 == Approx(0.2));
   CHECK(p.attention_backward_relative_fp32 == Approx(0.1));
+  CHECK(p.attention_forward_rel(Precision::FP32, 128, 2048) == Approx(0.2));
+  CHECK((*p.calibration)["attention"][2].contains("excluded"));
   CHECK(p.attention_forward_rel(Precision::FP32) == Approx(0.2));
   CHECK(p.attention_forward_rel(Precision::BF16) == Approx(0.5));
   CHECK(p.attention_backward_rel(Precision::FP16) == Approx(0.4));
