@@ -435,6 +435,30 @@ struct Fitter {
     }
   }
 
+  // calibrate's compute loop with and without the collectives beside it
+  // (runtime/calibrate_host.cpp measure_contention): the median slowdown over
+  // the collectives measured, per second of overlap. GPU only: on the CPU the
+  // MPI collectives share the cores, not SMs.
+  void contention() {
+    if (!m.contains("compute_beside_comm") || !m["compute_beside_comm"].is_array()) return;
+    std::vector<double> v;
+    for (const auto& x : m["compute_beside_comm"]) {
+      const double s = x.value("slowdown", 0.0);
+      if (std::isfinite(s) && s > 0) v.push_back(s);
+    }
+    if (v.empty()) return;
+    const double s = std::clamp(median(v), 1.0, 3.0);
+    if (!gpu) {
+      notes.push_back(fmt::format("compute_slowdown_beside_comm: the CPU's {:.3f} is not applied (MPI shares the cores)", s));
+      return;
+    }
+    p.compute_slowdown_beside_comm = s;
+    set("compute_slowdown_beside_comm", s,
+        fmt::format("median over {} collectives (64 MiB, queued on the communicator's stream) of 1 + (GEMM and copy "
+                    "loop beside them - alone) / their overlap",
+                    v.size()));
+  }
+
   void collectives() {
     if (!m.contains("collectives") || m["collectives"].empty()) return;
     if (!gpu || m["collectives"][0].value("backend", "") != "nccl") {
@@ -558,6 +582,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.host();
   f.memory();
   f.collectives();
+  f.contention();
   if (!gpu && f.p.peak_fp32_flops <= 1e12 && !f.fits.contains("peak_fp32_flops"))
     f.notes.push_back("CPU: no fp32 GEMM measured; peak_fp32_flops is a placeholder");
   const json mach = measured.value("machine", json::object());

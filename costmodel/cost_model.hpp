@@ -50,6 +50,9 @@ struct StageCost {
   double tied_grad_seconds = 0;      // Sync, tied embedding with pp > 1: the word-gradient all-reduce between
                                      // the first and the last stage (no action of its own yet)
   bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
+  // A forward or backward pass runs this factor longer for the part of it that
+  // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).
+  double compute_slowdown_beside_comm = 1.0;
 };
 
 class CostModel {

@@ -90,6 +90,12 @@ struct HardwareProfile {
   double pcie_efficiency = 0.8;       // NCCL over PCIe
   double network_efficiency = 0.9;    // NCCL over InfiniBand/Ethernet line rate
   double collective_base_latency_seconds = 8.4e-6;  // NCCL tuning.h baseLat, ring/simple
+  // Compute kernels that run while the GPU's DP/ZeRO collectives run beside
+  // them take this factor longer for the time they overlap (NCCL's kernels
+  // hold SMs and memory bandwidth): planner calibrate's GEMM and copy loop
+  // with and without all-reduces and all-gathers on the communicator's
+  // stream, on every rank at once. 1: no slowdown (the datasheet default).
+  double compute_slowdown_beside_comm = 1.0;
   double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
   double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
   double cpu_adam_flops_per_param = 20;  // CPU Adam arithmetic per parameter (vectorised)

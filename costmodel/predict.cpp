@@ -31,6 +31,7 @@ void fill_prediction(const Plan& plan, const HardwareProfile& profile, const Sim
   p.mfu = p.model_flops_per_step / p.step_seconds / world / profile.peak_flops(plan.strategy.precision);
   const StageTime& c = sim.stages.at(sim.critical_stage);
   p.compute_seconds = c.compute_seconds;
+  p.contention_seconds = c.contention_seconds;
   p.exposed_comm_seconds = c.tp_comm_seconds + c.exposed_comm_seconds;
   p.bubble_seconds = c.bubble_seconds;
   p.optimizer_seconds = c.optimizer_seconds;
@@ -114,6 +115,7 @@ nlohmann::json prediction_json(const StepPrediction& p) {
   j["fits"] = p.memory.fits();
   j["per_gpu_peak_bytes"] = p.memory.per_gpu_peak_bytes;
   j["breakdown"] = {{"compute_seconds", p.compute_seconds},
+                    {"contention_seconds", p.contention_seconds},
                     {"exposed_comm_seconds", p.exposed_comm_seconds},
                     {"bubble_seconds", p.bubble_seconds},
                     {"optimizer_seconds", p.optimizer_seconds},

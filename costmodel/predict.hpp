@@ -22,6 +22,7 @@ struct StepPrediction {
   double mfu = 0;                      // model FLOP/s over the GPUs' dense peak in the working precision
   // Where the time goes, seconds per step on the critical rank.
   double compute_seconds = 0;          // forward + backward (+ recompute) kernels
+  double contention_seconds = 0;       // of which: slowed by the DP/ZeRO collectives beside them
   double exposed_comm_seconds = 0;     // communication not hidden behind compute
   double bubble_seconds = 0;           // pipeline idle time
   double optimizer_seconds = 0;        // optimizer step (GPU or CPU)

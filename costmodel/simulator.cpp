@@ -157,8 +157,15 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             wait_until(t, data, tm.bubble_seconds);
             wait_until(t, fetch_end_[u], tm.offload_seconds);        // offload=all: the shard from the host
             wait_until(t, param_ready_[u], tm.exposed_comm_seconds);  // ZeRO-3: its gather
-            const double dur = fwd ? uc.forward_seconds : uc.backward_seconds;
+            double dur = fwd ? uc.forward_seconds : uc.backward_seconds;
             const double comm = fwd ? uc.forward_comm_seconds : uc.backward_comm_seconds;
+            // The part that overlaps the DP/ZeRO collectives queued so far on
+            // the comm stream runs slower (calibrate: compute beside NCCL).
+            if (sc.compute_slowdown_beside_comm > 1 && st.comm_free > t) {
+              const double extra = std::min(dur, st.comm_free - t) * (sc.compute_slowdown_beside_comm - 1);
+              dur += extra;
+              tm.contention_seconds += extra;
+            }
             tm.tp_comm_seconds += comm;
             tm.compute_seconds += dur - comm;
             st.compute_free = t + dur;

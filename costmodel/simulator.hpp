@@ -37,7 +37,8 @@ const char* trace_name(const StepAction& a, bool cpu_optimizer);
 
 // Where one stage's step goes; the parts add up to the makespan.
 struct StageTime {
-  double compute_seconds = 0;       // forward + backward + recompute kernels
+  double compute_seconds = 0;       // forward + backward + recompute kernels (contention included)
+  double contention_seconds = 0;    // of which: passes slowed by the DP/ZeRO collectives beside them
   double tp_comm_seconds = 0;       // TP collectives inside the passes
   double exposed_comm_seconds = 0;  // waiting for DP/ZeRO collectives, the gradient norm, tied-embedding sync
   double bubble_seconds = 0;        // waiting for other stages (pipeline fill/drain, the step's end)

@@ -224,6 +224,114 @@ json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size) {
   return out;
 }
 
+namespace {
+
+// Compute beside NCCL (every rank of `comm` at once, GPU): a loop of GEMMs
+// (16384 x 8192 x 2048 bf16, a transformer MLP's) each followed by a copy,
+// timed alone (CUDA events on the compute stream, the faster of two), then
+// with `calls` collectives of 64 MiB queued on the communicator's stream just
+// before it; and the collectives alone. The compute slows for the time the two
+// overlap: slowdown = 1 + (with - alone) / min(alone, collectives alone).
+json measure_contention(const Ctx& c, Communicator& comm) {
+  // The CPU (MPI, quick sizes in CI) runs the same code on fp32, small.
+  const auto opt = at::TensorOptions().device(c.device).dtype(c.cuda ? at::kBFloat16 : at::kFloat);
+  const int64_t T = c.quick ? 256 : 16384, h = c.quick ? 64 : 2048;
+  at::Tensor x = at::randn({T, h}, opt), w = at::randn({4 * h, h}, opt), y = at::empty({T, 4 * h}, opt);
+  at::Tensor src = at::randn({T * h}, opt), dst = at::empty_like(src);
+  const int loops = c.quick ? 4 : 40;  // about 35 ms on an H100; the same on every rank
+  auto compute = [&] {
+    for (int i = 0; i < loops; ++i) {
+      at::mm_out(y, x, w.t());
+      dst.copy_(src);
+    }
+  };
+  // The compute loop's time (the faster of two), with the collectives that
+  // `before` queues running beside it; they are waited for after each.
+  auto timed = [&](const std::function<std::vector<WorkPtr>()>& before) {
+    double best = 1e30;
+    for (int r = 0; r < 2; ++r) {
+      comm.barrier();
+      IntervalTimer t(c.cuda);
+      std::vector<WorkPtr> works;
+      if (before) works = before();
+      t.start();
+      compute();
+      t.stop();
+      best = std::min(best, t.seconds().at(0));
+      for (auto& wk : works) wk->wait();
+      synchronize(c.cuda);
+    }
+    return best;
+  };
+  compute();
+  synchronize(c.cuda);
+  const int g = comm.size();
+  const int64_t bytes = c.quick ? int64_t(64) << 10 : int64_t(64) << 20;
+  const int64_t n = bytes / 4;  // floats
+  const auto fopt = at::TensorOptions().device(c.device).dtype(at::kFloat);
+  // NCCL runs a communicator's collectives one after another on its stream:
+  // one buffer serves them all. MPI may run its non-blocking ones at once:
+  // each gets its own (small, quick sizes).
+  std::vector<at::Tensor> fulls, parts;
+  int next = 0;
+  auto buffers = [&](int i) {
+    const size_t k = c.cuda ? 0 : size_t(i);
+    while (fulls.size() <= k) fulls.push_back(at::ones({n}, fopt)), parts.push_back(at::ones({n / g}, fopt));
+    return std::pair<at::Tensor, at::Tensor>{fulls[k], parts[k]};
+  };
+  json ops = json::array();
+  for (const char* op : {"all_reduce", "all_gather"}) {
+    const std::string o = op;
+    auto one = [&]() -> WorkPtr {
+      auto [full, part] = buffers(next++);
+      return o == "all_reduce" ? comm.all_reduce(full) : comm.all_gather(part, full);
+    };
+    next = 0;
+    one()->wait();
+    synchronize(c.cuda);
+    // The collectives alone: as many as take about as long as the compute.
+    const double alone = timed(nullptr);
+    comm.barrier();
+    const auto c0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) next = 0, one()->wait();
+    synchronize(c.cuda);
+    const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count() / 10;
+    // Every rank must queue the same number: from the slowest rank's figures.
+    at::Tensor mine = at::tensor(std::vector<double>{per_call, alone}, at::TensorOptions().dtype(at::kDouble))
+                          .to(c.device);
+    at::Tensor all = at::empty({2 * g}, mine.options());
+    comm.all_gather(mine, all)->wait();
+    synchronize(c.cuda);
+    const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
+    const int calls = int(std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-6), 4.0, 400.0));
+    comm.barrier();
+    const auto q0 = std::chrono::steady_clock::now();
+    next = 0;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < calls; ++i) works.push_back(one());
+    for (auto& wk : works) wk->wait();
+    synchronize(c.cuda);
+    const double comm_alone = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
+    const double with = timed([&] {
+      next = 0;
+      std::vector<WorkPtr> beside;
+      for (int i = 0; i < calls; ++i) beside.push_back(one());
+      return beside;
+    });
+    const double overlap = std::min(alone, comm_alone);
+    const double slowdown = 1 + std::max(0.0, with - alone) / std::max(overlap, 1e-9);
+    say(c, "compute beside " + o + " (" + std::to_string(calls) + " x " + fmt_num(double(bytes) / 1048576.0) + " MiB over " + std::to_string(g) +
+               " ranks): " + fmt_num(alone * 1e3) + " ms alone, " + fmt_num(with * 1e3) + " ms beside " +
+               fmt_num(comm_alone * 1e3) + " ms of collectives: slowdown " + fmt_num(slowdown, 4));
+    ops.push_back({{"op", o}, {"bytes", bytes}, {"calls", calls}, {"group_size", g},
+                   {"compute_alone_seconds", alone}, {"compute_beside_seconds", with},
+                   {"collectives_alone_seconds", comm_alone}, {"slowdown", slowdown}});
+  }
+  return ops;
+}
+
+}  // namespace
+
 void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   const int W = c.world;
   const auto timeout = std::chrono::seconds(120);
@@ -235,6 +343,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   json points = json::array();
   std::vector<double> mine;  // this rank's seconds, one per point, in the same order on every rank
   int64_t nccl_bytes = -1, p2p_bytes = -1;
+  json contention;  // rank 0's measure_contention, or {failed}
   for (int g : group_sizes) {
     if (W % g) continue;  // every rank must be in exactly one group
     std::vector<std::vector<int>> groups;
@@ -281,6 +390,16 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
     if (first) {
       if (nccl_bytes < 0) nccl_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
       else p2p_bytes = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0 - nccl_bytes);
+    }
+    // Compute beside the collectives, once (the smallest group). The CPU's
+    // figure (MPI, compute on the same cores) is measured, not used by the fit.
+    if (g == group_sizes.front() && contention.is_null()) {
+      try {
+        contention = measure_contention(c, *comm);
+      } catch (const std::exception& e) {
+        std::string msg = e.what();
+        contention = json{{"failed", msg.substr(0, msg.find('\n'))}};
+      }
     }
   }
   // NCCL's memory per pipeline link, as the runtime makes them: pairs of ranks
@@ -338,6 +457,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   if (nccl_bytes >= 0) out["nccl_communicator_bytes"] = nccl_bytes;
   if (p2p_bytes >= 0) out["nccl_send_recv_bytes"] = p2p_bytes;
   if (link_bytes >= 0) out["nccl_pipe_link_bytes"] = link_bytes;
+  if (!contention.is_null()) out["compute_beside_comm"] = contention;
 }
 
 }  // namespace planner::rt::calib

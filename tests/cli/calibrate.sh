@@ -77,6 +77,10 @@ ops = {x["op"] for x in c["collectives"]}
 assert ops == {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"}, ops
 assert all(x["backend"] == "mpi" and x["group_size"] == 2 and x["seconds"] > 0 for x in c["collectives"])
 assert c["ranks"] == 2
+# Compute beside the collectives: both measured on every rank at once (the fit leaves the CPU's out).
+cb = c["compute_beside_comm"]
+assert [x["op"] for x in cb] == ["all_reduce", "all_gather"], cb
+assert all(x["calls"] >= 4 and x["compute_alone_seconds"] > 0 and x["slowdown"] >= 1 for x in cb), cb
 # The CPU AdamW with both ranks at once: the node's rate is what the profile keeps.
 n = c["cpu_adam_node"]
 assert n["processes_per_node"] == 2 and len(n["per_process_params_per_second"]) == 2, n

@@ -335,6 +335,31 @@ TEST_CASE("attention rates per head dimension and sequence interpolate between m
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
+TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (hand numbers)", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  // 30 ms of compute alone; beside 20 ms and 40 ms of collectives it took 33 and 36 ms:
+  // 1 + 3/20 = 1.15 and 1 + 6/30 = 1.2 (the overlap is at most the compute): median 1.175.
+  m["compute_beside_comm"] = json::array(
+      {{{"op", "all_reduce"}, {"compute_alone_seconds", 0.030}, {"compute_beside_seconds", 0.033},
+        {"collectives_alone_seconds", 0.020}, {"slowdown", 1.15}},
+       {{"op", "all_gather"}, {"compute_alone_seconds", 0.030}, {"compute_beside_seconds", 0.036},
+        {"collectives_alone_seconds", 0.040}, {"slowdown", 1.2}}});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.compute_slowdown_beside_comm == Approx(1.175));
+  CHECK((*p.calibration)["fits"].contains("compute_slowdown_beside_comm"));
+  // It reaches the simulator's stage costs.
+  CHECK(default_profile(gpu).compute_slowdown_beside_comm == 1.0);
+  json bad = profile_to_json(p);
+  bad["compute_slowdown_beside_comm"] = 0.5;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+  // The CPU: noted, not applied.
+  json cpu = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 2}, {"quick", true},
+              {"machine", {{"cpu", "x"}}}};
+  cpu["compute_beside_comm"] = m["compute_beside_comm"];
+  CHECK(fit_profile(cpu, nullptr).compute_slowdown_beside_comm == 1.0);
+}
+
 TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H100-SXM");
   json m = h100_measurements();

@@ -108,6 +108,18 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
   CHECK(r.makespan_seconds == Approx(1 + 4 + 0.25 + 0.5));
   CHECK(r.stages[0].exposed_comm_seconds == Approx(0.25));
   CHECK(r.stages[0].optimizer_seconds == Approx(0.5));
+  CHECK(r.stages[0].contention_seconds == 0);
+  // Compute 1.5x as long beside the collectives: the 7 backwards after the
+  // first each overlap their predecessor's 0.25 s all-reduce and take 0.125 s
+  // more; the forward overlaps none.
+  {
+    TableCostModel slow = cost;
+    slow.stage(0).compute_slowdown_beside_comm = 1.5;
+    const SimResult rs = simulate(prog, slow);
+    CHECK(rs.stages[0].contention_seconds == Approx(7 * 0.125));
+    CHECK(rs.makespan_seconds == Approx(1 + 4 + 7 * 0.125 + 0.25 + 0.5));
+    CHECK(rs.stages[0].compute_seconds == Approx(r.stages[0].compute_seconds + 7 * 0.125));
+  }
   // Ring all-reduce of S bytes over n ranks moves 2(n-1)/n S at the bottleneck B.
   for (int n : {2, 4, 8}) {
     const double S = 1e9, B = 100e9;
