@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One nvidia-h100-x2 call, held-out set 12 (issue 10): as set 11
 # (scripts/device_x2_heldout11.sh) after the fp32 grouped-query attention case
-# left the fp32 attention rates and head dimension 80 joined calibrate's grid.
+# left the fp32 attention rates, head dimension 80 joined calibrate's grid
+# and the simulator slowed compute beside DP/ZeRO collectives.
 # To fit the session's last device time, only the mpirun -np 2 calibrate runs
 # (its rank 0 measures the single-GPU part alone, as the one-GPU calibrate
 # does) and both sweeps are predicted with its profile before any plan runs;
