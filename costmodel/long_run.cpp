@@ -33,15 +33,15 @@ std::string too_long(const Strategy& s, int64_t limit) {
 constexpr int kAttempts = 4;
 // Times equal to this fraction of the makespan are equal but for floating-point rounding.
 constexpr double kTolerance = 1e-9;
-constexpr int kFields = 7;  // per stage, in the order of outputs()
+constexpr int kFields = 8;  // per stage, in the order of outputs()
 
 // Every output of a simulation that predict reads, as one vector.
 std::vector<double> outputs(const SimResult& r) {
   std::vector<double> v{r.makespan_seconds};
   v.reserve(1 + kFields * r.stages.size());
   for (const StageTime& t : r.stages)
-    v.insert(v.end(), {t.compute_seconds, t.tp_comm_seconds, t.exposed_comm_seconds, t.bubble_seconds,
-                       t.optimizer_seconds, t.offload_seconds, t.end_seconds});
+    v.insert(v.end(), {t.compute_seconds, t.contention_seconds, t.tp_comm_seconds, t.exposed_comm_seconds,
+                       t.bubble_seconds, t.optimizer_seconds, t.offload_seconds, t.end_seconds});
   return v;
 }
 
@@ -51,7 +51,9 @@ SimResult from_outputs(const std::vector<double>& v) {
   r.stages.resize((v.size() - 1) / kFields);
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const double* f = &v[1 + kFields * s];
-    r.stages[s] = StageTime{f[0], f[1], f[2], f[3], f[4], f[5], f[6]};
+    StageTime& t = r.stages[s];
+    t.compute_seconds = f[0], t.contention_seconds = f[1], t.tp_comm_seconds = f[2], t.exposed_comm_seconds = f[3];
+    t.bubble_seconds = f[4], t.optimizer_seconds = f[5], t.offload_seconds = f[6], t.end_seconds = f[7];
     // As Simulator::run picks it: the first stage with the least bubble.
     if (r.stages[s].bubble_seconds < r.stages[size_t(r.critical_stage)].bubble_seconds) r.critical_stage = int(s);
   }

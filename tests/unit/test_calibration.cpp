@@ -67,7 +67,7 @@ TEST_CASE("a profile round-trips through JSON, calibration included", "[calibrat
   p.calibration = std::make_shared<const json>(json{{"gemm", json::array({{{"m", 1}}})}});
   const json j = profile_to_json(p);
   // Loaded over another GPU's default: every field comes from the file.
-  const HardwareProfile q = profile_from_json(j, default_profile(gpu_by_name("A100-80GB")));
+  const HardwareProfile q = profile_from_json(j, default_profile(gpu_by_name("A100-80GB-SXM")));
   CHECK(profile_to_json(q) == j);
   CHECK(q.gemm_efficiency_for(Precision::BF16) == 0.77);
   CHECK(q.gemm_efficiency_for(Precision::FP16) == p.gemm_efficiency);  // 0: the generic one
@@ -348,8 +348,8 @@ TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (han
   const HardwareProfile p = fit_profile(m, &gpu);
   CHECK(p.compute_slowdown_beside_comm == Approx(1.175));
   CHECK((*p.calibration)["fits"].contains("compute_slowdown_beside_comm"));
-  // It reaches the simulator's stage costs.
-  CHECK(default_profile(gpu).compute_slowdown_beside_comm == 1.0);
+  // A catalog GPU without a measured figure keeps 1.
+  CHECK(default_profile(gpu_by_name("A100-80GB-SXM")).compute_slowdown_beside_comm == 1.0);
   json bad = profile_to_json(p);
   bad["compute_slowdown_beside_comm"] = 0.5;
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
