@@ -18,7 +18,7 @@ plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "wit
      "step_time_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)", \
      "step_time_labels.dat" using 1:2:3 with labels offset 1,0.6 left font ",8" notitle
 
-unset size
+set size noratio 1,1
 set output "peak_memory.png"
 set title "Peak memory per GPU, predicted against measured: one H100, held out (11)"
 set xlabel "measured (GiB)"

@@ -17,7 +17,7 @@ plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "wit
      x with lines lc rgb "black" lw 1.5 title "y = x", \
      "step_time_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)"
 
-unset size
+set size noratio 1,1
 set output "peak_memory.png"
 set title "Peak memory per GPU, predicted against measured: one H100, held out (12)"
 set xlabel "measured (GiB)"
