@@ -11,8 +11,12 @@
 //    weight-gradient layouts; gpt2-xl's unaligned 1600/4800/6400, GPT-3-like
 //    2048 and 4096, a LLaMA-style GQA/SwiGLU layer; 8192^3) per precision
 //    (fp32 runs on TF32, as the runtime sets it);
-//  - at::scaled_dot_product_attention forward and backward (causal, head
-//    dim 64 and 128, one GQA case) in bf16 and fp16;
+//  - at::scaled_dot_product_attention forward and backward (causal, a grid of
+//    head dims 64, 80, 128 and sequences 1024-8192, one GQA case) in bf16,
+//    fp16 and (GPU) fp32;
+//  - the GEMMs and attention of two-layer GPT-, OPT- and LLaMA-style models'
+//    sustained training steps (Kineto) against the same kernels timed as
+//    above (runtime/calibrate_in_step.cpp);
 //  - the memory-bound kernel classes of the time model: vectorized streams
 //    (copy, add, GeLU), non-vectorized elementwise (converting copy,
 //    broadcast multiply, SiLU of a narrowed half) and reductions (layer norm,
@@ -28,8 +32,10 @@
 //    out of memory), and the allocator's rounding on transformer-sized blocks;
 //  - with several ranks (mpirun): all-reduce, reduce-scatter, all-gather,
 //    broadcast and send/recv through the runtime's Communicator (NCCL on
-//    GPUs, MPI on the CPU) over sizes and group sizes, and the device memory
-//    one NCCL communicator takes. With one rank: skipped, with a note.
+//    GPUs, MPI on the CPU) over sizes and group sizes, the device memory
+//    one NCCL communicator takes, and a GEMM and copy loop alone and beside
+//    collectives on the communicator's stream. With one rank: skipped, with
+//    a note.
 // With several ranks, rank 0 runs the single-device benchmarks while the
 // others wait (they would share the host), then every rank joins the
 // collectives.
