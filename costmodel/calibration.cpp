@@ -300,7 +300,9 @@ struct Fitter {
     std::map<std::tuple<bool, int64_t, int64_t>, std::pair<std::vector<double>, std::vector<double>>> at;
     for (auto& a : m["attention"]) {
       if (a.contains("excluded")) continue;
-      const bool fp32 = precision_of(a["precision"].get<std::string>()) == Precision::FP32 && gpu != nullptr;
+      // By the inputs' precision, on the CPU too (its cases are fp32, as its
+      // plans are; the single figures there are the main ones).
+      const bool fp32 = precision_of(a["precision"].get<std::string>()) == Precision::FP32;
       auto& [f, b] = at[{fp32, a["head_dim"].get<int64_t>(), a["seq"].get<int64_t>()}];
       f.push_back(a["forward_relative"].get<double>());
       b.push_back(a["backward_relative"].get<double>());

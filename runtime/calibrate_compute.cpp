@@ -62,26 +62,13 @@ std::vector<Shape> gemm_shapes(bool quick) {
   return s;
 }
 
-// Seconds of one call of `gemm` as a training step runs it: each call followed
-// by a memory-bound kernel of about its own duration (a layer's norms,
-// activations and residuals come between its GEMMs), only the GEMM timed, by
-// CUDA events around it; the median over calls lasting about 0.1 s in all.
-// On the H100 this changed the rate by -32% to +7% per shape against back to
-// back, a median of -1% (fp32) to -5% (fp16) (validation/h100/kernels: both
-// figures per shape), away from a step's GEMMs, which run faster. What it does
-// not capture:
-// at the 700 W limit a GEMM's clock depends on its operands' values (random
-// normal operands 639-725 TFLOP/s, zeros 775-892, benchmarks/gemm_data.py),
-// and a training step's GEMMs ran at about 780 TFLOP/s (exec --kernels).
-struct Filler {
-  at::Tensor src, dst;      // bf16 buffers of 2^26 elements; a copy between them is the memory-bound kernel
-  double per_element = 0;  // seconds per element copied
-  explicit Filler(const Ctx& c) {
-    src = at::randn({int64_t(1) << 26}, at::TensorOptions().device(c.device).dtype(at::kBFloat16));
-    dst = at::empty_like(src);
-    per_element = time_per_call(c, [&] { dst.copy_(src); }) / double(src.numel());
-  }
-};
+}  // namespace
+
+Filler::Filler(const Ctx& c) {
+  src = at::randn({int64_t(1) << 26}, at::TensorOptions().device(c.device).dtype(at::kBFloat16));
+  dst = at::empty_like(src);
+  per_element = time_per_call(c, [&] { dst.copy_(src); }) / double(src.numel());
+}
 
 double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double alone, const Filler& f) {
   const int64_t n = std::clamp<int64_t>(int64_t(alone / f.per_element), 1 << 16, f.src.numel());
@@ -98,8 +85,6 @@ double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double 
   std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
   return s[s.size() / 2];
 }
-
-}  // namespace
 
 json measure_gemms(const Ctx& c) {
   json out = json::array();

@@ -37,6 +37,21 @@ void say(const Ctx& c, const std::string& line);
 std::string fmt_num(double v, int digits = 3);  // "%.3g" (LibTorch's fmt shadows the system's here)
 
 // runtime/calibrate_compute.cpp
+// Seconds of one call of `gemm` (`alone`: its back-to-back time) as calibrate
+// times its GEMM points on the GPU: each call followed by a memory-bound copy
+// of about its own duration (a layer's norms, activations and residuals come
+// between its GEMMs), only the GEMM timed, by CUDA events around it; the
+// median over calls lasting about 0.1 s in all. On the H100 this changed the
+// rate by -32% to +7% per shape against back to back (validation/h100/kernels).
+// What it does not capture: at the 700 W cap the clock follows the kernel mix,
+// and a sustained training step's GEMMs ran 13-16% faster than these points
+// (validation/h100/in-step; calibrate's in_step part measures the ratio).
+struct Filler {
+  at::Tensor src, dst;      // bf16 buffers of 2^26 elements; a copy between them is the memory-bound kernel
+  double per_element = 0;  // seconds per element copied
+  explicit Filler(const Ctx& c);
+};
+double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double alone, const Filler& f);
 nlohmann::json measure_gemms(const Ctx& c);
 nlohmann::json measure_attention(const Ctx& c);
 nlohmann::json measure_memory_kernels(const Ctx& c);

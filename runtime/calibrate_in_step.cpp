@@ -128,28 +128,6 @@ std::vector<Family> families(bool quick) {
   return f;
 }
 
-// The seconds of one call of `fn` as calibrate's GEMM points are timed on the
-// GPU: each call followed by a copy of about its own duration, the median call
-// (CUDA events). On the CPU the fastest batch of calls.
-double time_gemm(const Ctx& c, const std::function<void()>& fn, const at::Tensor& src, const at::Tensor& dst,
-                 double copy_per_element) {
-  const double alone = time_per_call(c, fn);
-  if (!c.cuda) return alone;
-  const int64_t n = std::clamp<int64_t>(int64_t(alone / copy_per_element), 1 << 16, src.numel());
-  at::Tensor s = src.narrow(0, 0, n), d = dst.narrow(0, 0, n);
-  const int calls = int(std::clamp(0.1 / (2 * alone), 10.0, 2000.0));
-  IntervalTimer t(c.cuda);
-  for (int i = 0; i < calls; ++i) {
-    t.start();
-    fn();
-    t.stop();
-    d.copy_(s);
-  }
-  std::vector<double> v = t.seconds();
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 void capture_ops(Captured& cap, const std::function<void()>& fn) {
@@ -192,14 +170,9 @@ json measure_in_step(const Ctx& c) {
   const std::vector<Precision> precisions =
       c.cuda ? std::vector<Precision>{Precision::BF16, Precision::FP16, Precision::FP32}
              : std::vector<Precision>{Precision::FP32};
-  // The memory-bound copy that comes between calibrate's GEMMs (calibrate_compute.cpp's Filler).
-  at::Tensor src, dst;
-  double copy_per_element = 0;
-  if (c.cuda) {
-    src = at::randn({int64_t(1) << 26}, at::TensorOptions().device(c.device).dtype(at::kBFloat16));
-    dst = at::empty_like(src);
-    copy_per_element = time_per_call(c, [&] { dst.copy_(src); }) / double(src.numel());
-  }
+  // The memory-bound copy that comes between calibrate's GEMMs.
+  std::unique_ptr<Filler> filler;
+  if (c.cuda) filler = std::make_unique<Filler>(c);
   const double sustain_seconds = c.quick ? 0.0 : 1.0;
   for (const Family& fam : families(c.quick)) {
     for (Precision pr : precisions) {
@@ -256,7 +229,9 @@ json measure_in_step(const Ctx& c) {
       for (const auto& [key, gc] : distinct) {
         const CapturedGemm& g = *gc.first;
         at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
-        const double sec = time_gemm(c, [&] { at::mm_out(y, g.a, g.b); }, src, dst, copy_per_element);
+        auto fn = [&] { at::mm_out(y, g.a, g.b); };
+        const double alone = time_per_call(c, fn);
+        const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
         alone_gemm += gc.second * sec;
         shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
                           {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
