@@ -25,23 +25,16 @@
 #include <thread>
 #include <vector>
 
+#include "benchmarks/bench_args.hpp"
 #include "runtime/host_adam.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "host_adam_bench: %s\n", what.c_str());
-  std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& what) { bench::usage_error("host_adam_bench", what); }
 
-int64_t parse_int(const char* s, const char* flag) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (!end || *end || v <= 0) usage_error(std::string(flag) + " needs a positive integer, got '" + s + "'");
-  return v;
-}
+int64_t parse_int(const char* s, const char* flag) { return bench::parse_positive_int("host_adam_bench", s, flag); }
 
 }  // namespace
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "costmodel/model_spec.hpp"
+#include "benchmarks/bench_args.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
@@ -50,17 +51,9 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "step_gemms: %s\n", what.c_str());
-  std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& what) { bench::usage_error("step_gemms", what); }
 
-int64_t parse_int(const char* s, const char* flag) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s, &end, 10);
-  if (!end || *end || v <= 0) usage_error(std::string(flag) + " needs a positive integer, got '" + s + "'");
-  return v;
-}
+int64_t parse_int(const char* s, const char* flag) { return bench::parse_positive_int("step_gemms", s, flag); }
 
 double now_unix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -197,42 +197,45 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
 
 namespace {
 
-// Rate at (d, s) from the table's points of one precision family; 0 when it has none.
+// Rate at (d, s) from the table's points of one precision family; 0 when it
+// has none. No allocation: the layer model asks for it for every candidate of
+// the search.
 double table_rate(const std::vector<HardwareProfile::AttentionRate>& table, bool fp32, bool backward, int64_t d,
                   int64_t s) {
-  std::vector<const HardwareProfile::AttentionRate*> pts;
-  for (const auto& r : table)
-    if (r.fp32 == fp32) pts.push_back(&r);
-  if (pts.empty()) return 0;
+  // The head dimensions measured nearest below and above d (held outside them).
+  int64_t below = 0, above = 0, lowest = 0, highest = 0;
+  for (const auto& r : table) {
+    if (r.fp32 != fp32) continue;
+    if (!lowest || r.head_dim < lowest) lowest = r.head_dim;
+    if (r.head_dim > highest) highest = r.head_dim;
+    if (r.head_dim <= d && r.head_dim > below) below = r.head_dim;
+    if (r.head_dim >= d && (!above || r.head_dim < above)) above = r.head_dim;
+  }
+  if (!lowest) return 0;
+  if (!below) below = lowest;
+  if (!above) above = highest;
   // Along the sequence at one head dimension: linear in log2(seq), held outside.
+  const double x = std::log2(double(std::max<int64_t>(s, 1)));
   auto at_dim = [&](int64_t dim) {
-    std::vector<std::pair<double, double>> line;  // (log2 seq, rate)
-    for (const auto* r : pts)
-      if (r->head_dim == dim) line.emplace_back(std::log2(double(r->seq)), backward ? r->backward : r->forward);
-    std::sort(line.begin(), line.end());
-    const double x = std::log2(double(std::max<int64_t>(s, 1)));
-    if (x <= line.front().first) return line.front().second;
-    if (x >= line.back().first) return line.back().second;
-    for (size_t i = 1; i < line.size(); ++i)
-      if (x <= line[i].first) {
-        const auto& [x0, y0] = line[i - 1];
-        const auto& [x1, y1] = line[i];
-        return x1 > x0 ? y0 + (y1 - y0) * (x - x0) / (x1 - x0) : y1;
-      }
-    return line.back().second;
-  };
-  std::vector<int64_t> dims;
-  for (const auto* r : pts) dims.push_back(r->head_dim);
-  std::sort(dims.begin(), dims.end());
-  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
-  if (d <= dims.front()) return at_dim(dims.front());
-  if (d >= dims.back()) return at_dim(dims.back());
-  for (size_t i = 1; i < dims.size(); ++i)
-    if (d <= dims[i]) {
-      const double y0 = at_dim(dims[i - 1]), y1 = at_dim(dims[i]);
-      return y0 + (y1 - y0) * double(d - dims[i - 1]) / double(dims[i] - dims[i - 1]);
+    const HardwareProfile::AttentionRate *lo = nullptr, *hi = nullptr, *first = nullptr, *last = nullptr;
+    for (const auto& r : table) {
+      if (r.fp32 != fp32 || r.head_dim != dim) continue;
+      if (!first || r.seq < first->seq) first = &r;
+      if (!last || r.seq > last->seq) last = &r;
+      if (r.seq <= s && (!lo || r.seq > lo->seq)) lo = &r;
+      if (r.seq >= s && (!hi || r.seq < hi->seq)) hi = &r;
     }
-  return at_dim(dims.back());
+    auto rate = [&](const HardwareProfile::AttentionRate* r) { return backward ? r->backward : r->forward; };
+    if (!lo) return rate(first);
+    if (!hi) return rate(last);
+    if (lo->seq == hi->seq) return rate(lo);
+    const double x0 = std::log2(double(lo->seq)), x1 = std::log2(double(hi->seq));
+    return rate(lo) + (rate(hi) - rate(lo)) * (x - x0) / (x1 - x0);
+  };
+  const double y0 = at_dim(below);
+  if (above == below) return y0;
+  const double y1 = at_dim(above);
+  return y0 + (y1 - y0) * double(d - below) / double(above - below);
 }
 
 }  // namespace
@@ -289,6 +292,12 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
       if (!t.is_array()) throw InputError("profile: 'attention_rates' must be an array");
       p.attention_rates.clear();
       for (const auto& e : t) {
+        const size_t idx = p.attention_rates.size();
+        for (const char* k : {"precision", "head_dim", "seq", "forward_relative", "backward_relative"})
+          if (!e.is_object() || !e.contains(k))
+            throw InputError(fmt::format("profile: attention_rates[{}] lacks '{}' (each point has precision, head_dim, "
+                                         "seq, forward_relative and backward_relative)",
+                                         idx, k));
         HardwareProfile::AttentionRate r;
         const std::string prec = e.at("precision").get<std::string>();
         if (prec != "16-bit" && prec != "fp32")
