@@ -74,12 +74,19 @@ nlohmann::json measure_in_step(const Ctx& c);
 struct CapturedGemm {
   std::string op;  // "aten::mm", "aten::addmm", "aten::addmm_"
   at::Tensor a, b, self;
+  int count = 1;  // calls of this shape and layout (more than 1 only when `distinct`)
 };
 struct Captured {
+  // distinct: keep one copy per GEMM shape and layout (counting the calls)
+  // and the first attention's inputs with the gradient of its output (the
+  // last backward), so that a deep model's capture costs about one layer's
+  // memory; otherwise every call in order (a replay needs them all).
+  bool distinct = false;
   std::mutex mu;
   std::vector<CapturedGemm> gemms;
   std::vector<std::array<at::Tensor, 3>> attention;
   std::vector<at::Tensor> attention_grads;
+  int attention_calls = 0;  // forwards seen
 };
 void capture_ops(Captured& cap, const std::function<void()>& fn);
 // One call of the GEMM as it was called (addmm_ accumulates into the captured

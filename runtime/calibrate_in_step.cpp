@@ -15,19 +15,24 @@
 //
 // How: for each model family the runtime executes (a GPT-style decoder with
 // GELU, an OPT-style one with ReLU, a LLaMA-style one with SwiGLU and
-// grouped-query attention; two layers each at calibrate's GEMM width 2048,
-// 4 x 2048 tokens) and each precision, a Trainer runs two optimizer steps on
-// the synthetic tokens `planner exec` trains on, then forward + backward
-// passes for a second unrecorded (the sustained state), then two under the
-// Kineto profiler (runtime/kernel_profile.hpp: the GEMM and attention
-// kernels' summed durations, the faster pass), then one more under a
-// RecordFunction observer that copies the operands of every GEMM (aten::mm,
-// addmm, addmm_) and fused attention. Each distinct GEMM is then timed as
+// grouped-query attention; eight layers each at calibrate's GEMM width 2048,
+// fewer on a GPU too small for them, 4 x 2048 tokens) and each precision, a
+// Trainer runs two optimizer steps on the synthetic tokens `planner exec`
+// trains on, then forward + backward passes for a second unrecorded (the
+// sustained state), then two under the Kineto profiler (runtime/
+// kernel_profile.hpp: the GEMM and attention kernels' summed durations, the
+// faster pass), then one more under a RecordFunction observer that copies the
+// operands of each distinct GEMM (aten::mm, addmm, addmm_; counting the calls)
+// and of the first fused attention. Each distinct GEMM is then timed as
 // calibrate times its shapes (mm_out interleaved with a copy of its own
 // duration, the median call) and the attention as measure_attention does
 // (forward + backward, the fastest batch of calls). The fit
 // (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision and its
 // attention rates by the median ratio, calibrate's time over the step's.
+// The depth matters: with two layers the vocabulary head and its loss are
+// half the step, and their low-power mix raised the clock (on an H200 the
+// GEMM ratio was 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
+// validation/h200/in-step-depth).
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -60,6 +65,11 @@ using nlohmann::json;
 Captured* g_captured = nullptr;  // set only while the observer is installed
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
+  const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
+  return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
+}
 bool ends_with(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
@@ -89,6 +99,15 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
   torch::autograd::AutoGradMode no_grad(false);
   std::lock_guard<std::mutex> lock(cap->mu);
   if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) {
+    if (cap->distinct) {
+      const char* lay = layout_of(a, b);
+      for (CapturedGemm& g : cap->gemms)
+        if (g.a.size(0) == a.size(0) && g.b.size(1) == b.size(1) && g.a.size(1) == a.size(1) &&
+            std::string_view(layout_of(g.a, g.b)) == lay) {
+          ++g.count;
+          return nullptr;
+        }
+    }
     CapturedGemm g;
     g.op = std::string(name);
     g.a = a.clone(at::MemoryFormat::Preserve);
@@ -96,8 +115,12 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
     if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
     cap->gemms.push_back(std::move(g));
   } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
-    cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
+    ++cap->attention_calls;
+    if (!cap->distinct || cap->attention.empty())
+      cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
   } else if (dout.defined() && dout.dim() == 4) {
+    // Distinct: the last backward is the first forward's (autograd runs them in reverse).
+    if (cap->distinct) cap->attention_grads.clear();
     cap->attention_grads.push_back(dout.contiguous().clone());
   }
   return nullptr;
@@ -111,7 +134,7 @@ struct Family {
 // Each family the runtime executes at calibrate's GEMM width 2048
 // (calibrate_compute.cpp): gpt-neo-1.3b's layers (GELU, 16 heads of 128),
 // opt-1.3b's (ReLU, 32 heads of 64) and TinyLlama's (SwiGLU 5632, 32 heads of
-// 64 with 4 kv heads), two of them. Quick: one layer 64 wide.
+// 64 with 4 kv heads); measure_in_step sets the depth. Quick: 64 wide.
 std::vector<Family> families(bool quick) {
   std::vector<Family> f;
   ModelSpec gpt = model_preset("gpt-neo-1.3b"), opt = model_preset("opt-1.3b"), llama = model_preset("llama-2-7b");
@@ -120,7 +143,6 @@ std::vector<Family> families(bool quick) {
     for (ModelSpec* s : {&gpt, &opt, &llama}) s->hidden = 64, s->heads = 4, s->kv_heads = 4, s->ffn = 256, s->vocab = 512;
     llama.kv_heads = 2, llama.ffn = 176;
   }
-  for (ModelSpec* s : {&gpt, &opt, &llama}) s->layers = quick ? 1 : 2;
   f.push_back({"gpt-neo-1.3b", gpt});
   f.push_back({"opt-1.3b", opt});
   f.push_back({"tinyllama-1.1b", llama});
@@ -156,15 +178,6 @@ void replay_gemm(const CapturedGemm& g) {
   }
 }
 
-namespace {
-
-const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
-  const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
-  return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
-}
-
-}  // namespace
-
 json measure_in_step(const Ctx& c) {
   json out = json::array();
   const std::vector<Precision> precisions =
@@ -174,55 +187,76 @@ json measure_in_step(const Ctx& c) {
   std::unique_ptr<Filler> filler;
   if (c.cuda) filler = std::make_unique<Filler>(c);
   const double sustain_seconds = c.quick ? 0.0 : 1.0;
-  for (const Family& fam : families(c.quick)) {
+  // Deep enough that the layers, not the vocabulary head and its loss, set
+  // the kernel mix and with it the clock: on an H200 calibrate's time over
+  // the step's was 1.17-1.18 with two layers and 1.12-1.15 with 6 to 24
+  // (validation/h200/in-step-depth). Halved down to two on a GPU too small.
+  const int64_t deepest = c.quick ? 2 : 8;  // quick: two, so that the layers repeat their GEMMs
+  for (const Family& base : families(c.quick)) {
     for (Precision pr : precisions) {
+      Family fam = base;
       TrainConfig cfg;
       cfg.precision = pr;
       cfg.mbs = c.quick ? 2 : 4;
       cfg.gas = 1;
       cfg.seq = c.quick ? 32 : 2048;
       Captured cap;
+      cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
       std::vector<double> step_gemm, step_attention;
-      {
-        Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
-        tr.step(0);
-        tr.step(1);
-        synchronize(c.cuda);
-        const double mult = tr.loss_scale() / double(cfg.gas);
-        int64_t micro = 0;
-        auto pass = [&] {
-          tr.zero_grad();
-          auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
-          tr.forward_backward(ids, labels, mult);
-        };
-        const auto t0 = std::chrono::steady_clock::now();
-        do {
-          pass();
+      for (int64_t layers = deepest;; layers /= 2) {
+        fam.spec.layers = layers;
+        step_gemm.clear(), step_attention.clear();
+        cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
+        try {
+          Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
+          tr.step(0);
+          tr.step(1);
           synchronize(c.cuda);
-        } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
-        if (c.cuda) {
-          for (int r = 0; r < 2; ++r) {
-            KernelRecorder rec;
-            rec.start();
+          const double mult = tr.loss_scale() / double(cfg.gas);
+          int64_t micro = 0;
+          auto pass = [&] {
+            tr.zero_grad();
+            auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
+            tr.forward_backward(ids, labels, mult);
+          };
+          const auto t0 = std::chrono::steady_clock::now();
+          do {
             pass();
-            synchronize(true);
-            const KernelProfile kp = rec.stop();
-            step_gemm.push_back(kp.gemm_seconds);
-            step_attention.push_back(kp.attention_seconds);
+            synchronize(c.cuda);
+          } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
+          if (c.cuda) {
+            for (int r = 0; r < 2; ++r) {
+              KernelRecorder rec;
+              rec.start();
+              pass();
+              synchronize(true);
+              const KernelProfile kp = rec.stop();
+              step_gemm.push_back(kp.gemm_seconds);
+              step_attention.push_back(kp.attention_seconds);
+            }
           }
+          capture_ops(cap, [&] {
+            pass();
+            synchronize(c.cuda);
+          });
+          break;
+        } catch (const c10::OutOfMemoryError&) {
+          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+          empty_cache(c.cuda);
+          if (layers <= 2) throw;
+          say(c, std::string("in a step ") + to_string(pr) + " " + fam.label + ": out of memory with " + std::to_string(layers) +
+                     " layers, trying " + std::to_string(layers / 2));
         }
-        capture_ops(cap, [&] {
-          pass();
-          synchronize(c.cuda);
-        });
       }
       empty_cache(c.cuda);
       // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
       std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
+      int64_t calls = 0;
       for (const CapturedGemm& g : cap.gemms) {
         auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
         auto [it, fresh] = distinct.try_emplace(key, &g, 0);
-        ++it->second.second;
+        it->second.second += g.count;
+        calls += g.count;
       }
       json shapes = json::array();
       double alone_gemm = 0;
@@ -249,16 +283,18 @@ json measure_in_step(const Ctx& c) {
           at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
           (void)torch::autograd::grad({o}, {q, k, v}, {dout});
         });
-        alone_attention += fb;
+        // Distinct: the one captured attention stands for every layer's (the same shape).
+        const int64_t n = cap.distinct ? std::max<int64_t>(1, cap.attention_calls) : 1;
+        alone_attention += double(n) * fb;
         attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
-                             {"head_dim", q.size(3)}, {"seconds", fb}});
+                             {"head_dim", q.size(3)}, {"count", n}, {"seconds", fb}});
       }
       const std::string p = to_string(pr);
       json row = {{"precision", p},
                   {"model", fam.label},
                   {"layers", fam.spec.layers},
                   {"tokens", cfg.mbs * cfg.seq},
-                  {"gemms", cap.gemms.size()},
+                  {"gemms", calls},
                   {"shapes", shapes},
                   {"attention", attention},
                   {"alone_gemm_seconds", alone_gemm},
@@ -270,7 +306,7 @@ json measure_in_step(const Ctx& c) {
         row["step_attention_seconds"] = step_attention.front();
       }
       say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
-                 std::to_string(cap.gemms.size()) + " GEMMs " +
+                 std::to_string(calls) + " GEMMs " +
                  (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
                  fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
                  (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +

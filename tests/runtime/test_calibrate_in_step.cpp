@@ -1,10 +1,12 @@
 // planner calibrate's in_step part (runtime/calibrate_in_step.cpp): the
-// observer copies every GEMM and the attention of one forward + backward of a
-// model of each family, and calibrate times each distinct GEMM and each
-// attention. On the CPU (quick sizes: one layer) the captured GEMMs must be
-// exactly the model's: per linear layer (out x in) over T tokens, the forward
-// x w^T (T, out, in; layout nt), the data gradient g w (T, in, out; nn) and
-// the weight gradient g^T x (out, in, T; tn), each once.
+// observer copies each distinct GEMM (counting its calls) and the first
+// attention of one forward + backward of a model of each family, and
+// calibrate times each distinct GEMM and the attention. On the CPU (quick
+// sizes: two layers) the captured GEMMs must be exactly the model's: per
+// linear layer (out x in) over T tokens, the forward x w^T (T, out, in;
+// layout nt), the data gradient g w (T, in, out; nn) and the weight gradient
+// g^T x (out, in, T; tn), once per layer: twice for the layers' shapes, once
+// for the vocabulary head's.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -35,15 +37,17 @@ TEST_CASE("calibrate captures a training step's GEMMs and attention and times ea
   REQUIRE(r.size() == 3);
   for (const auto& row : r) {
     CHECK(row.at("precision") == "fp32");
-    CHECK(row.at("layers") == 1);
+    CHECK(row.at("layers") == 2);
     CHECK(row.at("tokens") == 64);
-    CHECK(row.at("gemms") == 15);
+    CHECK(row.at("gemms") == 27);  // 4 linear layers x 3 GEMMs x 2 layers + the head's 3
     CHECK(!row.contains("step_gemm_seconds"));  // the CPU has no kernel times
     double sum = 0;
     for (const auto& g : row.at("shapes")) {
-      CHECK(g.at("count") == 1);
+      // The head (512 = the vocabulary, as M of its weight gradient or N of the others) once, the layers' twice.
+      const bool head = g.at("m") == 512 || g.at("n") == 512 || g.at("k") == 512;
+      CHECK(g.at("count") == (head ? 1 : 2));
       CHECK(g.at("seconds").get<double>() > 0);
-      sum += g.at("seconds").get<double>();
+      sum += g.at("count").get<double>() * g.at("seconds").get<double>();
       got[row.at("model")].push_back(gs(g.at("layout"), g.at("m"), g.at("n"), g.at("k")));
     }
     CHECK(row.at("alone_gemm_seconds").get<double>() == Approx(sum));
@@ -73,7 +77,8 @@ TEST_CASE("calibrate captures a training step's GEMMs and attention and times ea
     REQUIRE(want.count(model));
     CHECK(v == want.at(model));
   }
-  // One attention per model, as the layer runs it: (2, 4 heads, 32, 16); kv heads 4, 4 and 2.
+  // One attention per model, as the layer runs it: (2, 4 heads, 32, 16); kv
+  // heads 4, 4 and 2; captured once, counted for both layers.
   std::map<std::string, int64_t> kv;
   for (const auto& row : r) {
     REQUIRE(row.at("attention").size() == 1);
@@ -83,7 +88,8 @@ TEST_CASE("calibrate captures a training step's GEMMs and attention and times ea
     CHECK(a.at("seq") == 32);
     CHECK(a.at("head_dim") == 16);
     CHECK(a.at("seconds").get<double>() > 0);
-    CHECK(row.at("alone_attention_seconds").get<double>() == Approx(a.at("seconds").get<double>()));
+    CHECK(a.at("count") == 2);
+    CHECK(row.at("alone_attention_seconds").get<double>() == Approx(2 * a.at("seconds").get<double>()));
     kv[row.at("model")] = a.at("kv_heads");
   }
   CHECK(kv == std::map<std::string, int64_t>{{"gpt-neo-1.3b", 4}, {"opt-1.3b", 4}, {"tinyllama-1.1b", 2}});
