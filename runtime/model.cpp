@@ -181,7 +181,10 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
     if (has_b) ctx->save_for_backward({x_in, w, b});
     auto shape = x.sizes().vec();
     shape.back() = out;
-    return y.view(shape);
+    // Not a view (y is this function's own): reduce_from_tp sums it in place,
+    // which autograd forbids on a view made inside a custom function. As
+    // at::matmul folds its batch dimensions.
+    return at::_unsafe_view(y, shape);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();

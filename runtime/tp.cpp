@@ -69,8 +69,11 @@ at::Tensor tp_assemble(const at::Tensor& gathered, const TpSplit& s, const std::
 namespace {
 
 // Collectives on activations (no autograd). Each waits for its Work at once.
-at::Tensor all_reduced(const at::Tensor& x, Communicator& c) {
-  at::Tensor y = x.is_contiguous() ? x.clone() : x.contiguous();
+// In place (the Communicator's all-reduce sums into its argument), as
+// Megatron-LM's f and g do: no copy of a full activation per reduction. The
+// callers below say why nothing else sees the change.
+at::Tensor all_reduced_in_place(const at::Tensor& x, Communicator& c) {
+  at::Tensor y = x.is_contiguous() ? x : x.contiguous();
   c.all_reduce(y)->wait();
   return y;
 }
@@ -159,8 +162,35 @@ at::Tensor vocab_parallel_grad(const at::Tensor& logits, const at::Tensor& label
   return z;
 }
 
-at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp) { return apply<TpComm<identity, all_reduced>>(x, tp); }
-at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp) { return apply<TpComm<all_reduced, identity>>(x, tp); }
+// Forward identity; backward the all-reduce, in place on the gradient that
+// arrives: the input gradient of the column-parallel GEMMs this feeds (or
+// autograd's sum of theirs), which nothing else holds.
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["tp"] = comm;
+    return x;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    return {all_reduced_in_place(grads[0], comm_of(ctx)), at::Tensor()};
+  }
+};
+
+// Forward the all-reduce, in place on its input: the output of a
+// row-parallel GEMM (or of the vocabulary-parallel embedding's masked
+// lookup), used by nothing but this and saved by no autograd node; marked
+// dirty, as autograd asks of an input changed in place. Backward identity.
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["tp"] = comm;
+    at::Tensor y = all_reduced_in_place(x, *reinterpret_cast<Communicator*>(comm));
+    if (y.is_same(x)) ctx->mark_dirty({x});
+    return y;
+  }
+  static tensor_list backward(AutogradContext*, tensor_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp) { return apply<CopyToTp>(x, tp); }
+at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp) { return apply<ReduceFromTp>(x, tp); }
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp) {
   return apply<TpComm<reduce_scatter_seq, all_gather_seq>>(x, tp);
 }

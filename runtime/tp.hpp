@@ -41,9 +41,12 @@
 // tp) or parts of them. (Splitting dim 1 of (b, s, h) instead needed a copy
 // through a (tp, b, s/tp, h) buffer for every collective: 10 copies of a full
 // activation per layer and micro-batch.)
-// The reductions cannot run in place (the Communicator's all-reduce is in place
-// and autograd may hand the same gradient to several consumers, a residual
-// among them), so copy_to_tp and reduce_from_tp copy once.
+// copy_to_tp and reduce_from_tp reduce in place, as Megatron-LM does: forward
+// on the row-parallel GEMM's fresh output (marked dirty), backward on the
+// column-parallel GEMMs' input gradient, which no other consumer holds (a
+// residual's gradient never reaches copy_to_tp: it feeds GEMMs only). Until
+// this, each copied a full activation first (on two H200s 0.0137 s of a
+// 0.71 s GPT-Neo-1.3B tp=2 step, 832 copies; validation/h200x2-3d/run6).
 #include <ATen/ATen.h>
 
 #include <cstdint>

@@ -38,7 +38,9 @@ for k in ("gemm", "attention", "memory_kernels", "host_memcpy", "cpu_adam", "fit
     assert k in c, k
 # The GEMMs and attention of a training step of each family, timed as calibrate times its points.
 ins = c["in_step"]
-assert len(ins) == 3 and all(r["gemms"] == 15 and r["alone_gemm_seconds"] > 0 for r in ins), ins
+# Two layers (quick): each distinct GEMM copied once and counted, 27 calls; the attention counted twice.
+assert len(ins) == 3 and all(r["layers"] == 2 and r["gemms"] == 27 and r["alone_gemm_seconds"] > 0 for r in ins), ins
+assert all(sum(g["count"] for g in r["shapes"]) == 27 and r["attention"][0]["count"] == 2 for r in ins), ins
 assert {g["precision"] for g in c["gemm"]} >= {"fp32"}
 assert any("100" in g["label"] for g in c["gemm"]), "an unaligned width"
 for g in c["gemm"]:
