@@ -80,6 +80,11 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   StepPrediction p;
   fill_prediction(plan, profile, sim, p);
   p.compute_by_class = double(plan.strategy.gas) * ctx.stage_op_times(plan.strategy, sim.critical_stage);
+  p.compute_by_class_rank0 = sim.critical_stage == 0
+                                 ? p.compute_by_class
+                                 : double(plan.strategy.gas) * ctx.stage_op_times(plan.strategy, 0);
+  p.rank0_fb_seconds = sim.critical_stage == 0 && plan.strategy.tp == 1 ? p.compute_seconds
+                                                                        : p.compute_by_class_rank0.total_seconds();
   p.memory = estimate_memory(plan, Engine::Ours, &profile);
   if (sim_out) *sim_out = sim;
   return p;

@@ -31,6 +31,14 @@ struct StepPrediction {
   // class (cost_model.hpp step_op_times); their total is compute_seconds plus
   // the TP collectives when nothing else delays the stage.
   OpTimes compute_by_class;
+  // The same for rank 0's pipeline stage (stage 0), the rank whose forward and
+  // backward `planner exec` reports (its F and B actions, --kernels): under
+  // pp the critical stage may be another. rank0_fb_seconds is what its F and
+  // B actions hold: compute_seconds where stage 0 is the critical one and
+  // tp = 1, else stage 0's kernels plus the TP collectives waited for inside
+  // its passes.
+  OpTimes compute_by_class_rank0;
+  double rank0_fb_seconds = 0;
   MemoryReport memory;
 };
 

@@ -113,7 +113,8 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       "  planner validate examples/sweep_1gpu.json -o h200 --gpus 1xH200 --profile h200.json\n"
       "Each plan runs as `planner exec` (mpirun started by it for several ranks). Writes DIR/report.json,\n"
       "DIR/report.csv, DIR/plans/NAME.json, DIR/runs/NAME.json (result) and NAME.log, and with gnuplot on the\n"
-      "PATH DIR/step_time.png, DIR/peak_memory.png, DIR/memory_breakdown.png (script: DIR/plots.gp).\n"
+      "PATH DIR/step_time.png, DIR/peak_memory.png, DIR/memory_breakdown.png and, per pipeline plan, its predicted\n"
+      "and measured timelines DIR/timeline_NAME.png from DIR/runs/NAME.trace.json (script: DIR/plots.gp).\n"
       "Sweep file format: docs/ARCHITECTURE.md, \"planner validate\". Exit 0 when the report was written,\n"
       "whatever the plans did; 2 for a bad sweep or option (nothing written).");
   struct Opts {
@@ -238,6 +239,12 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
         if (!o->profile.headroom.empty()) args.insert(args.end(), {"--headroom", o->profile.headroom});
         if (o->oversubscribe) args.push_back("--oversubscribe");
         if (o->kernels) args.push_back("--kernels");
+        // A pipeline plan's predicted and measured timelines (timeline_NAME.png).
+        const std::string trace_rel = "runs/" + e.name + ".trace.json";
+        if (e.plan.strategy.pp > 1) {
+          fs::remove(fs::path(dir) / trace_rel, ec);
+          args.insert(args.end(), {"--trace", (fs::path(dir) / trace_rel).string()});
+        }
         bool timed_out = false;
         run.exit_code = run_child(args, (fs::path(dir) / run.log_file).string(), "", timeout, &timed_out);
         if (run.exit_code == 0 && fs::is_regular_file(result_path, ec)) {
@@ -251,7 +258,12 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
           run.status = timed_out ? "timeout" : oom ? "out_of_memory" : run.exit_code == 2 ? "refused" : "failed";
         }
       }
-      const json rec = plan_record(e, pred, pred_error, run, profiles[k].cpu_adam_params_per_second);
+      json rec = plan_record(e, pred, pred_error, run, profiles[k].cpu_adam_params_per_second);
+      if (run.status == "ran" && e.plan.strategy.pp > 1) {
+        std::error_code tec;
+        const std::string trace_rel = "runs/" + e.name + ".trace.json";
+        if (fs::is_regular_file(fs::path(dir) / trace_rel, tec)) rec["trace_file"] = trace_rel;
+      }
       if (progress) {
         if (run.status == "ran")
           std::cerr << fmt::format("; measured {:.4f} s ({:+.1f}%), {:.2f} GiB ({:+.1f}%)\n",
@@ -271,7 +283,17 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
     json files = {"report.json", "report.csv"};
     std::string plot_note;
     if (!o->no_plots) {
-      const PlotFiles pf = plot_files(report);
+      std::map<std::string, json> traces;
+      for (const auto& p : report["plans"])
+        if (p.contains("trace_file")) {
+          try {
+            traces[p["name"].get<std::string>()] =
+                read_json_file((fs::path(dir) / p["trace_file"].get<std::string>()).string(), "trace");
+          } catch (const std::exception&) {
+            // An unreadable trace leaves that plan without its timeline picture.
+          }
+        }
+      const PlotFiles pf = plot_files(report, traces);
       for (const auto& [name, text] : pf.data) write_file_atomically((fs::path(dir) / name).string(), text);
       write_file_atomically((fs::path(dir) / "plots.gp").string(), pf.script);
       if (!on_path("gnuplot")) {
@@ -280,7 +302,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
         bool timed_out = false;
         const int rc = run_child({"gnuplot", "plots.gp"}, (fs::path(dir) / "plots.log").string(), dir, 120, &timed_out);
         if (rc != 0) plot_note = fmt::format("gnuplot failed (exit {}); see {}/plots.log", rc, dir);
-        for (const char* png : {"step_time.png", "peak_memory.png", "memory_breakdown.png"})
+        for (const std::string& png : pf.pngs)
           if (fs::exists(fs::path(dir) / png)) files.push_back(png);
       }
     }

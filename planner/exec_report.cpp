@@ -34,9 +34,11 @@ nlohmann::json kernel_class_comparison(const StepPrediction& p, const nlohmann::
   if (!m.contains("kernels") || !m["kernels"].is_object()) return nullptr;
   const json& k = m["kernels"];
   const json& c = k["by_class"];
-  const OpTimes& q = p.compute_by_class;
+  // The kernels are rank 0's: its pipeline stage's, with under tp the
+  // collectives it waits for inside the passes (in the measured span).
+  const OpTimes& q = p.compute_by_class_rank0;
   auto pair = [](json pred, double meas) { return json{{"predicted", pred}, {"measured", meas}}; };
-  return {{"forward_backward", pair(q.compute_seconds(), num(k, "span_seconds"))},
+  return {{"forward_backward", pair(q.total_seconds(), num(k, "span_seconds"))},
           {"gemm", pair(q.gemm_seconds, num(c, "gemm_seconds"))},
           {"attention", pair(q.attention_seconds, num(c, "attention_seconds"))},
           {"memory_bound", pair(q.memory_seconds, num(c, "memory_bound_seconds"))},

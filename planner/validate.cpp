@@ -160,14 +160,17 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
   const json acts = m.value("action_seconds", json::object());
   const double step = rec["measured"]["step_seconds"].get<double>();
   if (acts.contains("F") && acts.contains("B") && step > 0) {
+    // Rank 0's passes: its pipeline stage's kernels and, under tp, the
+    // collectives waited for inside them (StepPrediction::rank0_fb_seconds).
     const double fb = num(acts, "F") + num(acts, "B");
-    const double rest_p = pred.step_seconds - pred.compute_seconds, rest_m = step - fb;
-    const double dc = pred.compute_seconds - fb, dr = rest_p - rest_m;
+    const double fb_p = pred.rank0_fb_seconds > 0 ? pred.rank0_fb_seconds : pred.compute_seconds;
+    const double rest_p = pred.step_seconds - fb_p, rest_m = step - fb;
+    const double dc = fb_p - fb, dr = rest_p - rest_m;
     std::string text = fmt::format(
         "{}: forward+backward {:.4f} s predicted, {:.4f} s measured; rest of the step (optimizer, offload, exposed "
         "communication, bubble) {:.4f} s predicted, {:.4f} s measured",
         std::abs(dc) >= std::abs(dr) ? "mostly the forward and backward kernels" : "mostly the rest of the step",
-        pred.compute_seconds, fb, rest_p, rest_m);
+        fb_p, fb, rest_p, rest_m);
     const double rate = num(m, "cpu_adam_params_per_second");
     if (rate > 0) {
       text += fmt::format("; the run's CPU AdamW {:.3g} parameters/s", rate);
@@ -183,7 +186,7 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
       if (m.contains("cpu_steal_fraction") && m["cpu_steal_fraction"].is_number())
         text += fmt::format(", CPU time stolen by the hypervisor {:.1f}%", 100 * num(m, "cpu_steal_fraction"));
     }
-    out["step"] = {{"compute_predicted", pred.compute_seconds},
+    out["step"] = {{"compute_predicted", fb_p},
                    {"compute_measured", fb},
                    {"rest_predicted", rest_p},
                    {"rest_measured", rest_m},

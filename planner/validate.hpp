@@ -25,6 +25,7 @@
 //   summary: {"all", "A", "B"}: plans, ran, step and peak-memory MAPE and worst
 //            (signed, with the plan), and the fit checks.
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,11 +79,16 @@ std::string report_csv(const nlohmann::json& report);
 
 // The gnuplot script that draws DIR/step_time.png, DIR/peak_memory.png and
 // DIR/memory_breakdown.png from the data files it names, and those files
-// (name -> text), all relative to DIR.
+// (name -> text), all relative to DIR; `pngs` every picture it draws.
+// `traces` (plan name -> the Chrome trace of `planner exec --trace`, which
+// validate asks of every pipeline plan) adds DIR/timeline_NAME.png per plan:
+// each pipeline stage's predicted compute stream above its measured ranks'.
 struct PlotFiles {
   std::string script;
   std::vector<std::pair<std::string, std::string>> data;
+  std::vector<std::string> pngs;
 };
-PlotFiles plot_files(const nlohmann::json& report);
+PlotFiles plot_files(const nlohmann::json& report,
+                     const std::map<std::string, nlohmann::json>& traces = {});
 
 }  // namespace planner

@@ -7,10 +7,18 @@
 //  peak_memory.png      the same for the peak memory per GPU
 //  memory_breakdown.png per plan that ran, the predicted categories stacked
 //                       beside the measured ones
+//  timeline_NAME.png    per pipeline plan that ran with a trace: for each stage
+//                       the simulator's compute stream above each of its
+//                       measured ranks' (exec --trace, CUDA events of the last
+//                       timed step), forward, backward, waits for the
+//                       neighbour stages and the optimizer in their own
+//                       colours, micro-batch numbers in the wider boxes
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 
 #include "costmodel/memory_model.hpp"
 #include "planner/validate.hpp"
@@ -92,9 +100,135 @@ std::string scatter_plot(const Scatter& s, const std::string& png, const std::st
   return g + "\n";
 }
 
+// What one box of a timeline is: its fill and legend entry.
+struct Kind {
+  const char* title;
+  const char* color;
+};
+const Kind kKinds[] = {{"forward", "#4575b4"},     {"backward", "#fc8d59"},  {"recompute", "#9e6ebd"},
+                       {"waits for a neighbour stage", "#c8c8c8"}, {"optimizer", "#1a9850"},
+                       {"other (sync, norm, collectives)", "#7f7f7f"}};
+
+// The kind and micro-batch of a trace event's name: the simulator's
+// "F 3 u7" / "B 3 u7" / "optimizer ..." (micro-batch in args), the measured
+// "<stage>F3.7" / "<stage>RB3" / "<stage>Opt" (runtime/exec.cpp).
+std::pair<int, int> kind_of(const json& e, bool measured) {
+  std::string n = e.value("name", "");
+  int mb = -1;
+  std::string k;
+  if (!measured) {
+    k = n.substr(0, n.find(' '));
+    if (e.contains("args") && e["args"].contains("microbatch")) mb = e["args"]["microbatch"].get<int>();
+  } else {
+    size_t i = 0;
+    while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;
+    size_t j = i;
+    while (j < n.size() && std::isalpha(static_cast<unsigned char>(n[j]))) ++j;
+    k = n.substr(i, j - i);
+    size_t d = j;
+    while (d < n.size() && std::isdigit(static_cast<unsigned char>(n[d]))) ++d;
+    if (d > j) mb = std::stoi(n.substr(j, d - j));
+  }
+  if (k == "F") return {0, mb};
+  if (k == "B") return {1, mb};
+  if (k == "R" || k == "recompute") return {2, mb};
+  if (k == "SF" || k == "SB" || k == "RF" || k == "RB" || k == "send" || k == "recv") return {3, mb};
+  if (k == "Opt" || k == "optimizer") return {4, -1};
+  return {5, -1};
+}
+
+// One pipeline plan's timeline picture: data and script.
+void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, std::string& g) {
+  if (!trace.is_object() || !trace.contains("traceEvents")) return;
+  // Lanes: per stage, the prediction (pid = stage, thread 0 = compute) then
+  // the measured ranks of that stage (pid 1000 + rank, "... stage S ...").
+  std::map<int, std::string> names;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name")
+      names[e["pid"].get<int>()] = e["args"].value("name", "");
+  std::map<std::pair<int, int>, int> lane_of;  // (stage, 0 predicted / 1 + rank measured) -> order
+  std::map<int, int> stage_of;                 // pid -> stage
+  for (const auto& [pid, nm] : names) {
+    int stage = pid;
+    if (pid >= 1000) {
+      const size_t at = nm.find("stage ");
+      if (at == std::string::npos) continue;
+      stage = std::atoi(nm.c_str() + at + 6);
+    }
+    stage_of[pid] = stage;
+    lane_of[{stage, pid >= 1000 ? 1 + (pid - 1000) : 0}] = 0;
+  }
+  if (lane_of.empty()) return;
+  std::map<int, int> lane;  // pid -> y
+  std::string tics;
+  int y = 0;
+  for (auto& [key, v] : lane_of) {
+    v = y;
+    const int pid = key.second == 0 ? key.first : 1000 + key.second - 1;
+    lane[pid] = y;
+    tics += fmt::format("{}\"{}\" {}", tics.empty() ? "" : ", ",
+                        key.second == 0 ? fmt::format("stage {} predicted", key.first)
+                                        : fmt::format("rank {} measured", key.second - 1),
+                        y);
+    ++y;
+  }
+  // Boxes: consecutive events of one lane with the same kind and micro-batch
+  // (the simulator's and the runtime's per-layer actions) merged.
+  struct Box {
+    double t0, t1;
+    int kind, mb;
+  };
+  std::map<int, std::vector<Box>> boxes;
+  double end = 0;
+  std::vector<const json*> ev;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("ph", "") == "X" && lane.count(e["pid"].get<int>()) && e.value("tid", 0) == 0) ev.push_back(&e);
+  std::stable_sort(ev.begin(), ev.end(), [](const json* a, const json* b) { return (*a)["ts"].get<double>() < (*b)["ts"].get<double>(); });
+  for (const json* e : ev) {
+    const int pid = (*e)["pid"].get<int>();
+    const auto [k, mb] = kind_of(*e, pid >= 1000);
+    const double t0 = (*e)["ts"].get<double>() / 1e3, t1 = t0 + (*e)["dur"].get<double>() / 1e3;  // ms
+    auto& v = boxes[pid];
+    if (!v.empty() && v.back().kind == k && v.back().mb == mb) v.back().t1 = std::max(v.back().t1, t1);
+    else v.push_back({t0, t1, k, mb});
+    end = std::max(end, t1);
+  }
+  if (end <= 0) return;
+  std::string safe;
+  for (char c : plan) safe += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+  const std::string dat = "timeline_" + safe + ".dat", png = "timeline_" + safe + ".png";
+  std::string d = "# lane start_ms end_ms color label\n";
+  for (const auto& [pid, v] : boxes)
+    for (const Box& b : v) {
+      const bool wide = (b.t1 - b.t0) > 0.012 * end && b.mb >= 0 && b.kind <= 2;
+      d += fmt::format("{} {:.6f} {:.6f} {} \"{}\"\n", lane[pid], b.t0, b.t1,
+                       std::stoi(std::string(kKinds[b.kind].color + 1), nullptr, 16), wide ? std::to_string(b.mb) : "");
+    }
+  out.data.push_back({dat, d});
+  const json other = trace.value("otherData", json::object());
+  std::string title = esc(other.value("title", plan));
+  if (other.contains("makespan_seconds") && other.contains("measured_step_seconds"))
+    title += fmt::format("\\npredicted step {:.4f} s, measured {:.4f} s (the last timed step)",
+                         other["makespan_seconds"].get<double>(), other["measured_step_seconds"].get<double>());
+  g += fmt::format(
+      "\nunset logscale\nunset xtics\nset xtics\nset size noratio 1,1\nset key outside bottom center horizontal box\n"
+      "set terminal pngcairo size 1400,{h} font \"sans,10\"\nset output \"{png}\"\n"
+      "set bmargin 7\nset title \"{title}\" font \",10\"\nset xlabel \"ms from the step's start\" offset 0,0.4\nset ylabel \"\"\n"
+      "set xrange [0:{xmax:.6g}]\nset yrange [{ylo}:-0.6]\nset ytics ({tics})\nset grid xtics\n"
+      "set style fill solid 0.9 border rgb \"#333333\"\n"
+      "plot \"{dat}\" using (($2+$3)/2):1:2:3:($1-0.38):($1+0.38):4 with boxxyerror lc rgb variable notitle, \\\n"
+      "     \"{dat}\" using (($2+$3)/2):1:5 with labels font \",7\" notitle",
+      fmt::arg("h", 220 + 70 * y), fmt::arg("png", png), fmt::arg("title", title), fmt::arg("xmax", end * 1.01),
+      fmt::arg("ylo", y - 0.4), fmt::arg("tics", tics), fmt::arg("dat", dat));
+  for (const Kind& k : kKinds)
+    g += fmt::format(", \\\n     NaN with boxes lc rgb \"{}\" title \"{}\"", k.color, k.title);
+  g += "\n";
+  out.pngs.push_back(png);
+}
+
 }  // namespace
 
-PlotFiles plot_files(const json& report) {
+PlotFiles plot_files(const json& report, const std::map<std::string, json>& traces) {
   PlotFiles out;
   const json& plans = report["plans"];
   const std::string held = report.value("held_out", "B");
@@ -108,8 +242,10 @@ PlotFiles plot_files(const json& report) {
   };
   const bool a = has_half("A"), b = has_half("B");
   const Scatter st = scatter(plans, "step_seconds", 1.0, "step_time", out);
-  if (st.n > 0)
+  if (st.n > 0) {
     g += scatter_plot(st, "step_time.png", "Step time, predicted against measured: " + name, "s", held, a, b);
+    out.pngs.push_back("step_time.png");
+  }
   // Memory in the largest unit that keeps the points at 1 or more.
   double most = 0;
   for (const auto& p : plans)
@@ -117,9 +253,11 @@ PlotFiles plot_files(const json& report) {
   const double unit = most >= kGiB ? kGiB : most >= double(1 << 20) ? double(1 << 20) : 1024.0;
   const std::string uname = unit == kGiB ? "GiB" : unit == double(1 << 20) ? "MiB" : "KiB";
   const Scatter mem = scatter(plans, "per_gpu_peak_bytes", unit, "peak_memory", out);
-  if (mem.n > 0)
+  if (mem.n > 0) {
     g += "\nunset size\n" +
          scatter_plot(mem, "peak_memory.png", "Peak memory per GPU, predicted against measured: " + name, uname, held, a, b);
+    out.pngs.push_back("peak_memory.png");
+  }
 
   // Memory breakdown: per plan a predicted bar (left) and a measured bar
   // (right), categories stacked; drawn as boxes of the cumulative sums, the
@@ -163,6 +301,12 @@ PlotFiles plot_files(const json& report) {
                        i == kMemCategories - 1 ? "" : ", \\\n     ", i + 2, kColors[i],
                        esc(to_string(MemCategory(i))));
     g += "\n";
+    out.pngs.push_back("memory_breakdown.png");
+  }
+  for (const auto& p : plans) {
+    if (p["measured"].is_null()) continue;
+    const auto it = traces.find(p["name"].get<std::string>());
+    if (it != traces.end()) timeline_plot(it->first, it->second, out, g);
   }
   out.script = g;
   return out;

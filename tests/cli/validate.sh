@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # planner validate on the CPU: the tiny sweep (tests/data/sweep_tiny_cpu.json:
-# four plans, two of two ranks under mpirun: dp=2 ZeRO-1 and tp=2) runs, report.json has the documented keys and its
+# five plans, three of two ranks under mpirun: dp=2 ZeRO-1, tp=2 and pp=2 1F1B) runs, report.json has the documented keys and its
 # errors are (predicted - measured) / measured of the runs' own result files;
 # report.csv has one row per plan; the pictures are drawn when gnuplot is
-# there. Bad input exits 2 and writes nothing.
+# there, the pipeline plan's timeline from its exec trace among them. Bad
+# input exits 2 and writes nothing.
 . "$(dirname "$0")/../cli_lib.sh"
 P="$PLANNER"
 SWEEP="$ROOT/tests/data/sweep_tiny_cpu.json"
@@ -25,7 +26,8 @@ python3 - "$TMP/pred/report.json" "$TMP/out" <<'PY' || fails=$((fails+1))
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert json.load(open(sys.argv[2])) == r, "--json prints report.json"
-assert [p["status"] for p in r["plans"]] == ["not_run"] * 4
+assert [p["status"] for p in r["plans"]] == ["not_run"] * 5
+assert not any("trace_file" in p for p in r["plans"]), "no trace without a run"
 assert all(p["predicted"]["step_seconds"] > 0 and p["measured"] is None for p in r["plans"])
 assert all(p["causes"] is None for p in r["plans"]), "no causes without a run"
 PY
@@ -43,20 +45,21 @@ expect_exit 0 $P validate "$SWEEP" -o "$TMP/v" --device cpu --oversubscribe --pr
 echo "sweep took $(( $(date +%s) - start )) s"
 expect_grep "half B \(held out\)" "$TMP/out"
 expect_grep "^tiny-gpt2-dp2-zero1 +A +2 " "$TMP/out"
-expect_grep "validate: \[4/4\]" "$TMP/err"
+expect_grep "validate: \[5/5\]" "$TMP/err"
 python3 - "$TMP/v" <<'PY' || fails=$((fails+1))
 import json, os, sys
 d = sys.argv[1]
 r = json.load(open(os.path.join(d, "report.json")))
 assert r["format"] == "planner-validation" and r["held_out"] == "B" and r["complete"] is True
 names = [p["name"] for p in r["plans"]]
-assert names == ["tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2"], names
+assert names == ["tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2",
+                 "tiny-gpt2-pp2-1f1b"], names
 by = {p["name"]: p for p in r["plans"]}
 for p in r["plans"]:
     for k in ("strategy", "predicted", "measured", "half", "status", "errors"):
         assert k in p, k
     assert p["predicted"]["step_seconds"] > 0 and p["predicted"]["per_gpu_peak_bytes"] > 0
-for n in ("tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "tiny-gpt2-tp2"):
+for n in names:
     p = by[n]
     assert p["status"] == "ran", (n, p["status"], p["error"])
     res = json.load(open(os.path.join(d, p["result_file"])))
@@ -73,15 +76,23 @@ for n in ("tiny-gpt2-fp32", "tiny-llama-gqa-ckpt-full", "tiny-gpt2-dp2-zero1", "
 assert by["tiny-gpt2-dp2-zero1"]["world"] == 2 and by["tiny-gpt2-dp2-zero1"]["measured"]["device"] == "cpu"
 assert len(json.load(open(os.path.join(d, by["tiny-gpt2-dp2-zero1"]["result_file"])))["measurement"]["ranks"]) == 2
 assert by["tiny-gpt2-tp2"]["world"] == 2
+# The pipeline plan ran with --trace: both timelines in one Chrome trace, named in the report.
+pp = by["tiny-gpt2-pp2-1f1b"]
+assert pp["trace_file"] == "runs/tiny-gpt2-pp2-1f1b.trace.json" and "trace_file" not in by["tiny-gpt2-tp2"]
+t = json.load(open(os.path.join(d, pp["trace_file"])))
+pids = {e["pid"] for e in t["traceEvents"] if e.get("ph") == "X"}
+assert {0, 1, 1000, 1001} <= pids, pids
 s = r["summary"]
-assert s["A"]["ran"] == 2 and s["B"]["ran"] == 2 and s["all"]["plans"] == 4
-errs = [abs(by[n]["errors"]["step_seconds_pct"]) for n in ("tiny-gpt2-fp32", "tiny-gpt2-dp2-zero1")]
-assert abs(s["A"]["step_seconds"]["mape_pct"] - sum(errs) / 2) < 1e-9 * max(errs)
+assert s["A"]["ran"] == 3 and s["B"]["ran"] == 2 and s["all"]["plans"] == 5
+errs = [abs(by[n]["errors"]["step_seconds_pct"]) for n in ("tiny-gpt2-fp32", "tiny-gpt2-dp2-zero1", "tiny-gpt2-pp2-1f1b")]
+assert abs(s["A"]["step_seconds"]["mape_pct"] - sum(errs) / 3) < 1e-9 * max(errs)
 rows = open(os.path.join(d, "report.csv")).read().splitlines()
-assert len(rows) == 5 and rows[0].startswith("name,half,world,strategy,status"), rows[0]
+assert len(rows) == 6 and rows[0].startswith("name,half,world,strategy,status"), rows[0]
+if os.path.exists(os.path.join(d, "timeline_tiny-gpt2-pp2-1f1b.png")):
+    assert "timeline_tiny-gpt2-pp2-1f1b.png" in r["files"], r["files"]
 PY
 if command -v gnuplot >/dev/null; then
-  for f in step_time.png peak_memory.png memory_breakdown.png; do
+  for f in step_time.png peak_memory.png memory_breakdown.png timeline_tiny-gpt2-pp2-1f1b.png; do
     [ -s "$TMP/v/$f" ] || { echo "FAIL: $f not drawn"; cat "$TMP/v/plots.log"; fails=$((fails+1)); }
   done
   [ ! -s "$TMP/v/plots.log" ] || { echo "FAIL: gnuplot complained:"; cat "$TMP/v/plots.log"; fails=$((fails+1)); }

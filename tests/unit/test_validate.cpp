@@ -186,6 +186,59 @@ TEST_CASE("validate: MAPE and worst per half, and the fit verdicts", "[validate]
   CHECK(contains(pf.script, "0.95*$1"));  // the 5% band
 }
 
+TEST_CASE("validate draws a pipeline plan's predicted and measured timelines from its exec trace", "[validate]") {
+  using nlohmann::json;
+  // Two stages predicted (pid = stage, thread 0 = compute) and two ranks
+  // measured (pid 1000 + rank, named with their stage), as exec_trace_json
+  // writes them; the per-layer actions of one pass merge into one box.
+  auto x = [](int pid, const std::string& name, double ts_us, double dur_us, int mb = -1, int tid = 0) {
+    json e = {{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", name}, {"ts", ts_us}, {"dur", dur_us}};
+    if (mb >= 0) e["args"] = {{"microbatch", mb}};
+    return e;
+  };
+  auto meta = [](int pid, const std::string& name) {
+    return json{{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", name}}}};
+  };
+  json ev = json::array({meta(0, "stage 0 (representative rank)"), meta(1, "stage 1 (representative rank)"),
+                         meta(1000, "measured rank 0, stage 0 (compute stream)"),
+                         meta(1001, "measured rank 1, stage 1 (compute stream)"),
+                         // stage 0: F0 over two layers, then B0; a p2p send on thread 2 (not drawn)
+                         x(0, "F 0 u0", 0, 1000, 0), x(0, "F 0 u1", 1000, 1000, 0), x(0, "B 0 u1", 5000, 2000, 0),
+                         x(0, "send activation 0", 2000, 100, 0, 2), x(1, "F 0 u2", 2100, 1000, 0),
+                         x(1, "B 0 u2", 3100, 1900, 0), x(1, "optimizer", 7000, 500),
+                         // measured: rank 0 F0 (two layers), a wait for stage 1's gradient, B0, the optimizer
+                         x(1000, "0F0.0", 0, 1100), x(1000, "0F0.1", 1100, 1100), x(1000, "0RB0", 2200, 3000),
+                         x(1000, "0B0.1", 5200, 2100), x(1000, "0Opt", 7300, 600), x(1001, "1F0.2", 2300, 1000),
+                         x(1001, "1B0.2", 3300, 2000), x(1001, "1Sync", 5300, 100)});
+  const json trace = {{"traceEvents", ev}, {"otherData", {{"title", "t"}, {"makespan_seconds", 0.0075}, {"measured_step_seconds", 0.0079}}}};
+  json plan = {{"name", "pp/2"}, {"half", "A"}, {"predicted", nullptr}, {"measured", {{"step_seconds", 0.0079}, {"per_gpu_peak_bytes", 1e9}}}};
+  const json report = {{"sweep_name", "t"}, {"held_out", "B"}, {"plans", json::array({plan})}};
+  const PlotFiles pf = plot_files(report, {{"pp/2", trace}});
+  REQUIRE(std::find(pf.pngs.begin(), pf.pngs.end(), "timeline_pp_2.png") != pf.pngs.end());
+  CHECK(contains(pf.script, "set output \"timeline_pp_2.png\""));
+  CHECK(contains(pf.script, "\"stage 0 predicted\" 0, \"rank 0 measured\" 1, \"stage 1 predicted\" 2, \"rank 1 measured\" 3"));
+  CHECK(contains(pf.script, "predicted step 0.0075 s, measured 0.0079 s"));
+  std::string dat;
+  for (const auto& [n, t] : pf.data)
+    if (n == "timeline_pp_2.dat") dat = t;
+  // lane start_ms end_ms colour label: forward 0x4575b4 = 4552116, backward
+  // 0xfc8d59 = 16551257, a neighbour wait 0xc8c8c8 = 13158600, the
+  // optimizer 0x1a9850 = 1742928, other 0x7f7f7f = 8355711. Micro-batch
+  // labels only on boxes wider than 1.2% of the span.
+  CHECK(contains(dat, "0 0.000000 2.000000 4552116 \"0\"\n"));   // stage 0's two F layers, one box
+  CHECK(contains(dat, "0 5.000000 7.000000 16551257 \"0\"\n"));
+  CHECK(contains(dat, "1 0.000000 2.200000 4552116 \"0\"\n"));   // rank 0's F, merged
+  CHECK(contains(dat, "1 2.200000 5.200000 13158600 \"\"\n"));   // waiting for the gradient from stage 1
+  CHECK(contains(dat, "1 7.300000 7.900000 1742928 \"\"\n"));
+  CHECK(contains(dat, "2 7.000000 7.500000 1742928 \"\"\n"));
+  CHECK(contains(dat, "3 5.300000 5.400000 8355711 \"\"\n"));
+  CHECK(!contains(dat, "0.100000 4552116"));                        // the p2p thread is not drawn
+  CHECK(std::count(dat.begin(), dat.end(), '\n') == 1 + 2 + 4 + 3 + 3);  // header + boxes per lane
+  // No trace: no timeline.
+  // Without the trace no timeline (and with nothing predicted no other picture).
+  CHECK(plot_files(report).pngs.empty());
+}
+
 TEST_CASE("validate: a bad sweep is refused with one line naming the plan", "[validate]") {
   const auto dir = std::filesystem::temp_directory_path() / ("planner-sweep-test-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -221,6 +274,10 @@ TEST_CASE("exec --kernels: each op class, predicted beside measured, the same fo
   p.compute_by_class.attention_seconds = 0.1;
   p.compute_by_class.memory_seconds = 0.3;
   p.compute_by_class.tp_comm_seconds = 0.05;  // not a kernel class of one GPU's compute stream
+  // exec --kernels records rank 0: its stage's classes are the ones compared
+  // (here the critical stage's are another's: a pipeline).
+  p.compute_by_class_rank0 = p.compute_by_class;
+  p.compute_by_class = 2.0 * p.compute_by_class;
   CHECK(kernel_class_comparison(p, nlohmann::json{{"kernels", nullptr}}).is_null());
   const nlohmann::json m = {
       {"kernels",
@@ -231,7 +288,8 @@ TEST_CASE("exec --kernels: each op class, predicted beside measured, the same fo
         {"span_seconds", 0.85},
         {"idle_seconds", 0.025}}}};
   const nlohmann::json c = kernel_class_comparison(p, m);
-  CHECK(c["forward_backward"]["predicted"].get<double>() == Approx(0.9));  // GEMM + attention + memory-bound
+  // GEMM + attention + memory-bound + the TP collectives the compute stream waits for (in the measured span)
+  CHECK(c["forward_backward"]["predicted"].get<double>() == Approx(0.95));
   CHECK(c["forward_backward"]["measured"].get<double>() == Approx(0.85));
   CHECK(c["gemm"]["predicted"].get<double>() == Approx(0.5));
   CHECK(c["gemm"]["measured"].get<double>() == Approx(0.4));
