@@ -185,6 +185,9 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
     if (e.value("ph", "") == "X" && lane.count(e["pid"].get<int>()) && e.value("tid", 0) == 0) ev.push_back(&e);
   std::stable_sort(ev.begin(), ev.end(), [](const json* a, const json* b) { return (*a)["ts"].get<double>() < (*b)["ts"].get<double>(); });
   for (const json* e : ev) {
+    // An asynchronous collective's issue (measured: no duration to speak of)
+    // neither shows nor splits the pass it was issued in.
+    if ((*e)["dur"].get<double>() < 1.0) continue;
     const int pid = (*e)["pid"].get<int>();
     const auto [k, mb] = kind_of(*e, pid >= 1000);
     const double t0 = (*e)["ts"].get<double>() / 1e3, t1 = t0 + (*e)["dur"].get<double>() / 1e3;  // ms

@@ -208,7 +208,8 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
                          x(1, "B 0 u2", 3100, 1900, 0), x(1, "optimizer", 7000, 500),
                          // measured: rank 0 F0 (two layers), a wait for stage 1's gradient, B0, the optimizer
                          x(1000, "0F0.0", 0, 1100), x(1000, "0F0.1", 1100, 1100), x(1000, "0RB0", 2200, 3000),
-                         x(1000, "0B0.1", 5200, 2100), x(1000, "0Opt", 7300, 600), x(1001, "1F0.2", 2300, 1000),
+                         x(1000, "0B0.1", 5200, 1000), x(1000, "0AR1", 6200, 0.2), x(1000, "0B0.0", 6200, 1100),
+                         x(1000, "0Opt", 7300, 600), x(1001, "1F0.2", 2300, 1000),
                          x(1001, "1B0.2", 3300, 2000), x(1001, "1Sync", 5300, 100)});
   const json trace = {{"traceEvents", ev}, {"otherData", {{"title", "t"}, {"makespan_seconds", 0.0075}, {"measured_step_seconds", 0.0079}}}};
   json plan = {{"name", "pp/2"}, {"half", "A"}, {"predicted", nullptr}, {"measured", {{"step_seconds", 0.0079}, {"per_gpu_peak_bytes", 1e9}}}};
@@ -229,6 +230,7 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
   CHECK(contains(dat, "0 5.000000 7.000000 16551257 \"0\"\n"));
   CHECK(contains(dat, "1 0.000000 2.200000 4552116 \"0\"\n"));   // rank 0's F, merged
   CHECK(contains(dat, "1 2.200000 5.200000 13158600 \"\"\n"));   // waiting for the gradient from stage 1
+  CHECK(contains(dat, "1 5.200000 7.300000 16551257 \"0\"\n"));  // B over an all-reduce's issue: one box
   CHECK(contains(dat, "1 7.300000 7.900000 1742928 \"\"\n"));
   CHECK(contains(dat, "2 7.000000 7.500000 1742928 \"\"\n"));
   CHECK(contains(dat, "3 5.300000 5.400000 8355711 \"\"\n"));
