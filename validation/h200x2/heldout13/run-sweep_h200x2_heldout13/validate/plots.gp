@@ -1,0 +1,59 @@
+# Drawn by planner validate; run `gnuplot plots.gp` in this folder to draw again.
+set terminal pngcairo size 900,860 font "sans,10"
+set encoding utf8
+set output "step_time.png"
+set title "Step time, predicted against measured: two H200s, held out (13)"
+set xlabel "measured (s)"
+set ylabel "predicted (s)"
+unset logscale
+set xrange [0.138971:1.04199]
+set yrange [0.138971:1.04199]
+set key top left box opaque
+set grid
+set size ratio -1
+set samples 200
+plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "within 10%", \
+     '+' using 1:(0.95*$1):(1.05*$1) with filledcurves lc rgb "#c7e9c0" title "within 5%", \
+     x with lines lc rgb "black" lw 1.5 title "y = x", \
+     "step_time_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)", \
+     "step_time_labels.dat" using 1:2:3 with labels offset 1,0.6 left font ",8" notitle
+
+set size noratio 1,1
+set output "peak_memory.png"
+set title "Peak memory per GPU, predicted against measured: two H200s, held out (13)"
+set xlabel "measured (GiB)"
+set ylabel "predicted (GiB)"
+unset logscale
+set xrange [20.6633:65.9171]
+set yrange [20.6633:65.9171]
+set key top left box opaque
+set grid
+set size ratio -1
+set samples 200
+plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "within 10%", \
+     '+' using 1:(0.95*$1):(1.05*$1) with filledcurves lc rgb "#c7e9c0" title "within 5%", \
+     x with lines lc rgb "black" lw 1.5 title "y = x", \
+     "peak_memory_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)"
+
+unset logscale
+set size noratio 1,1
+unset key
+set key outside right top box
+set grid ytics
+set terminal pngcairo size 950,720 font "sans,10"
+set output "memory_breakdown.png"
+set title "Memory per GPU by category: left bar predicted, right bar measured\ntwo H200s, held out (13)"
+set xlabel ""
+set ylabel "GiB"
+set xrange [-1:29]
+set yrange [0:61.9048]
+set xtics ("opt-1.3b-dp2-z1-bf16-mbs8" 0.5, "gpt2-xl-dp2-z2-fp16-mbs8" 3.5, "llama3.2-3b-dp2-z3-bf16-selective-mbs4" 6.5, "neo-1.3b-tp2-fp16-mbs8" 9.5, "opt-2.7b-tp2-sp-bf16-mbs4" 12.5, "llama3.2-1b-tp2-bf16-mbs8" 15.5, "gpt2-xl-pp2-1f1b-bf16-mbs4-gas8" 18.5, "llama3.2-3b-pp2-interleaved-bf16-selective-mbs2" 21.5, "opt-1.3b-pp2-gpipe-fp16-mbs4-gas4" 24.5, "tinyllama-dp2-z2-offload-opt-bf16-mbs8" 27.5) rotate by -40 font ",8"
+set style fill solid 0.9 border rgb "#333333"
+set boxwidth 0.9
+plot "memory_breakdown.dat" using 1:8 with boxes lc rgb "#999999" title "overhead", \
+     "memory_breakdown.dat" using 1:7 with boxes lc rgb "#1a9850" title "comm-buffers", \
+     "memory_breakdown.dat" using 1:6 with boxes lc rgb "#d73027" title "logits-loss", \
+     "memory_breakdown.dat" using 1:5 with boxes lc rgb "#fc8d59" title "activations", \
+     "memory_breakdown.dat" using 1:4 with boxes lc rgb "#fee090" title "optimizer-states", \
+     "memory_breakdown.dat" using 1:3 with boxes lc rgb "#91bfdb" title "gradients", \
+     "memory_breakdown.dat" using 1:2 with boxes lc rgb "#4575b4" title "parameters"
