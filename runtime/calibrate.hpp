@@ -14,9 +14,9 @@
 //  - at::scaled_dot_product_attention forward and backward (causal, a grid of
 //    head dims 64, 80, 128 and sequences 1024-8192, one GQA case) in bf16,
 //    fp16 and (GPU) fp32;
-//  - the GEMMs and attention of two-layer GPT-, OPT- and LLaMA-style models'
-//    sustained training steps (Kineto) against the same kernels timed as
-//    above (runtime/calibrate_in_step.cpp);
+//  - the GEMMs and attention of eight-layer GPT-, OPT- and LLaMA-style
+//    models' sustained training steps (Kineto) against the same kernels
+//    timed as above (runtime/calibrate_in_step.cpp);
 //  - the memory-bound kernel classes of the time model: vectorized streams
 //    (copy, add, GeLU), non-vectorized elementwise (converting copy,
 //    broadcast multiply, SiLU of a narrowed half) and reductions (layer norm,
