@@ -26,9 +26,9 @@ P=examples/plans/h200x2-3d/neo1.3b-dp1.json
 ex() { CUDA_VISIBLE_DEVICES=$1 timeout 120 ./build-dev/planner exec $P --steps ${STEPS:-8} --warmup 3 --kernels -o "$R/$2.json" >"$R/$2.log" 2>&1; }
 t() { echo "== $1 $(date +%s.%N)"; }
 t alone0; ex 0 alone0
-t both1; ex 0 both1-gpu0 & ex 1 both1-gpu1; wait
+t both1; ex 0 both1-gpu0 & A=$!; ex 1 both1-gpu1; wait $A
 t alone1; ex 1 alone1
-t both2; ex 0 both2-gpu0 & ex 1 both2-gpu1; wait
+t both2; ex 0 both2-gpu0 & A=$!; ex 1 both2-gpu1; wait $A
 t end
 kill $SMI
 python3 - "$R" <<'PY'
