@@ -19,6 +19,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "costmodel/memory_model.hpp"
 #include "planner/validate.hpp"
@@ -118,7 +119,9 @@ std::pair<int, int> kind_of(const json& e, bool measured) {
   std::string k;
   if (!measured) {
     k = n.substr(0, n.find(' '));
-    if (e.contains("args") && e["args"].contains("microbatch")) mb = e["args"]["microbatch"].get<int>();
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("microbatch") &&
+        e["args"]["microbatch"].is_number_integer())
+      mb = e["args"]["microbatch"].get<int>();
   } else {
     size_t i = 0;
     while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;
@@ -127,7 +130,7 @@ std::pair<int, int> kind_of(const json& e, bool measured) {
     k = n.substr(i, j - i);
     size_t d = j;
     while (d < n.size() && std::isdigit(static_cast<unsigned char>(n[d]))) ++d;
-    if (d > j) mb = std::stoi(n.substr(j, d - j));
+    if (d > j && d - j <= 6) mb = std::stoi(n.substr(j, d - j));
   }
   if (k == "F") return {0, mb};
   if (k == "B") return {1, mb};
@@ -137,17 +140,20 @@ std::pair<int, int> kind_of(const json& e, bool measured) {
   return {5, -1};
 }
 
-// One pipeline plan's timeline picture: data and script.
+// One pipeline plan's timeline picture: data and script. A trace that is not
+// exec's (events without a numeric pid, ts or dur) draws nothing of theirs.
 void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, std::string& g) {
-  if (!trace.is_object() || !trace.contains("traceEvents")) return;
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return;
+  auto event = [](const json& e, const char* ph) {
+    return e.is_object() && e.value("ph", "") == ph && e.contains("pid") && e["pid"].is_number_integer();
+  };
   // Lanes: per stage, the prediction (pid = stage, thread 0 = compute) then
   // the measured ranks of that stage (pid 1000 + rank, "... stage S ...").
   std::map<int, std::string> names;
   for (const auto& e : trace["traceEvents"])
-    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name")
+    if (event(e, "M") && e.value("name", "") == "process_name" && e.contains("args") && e["args"].is_object())
       names[e["pid"].get<int>()] = e["args"].value("name", "");
-  std::map<std::pair<int, int>, int> lane_of;  // (stage, 0 predicted / 1 + rank measured) -> order
-  std::map<int, int> stage_of;                 // pid -> stage
+  std::set<std::pair<int, int>> lanes;  // (stage, 0 predicted / 1 + rank measured), in drawing order
   for (const auto& [pid, nm] : names) {
     int stage = pid;
     if (pid >= 1000) {
@@ -155,15 +161,13 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
       if (at == std::string::npos) continue;
       stage = std::atoi(nm.c_str() + at + 6);
     }
-    stage_of[pid] = stage;
-    lane_of[{stage, pid >= 1000 ? 1 + (pid - 1000) : 0}] = 0;
+    lanes.insert({stage, pid >= 1000 ? 1 + (pid - 1000) : 0});
   }
-  if (lane_of.empty()) return;
+  if (lanes.empty()) return;
   std::map<int, int> lane;  // pid -> y
   std::string tics;
   int y = 0;
-  for (auto& [key, v] : lane_of) {
-    v = y;
+  for (const auto& key : lanes) {
     const int pid = key.second == 0 ? key.first : 1000 + key.second - 1;
     lane[pid] = y;
     tics += fmt::format("{}\"{}\" {}", tics.empty() ? "" : ", ",
@@ -182,7 +186,9 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
   double end = 0;
   std::vector<const json*> ev;
   for (const auto& e : trace["traceEvents"])
-    if (e.value("ph", "") == "X" && lane.count(e["pid"].get<int>()) && e.value("tid", 0) == 0) ev.push_back(&e);
+    if (event(e, "X") && lane.count(e["pid"].get<int>()) && e.value("tid", 0) == 0 && e.contains("ts") &&
+        e["ts"].is_number() && e.contains("dur") && e["dur"].is_number())
+      ev.push_back(&e);
   std::stable_sort(ev.begin(), ev.end(), [](const json* a, const json* b) { return (*a)["ts"].get<double>() < (*b)["ts"].get<double>(); });
   for (const json* e : ev) {
     // An asynchronous collective's issue (measured: no duration to speak of)

@@ -27,12 +27,14 @@
 // calibrate times its shapes (mm_out interleaved with a copy of its own
 // duration, the median call) and the attention as measure_attention does
 // (forward + backward, the fastest batch of calls). The fit
-// (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision and its
-// attention rates by the median ratio, calibrate's time over the step's.
-// The depth matters: with two layers the vocabulary head and its loss are
-// half the step, and their low-power mix raised the clock (on an H200 the
-// GEMM ratio was 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
-// validation/h200/in-step-depth).
+// (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision by the
+// median ratio, calibrate's time over the step's (the attention's ratio is
+// kept, not applied: calibration.cpp says why).
+// Why eight layers: with two the vocabulary head and its loss are half the
+// step, and their low-power mix can raise the clock (benchmarks/step_gemms on
+// one H200: 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
+// validation/h200/in-step-depth). This part's own eight-layer ratios on two
+// H200s stayed at 1.17-1.19 (validation/h200x2/calib13).
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -65,13 +67,14 @@ using nlohmann::json;
 Captured* g_captured = nullptr;  // set only while the observer is installed
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
 
+// The layout of a 2-D GEMM's operands as calibrate names its points.
 const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
   const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
   return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
-}
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
 }
 
 // The RecordFunction start callback (a plain function: the API takes no
@@ -188,14 +191,13 @@ json measure_in_step(const Ctx& c) {
   if (c.cuda) filler = std::make_unique<Filler>(c);
   // Four seconds: the board's power reading reaches the cap about a second
   // into a sustained run and the temperature still rises seconds later
-  // (validation/h200/in-step-depth/clocks.csv); a training step runs in that
-  // later state. (With one second the 8-layer ratios were 1.17-1.19 on an
-  // H200, where step_gemms after 3 s measured 1.12-1.15 at 6-24 layers.)
+  // (validation/h200/in-step-depth/clocks.csv), the state a training step
+  // runs in. (Measured on two H200s, the ratios after one second and after
+  // four were the same within 1%: validation/h200x2/calib13-try1, calib13.)
   const double sustain_seconds = c.quick ? 0.0 : 4.0;
   // Deep enough that the layers, not the vocabulary head and its loss, set
-  // the kernel mix and with it the clock: on an H200 calibrate's time over
-  // the step's was 1.17-1.18 with two layers and 1.12-1.15 with 6 to 24
-  // (validation/h200/in-step-depth). Halved down to two on a GPU too small.
+  // the kernel mix (see the top of this file). Halved down to two on a GPU
+  // too small for eight.
   const int64_t deepest = c.quick ? 2 : 8;  // quick: two, so that the layers repeat their GEMMs
   for (const Family& base : families(c.quick)) {
     for (Precision pr : precisions) {

@@ -239,6 +239,10 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
   // No trace: no timeline.
   // Without the trace no timeline (and with nothing predicted no other picture).
   CHECK(plot_files(report).pngs.empty());
+  // A trace that is not exec's draws nothing and throws nothing.
+  for (const json& bad : {json::array(), json{{"traceEvents", 3}},
+                          json{{"traceEvents", json::array({json{{"ph", "M"}, {"pid", "x"}}, json{{"ph", "X"}, {"pid", 0}}})}}})
+    CHECK(plot_files(report, {{"pp/2", bad}}).pngs.empty());
 }
 
 TEST_CASE("validate: a bad sweep is refused with one line naming the plan", "[validate]") {
