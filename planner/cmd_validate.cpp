@@ -262,7 +262,15 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       if (run.status == "ran" && e.plan.strategy.pp > 1) {
         std::error_code tec;
         const std::string trace_rel = "runs/" + e.name + ".trace.json";
-        if (fs::is_regular_file(fs::path(dir) / trace_rel, tec)) rec["trace_file"] = trace_rel;
+        if (fs::is_regular_file(fs::path(dir) / trace_rel, tec)) {
+          rec["trace_file"] = trace_rel;
+          try {
+            const json b = pipeline_bubble(read_json_file((fs::path(dir) / trace_rel).string(), "trace"));
+            if (!b.is_null()) rec["bubble"] = b;
+          } catch (const std::exception&) {
+            // An unreadable trace: no bubble figures for this plan.
+          }
+        }
       }
       if (progress) {
         if (run.status == "ran")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "costmodel/compat.hpp"
@@ -231,6 +232,61 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
 
 }  // namespace
 
+json pipeline_bubble(const json& trace) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return nullptr;
+  const json other = trace.value("otherData", json::object());
+  if (!other.is_object() || !other.contains("makespan_seconds") || !other["makespan_seconds"].is_number() ||
+      !other.contains("measured_step_seconds") || !other["measured_step_seconds"].is_number())
+    return nullptr;
+  const double predicted_step = other["makespan_seconds"].get<double>();
+  const double measured_step = other["measured_step_seconds"].get<double>();
+  if (!(predicted_step > 0) || !(measured_step > 0)) return nullptr;
+  // Stages of the simulator's processes (pid = stage) and of the measured
+  // ranks (pid 1000 + rank, named "measured rank R, stage S ...").
+  std::map<int, int> stage_of;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name" || !e.contains("pid") ||
+        !e["pid"].is_number_integer() || !e.contains("args") || !e["args"].is_object())
+      continue;
+    const int pid = e["pid"].get<int>();
+    if (pid < 1000) {
+      stage_of[pid] = pid;
+    } else {
+      const std::string nm = e["args"].value("name", "");
+      const size_t at = nm.find("stage ");
+      if (at != std::string::npos) stage_of[pid] = std::atoi(nm.c_str() + at + 6);
+    }
+  }
+  // Passes and optimizer per process, on the compute stream (thread 0).
+  std::map<int, double> busy;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("pid") || !e["pid"].is_number_integer() ||
+        e.value("tid", 0) != 0 || !e.contains("dur") || !e["dur"].is_number())
+      continue;
+    const int pid = e["pid"].get<int>();
+    if (!stage_of.count(pid)) continue;
+    const int kind = trace_event_kind(e, pid >= 1000).first;
+    if (kind <= 2 || kind == 4) busy[pid] += e["dur"].get<double>() / 1e6;
+  }
+  json stages = json::array();
+  for (const auto& [pid, stage] : stage_of) {
+    if (pid >= 1000) continue;
+    const double b = std::max(0.0, predicted_step - busy[pid]);
+    json measured = json::array();
+    for (const auto& [mpid, mstage] : stage_of) {
+      if (mpid < 1000 || mstage != stage) continue;
+      const double mb = std::max(0.0, measured_step - busy[mpid]);
+      measured.push_back({{"rank", mpid - 1000}, {"seconds", mb}, {"fraction", mb / measured_step}});
+    }
+    stages.push_back({{"stage", stage},
+                      {"predicted_seconds", b},
+                      {"predicted_fraction", b / predicted_step},
+                      {"measured", measured}});
+  }
+  if (stages.empty()) return nullptr;
+  return {{"stages", stages}};
+}
+
 json plan_record(const SweepEntry& e, const std::optional<StepPrediction>& pred, const std::string& prediction_error,
                  const RunOutcome& run, double profile_cpu_adam) {
   const Plan& p = e.plan;
@@ -400,6 +456,22 @@ std::string report_table(const json& report) {
     if (mem_miss && p["causes"]["memory"].is_object())
       o += fmt::format("  {} memory {:+.1f}%: {}\n", p["name"].get<std::string>(), e["per_gpu_peak_pct"].get<double>(),
                        p["causes"]["memory"]["text"].get<std::string>());
+  }
+  // Pipeline plans (exec --trace): each stage's bubble, predicted against measured.
+  bool bhead = false;
+  for (const auto& p : report["plans"]) {
+    if (!p.contains("bubble") || !p["bubble"].is_object()) continue;
+    if (!bhead) o += "pipeline bubble per stage (the step less its forward, backward and optimizer passes), predicted / measured:\n", bhead = true;
+    std::string line = "  " + p["name"].get<std::string>() + ":";
+    for (const auto& st : p["bubble"]["stages"]) {
+      line += fmt::format(" stage {} {:.4f} s ({:.1f}%) /", st["stage"].get<int>(), st["predicted_seconds"].get<double>(),
+                          100 * st["predicted_fraction"].get<double>());
+      for (const auto& m : st["measured"])
+        line += fmt::format(" {:.4f} s ({:.1f}%)", m["seconds"].get<double>(), 100 * m["fraction"].get<double>());
+      line += ";";
+    }
+    line.back() = '\n';
+    o += line;
   }
   for (const auto& p : report["plans"])
     if (!p["error"].is_null()) o += fmt::format("{}: {}: {}\n", p["name"].get<std::string>(), p["status"].get<std::string>(), p["error"].get<std::string>());

@@ -91,4 +91,19 @@ struct PlotFiles {
 PlotFiles plot_files(const nlohmann::json& report,
                      const std::map<std::string, nlohmann::json>& traces = {});
 
+// An event of an exec trace (planner/exec_report.hpp exec_trace_json): its
+// kind, 0 forward, 1 backward, 2 recompute, 3 a wait for a neighbour stage
+// (send/receive), 4 the optimizer, 5 anything else; and its micro-batch (-1
+// when none). `measured`: an event of a measured rank (pid >= 1000; names
+// like "0F3.7", "0RB3", "0Opt"), else of the simulator ("F 3 u7").
+std::pair<int, int> trace_event_kind(const nlohmann::json& event, bool measured);
+
+// The pipeline bubble of every stage in an exec trace: the step less the
+// stage's forward, backward and recompute passes and its optimizer, on the
+// compute stream, predicted (the simulator's stage) and measured (each of
+// the stage's ranks, the last timed step): {"stages": [{"stage",
+// "predicted_seconds", "predicted_fraction", "measured": [{"rank",
+// "seconds", "fraction"}]}]}, or null for a trace that is not exec's.
+nlohmann::json pipeline_bubble(const nlohmann::json& trace);
+
 }  // namespace planner

@@ -110,10 +110,10 @@ const Kind kKinds[] = {{"forward", "#4575b4"},     {"backward", "#fc8d59"},  {"r
                        {"waits for a neighbour stage", "#c8c8c8"}, {"optimizer", "#1a9850"},
                        {"other (sync, norm, collectives)", "#7f7f7f"}};
 
-// The kind and micro-batch of a trace event's name: the simulator's
-// "F 3 u7" / "B 3 u7" / "optimizer ..." (micro-batch in args), the measured
-// "<stage>F3.7" / "<stage>RB3" / "<stage>Opt" (runtime/exec.cpp).
-std::pair<int, int> kind_of(const json& e, bool measured) {
+}  // namespace
+
+// validate.hpp says what it returns.
+std::pair<int, int> trace_event_kind(const json& e, bool measured) {
   std::string n = e.value("name", "");
   int mb = -1;
   std::string k;
@@ -139,6 +139,8 @@ std::pair<int, int> kind_of(const json& e, bool measured) {
   if (k == "Opt" || k == "optimizer") return {4, -1};
   return {5, -1};
 }
+
+namespace {
 
 // One pipeline plan's timeline picture: data and script. A trace that is not
 // exec's (events without a numeric pid, ts or dur) draws nothing of theirs.
@@ -195,7 +197,7 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
     // neither shows nor splits the pass it was issued in.
     if ((*e)["dur"].get<double>() < 1.0) continue;
     const int pid = (*e)["pid"].get<int>();
-    const auto [k, mb] = kind_of(*e, pid >= 1000);
+    const auto [k, mb] = trace_event_kind(*e, pid >= 1000);
     const double t0 = (*e)["ts"].get<double>() / 1e3, t1 = t0 + (*e)["dur"].get<double>() / 1e3;  // ms
     auto& v = boxes[pid];
     if (!v.empty() && v.back().kind == k && v.back().mb == mb) v.back().t1 = std::max(v.back().t1, t1);

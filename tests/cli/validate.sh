@@ -45,6 +45,7 @@ expect_exit 0 $P validate "$SWEEP" -o "$TMP/v" --device cpu --oversubscribe --pr
 echo "sweep took $(( $(date +%s) - start )) s"
 expect_grep "half B \(held out\)" "$TMP/out"
 expect_grep "^tiny-gpt2-dp2-zero1 +A +2 " "$TMP/out"
+expect_grep "^  tiny-gpt2-pp2-1f1b: stage 0 .* stage 1 " "$TMP/out"
 expect_grep "validate: \[5/5\]" "$TMP/err"
 python3 - "$TMP/v" <<'PY' || fails=$((fails+1))
 import json, os, sys
@@ -82,6 +83,11 @@ assert pp["trace_file"] == "runs/tiny-gpt2-pp2-1f1b.trace.json" and "trace_file"
 t = json.load(open(os.path.join(d, pp["trace_file"])))
 pids = {e["pid"] for e in t["traceEvents"] if e.get("ph") == "X"}
 assert {0, 1, 1000, 1001} <= pids, pids
+# Its bubble per stage, predicted and measured (rank 0 is stage 0, rank 1 stage 1).
+st = pp["bubble"]["stages"]
+assert [x["stage"] for x in st] == [0, 1] and [[m["rank"] for m in x["measured"]] for x in st] == [[0], [1]], st
+assert all(0 <= x["predicted_fraction"] < 1 and 0 <= x["measured"][0]["fraction"] < 1 for x in st), st
+assert "bubble" not in by["tiny-gpt2-tp2"]
 s = r["summary"]
 assert s["A"]["ran"] == 3 and s["B"]["ran"] == 2 and s["all"]["plans"] == 5
 errs = [abs(by[n]["errors"]["step_seconds_pct"]) for n in ("tiny-gpt2-fp32", "tiny-gpt2-dp2-zero1", "tiny-gpt2-pp2-1f1b")]

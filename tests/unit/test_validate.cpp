@@ -237,6 +237,35 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
   CHECK(!contains(dat, "0.100000 4552116"));                        // the p2p thread is not drawn
   CHECK(std::count(dat.begin(), dat.end(), '\n') == 1 + 2 + 4 + 3 + 3);  // header + boxes per lane
   // No trace: no timeline.
+  // The bubble of each stage: the step less its passes and optimizer. Stage 0
+  // predicted 7.5 - (2 + 2) = 3.5 ms, stage 1 7.5 - (1 + 1.9 + 0.5) = 4.1 ms;
+  // measured (7.9 ms) rank 0 7.9 - (2.2 + 2.1 + 0.6) = 3.0 ms (its wait for
+  // the gradient and the all-reduce's issue are not passes), rank 1
+  // 7.9 - (1 + 2) = 4.9 ms (its Sync is not one either).
+  const json b = pipeline_bubble(trace);
+  REQUIRE(b.is_object());
+  REQUIRE(b["stages"].size() == 2);
+  CHECK(b["stages"][0]["stage"] == 0);
+  CHECK(b["stages"][0]["predicted_seconds"].get<double>() == Approx(3.5e-3));
+  CHECK(b["stages"][0]["predicted_fraction"].get<double>() == Approx(3.5 / 7.5));
+  REQUIRE(b["stages"][0]["measured"].size() == 1);
+  CHECK(b["stages"][0]["measured"][0]["rank"] == 0);
+  CHECK(b["stages"][0]["measured"][0]["seconds"].get<double>() == Approx(3.0e-3));
+  CHECK(b["stages"][1]["predicted_seconds"].get<double>() == Approx(4.1e-3));
+  CHECK(b["stages"][1]["measured"][0]["seconds"].get<double>() == Approx(4.9e-3));
+  CHECK(b["stages"][1]["measured"][0]["fraction"].get<double>() == Approx(4.9 / 7.9));
+  CHECK(pipeline_bubble(json::array()).is_null());
+  CHECK(pipeline_bubble(json{{"traceEvents", json::array()}}).is_null());  // no step figures
+  // The table prints it.
+  json with = report;
+  with["plans"][0]["bubble"] = b;
+  with["plans"][0]["errors"] = {{"step_seconds_pct", nullptr}, {"per_gpu_peak_pct", nullptr}};
+  with["plans"][0]["world"] = 2;
+  with["plans"][0]["strategy"] = "pp=2";
+  with["plans"][0]["status"] = "ran";
+  with["plans"][0]["error"] = nullptr;
+  with["summary"] = summarize(with["plans"], "B");
+  CHECK(contains(report_table(with), "  pp/2: stage 0 0.0035 s (46.7%) / 0.0030 s (38.0%); stage 1 0.0041 s (54.7%) / 0.0049 s (62.0%)\n"));
   // Without the trace no timeline (and with nothing predicted no other picture).
   CHECK(plot_files(report).pngs.empty());
   // A trace that is not exec's draws nothing and throws nothing.
