@@ -114,16 +114,15 @@ struct Fitter {
                       : "a tiny kernel's time in a burst of 50 (launch-bound)");
   }
 
-  // calibrate's in_step part: per model family and precision, the GEMM and
-  // attention kernels' time in a sustained training step of a two-layer model
-  // (Kineto) and the same kernels timed as calibrate times its points. At its
-  // power limit a GPU's clock depends on the mix it runs (validation/h100/
-  // in-step), so on the GPU the rates fitted from calibrate's points are
-  // scaled by the median of calibrate's time over the step's (key "16-bit"
-  // pools bf16 and fp16 when `pool16`: the attention rates are one figure for
-  // both). {} where not measured (the CPU has no step kernel times).
-  std::map<std::string, std::pair<double, size_t>> in_step_factors(const char* alone_key, const char* step_key,
-                                                                   bool pool16) const {
+  // calibrate's in_step part: per model family and precision, the GEMM
+  // kernels' time in a sustained training step of an eight-layer model (two
+  // in calibrations before 2026-11-26; Kineto) and the same GEMMs timed as
+  // calibrate times its points. At its power limit a GPU's clock depends on
+  // the mix it runs (validation/h100/in-step), so on the GPU the GEMM rates
+  // fitted from calibrate's points are scaled by the median, per precision,
+  // of calibrate's time over the step's: {precision: (median, rows)}, {} where
+  // not measured (the CPU has no step kernel times).
+  std::map<std::string, std::pair<double, size_t>> gemm_in_step_factors() const {
     std::map<std::string, std::pair<double, size_t>> out;
     if (!m.contains("in_step") || !m["in_step"].is_array()) return out;
     std::map<std::string, std::vector<double>> ratios;
@@ -132,11 +131,9 @@ struct Fitter {
       // grouped-query attention), whose batched GEMMs the step's GEMM time
       // counts and calibrate's does not.
       if (x.contains("attention") && x["attention"].is_array() && x["attention"].empty()) continue;
-      const double a = x.value(alone_key, 0.0), st = x.value(step_key, 0.0);
+      const double a = x.value("alone_gemm_seconds", 0.0), st = x.value("step_gemm_seconds", 0.0);
       if (!(a > 0) || !(st > 0) || !std::isfinite(a) || !std::isfinite(st)) continue;
-      std::string prec = x.value("precision", "");
-      if (pool16 && prec != "fp32") prec = "16-bit";
-      ratios[prec].push_back(a / st);
+      ratios[x.value("precision", "")].push_back(a / st);
     }
     for (auto& [prec, v] : ratios) out[prec] = {median(v), v.size()};
     return out;
@@ -144,7 +141,7 @@ struct Fitter {
 
   void gemms() {
     if (!m.contains("gemm") || m["gemm"].empty()) return;
-    const auto factors = in_step_factors("alone_gemm_seconds", "step_gemm_seconds", false);
+    const auto factors = gemm_in_step_factors();
     std::map<std::string, std::vector<json*>> by_prec;
     for (auto& g : m["gemm"]) by_prec[g.at("precision").get<std::string>()].push_back(&g);
     if (!gpu) {
@@ -287,12 +284,10 @@ struct Fitter {
     // measured against 0.0467 s predicted without the ratio).
     auto fit = [&](const std::vector<double>& v, const char* field, double& out, bool fp32, const std::string& how) {
       if (v.empty()) return;
-      const double factor = 1;
-      const std::string how_step;
-      const double x = fraction(median(v) * factor, field, notes);
+      const double x = fraction(median(v), field, notes);
       if (x <= 0) return;
       out = x;
-      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : "") + how_step);
+      set(field, x, fmt::format(fmt::runtime(how), v.size(), fp32 ? "fp32 " : "", fp32 ? "fp32 " : ""));
     };
     fit(fwd, "attention_forward_relative", p.attention_forward_relative, false, how_f);
     fit(bwd, "attention_backward_relative", p.attention_backward_relative, false, how_b);
@@ -314,11 +309,10 @@ struct Fitter {
     json table = json::array();
     for (const auto& [key, fb] : at) {
       const auto& [fp32, d, sq] = key;
-      const double factor = 1;
       HardwareProfile::AttentionRate r;
       r.fp32 = fp32, r.head_dim = d, r.seq = sq;
-      r.forward = std::min(2.0, median(fb.first) * factor);
-      r.backward = std::min(2.0, median(fb.second) * factor);
+      r.forward = std::min(2.0, median(fb.first));
+      r.backward = std::min(2.0, median(fb.second));
       if (!(r.forward > 0) || !(r.backward > 0)) continue;
       p.attention_rates.push_back(r);
       table.push_back({{"precision", fp32 ? "fp32" : "16-bit"}, {"head_dim", d}, {"seq", sq}, {"forward", r.forward},

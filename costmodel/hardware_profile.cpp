@@ -298,6 +298,14 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
             throw InputError(fmt::format("profile: attention_rates[{}] lacks '{}' (each point has precision, head_dim, "
                                          "seq, forward_relative and backward_relative)",
                                          idx, k));
+        for (const char* k : {"head_dim", "seq"})
+          if (!e.at(k).is_number_integer())
+            throw InputError(fmt::format("profile: attention_rates[{}].{} must be an integer", idx, k));
+        for (const char* k : {"forward_relative", "backward_relative"})
+          if (!e.at(k).is_number())
+            throw InputError(fmt::format("profile: attention_rates[{}].{} must be a number", idx, k));
+        if (!e.at("precision").is_string())
+          throw InputError(fmt::format("profile: attention_rates[{}].precision must be \"16-bit\" or \"fp32\"", idx));
         HardwareProfile::AttentionRate r;
         const std::string prec = e.at("precision").get<std::string>();
         if (prec != "16-bit" && prec != "fp32")

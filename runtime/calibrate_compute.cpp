@@ -32,7 +32,8 @@ struct Shape {
 // Transformer GEMMs, C (m x n) = A (m x k) B (k x n), of T tokens. Forward
 // x w^T: qkv (T, 3h, h), attention out (T, h, h), MLP up (T, 4h, h), down
 // (T, h, 4h); backward of MLP up: data gradient (T, h, 4h) and weight gradient
-// (4h, h, T); the weight gradients of qkv (3h, h, T) and MLP down (h, 4h, T). h = 1600 (gpt2-xl: 4800, 6400 unaligned to 128-wide tiles),
+// (4h, h, T); the weight gradients of qkv (3h, h, T) and MLP down (h, 4h, T).
+// h = 1600 (gpt2-xl: 4800, 6400 unaligned to 128-wide tiles),
 // 2048 and 4096; a LLaMA-style layer (TinyLlama: h 2048, 4 kv heads of 64:
 // qkv 2560; SwiGLU up 2 x 5632, down from 5632); the 8192^3 reference.
 std::vector<Shape> gemm_shapes(bool quick) {

@@ -59,12 +59,13 @@ nlohmann::json measure_memory_kernels(const Ctx& c);
 nlohmann::json measure_kernel_overhead(const Ctx& c);
 
 // runtime/calibrate_in_step.cpp: GEMMs and attention in a sustained training
-// step of two-layer models (Kineto kernel sums) against the same kernels timed
-// as calibrate times its points; one row per model family and precision:
-// {precision, model, layers, tokens, gemms, shapes: [{layout, m, n, k, count,
-// seconds}], attention: [{batch, heads, kv_heads, seq, head_dim, seconds}],
-// alone_gemm_seconds, alone_attention_seconds, and on the GPU
-// step_gemm_seconds, step_attention_seconds}.
+// step of eight-layer models (fewer on a small GPU; Kineto kernel sums)
+// against the same kernels timed as calibrate times its points; one row per
+// model family and precision: {precision, model, layers, tokens, gemms (calls),
+// shapes: [{layout, m, n, k, count, seconds}], attention: [{batch, heads,
+// kv_heads, seq, head_dim, count, seconds}], alone_gemm_seconds,
+// alone_attention_seconds (each shape's seconds times its count), and on the
+// GPU step_gemm_seconds, step_attention_seconds}.
 nlohmann::json measure_in_step(const Ctx& c);
 
 // The operands of every GEMM (aten::mm, addmm, addmm_; 2-D) and fused

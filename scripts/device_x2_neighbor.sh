@@ -7,19 +7,8 @@
 # 1, and at once again; nvidia-smi logs clocks, power and temperature.
 # Writes under $OUT/r and packs $OUT/results.tgz.
 #   OUT=/some/dir bash scripts/device_x2_neighbor.sh
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:?set OUT}
-R=$OUT/r
-mkdir -p "$R"
-trap 'tar czf "$OUT/results.tgz" -C "$R" .' EXIT
-exec > >(tee -a "$R/log.txt") 2>&1
-START=$(date +%s)
-SP=$(python3 -c 'import site;print(site.getsitepackages()[0])')
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$SP/torch/share/cmake" -DNCCL_ROOT="$SP/nvidia/nccl" >"$R/build.log" 2>&1 &&
-  cmake --build build-dev --target planner -j "$(nproc)" >>"$R/build.log" 2>&1 || { grep error "$R/build.log" | head; exit 1; }
-echo "built in $(( $(date +%s) - START )) s"
+. "$(dirname "$0")/device_lib.sh"
+build_target planner
 nvidia-smi --query-gpu=index,timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 >"$R/clocks.csv" 2>&1 &
 SMI=$!
 P=examples/plans/h200x2-3d/neo1.3b-dp1.json

@@ -5,19 +5,8 @@
 # and tp=2 plans (examples/plans/h200x2-3d), 6 timed steps after 2 warm-up.
 # Writes under $OUT/r and packs $OUT/results.tgz.
 #   OUT=/some/dir PROFILE=validation/h200x2/calib13/profile-2gpu-refit.json bash scripts/device_x2_traces.sh
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:?set OUT}
-R=$OUT/r
-mkdir -p "$R"
-trap 'tar czf "$OUT/results.tgz" -C "$R" .' EXIT
-exec > >(tee -a "$R/log.txt") 2>&1
-START=$(date +%s)
-SP=$(python3 -c 'import site;print(site.getsitepackages()[0])')
-cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLANNER_BUILD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$SP/torch/share/cmake" -DNCCL_ROOT="$SP/nvidia/nccl" >"$R/build.log" 2>&1 &&
-  cmake --build build-dev --target planner -j "$(nproc)" >>"$R/build.log" 2>&1 || { grep error "$R/build.log" | head; exit 1; }
-echo "built in $(( $(date +%s) - START )) s"
+. "$(dirname "$0")/device_lib.sh"
+build_target planner
 for n in neo1.3b-dp2 neo1.3b-tp2; do
   echo "== $n ($(( $(date +%s) - START )) s)"
   timeout 150 ./build-dev/planner exec examples/plans/h200x2-3d/$n.json --steps 6 --warmup 2 \

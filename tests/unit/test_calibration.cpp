@@ -350,6 +350,21 @@ TEST_CASE("attention rates per head dimension and sequence interpolate between m
   bad = profile_to_json(p);
   bad["attention_rates"][0]["precision"] = "fp8";
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+  // A point of the wrong type: one line naming its index and key, not a JSON library message.
+  auto message = [&](const json& j) {
+    try {
+      (void)profile_from_json(j, default_profile(gpu));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  bad = profile_to_json(p);
+  bad["attention_rates"][2]["head_dim"] = "x";
+  CHECK(message(bad) == "profile: attention_rates[2].head_dim must be an integer");
+  bad = profile_to_json(p);
+  bad["attention_rates"][0]["backward_relative"] = "fast";
+  CHECK(message(bad) == "profile: attention_rates[0].backward_relative must be a number");
 }
 
 TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (hand numbers)", "[calibrate]") {
