@@ -241,22 +241,7 @@ json pipeline_bubble(const json& trace) {
   const double predicted_step = other["makespan_seconds"].get<double>();
   const double measured_step = other["measured_step_seconds"].get<double>();
   if (!(predicted_step > 0) || !(measured_step > 0)) return nullptr;
-  // Stages of the simulator's processes (pid = stage) and of the measured
-  // ranks (pid 1000 + rank, named "measured rank R, stage S ...").
-  std::map<int, int> stage_of;
-  for (const auto& e : trace["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name" || !e.contains("pid") ||
-        !e["pid"].is_number_integer() || !e.contains("args") || !e["args"].is_object())
-      continue;
-    const int pid = e["pid"].get<int>();
-    if (pid < 1000) {
-      stage_of[pid] = pid;
-    } else {
-      const std::string nm = e["args"].value("name", "");
-      const size_t at = nm.find("stage ");
-      if (at != std::string::npos) stage_of[pid] = std::atoi(nm.c_str() + at + 6);
-    }
-  }
+  const std::map<int, int> stage_of = trace_process_stages(trace);
   // Passes and optimizer per process, on the compute stream (thread 0).
   std::map<int, double> busy;
   for (const auto& e : trace["traceEvents"]) {

@@ -97,6 +97,10 @@ PlotFiles plot_files(const nlohmann::json& report,
 // when none). `measured`: an event of a measured rank (pid >= 1000; names
 // like "0F3.7", "0RB3", "0Opt"), else of the simulator ("F 3 u7").
 std::pair<int, int> trace_event_kind(const nlohmann::json& event, bool measured);
+// The pipeline stage of each process of an exec trace: pid -> stage, the
+// simulator's (pid = stage) and the measured ranks' (pid 1000 + rank, named
+// "measured rank R, stage S ..."); {} for a trace that is not exec's.
+std::map<int, int> trace_process_stages(const nlohmann::json& trace);
 
 // The pipeline bubble of every stage in an exec trace: the step less the
 // stage's forward, backward and recompute passes and its optimizer, on the

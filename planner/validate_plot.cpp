@@ -140,6 +140,25 @@ std::pair<int, int> trace_event_kind(const json& e, bool measured) {
   return {5, -1};
 }
 
+std::map<int, int> trace_process_stages(const json& trace) {
+  std::map<int, int> stage_of;
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) return stage_of;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "M" || e.value("name", "") != "process_name" || !e.contains("pid") ||
+        !e["pid"].is_number_integer() || !e.contains("args") || !e["args"].is_object())
+      continue;
+    const int pid = e["pid"].get<int>();
+    if (pid < 1000) {
+      stage_of[pid] = pid;
+    } else {
+      const std::string nm = e["args"].value("name", "");
+      const size_t at = nm.find("stage ");
+      if (at != std::string::npos) stage_of[pid] = std::atoi(nm.c_str() + at + 6);
+    }
+  }
+  return stage_of;
+}
+
 namespace {
 
 // One pipeline plan's timeline picture: data and script. A trace that is not
@@ -149,22 +168,10 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
   auto event = [](const json& e, const char* ph) {
     return e.is_object() && e.value("ph", "") == ph && e.contains("pid") && e["pid"].is_number_integer();
   };
-  // Lanes: per stage, the prediction (pid = stage, thread 0 = compute) then
-  // the measured ranks of that stage (pid 1000 + rank, "... stage S ...").
-  std::map<int, std::string> names;
-  for (const auto& e : trace["traceEvents"])
-    if (event(e, "M") && e.value("name", "") == "process_name" && e.contains("args") && e["args"].is_object())
-      names[e["pid"].get<int>()] = e["args"].value("name", "");
+  // Lanes: per stage, the prediction (thread 0 = compute) then the measured
+  // ranks of that stage.
   std::set<std::pair<int, int>> lanes;  // (stage, 0 predicted / 1 + rank measured), in drawing order
-  for (const auto& [pid, nm] : names) {
-    int stage = pid;
-    if (pid >= 1000) {
-      const size_t at = nm.find("stage ");
-      if (at == std::string::npos) continue;
-      stage = std::atoi(nm.c_str() + at + 6);
-    }
-    lanes.insert({stage, pid >= 1000 ? 1 + (pid - 1000) : 0});
-  }
+  for (const auto& [pid, stage] : trace_process_stages(trace)) lanes.insert({stage, pid >= 1000 ? 1 + (pid - 1000) : 0});
   if (lanes.empty()) return;
   std::map<int, int> lane;  // pid -> y
   std::string tics;
