@@ -80,18 +80,24 @@ struct Fitter {
                       rates["streaming"].size(), gpu ? "datasheet" : "fastest", p.memory_bandwidth_Bps / 1e9));
     }
     for (const auto& [cls, field] : {std::pair<std::string, const char*>{"strided", "strided_kernel_relative"},
-                                     {"reduction", "reduction_kernel_relative"}}) {
+                                     {"reduction", "reduction_kernel_relative"},
+                                     {"adamw", "adamw_kernel_relative"}}) {
+      if (rates[cls].empty()) continue;  // adamw: measured since 2026-11-26
       const double r = median(rates[cls]);
       const double rel = fraction(r / stream, field, notes);
       if (rel <= 0) continue;
-      (cls == "strided" ? p.strided_kernel_relative : p.reduction_kernel_relative) = rel;
+      (cls == "strided"     ? p.strided_kernel_relative
+       : cls == "reduction" ? p.reduction_kernel_relative
+                            : p.adamw_kernel_relative) = rel;
       set(field, rel, fmt::format("median {} rate {:.4g} GB/s over {} points / median streaming {:.4g} GB/s", cls,
                                   r / 1e9, rates[cls].size(), stream / 1e9));
     }
     for (auto& k : m["memory_kernels"]) {
       const std::string c = k.at("class").get<std::string>();
-      const MemKernel kind = c == "strided" ? MemKernel::Strided : c == "reduction" ? MemKernel::Reduction
-                                                                                      : MemKernel::Streaming;
+      const MemKernel kind = c == "strided"     ? MemKernel::Strided
+                             : c == "reduction" ? MemKernel::Reduction
+                             : c == "adamw"     ? MemKernel::AdamW
+                                                : MemKernel::Streaming;
       const double model = memory_kernel_seconds(p, k.at("bytes").get<double>(), kind);
       k["model_seconds"] = model;
       k["error_pct"] = pct_error(model, k.at("seconds").get<double>());
@@ -456,6 +462,21 @@ struct Fitter {
         fmt::format("median over {} collectives (64 MiB, queued on the communicator's stream) of 1 + (GEMM and copy "
                     "loop beside them - alone) / their overlap",
                     v.size()));
+    // The collectives' own rate beside the loop (measured from the GPU's
+    // events; absent from profiles measured before it was).
+    std::vector<double> c;
+    for (const auto& x : m["compute_beside_comm"])
+      if (x.contains("comm_slowdown") && x["comm_slowdown"].is_number()) {
+        const double k = x["comm_slowdown"].get<double>();
+        if (std::isfinite(k) && k > 0) c.push_back(k);
+      }
+    if (c.empty()) return;
+    const double k = std::clamp(median(c), 1.0, HardwareProfile::kMaxCommSlowdown);
+    p.comm_slowdown_beside_compute = k;
+    set("comm_slowdown_beside_compute", k,
+        fmt::format("median over {} collectives of the rate that gives their end beside the same loop: slowed by it "
+                    "while it runs, at their own rate after (comm_slowdown_from)",
+                    c.size()));
   }
 
   void collectives() {

@@ -272,6 +272,7 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     StageCost& sc = out.stage(st);
     sc.overlap_grad_reduce = p.overlap_grad_reduce;
     sc.compute_slowdown_beside_comm = p.compute_slowdown_beside_comm;
+    sc.comm_slowdown_beside_compute = p.comm_slowdown_beside_compute;
     const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);

@@ -53,6 +53,9 @@ struct StageCost {
   // A forward or backward pass runs this factor longer for the part of it that
   // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).
   double compute_slowdown_beside_comm = 1.0;
+  // Meanwhile those collectives progress at 1/this of their own rate
+  // (HardwareProfile::comm_slowdown_beside_compute).
+  double comm_slowdown_beside_compute = 1.0;
 };
 
 class CostModel {

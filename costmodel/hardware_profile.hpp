@@ -83,6 +83,10 @@ struct HardwareProfile {
   // converting operands) and row/column reductions (norms, softmax, bias sums).
   double strided_kernel_relative = 0.55;
   double reduction_kernel_relative = 0.67;
+  // The fused AdamW kernel's rate (28 bytes per parameter) over the streaming
+  // rate: calibrate times at::_fused_adamw_ as the optimizer step calls it. 1:
+  // at the streaming rate (the datasheet default).
+  double adamw_kernel_relative = 1.0;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
 
   // --- communication and host -----------------------------------------------
@@ -96,6 +100,13 @@ struct HardwareProfile {
   // with and without all-reduces and all-gathers on the communicator's
   // stream, on every rank at once. 1: no slowdown (the datasheet default).
   double compute_slowdown_beside_comm = 1.0;
+  // The other side of it: while a forward or backward runs, the DP/ZeRO
+  // collectives on the communicator's stream progress at 1/this of their own
+  // rate (their kernels wait for SMs the compute holds), at their own rate
+  // otherwise: the same calibrate loop, timing the collectives' end beside it
+  // (comm_slowdown_from, costmodel/simulator.hpp). 1: no slowdown.
+  double comm_slowdown_beside_compute = 1.0;
+  static constexpr double kMaxCommSlowdown = 50;  // a profile above it is refused; calibrate caps at it
   double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
   double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
   double cpu_adam_flops_per_param = 20;  // CPU Adam arithmetic per parameter (vectorised)

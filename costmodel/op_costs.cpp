@@ -72,18 +72,21 @@ double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel k
   if (bytes <= 0) return 0;
   const double rel = kind == MemKernel::Strided     ? p.strided_kernel_relative
                      : kind == MemKernel::Reduction ? p.reduction_kernel_relative
+                     : kind == MemKernel::AdamW     ? p.adamw_kernel_relative
                                                     : 1.0;
   return bytes / (p.memory_Bps() * rel);
 }
 
 void MemoryOps::add(MemKernel k, double bytes, int n) {
-  (k == MemKernel::Streaming ? streaming : k == MemKernel::Strided ? strided : reduction) += bytes;
+  (k == MemKernel::Streaming ? streaming : k == MemKernel::Strided ? strided : k == MemKernel::AdamW ? adamw : reduction) +=
+      bytes;
   kernels += n;
 }
 
 double MemoryOps::seconds(const HardwareProfile& p) const {
   return memory_kernel_seconds(p, streaming, MemKernel::Streaming) + memory_kernel_seconds(p, strided, MemKernel::Strided) +
-         memory_kernel_seconds(p, reduction, MemKernel::Reduction) + kernels * p.kernel_overhead_seconds;
+         memory_kernel_seconds(p, reduction, MemKernel::Reduction) + memory_kernel_seconds(p, adamw, MemKernel::AdamW) +
+         kernels * p.kernel_overhead_seconds;
 }
 
 namespace {
@@ -113,10 +116,10 @@ double gpu_adam_seconds(const HardwareProfile& p, double params, Precision prec)
   ops.add(MemKernel::Streaming, e * params);                    // zero the gradients
   ops.add(MemKernel::Reduction, e * params);                    // global gradient norm
   if (prec == Precision::FP32) {
-    ops.add(MemKernel::Streaming, 28 * params);                 // AdamW on the gradients in place
+    ops.add(MemKernel::AdamW, 28 * params);                     // AdamW on the gradients in place
   } else {
     ops.add(MemKernel::Strided, (e + 4) * params);              // 16-bit gradients -> fp32 chunk
-    ops.add(MemKernel::Streaming, 28 * params);                 // AdamW on fp32 master, grad, m, v
+    ops.add(MemKernel::AdamW, 28 * params);                     // AdamW on fp32 master, grad, m, v
     ops.add(MemKernel::Streaming, (4 + e) * params);            // master -> 16-bit weights
   }
   ops.kernels = 1;  // the chunks' kernels are few and long

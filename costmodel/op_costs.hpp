@@ -27,12 +27,15 @@ double memory_bound_seconds(const HardwareProfile& p, double bytes);
 // Classes of memory-bound kernels: a vectorized stream (memory_efficiency), the
 // non-vectorized elementwise path (strided/broadcast/converting operands) and
 // row/column reductions, each at its fraction of the streaming rate.
-enum class MemKernel { Streaming, Strided, Reduction };
+// AdamW: the fused AdamW kernel (at::_fused_adamw_ on fp32 master, gradient and
+// moments), which reads 16 bytes and writes 12 per parameter with a square root
+// and a division between: calibrate times it (HardwareProfile::adamw_kernel_relative).
+enum class MemKernel { Streaming, Strided, Reduction, AdamW };
 double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind);
 
 // Bytes moved and kernels launched by the memory-bound ops of one pass, by class.
 struct MemoryOps {
-  double streaming = 0, strided = 0, reduction = 0;
+  double streaming = 0, strided = 0, reduction = 0, adamw = 0;
   int kernels = 0;
   void add(MemKernel k, double bytes, int n = 1);
   double seconds(const HardwareProfile& p) const;  // bytes over each class's rate + one overhead per kernel

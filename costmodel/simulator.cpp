@@ -58,6 +58,15 @@ struct Simulator::StageState {
   bool at_norm = false;            // arrived at the global gradient norm
   bool done = false;
   std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
+  // Collectives on the comm stream that may not have ended (a pass beside them
+  // moves their ends, comm_end_beside_compute): the unit, whether a gather
+  // (param_ready_) or a reduction (grad_ready_), and its trace event (-1: none).
+  struct Pending {
+    int unit;
+    bool gather;
+    long event;
+  };
+  std::vector<Pending> pending;
 };
 
 const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, const SimOptions& opt) {
@@ -88,6 +97,31 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
     chunk_first_[size_t(v)] = b, chunk_last_[size_t(v)] = e - 1;
   }
   auto at = [m](int v, int mb) { return size_t(v) * m + size_t(mb); };
+  // A collective of `seconds` alone queued at t0 on a stage's comm stream:
+  // its end, slowed for the part of it beside the compute already simulated.
+  auto queue_comm = [](const StageState& st, const StageCost& sc, double t0, double seconds) {
+    return comm_end_beside_compute(t0, t0 + seconds, st.compute_free - t0, sc.comm_slowdown_beside_compute);
+  };
+  // A pass over [t, t + pass] beside the stage's queued collectives: each of
+  // them ends later (and its trace event with it).
+  auto stretch_comm = [&](StageState& st, const StageCost& sc, double t, double pass) {
+    const double c = sc.comm_slowdown_beside_compute;
+    if (c <= 1 || st.comm_free <= t) return;
+    auto moved = [&](double x) { return comm_end_beside_compute(t, x, pass, c); };
+    size_t keep = 0;
+    for (const auto& q : st.pending) {
+      double& end = q.gather ? param_ready_[size_t(q.unit)] : grad_ready_[size_t(q.unit)];
+      if (end <= t) continue;  // ended before the pass: no longer pending
+      end = moved(end);
+      if (q.event >= 0) {
+        TraceEvent& ev = r.events[size_t(q.event)];
+        ev.start_seconds = moved(ev.start_seconds), ev.end_seconds = end;
+      }
+      st.pending[keep++] = q;
+    }
+    st.pending.resize(keep);
+    st.comm_free = moved(st.comm_free);
+  };
   auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction* a, int index) {
     if (!opt.record_trace) return;
     TraceEvent ev{s, k, t0, t1, name};
@@ -112,8 +146,9 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
         const StepAction& a = list[i];
         const UnitCost& uc = cost.unit(a.unit);
         const double t0 = std::max({st.comm_free, grad_ready_[size_t(a.unit)], floor});
-        st.comm_free = t0 + (a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
+        st.comm_free = queue_comm(st, sc, t0, a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
         grad_ready_[size_t(a.unit)] = st.comm_free;
+        st.pending.push_back({a.unit, false, opt.record_trace ? long(r.events.size()) : -1L});
         emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), &a, int(i));
       };
       auto to_host = [&](size_t i, double floor) {
@@ -160,11 +195,17 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             double dur = fwd ? uc.forward_seconds : uc.backward_seconds;
             const double comm = fwd ? uc.forward_comm_seconds : uc.backward_comm_seconds;
             // The part that overlaps the DP/ZeRO collectives queued so far on
-            // the comm stream runs slower (calibrate: compute beside NCCL).
-            if (sc.compute_slowdown_beside_comm > 1 && st.comm_free > t) {
-              const double extra = std::min(dur, st.comm_free - t) * (sc.compute_slowdown_beside_comm - 1);
-              dur += extra;
-              tm.contention_seconds += extra;
+            // the comm stream runs slower, and they run slower beside it
+            // (calibrate: compute beside NCCL). The overlap: the pass, or the
+            // collectives' remaining time at their rate beside a pass.
+            if (st.comm_free > t) {
+              const double overlap = std::min(dur, (st.comm_free - t) * sc.comm_slowdown_beside_compute);
+              if (sc.compute_slowdown_beside_comm > 1) {
+                const double extra = overlap * (sc.compute_slowdown_beside_comm - 1);
+                dur += extra;
+                tm.contention_seconds += extra;
+              }
+              stretch_comm(st, sc, t, dur);
             }
             tm.tp_comm_seconds += comm;
             tm.compute_seconds += dur - comm;
@@ -217,8 +258,9 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
               emit(s, Stream::Copy, c0, fetched, "param fetch", nullptr, -1);
               t0 = std::max(t0, fetched);
             }
-            st.comm_free = t0 + uc.gather_seconds;
+            st.comm_free = queue_comm(st, sc, t0, uc.gather_seconds);
             param_ready_[size_t(a.unit)] = st.comm_free;
+            st.pending.push_back({a.unit, true, opt.record_trace ? long(r.events.size()) : -1L});
             fetch_end_[size_t(a.unit)] = fetched;
             emit(s, Stream::Comm, t0, st.comm_free, "gather", &a, int(i));
             break;
@@ -329,6 +371,22 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
     if (tm.bubble_seconds < r.stages[size_t(r.critical_stage)].bubble_seconds) r.critical_stage = s;
   }
   return r;
+}
+
+double comm_end_beside_compute(double t, double end, double pass, double c) {
+  if (end <= t || c <= 1 || pass <= 0) return end;
+  const double work = end - t;
+  return work * c <= pass ? t + work * c : end + pass - pass / c;
+}
+
+double comm_slowdown_from(double pass, double alone, double end) {
+  const double cap = HardwareProfile::kMaxCommSlowdown;
+  if (!(alone > 0) || !(pass > 0) || !(end > 0)) return 1.0;
+  // Ended inside the compute: end = alone * c.
+  if (end <= pass) return std::clamp(end / alone, 1.0, cap);
+  // Ended after it: end = pass + alone - pass / c.
+  const double done_beside = pass + alone - end;  // = pass / c
+  return done_beside <= pass / cap ? cap : std::clamp(pass / done_beside, 1.0, cap);
 }
 
 SimResult simulate(const StepProgram& program, const CostModel& cost, const SimOptions& opt) {

@@ -86,6 +86,17 @@ class Simulator {
 
 SimResult simulate(const StepProgram& program, const CostModel& cost, const SimOptions& opt = {});
 
+// The DP/ZeRO collectives beside the compute (HardwareProfile::
+// comm_slowdown_beside_compute = c): while a pass runs they progress at 1/c of
+// their own rate, at their own rate otherwise. Work on the comm stream that
+// would end at `end` running alone from `t`, with a pass over [t, t + pass]:
+// where it ends. Identity for end <= t or c <= 1.
+double comm_end_beside_compute(double t, double end, double pass, double c);
+// The inverse, for calibrate: collectives of `alone` seconds queued with a
+// compute of `pass` seconds that ended `end` seconds after both started; the c
+// that gives it, in [1, HardwareProfile::kMaxCommSlowdown].
+double comm_slowdown_from(double pass, double alone, double end);
+
 // A lower bound on the makespan that needs no simulation: the busiest stage's
 // compute stream, plus the forward of micro-batch 0 through the stages before
 // it and the backward of the last micro-batch through them, plus the global

@@ -210,6 +210,19 @@ json measure_memory_kernels(const Ctx& c) {
   // Reductions.
   add("reduction", "layer norm", 2 * ne, [&] { (void)at::layer_norm(a, {h}, w, bias); });
   add("reduction", "column sum", ne, [&] { (void)a.sum(0); });
+  // The optimizer's kernel, as adam_range (runtime/host_adam.cpp) calls it on
+  // one chunk: fp32 master, gradient and moments (read 16, write 12 bytes per
+  // parameter).
+  {
+    const auto f32 = opt.dtype(at::kFloat);
+    const int64_t k = c.quick ? (int64_t(1) << 18) : (int64_t(1) << 26);
+    at::Tensor pm = at::randn({k}, f32), g = at::randn({k}, f32), m1 = at::zeros({k}, f32), v1 = at::zeros({k}, f32);
+    at::Tensor step = at::ones({}, f32), divisor = at::ones({}, f32);
+    add("adamw", "fused AdamW", 28.0 * double(k), [&] {
+      at::_fused_adamw_({pm}, {g}, {m1}, {v1}, {}, {step}, 1e-4, 0.9, 0.95, 0.1, 1e-8, /*amsgrad=*/false,
+                        /*maximize=*/false, divisor, /*found_inf=*/std::nullopt);
+    });
+  }
   return out;
 }
 

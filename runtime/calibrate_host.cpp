@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <future>
 #include <thread>
 #include <string>
 #include <vector>
 
+#include "costmodel/simulator.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
@@ -230,8 +232,14 @@ namespace {
 // (16384 x 8192 x 2048 bf16, a transformer MLP's) each followed by a copy,
 // timed alone (CUDA events on the compute stream, the faster of two), then
 // with `calls` collectives of 64 MiB queued on the communicator's stream just
-// before it; and the collectives alone. The compute slows for the time the two
-// overlap: slowdown = 1 + (with - alone) / min(alone, collectives alone).
+// before it; and the collectives alone. Both sides slow down:
+//  - the collectives, measured from the compute's start to their end (an event
+//    on a side stream that waits for them): while the compute runs they
+//    progress at 1/comm_slowdown of their own rate, after it at their own
+//    (comm_slowdown_beside_compute, the inverse of the simulator's rule);
+//  - the compute, for the time the two overlap:
+//    slowdown = 1 + (with - alone) / min(alone, collectives' time beside it).
+// On the CPU (MPI) the collectives' time beside the compute is not measured.
 json measure_contention(const Ctx& c, Communicator& comm) {
   // The CPU (MPI, quick sizes in CI) runs the same code on fp32, small.
   const auto opt = at::TensorOptions().device(c.device).dtype(c.cuda ? at::kBFloat16 : at::kFloat);
@@ -247,17 +255,31 @@ json measure_contention(const Ctx& c, Communicator& comm) {
   };
   // The compute loop's time (the faster of two), with the collectives that
   // `before` queues running beside it; they are waited for after each.
+  // Returns the compute's time and (GPU, with collectives) the collectives'
+  // end after the compute's start, of the faster of the two runs.
+  std::optional<SideStream> side;
+  if (c.cuda) side.emplace(true);
   auto timed = [&](const std::function<std::vector<WorkPtr>()>& before) {
-    double best = 1e30;
+    std::pair<double, double> best{1e30, -1};
     for (int r = 0; r < 2; ++r) {
       comm.barrier();
-      IntervalTimer t(c.cuda);
+      IntervalTimer t(c.cuda), tc(c.cuda);
       std::vector<WorkPtr> works;
       if (before) works = before();
       t.start();
+      const bool comm_end = c.cuda && !works.empty();
+      if (comm_end) {
+        tc.start();
+        // The side stream waits for the two starts only, then for the collectives.
+        side->run([&] {
+          for (auto& wk : works) wk->wait();
+          tc.stop();
+        });
+      }
       compute();
       t.stop();
-      best = std::min(best, t.seconds().at(0));
+      const double s = t.seconds().at(0);
+      if (s < best.first) best = {s, comm_end ? tc.seconds().at(0) : -1.0};
       for (auto& wk : works) wk->wait();
       synchronize(c.cuda);
     }
@@ -290,7 +312,7 @@ json measure_contention(const Ctx& c, Communicator& comm) {
     one()->wait();
     synchronize(c.cuda);
     // The collectives alone: as many as take about as long as the compute.
-    const double alone = timed(nullptr);
+    const double alone = timed(nullptr).first;
     comm.barrier();
     const auto c0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 10; ++i) next = 0, one()->wait();
@@ -312,20 +334,27 @@ json measure_contention(const Ctx& c, Communicator& comm) {
     for (auto& wk : works) wk->wait();
     synchronize(c.cuda);
     const double comm_alone = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
-    const double with = timed([&] {
+    const auto [with, comm_with] = timed([&] {
       next = 0;
       std::vector<WorkPtr> beside;
       for (int i = 0; i < calls; ++i) beside.push_back(one());
       return beside;
     });
-    const double overlap = std::min(alone, comm_alone);
+    const double comm_slow = comm_with > 0 ? comm_slowdown_from(with, comm_alone, comm_with) : 1.0;
+    const double overlap = std::min(alone, comm_with > 0 ? std::min(comm_with, comm_alone * comm_slow) : comm_alone);
     const double slowdown = 1 + std::max(0.0, with - alone) / std::max(overlap, 1e-9);
-    say(c, "compute beside " + o + " (" + std::to_string(calls) + " x " + fmt_num(double(bytes) / 1048576.0) + " MiB over " + std::to_string(g) +
-               " ranks): " + fmt_num(alone * 1e3) + " ms alone, " + fmt_num(with * 1e3) + " ms beside " +
-               fmt_num(comm_alone * 1e3) + " ms of collectives: slowdown " + fmt_num(slowdown, 4));
-    ops.push_back({{"op", o}, {"bytes", bytes}, {"calls", calls}, {"group_size", g},
-                   {"compute_alone_seconds", alone}, {"compute_beside_seconds", with},
-                   {"collectives_alone_seconds", comm_alone}, {"slowdown", slowdown}});
+    say(c, "compute beside " + o + " (" + std::to_string(calls) + " x " + fmt_num(double(bytes) / 1048576.0) +
+               " MiB over " + std::to_string(g) + " ranks): " + fmt_num(alone * 1e3) + " ms alone, " +
+               fmt_num(with * 1e3) + " ms beside " + fmt_num(comm_alone * 1e3) + " ms of collectives: slowdown " +
+               fmt_num(slowdown, 4) +
+               (comm_with > 0 ? "; the collectives beside it end after " + fmt_num(comm_with * 1e3) +
+                                    " ms: their slowdown " + fmt_num(comm_slow, 4)
+                              : std::string()));
+    json point = {{"op", o}, {"bytes", bytes}, {"calls", calls}, {"group_size", g},
+                  {"compute_alone_seconds", alone}, {"compute_beside_seconds", with},
+                  {"collectives_alone_seconds", comm_alone}, {"slowdown", slowdown}};
+    if (comm_with > 0) point["collectives_beside_seconds"] = comm_with, point["comm_slowdown"] = comm_slow;
+    ops.push_back(point);
   }
   return ops;
 }

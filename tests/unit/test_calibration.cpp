@@ -32,7 +32,8 @@ json h100_measurements() {
                                      {{"class", "streaming"}, {"name", "add"}, {"bytes", 3.2e9}, {"seconds", 1e-3}},
                                      {{"class", "streaming"}, {"name", "gelu"}, {"bytes", 3.1e9}, {"seconds", 1e-3}},
                                      {{"class", "strided"}, {"name", "convert"}, {"bytes", 1.55e9}, {"seconds", 1e-3}},
-                                     {{"class", "reduction"}, {"name", "norm"}, {"bytes", 2.17e9}, {"seconds", 1e-3}}});
+                                     {{"class", "reduction"}, {"name", "norm"}, {"bytes", 2.17e9}, {"seconds", 1e-3}},
+                                     {{"class", "adamw"}, {"name", "fused AdamW"}, {"bytes", 2.48e9}, {"seconds", 1e-3}}});
   m["kernel_overhead_seconds"] = 3e-6;
   // bf16 8192^3 at 0.8, 0.7 and 0.9 of the peak: median 0.8. fp32 (TF32) at 0.5.
   const int64_t n = 8192;
@@ -136,6 +137,7 @@ TEST_CASE("calibrate fits the profile from measured points (hand numbers, H100)"
   CHECK(p.memory_efficiency == Approx(3.1 / 3.35));
   CHECK(p.strided_kernel_relative == Approx(0.5));
   CHECK(p.reduction_kernel_relative == Approx(0.7));
+  CHECK(p.adamw_kernel_relative == Approx(0.8));  // 2.48 TB/s over 3.1
   CHECK(p.kernel_overhead_seconds == Approx(3e-6));
   CHECK(p.gemm_efficiency_bf16 == Approx(0.8));
   CHECK(p.gemm_efficiency == Approx(0.8));
@@ -380,6 +382,20 @@ TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (han
   const HardwareProfile p = fit_profile(m, &gpu);
   CHECK(p.compute_slowdown_beside_comm == Approx(1.175));
   CHECK((*p.calibration)["fits"].contains("compute_slowdown_beside_comm"));
+  // Measured before the collectives' own end was: their rate is left at 1.
+  CHECK(p.comm_slowdown_beside_compute == 1.0);
+  CHECK_FALSE((*p.calibration)["fits"].contains("comm_slowdown_beside_compute"));
+  // With it: the median of the two points' rates.
+  json m2 = m;
+  m2["compute_beside_comm"][0]["comm_slowdown"] = 4.0;
+  m2["compute_beside_comm"][1]["comm_slowdown"] = 6.0;
+  const HardwareProfile p2 = fit_profile(m2, &gpu);
+  CHECK(p2.comm_slowdown_beside_compute == Approx(5.0));
+  CHECK((*p2.calibration)["fits"].contains("comm_slowdown_beside_compute"));
+  CHECK(profile_from_json(profile_to_json(p2), default_profile(gpu)).comm_slowdown_beside_compute == Approx(5.0));
+  json bad2 = profile_to_json(p2);
+  bad2["comm_slowdown_beside_compute"] = 0.5;
+  CHECK_THROWS_AS(profile_from_json(bad2, default_profile(gpu)), InputError);
   // A catalog GPU without a measured figure keeps 1.
   CHECK(default_profile(gpu_by_name("A100-80GB-SXM")).compute_slowdown_beside_comm == 1.0);
   json bad = profile_to_json(p);

@@ -120,6 +120,47 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
     CHECK(rs.makespan_seconds == Approx(1 + 4 + 7 * 0.125 + 0.25 + 0.5));
     CHECK(rs.stages[0].compute_seconds == Approx(r.stages[0].compute_seconds + 7 * 0.125));
   }
+  // The collectives at 1/4 of their rate beside a pass. Their backlog (in
+  // seconds of work alone) after the first backward is 0.25; each of the 7
+  // backwards after it does 0.5 / 4 = 0.125 of it and adds its own 0.25, so
+  // the 1.125 left when the last backward ends at 5 s runs alone after it.
+  {
+    TableCostModel slow = cost;
+    slow.stage(0).comm_slowdown_beside_compute = 4;
+    const SimResult rs = simulate(prog, slow, trace);
+    CHECK(rs.makespan_seconds == Approx(5 + 1.125 + 0.5));
+    CHECK(rs.stages[0].exposed_comm_seconds == Approx(1.125));
+    CHECK(rs.stages[0].contention_seconds == 0);
+    // The first all-reduce (1.5 to 1.75 alone): 0.125 of it done beside the
+    // second backward (to 2.0), the rest at 1/4 beside the third, ending at 2.5.
+    const TraceEvent* first = nullptr;
+    for (const auto& e : rs.events)
+      if (std::string(e.name) == "all-reduce" && !first) first = &e;
+    REQUIRE(first != nullptr);
+    CHECK(first->start_seconds == Approx(1.5));
+    CHECK(first->end_seconds == Approx(2.5));
+    // With the compute 1.5x as long beside them too: every later backward is
+    // beside them for all of its 0.75 s and does 0.75 / 4 of their work:
+    // backlog 0.25 + 7 x (0.25 - 0.1875) = 0.6875 when the last ends at 6.75.
+    slow.stage(0).compute_slowdown_beside_comm = 1.5;
+    const SimResult both = simulate(prog, slow);
+    CHECK(both.stages[0].contention_seconds == Approx(7 * 0.25));
+    CHECK(both.makespan_seconds == Approx(6.75 + 0.6875 + 0.5));
+    CHECK(makespan_lower_bound(slow, 1) <= both.makespan_seconds + 1e-12);
+  }
+  // The rule and calibrate's inverse of it: 30 ms of compute with 28 ms of
+  // collectives at 1/5 of their rate: 6 ms done beside it, 22 after: 52 ms.
+  CHECK(comm_end_beside_compute(0, 0.028, 0.030, 5) == Approx(0.052));
+  CHECK(comm_slowdown_from(0.030, 0.028, 0.052) == Approx(5));
+  // Ending inside the compute: 10 ms at 1/2 -> 20 ms.
+  CHECK(comm_end_beside_compute(1, 1.010, 0.030, 2) == Approx(1.020));
+  CHECK(comm_slowdown_from(0.030, 0.010, 0.020) == Approx(2));
+  for (double c : {1.0, 1.3, 3.0, 12.0})
+    for (double alone : {0.005, 0.03, 0.08})
+      CHECK(comm_slowdown_from(0.03, alone, comm_end_beside_compute(0, alone, 0.03, c)) == Approx(c));
+  // No progress beside the compute at all, or faster than alone: the bounds.
+  CHECK(comm_slowdown_from(0.03, 0.01, 0.045) == HardwareProfile::kMaxCommSlowdown);
+  CHECK(comm_slowdown_from(0.03, 0.01, 0.008) == 1.0);
   // Ring all-reduce of S bytes over n ranks moves 2(n-1)/n S at the bottleneck B.
   for (int n : {2, 4, 8}) {
     const double S = 1e9, B = 100e9;

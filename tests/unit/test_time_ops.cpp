@@ -101,6 +101,12 @@ TEST_CASE("optimizer: fused Adam streams 32 bytes per parameter; CPU Adam shares
   // fp32: zero 4 + norm 4 (reduction) + AdamW 28 in place = 36 bytes.
   CHECK(gpu_adam_bytes_per_param(Precision::FP32) == 36);
   CHECK(gpu_adam_seconds(p, 1e9, Precision::FP32) == Approx(1e9 * (32 / Bps + 4 / reduce)));
+  // The fused AdamW kernel at its calibrated rate: its 28 bytes at 0.7 of streaming.
+  auto q = p;
+  q.adamw_kernel_relative = 0.7;
+  CHECK(gpu_adam_seconds(q, 1e9, Precision::BF16) ==
+        Approx(1e9 * (8 / Bps + 28 / (0.7 * Bps) + 2 / reduce + 6 / strided)));
+  CHECK(gpu_adam_seconds(q, 1e9, Precision::FP32) == Approx(1e9 * (4 / Bps + 28 / (0.7 * Bps) + 4 / reduce)));
   ClusterSpec c;
   c.host_memory_bandwidth_Bps = 200e9;
   c.cpu_flops = 1e12;
