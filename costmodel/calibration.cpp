@@ -10,11 +10,16 @@
 #include <tuple>
 #include <vector>
 
+#include "costmodel/cluster_spec.hpp"
 #include "costmodel/collectives.hpp"
+#include "costmodel/cost_model.hpp"
+#include "costmodel/model_spec.hpp"
 #include "costmodel/op_costs.hpp"
+#include "costmodel/plan.hpp"
 #include "costmodel/topology.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
+#include "strategies/strategy.hpp"
 
 namespace planner {
 
@@ -143,6 +148,42 @@ struct Fitter {
     }
     for (auto& [prec, v] : ratios) out[prec] = {median(v), v.size()};
     return out;
+  }
+
+  // calibrate's in_step part also sums the memory-bound kernels of its
+  // models' sustained passes (every kernel that is neither a GEMM nor
+  // attention). On the GPU the factor is the median, over the 16-bit rows, of
+  // that time over the layer model's memory-bound time for the same model,
+  // tokens and precision (one pass: forward and backward, one GPU), with the
+  // rates fitted so far; the fp32 rows are left out (with grouped-query
+  // attention SDPA runs its math path, whose kernels the layer model does not
+  // price as the fused kernel's). Measurements before 2026-11-26 lack it.
+  void memory_in_step() {
+    if (!m.contains("in_step") || !m["in_step"].is_array()) return;
+    std::vector<double> ratios;
+    for (auto& x : m["in_step"]) {
+      if (!x.contains("step_memory_bound_seconds") || !x.contains("spec") || x.value("precision", "") == "fp32") continue;
+      const double measured = x["step_memory_bound_seconds"].get<double>();
+      if (!(measured > 0) || !std::isfinite(measured) || !gpu) continue;
+      Plan plan;
+      x["spec"].get_to(plan.model);
+      plan.cluster = parse_cluster("1x" + gpu->name);
+      plan.seq = x.value("seq", int64_t(2048));
+      plan.global_batch = x.value("mbs", int64_t(4));
+      plan.strategy = Strategy::parse(fmt::format("mbs={},gas=1,precision={}", plan.global_batch,
+                                                  x["precision"].get<std::string>()));
+      const double model = step_op_times(plan, p, 0).memory_seconds;
+      if (!(model > 0)) continue;
+      x["model_memory_bound_seconds"] = model;
+      ratios.push_back(measured / model);
+    }
+    if (ratios.empty()) return;
+    const double k = std::clamp(median(ratios), 0.5, 2.0);
+    p.memory_in_step_factor = k;
+    set("memory_in_step_factor", k,
+        fmt::format("median over {} 16-bit in-step rows of the memory-bound kernels' time in a sustained pass "
+                    "(Kineto) / the layer model's memory-bound time for the same model and tokens",
+                    ratios.size()));
   }
 
   void gemms() {
@@ -599,6 +640,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.kernel_overhead();
   f.gemms();
   f.attention();
+  f.memory_in_step();  // after the memory-bound rates it scales
   f.host();
   f.memory();
   f.collectives();

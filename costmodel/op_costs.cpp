@@ -65,7 +65,7 @@ double weight_grad_gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, 
 
 double memory_bound_seconds(const HardwareProfile& p, double bytes) {
   if (bytes <= 0) return 0;
-  return bytes / p.memory_Bps() + p.kernel_overhead_seconds;
+  return p.memory_in_step_factor * bytes / p.memory_Bps() + p.kernel_overhead_seconds;
 }
 
 double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind) {
@@ -74,7 +74,10 @@ double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel k
                      : kind == MemKernel::Reduction ? p.reduction_kernel_relative
                      : kind == MemKernel::AdamW     ? p.adamw_kernel_relative
                                                     : 1.0;
-  return bytes / (p.memory_Bps() * rel);
+  // The passes' kernels as a sustained step runs them; the fused AdamW's rate
+  // is already its own measured one.
+  const double in_step = kind == MemKernel::AdamW ? 1.0 : p.memory_in_step_factor;
+  return in_step * bytes / (p.memory_Bps() * rel);
 }
 
 void MemoryOps::add(MemKernel k, double bytes, int n) {

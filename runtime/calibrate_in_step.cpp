@@ -29,7 +29,9 @@
 // (forward + backward, the fastest batch of calls). The fit
 // (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision by the
 // median ratio, calibrate's time over the step's (the attention's ratio is
-// kept, not applied: calibration.cpp says why).
+// kept, not applied: calibration.cpp says why), and the memory-bound kernels
+// by their summed time in the recorded passes over the layer model's for the
+// same model (each row carries the model's spec, mbs and seq for it).
 // Why eight layers: with two the vocabulary head and its loss are half the
 // step, and their low-power mix can raise the clock (benchmarks/step_gemms on
 // one H200: 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
@@ -209,10 +211,10 @@ json measure_in_step(const Ctx& c) {
       cfg.seq = c.quick ? 32 : 2048;
       Captured cap;
       cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
-      std::vector<double> step_gemm, step_attention;
+      std::vector<double> step_gemm, step_attention, step_memory;
       for (int64_t layers = deepest;; layers /= 2) {
         fam.spec.layers = layers;
-        step_gemm.clear(), step_attention.clear();
+        step_gemm.clear(), step_attention.clear(), step_memory.clear();
         cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
         try {
           Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
@@ -221,18 +223,22 @@ json measure_in_step(const Ctx& c) {
           synchronize(c.cuda);
           const double mult = tr.loss_scale() / double(cfg.gas);
           int64_t micro = 0;
+          // One forward and backward; the gradients are zeroed before it,
+          // outside the recorded pass (the layer model's pass has no zeroing).
           auto pass = [&] {
-            tr.zero_grad();
             auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
             tr.forward_backward(ids, labels, mult);
           };
           const auto t0 = std::chrono::steady_clock::now();
           do {
+            tr.zero_grad();
             pass();
             synchronize(c.cuda);
           } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
           if (c.cuda) {
             for (int r = 0; r < 3; ++r) {
+              tr.zero_grad();
+              synchronize(true);  // the zeroing ends before the recording starts
               KernelRecorder rec;
               rec.start();
               pass();
@@ -240,8 +246,10 @@ json measure_in_step(const Ctx& c) {
               const KernelProfile kp = rec.stop();
               step_gemm.push_back(kp.gemm_seconds);
               step_attention.push_back(kp.attention_seconds);
+              step_memory.push_back(kp.memory_seconds);
             }
           }
+          tr.zero_grad();
           capture_ops(cap, [&] {
             pass();
             synchronize(c.cuda);
@@ -301,6 +309,9 @@ json measure_in_step(const Ctx& c) {
                   {"model", fam.label},
                   {"layers", fam.spec.layers},
                   {"tokens", cfg.mbs * cfg.seq},
+                  {"mbs", cfg.mbs},
+                  {"seq", cfg.seq},
+                  {"spec", fam.spec},
                   {"gemms", calls},
                   {"shapes", shapes},
                   {"attention", attention},
@@ -310,15 +321,22 @@ json measure_in_step(const Ctx& c) {
         // The median pass, as calibrate's own timings take the median call.
         std::sort(step_gemm.begin(), step_gemm.end());
         std::sort(step_attention.begin(), step_attention.end());
+        std::sort(step_memory.begin(), step_memory.end());
         row["step_gemm_seconds"] = step_gemm[step_gemm.size() / 2];
         row["step_attention_seconds"] = step_attention[step_attention.size() / 2];
+        // Every other kernel of the pass (norms, activations, residuals, the
+        // loss, the gradient zeroing): the fit compares it with the layer
+        // model's memory-bound time for the same model.
+        row["step_memory_bound_seconds"] = step_memory[step_memory.size() / 2];
       }
       say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
                  std::to_string(calls) + " GEMMs " +
                  (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
                  fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
                  (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
-                 fmt_num(alone_attention * 1e3) + " ms");
+                 fmt_num(alone_attention * 1e3) + " ms" +
+                 (c.cuda ? "; memory-bound " + fmt_num(row["step_memory_bound_seconds"].get<double>() * 1e3) + " ms"
+                         : std::string()));
       out.push_back(std::move(row));
       cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
       empty_cache(c.cuda);

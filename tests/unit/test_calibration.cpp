@@ -5,7 +5,11 @@
 
 #include "catch.hpp"
 #include "costmodel/calibration.hpp"
+#include "costmodel/cluster_spec.hpp"
+#include "costmodel/cost_model.hpp"
 #include "costmodel/hardware_profile.hpp"
+#include "costmodel/model_spec.hpp"
+#include "costmodel/plan.hpp"
 #include "costmodel/op_costs.hpp"
 #include "test_util.hpp"
 
@@ -280,6 +284,55 @@ TEST_CASE("calibrate scales a GPU's GEMM and attention rates by their speed in a
                               {"seconds", 2.0 * 256 * 256 * 256 / 1e11}}});
   cpu["in_step"] = json::array({{{"precision", "fp32"}, {"alone_gemm_seconds", 1e-3}}});
   CHECK(fit_profile(cpu, nullptr).peak_fp32_flops == Approx(1e11));
+}
+
+TEST_CASE("calibrate scales the memory-bound kernels by their time in a training pass (H100)", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();  // streaming 3.1 TB/s (median), strided 0.5 and reduction 0.7 of it
+  const HardwareProfile p0 = fit_profile(m, &gpu);
+  CHECK(p0.memory_in_step_factor == 1.0);
+  // The layer model's memory-bound time of one pass of a two-layer
+  // GPT-Neo-1.3B at 4 x 2048 tokens with the rates fitted from m.
+  ModelSpec spec = model_preset("gpt-neo-1.3b");
+  spec.layers = 2;
+  auto model_of = [&](const char* prec) {
+    Plan plan;
+    plan.model = spec;
+    plan.cluster = parse_cluster("1xH100-SXM");
+    plan.seq = 2048, plan.global_batch = 4;
+    plan.strategy = Strategy::parse(std::string("mbs=4,gas=1,precision=") + prec);
+    return step_op_times(plan, p0, 0).memory_seconds;
+  };
+  // Measured in the pass at 1.05, 1.20 (bf16) and 1.10 (fp16) x that: median
+  // 1.10; the fp32 row (2.0) and a row measured before the spec was recorded
+  // are left out.
+  auto row = [&](const char* prec, double ratio, bool with_spec) {
+    json r = {{"precision", prec}, {"model", "gpt-neo-1.3b"}, {"layers", 2}, {"tokens", 8192}, {"mbs", 4},
+              {"seq", 2048}, {"step_memory_bound_seconds", ratio * model_of(prec)}};
+    if (with_spec) r["spec"] = spec;
+    return r;
+  };
+  m["in_step"] = json::array({row("bf16", 1.05, true), row("bf16", 1.20, true), row("fp16", 1.10, true),
+                              row("fp32", 2.0, true), row("bf16", 1.5, false)});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.memory_in_step_factor == Approx(1.10));
+  CHECK((*p.calibration)["fits"].contains("memory_in_step_factor"));
+  CHECK((*p.calibration)["in_step"][0]["model_memory_bound_seconds"].get<double>() == Approx(model_of("bf16")));
+  // Every memory-bound class takes 1.10x as long (3.1 GB streaming: 1 ms alone),
+  // the fused AdamW kernel (its own measured rate) and the overhead do not.
+  CHECK(memory_kernel_seconds(p, 3.1e9, MemKernel::Streaming) == Approx(1.10e-3));
+  CHECK(memory_kernel_seconds(p, 3.1e9, MemKernel::Reduction) == Approx(1.10e-3 / 0.7));
+  CHECK(memory_kernel_seconds(p, 3.1e9, MemKernel::AdamW) == Approx(1e-3 / 0.8));  // its rate: 0.8 of streaming
+  CHECK(step_op_times([&] {
+          Plan plan;
+          plan.model = spec, plan.cluster = parse_cluster("1xH100-SXM"), plan.seq = 2048, plan.global_batch = 4;
+          plan.strategy = Strategy::parse("mbs=4,gas=1,precision=bf16");
+          return plan;
+        }(), p, 0).memory_seconds > 1.05 * model_of("bf16"));
+  CHECK(profile_from_json(profile_to_json(p), default_profile(gpu)).memory_in_step_factor == Approx(1.10));
+  json bad = profile_to_json(p);
+  bad["memory_in_step_factor"] = 3.0;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
 TEST_CASE("calibrate fits the weight-gradient GEMM rate apart, per 16-bit and fp32 (hand numbers, H100)",
