@@ -413,6 +413,12 @@ struct Fitter {
       const json& a = m["cpu_adam_node"];
       const double one = p.cpu_adam_params_per_second;
       p.cpu_adam_params_per_second = a["node_params_per_second"].get<double>();
+      if (one > 0 && a.value("processes_per_node", 1) > 1) {
+        p.cpu_adam_params_per_second_one_process = one;
+        set("cpu_adam_params_per_second_one_process", one,
+            "one process alone with every core (the single-process figure above), for plans with one process on "
+            "the node");
+      }
       set("cpu_adam_params_per_second", p.cpu_adam_params_per_second,
           fmt::format("{} processes on the node at once, {} threads each, {}: {:.4g} parameters/s per process{}",
                       a.value("processes_per_node", 0), a.value("threads", 0), a.value("how", std::string()),

@@ -65,6 +65,7 @@ void HardwareProfile::validate() const {
   if (gemm_efficiency_fp16 != 0) fraction(gemm_efficiency_fp16, "gemm_efficiency_fp16");
   if (gemm_efficiency_bf16 != 0) fraction(gemm_efficiency_bf16, "gemm_efficiency_bf16");
   non_negative(cpu_adam_params_per_second, "cpu_adam_params_per_second");
+  non_negative(cpu_adam_params_per_second_one_process, "cpu_adam_params_per_second_one_process");
   non_negative(double(gpu_memory_bytes), "gpu_memory_bytes");
   non_negative(double(context_bytes), "context_bytes");
   non_negative(double(workspace_bytes), "workspace_bytes");
@@ -198,7 +199,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
-  X(cpu_adam_params_per_second) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
+  X(cpu_adam_params_per_second) X(cpu_adam_params_per_second_one_process) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
   X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(memory_headroom) X(memory_headroom_bytes)
 
 namespace {

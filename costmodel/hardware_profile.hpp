@@ -125,6 +125,10 @@ struct HardwareProfile {
   // model divides it between the node's processes. 0: modelled from the
   // node's DRAM bandwidth and CPU FLOP/s.
   double cpu_adam_params_per_second = 0;
+  // Where the figure above is a node's with several processes at once: one
+  // process's rate alone with every core (calibrate's single-process part),
+  // which a plan with one process on the node runs at. 0: the figure above.
+  double cpu_adam_params_per_second_one_process = 0;
 
   // --- memory the process itself takes (docs/ARCHITECTURE.md, "Overhead") ---
   // What one process can allocate on the GPU, CUDA context included

@@ -138,6 +138,10 @@ double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double p
   // 3.0e9 parameters/s (validation/h200x2/run4), two ranks at once 1.83e9
   // each (validation/h200x2/heldout-b)). The runtime gives each process its
   // part of the cores.
+  // One process alone on the node: its own measured rate where the profile has
+  // one beside a several-process node figure.
+  if (procs == 1 && p.cpu_adam_params_per_second_one_process > 0)
+    return params / p.cpu_adam_params_per_second_one_process;
   if (p.cpu_adam_params_per_second > 0) return params / (p.cpu_adam_params_per_second / procs);
   // Fallbacks when the cluster does not say: a two-socket server of DDR4-3200,
   // 8 channels each (2 x 204.8 GB/s), and 64 cores at ~30 GFLOP/s fp32 AVX2 each.

@@ -335,6 +335,29 @@ TEST_CASE("calibrate scales the memory-bound kernels by their time in a training
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
+TEST_CASE("calibrate keeps one process's CPU AdamW rate beside the node's (hand numbers)", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H200");
+  json m = h100_measurements();
+  // One process alone: 1e8 parameters in 20 ms (5e9/s); two at once on the node: 4e9/s together.
+  m["cpu_adam"] = {{"params", 100000000}, {"seconds", 0.02}, {"threads", 32}};
+  m["cpu_adam_node"] = {{"processes_per_node", 2}, {"threads", 16}, {"node_params_per_second", 4e9}};
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.cpu_adam_params_per_second == Approx(4e9));
+  CHECK(p.cpu_adam_params_per_second_one_process == Approx(5e9));
+  const ClusterSpec c = parse_cluster("1xH200");
+  CHECK(cpu_adam_seconds(p, c, 1e9, 1) == Approx(0.2));  // one process: its own rate
+  CHECK(cpu_adam_seconds(p, c, 1e9, 2) == Approx(0.5));  // two: half the node's each
+  CHECK(profile_from_json(profile_to_json(p), default_profile(gpu)).cpu_adam_params_per_second_one_process ==
+        Approx(5e9));
+  // Measured with one process on the node: one figure, no second.
+  m["cpu_adam_node"]["processes_per_node"] = 1;
+  m["cpu_adam_node"]["node_params_per_second"] = 4.5e9;
+  const HardwareProfile q = fit_profile(m, &gpu);
+  CHECK(q.cpu_adam_params_per_second == Approx(4.5e9));
+  CHECK(q.cpu_adam_params_per_second_one_process == 0);
+  CHECK(cpu_adam_seconds(q, c, 1e9, 1) == Approx(1e9 / 4.5e9));
+}
+
 TEST_CASE("calibrate fits the weight-gradient GEMM rate apart, per 16-bit and fp32 (hand numbers, H100)",
           "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H100-SXM");
