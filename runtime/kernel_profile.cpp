@@ -33,7 +33,10 @@ KernelClass kernel_class(const std::string& name) {
   if (s.rfind("memset", 0) == 0) return KernelClass::Memory;
   if (has(s, "nccl")) return KernelClass::Comm;
   // Attention before GEMM: the memory-efficient kernels are CUTLASS-built (fmha_cutlass*).
-  for (const char* a : {"flash", "fmha", "sdpa", "attention", "attn"})
+  // The fused backward's own helpers count with it, as the layer model prices
+  // them: FlashAttention-2's flash_bwd_dot_do_o / flash_bwd_convert_dq and
+  // cuDNN's cudnn::fusion::compute_dot_do_o_specialized / convert_dq_to_16bits.
+  for (const char* a : {"flash", "fmha", "sdpa", "attention", "attn", "dot_do_o", "convert_dq"})
     if (has(s, a)) return KernelClass::Attention;
   for (const char* g : {"gemm", "nvjet", "cutlass", "xmma", "splitkreduce", "gemv", "cublas", "dot_kernel"})
     if (has(s, g)) return KernelClass::Gemm;

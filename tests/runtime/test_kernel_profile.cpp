@@ -21,6 +21,13 @@ TEST_CASE("kernel names map to the time model's op classes", "[kernels]") {
         KernelClass::Attention);
   CHECK(kernel_class("fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel)") ==
         KernelClass::Attention);
+  // The fused backward's helpers (cuDNN's, as LibTorch 2.11 runs them on an H200): attention, as the layer model prices them.
+  CHECK(kernel_class("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, void const*, void*)") ==
+        KernelClass::Attention);
+  CHECK(kernel_class("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int)") ==
+        KernelClass::Attention);
+  CHECK(kernel_class("void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8>>") ==
+        KernelClass::Attention);
   CHECK(kernel_class("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl>") ==
         KernelClass::Memory);
   CHECK(kernel_class("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>") ==
