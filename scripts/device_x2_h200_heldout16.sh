@@ -4,7 +4,7 @@
 # calibrate in this call; the predictions are committed under
 # validation/h200x2/heldout16/predicted-*) and --kernels, in this order:
 #   examples/sweep_h200x2_heldout16.json  ten two-GPU plans
-#   examples/sweep_h200_heldout16.json    twelve one-GPU plans on GPU 0
+#   examples/sweep_h200_heldout16.json    ten one-GPU plans on GPU 0
 # Writes under $OUT/r and packs $OUT/results.tgz.
 #   OUT=/some/dir bash scripts/device_x2_h200_heldout16.sh
 set -uo pipefail
