@@ -60,11 +60,15 @@ struct Simulator::StageState {
   std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
   // Collectives on the comm stream that may not have ended (a pass beside them
   // moves their ends, comm_end_beside_compute): the unit, whether a gather
-  // (param_ready_) or a reduction (grad_ready_), and its trace event (-1: none).
+  // (param_ready_) or a reduction (grad_ready_), its trace event (-1: none)
+  // and its end. A unit's later collective of the same kind takes over its
+  // param_ready_/grad_ready_ (ZeRO-3 gathers again for the backward, ZeRO-2
+  // reduces every micro-batch); the earlier one then moves only its own end.
   struct Pending {
     int unit;
     bool gather;
     long event;
+    double end;
   };
   std::vector<Pending> pending;
 };
@@ -109,13 +113,15 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
     if (c <= 1 || st.comm_free <= t) return;
     auto moved = [&](double x) { return comm_end_beside_compute(t, x, pass, c); };
     size_t keep = 0;
-    for (const auto& q : st.pending) {
-      double& end = q.gather ? param_ready_[size_t(q.unit)] : grad_ready_[size_t(q.unit)];
-      if (end <= t) continue;  // ended before the pass: no longer pending
-      end = moved(end);
+    for (auto q : st.pending) {
+      if (q.end <= t) continue;  // ended before the pass: no longer pending
+      double& ready = q.gather ? param_ready_[size_t(q.unit)] : grad_ready_[size_t(q.unit)];
+      const double before = q.end;
+      q.end = moved(before);
+      if (ready == before) ready = q.end;  // still this collective's
       if (q.event >= 0) {
         TraceEvent& ev = r.events[size_t(q.event)];
-        ev.start_seconds = moved(ev.start_seconds), ev.end_seconds = end;
+        ev.start_seconds = moved(ev.start_seconds), ev.end_seconds = q.end;
       }
       st.pending[keep++] = q;
     }
@@ -148,7 +154,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
         const double t0 = std::max({st.comm_free, grad_ready_[size_t(a.unit)], floor});
         st.comm_free = queue_comm(st, sc, t0, a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
         grad_ready_[size_t(a.unit)] = st.comm_free;
-        st.pending.push_back({a.unit, false, opt.record_trace ? long(r.events.size()) : -1L});
+        st.pending.push_back({a.unit, false, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
         emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), &a, int(i));
       };
       auto to_host = [&](size_t i, double floor) {
@@ -260,7 +266,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             }
             st.comm_free = queue_comm(st, sc, t0, uc.gather_seconds);
             param_ready_[size_t(a.unit)] = st.comm_free;
-            st.pending.push_back({a.unit, true, opt.record_trace ? long(r.events.size()) : -1L});
+            st.pending.push_back({a.unit, true, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
             fetch_end_[size_t(a.unit)] = fetched;
             emit(s, Stream::Comm, t0, st.comm_free, "gather", &a, int(i));
             break;

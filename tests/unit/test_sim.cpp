@@ -196,6 +196,35 @@ TEST_CASE("ZeRO-2/3 reduce-scatter after every backward; ZeRO-0/1 all-reduce onc
   }
 }
 
+TEST_CASE("ZeRO-2 reduce-scatters at 1/4 of their rate beside every pass: a backlog across micro-batches",
+          "[sim]") {
+  // Four micro-batches of forward 1 s and backward 2 s (four units of 0.5 s)
+  // back to back, 0 to 12 s; each unit's reduce-scatter, 0.2 s alone, queued
+  // when its backward ends, the first at 1.5 s. While any pass runs they do
+  // 0.25 s of their work a second: by 12 s, 10.5 x 0.25 = 2.625 s of the 16 x
+  // 0.2 = 3.2 s queued (never idle before), and the 0.575 s left run alone.
+  Strategy s = strategy(1, 4);
+  s.dp = 2, s.zero = 2;
+  const StepProgram prog = build_step_program(s, 2);
+  TableCostModel cost = uniform(prog, 1.0, 2.0);
+  for (int u = 0; u < 4; ++u) cost.unit(u).reduce_scatter_seconds = 0.2;
+  cost.stage(0).comm_slowdown_beside_compute = 4;
+  SimOptions trace;
+  trace.record_trace = true;
+  const SimResult r = simulate(prog, cost, trace);
+  CHECK(r.makespan_seconds == Approx(12.575));
+  CHECK(r.stages[0].exposed_comm_seconds == Approx(0.575));
+  // The trace's reduce-scatters follow one another on the stream, the last ending at the makespan.
+  double last_end = 0;
+  for (const auto& e : r.events)
+    if (std::string(e.name) == "reduce-scatter") {
+      CHECK(e.start_seconds >= last_end - 1e-9);
+      CHECK(e.end_seconds > e.start_seconds);
+      last_end = e.end_seconds;
+    }
+  CHECK(last_end == Approx(12.575));
+}
+
 TEST_CASE("ZeRO-3 parameter gathers are prefetched one unit ahead", "[sim]") {
   // 4 micro-batches, forward 1 s and backward 2 s over 4 layers (6 units, 1/6
   // and 1/3 s each); gathering a unit takes 0.1 s. A gather starts when the
