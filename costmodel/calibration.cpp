@@ -158,13 +158,16 @@ struct Fitter {
   // rates fitted so far; the fp32 rows are left out (with grouped-query
   // attention SDPA runs its math path, whose kernels the layer model does not
   // price as the fused kernel's). Measurements before 2026-11-26 lack it.
-  void memory_in_step() {
-    if (!m.contains("in_step") || !m["in_step"].is_array()) return;
-    std::vector<double> ratios;
+  //
+  // The attention the same way (attention_in_step_factor), from rows whose
+  // kernel profile counted the fused backward's helper kernels as attention,
+  // as the layer model does (`attention_with_helpers`, since 2026-11-26;
+  // before, cuDNN's counted as memory-bound).
+  void in_step_classes() {
+    if (!m.contains("in_step") || !m["in_step"].is_array() || !gpu) return;
+    std::vector<double> memory, attention;
     for (auto& x : m["in_step"]) {
-      if (!x.contains("step_memory_bound_seconds") || !x.contains("spec") || x.value("precision", "") == "fp32") continue;
-      const double measured = x["step_memory_bound_seconds"].get<double>();
-      if (!(measured > 0) || !std::isfinite(measured) || !gpu) continue;
+      if (!x.contains("spec") || x.value("precision", "") == "fp32") continue;
       Plan plan;
       x["spec"].get_to(plan.model);
       plan.cluster = parse_cluster("1x" + gpu->name);
@@ -172,18 +175,30 @@ struct Fitter {
       plan.global_batch = x.value("mbs", int64_t(4));
       plan.strategy = Strategy::parse(fmt::format("mbs={},gas=1,precision={}", plan.global_batch,
                                                   x["precision"].get<std::string>()));
-      const double model = step_op_times(plan, p, 0).memory_seconds;
-      if (!(model > 0)) continue;
-      x["model_memory_bound_seconds"] = model;
-      ratios.push_back(measured / model);
+      const OpTimes model = step_op_times(plan, p, 0);
+      const double mem = x.value("step_memory_bound_seconds", 0.0);
+      if (mem > 0 && std::isfinite(mem) && model.memory_seconds > 0) {
+        x["model_memory_bound_seconds"] = model.memory_seconds;
+        memory.push_back(mem / model.memory_seconds);
+      }
+      const double att = x.value("step_attention_seconds", 0.0);
+      if (x.value("attention_with_helpers", false) && att > 0 && std::isfinite(att) && model.attention_seconds > 0) {
+        x["model_attention_seconds"] = model.attention_seconds;
+        attention.push_back(att / model.attention_seconds);
+      }
     }
-    if (ratios.empty()) return;
-    const double k = std::clamp(median(ratios), 0.5, 2.0);
-    p.memory_in_step_factor = k;
-    set("memory_in_step_factor", k,
-        fmt::format("median over {} 16-bit in-step rows of the memory-bound kernels' time in a sustained pass "
-                    "(Kineto) / the layer model's memory-bound time for the same model and tokens",
-                    ratios.size()));
+    const std::string how = "median over {} 16-bit in-step rows of the {} kernels' time in a sustained pass (Kineto) / "
+                            "the layer model's {} time for the same model and tokens";
+    if (!memory.empty()) {
+      p.memory_in_step_factor = std::clamp(median(memory), 0.5, 2.0);
+      set("memory_in_step_factor", p.memory_in_step_factor,
+          fmt::format(fmt::runtime(how), memory.size(), "memory-bound", "memory-bound"));
+    }
+    if (!attention.empty()) {
+      p.attention_in_step_factor = std::clamp(median(attention), 0.5, 2.0);
+      set("attention_in_step_factor", p.attention_in_step_factor,
+          fmt::format(fmt::runtime(how), attention.size(), "attention", "attention"));
+    }
   }
 
   void gemms() {
@@ -328,7 +343,12 @@ struct Fitter {
     // step than alone (validation/h200x2/calib13), while the attention
     // kernels of 24-layer training steps on the same host ran at calibrate's
     // alone rates or slower (h200x2-3d/run6: GPT-Neo-1.3B dp=2, 0.0543 s
-    // measured against 0.0467 s predicted without the ratio).
+    // measured against 0.0467 s predicted without the ratio). Both readings
+    // compared calibrate's alone time, which includes the backward's two
+    // helper kernels, with a step's attention kernels without cuDNN's helpers
+    // (filed as memory-bound then): about a tenth of the backward. What is
+    // applied instead is the step's attention against the layer model's
+    // (attention_in_step_factor, in_step_classes above).
     auto fit = [&](const std::vector<double>& v, const char* field, double& out, bool fp32, const std::string& how) {
       if (v.empty()) return;
       const double x = fraction(median(v), field, notes);
@@ -646,7 +666,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.kernel_overhead();
   f.gemms();
   f.attention();
-  f.memory_in_step();  // after the memory-bound rates it scales
+  f.in_step_classes();  // after the memory-bound and attention rates it scales
   f.host();
   f.memory();
   f.collectives();

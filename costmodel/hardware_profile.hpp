@@ -94,6 +94,12 @@ struct HardwareProfile {
   // (Kineto) and the fit divides by the layer model's memory-bound time for
   // the same models. 1: as measured alone (the datasheet default).
   double memory_in_step_factor = 1.0;
+  // The fused attention (forward, backward and the backward's helper kernels)
+  // as a training pass runs it, over the attention rates above (calibrate's
+  // attention points, each timed back to back): calibrate's in-step part sums
+  // the attention kernels of its models' sustained passes and the fit divides
+  // by the layer model's attention time for the same models. 1: as the points.
+  double attention_in_step_factor = 1.0;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
 
   // --- communication and host -----------------------------------------------

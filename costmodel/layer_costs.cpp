@@ -65,9 +65,11 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // Attention core over b * a/t heads.
   const int64_t bh = s.mbs * heads_local;
   OpTimes core_fwd;
+  // The fused kernels as a training pass runs them (HardwareProfile::attention_in_step_factor).
+  const double attn_in_step = p.attention_in_step_factor;
   if (p.flash_attention) {
-    core_fwd.attention_seconds = flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
-    out.backward.attention_seconds += flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
+    core_fwd.attention_seconds = attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
+    out.backward.attention_seconds += attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
   } else {
     // Q K^T and softmax(.) V as batched GEMMs; the fused scale-mask-softmax reads
     // and writes the b a s^2 scores; dropout reads, writes and stores a 1-byte mask.
@@ -145,7 +147,9 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // Attention backward's memory-bound kernels around the fused kernel (FlashAttention-2
   // and cuDNN alike): D = rowsum(dO * O) (read dO, O) and the fp32 dQ accumulator
   // converted to the working precision (read 4, write e), priced at their
-  // memory-bound classes' rates but counted as attention: they are the fused
+  // memory-bound classes' rates (alone: attention_in_step_factor, not the
+  // memory-bound kernels' in-step factor, covers them) but counted as
+  // attention: they are the fused
   // backward's own kernels (flash_bwd_dot_do_o, flash_bwd_convert_dq), which a
   // kernel profile files under attention (runtime/kernel_profile.cpp). With
   // grouped-query attention dK and dV are summed over the query heads of each
@@ -154,7 +158,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     MemoryOps helpers;
     helpers.add(MK::Reduction, 2 * e * Tq);
     helpers.add(MK::Streaming, (4 + e) * Tq);
-    out.backward.attention_seconds += helpers.seconds(p);
+    out.backward.attention_seconds += attn_in_step * helpers.seconds(p, /*in_step=*/false);
     if (kv_local < h / t) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
   }
   out.forward.memory_seconds += fm.seconds(p);

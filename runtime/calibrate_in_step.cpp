@@ -328,6 +328,9 @@ json measure_in_step(const Ctx& c) {
         // loss, the gradient zeroing): the fit compares it with the layer
         // model's memory-bound time for the same model.
         row["step_memory_bound_seconds"] = step_memory[step_memory.size() / 2];
+        // The kernel profile counts the fused backward's helper kernels as
+        // attention (runtime/kernel_profile.cpp), as the layer model does.
+        row["attention_with_helpers"] = true;
       }
       say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
                  std::to_string(calls) + " GEMMs " +
