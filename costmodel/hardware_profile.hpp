@@ -87,13 +87,6 @@ struct HardwareProfile {
   // rate: calibrate times at::_fused_adamw_ as the optimizer step calls it. 1:
   // at the streaming rate (the datasheet default).
   double adamw_kernel_relative = 1.0;
-  // A training pass's memory-bound kernels (norms, activations, residuals, the
-  // loss: the streaming, strided and reduction classes) take this factor
-  // longer than the rates above, measured on 128 MiB operands alone, say:
-  // calibrate's in-step part sums them in its models' sustained passes
-  // (Kineto) and the fit divides by the layer model's memory-bound time for
-  // the same models. 1: as measured alone (the datasheet default).
-  double memory_in_step_factor = 1.0;
   // The fused attention (forward, backward and the backward's helper kernels)
   // as a training pass runs it, over the attention rates above (calibrate's
   // attention points, each timed back to back): calibrate's in-step part sums

@@ -147,9 +147,8 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // Attention backward's memory-bound kernels around the fused kernel (FlashAttention-2
   // and cuDNN alike): D = rowsum(dO * O) (read dO, O) and the fp32 dQ accumulator
   // converted to the working precision (read 4, write e), priced at their
-  // memory-bound classes' rates (alone: attention_in_step_factor, not the
-  // memory-bound kernels' in-step factor, covers them) but counted as
-  // attention: they are the fused
+  // memory-bound classes' rates, times attention_in_step_factor, and counted
+  // as attention: they are the fused
   // backward's own kernels (flash_bwd_dot_do_o, flash_bwd_convert_dq), which a
   // kernel profile files under attention (runtime/kernel_profile.cpp). With
   // grouped-query attention dK and dV are summed over the query heads of each
@@ -158,7 +157,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     MemoryOps helpers;
     helpers.add(MK::Reduction, 2 * e * Tq);
     helpers.add(MK::Streaming, (4 + e) * Tq);
-    out.backward.attention_seconds += attn_in_step * helpers.seconds(p, /*in_step=*/false);
+    out.backward.attention_seconds += attn_in_step * helpers.seconds(p);
     if (kv_local < h / t) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
   }
   out.forward.memory_seconds += fm.seconds(p);

@@ -65,19 +65,16 @@ double weight_grad_gemm_seconds(const HardwareProfile& p, int64_t m, int64_t n, 
 
 double memory_bound_seconds(const HardwareProfile& p, double bytes) {
   if (bytes <= 0) return 0;
-  return p.memory_in_step_factor * bytes / p.memory_Bps() + p.kernel_overhead_seconds;
+  return bytes / p.memory_Bps() + p.kernel_overhead_seconds;
 }
 
-double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind, bool in_step) {
+double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind) {
   if (bytes <= 0) return 0;
   const double rel = kind == MemKernel::Strided     ? p.strided_kernel_relative
                      : kind == MemKernel::Reduction ? p.reduction_kernel_relative
                      : kind == MemKernel::AdamW     ? p.adamw_kernel_relative
                                                     : 1.0;
-  // The passes' kernels as a sustained step runs them; the fused AdamW's rate
-  // is already its own measured one.
-  const double factor = kind == MemKernel::AdamW || !in_step ? 1.0 : p.memory_in_step_factor;
-  return factor * bytes / (p.memory_Bps() * rel);
+  return bytes / (p.memory_Bps() * rel);
 }
 
 void MemoryOps::add(MemKernel k, double bytes, int n) {
@@ -86,11 +83,10 @@ void MemoryOps::add(MemKernel k, double bytes, int n) {
   kernels += n;
 }
 
-double MemoryOps::seconds(const HardwareProfile& p, bool in_step) const {
-  return memory_kernel_seconds(p, streaming, MemKernel::Streaming, in_step) +
-         memory_kernel_seconds(p, strided, MemKernel::Strided, in_step) +
-         memory_kernel_seconds(p, reduction, MemKernel::Reduction, in_step) +
-         memory_kernel_seconds(p, adamw, MemKernel::AdamW, in_step) + kernels * p.kernel_overhead_seconds;
+double MemoryOps::seconds(const HardwareProfile& p) const {
+  return memory_kernel_seconds(p, streaming, MemKernel::Streaming) + memory_kernel_seconds(p, strided, MemKernel::Strided) +
+         memory_kernel_seconds(p, reduction, MemKernel::Reduction) + memory_kernel_seconds(p, adamw, MemKernel::AdamW) +
+         kernels * p.kernel_overhead_seconds;
 }
 
 namespace {

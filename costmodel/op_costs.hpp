@@ -31,16 +31,14 @@ double memory_bound_seconds(const HardwareProfile& p, double bytes);
 // moments), which reads 16 bytes and writes 12 per parameter with a square root
 // and a division between: calibrate times it (HardwareProfile::adamw_kernel_relative).
 enum class MemKernel { Streaming, Strided, Reduction, AdamW };
-// `in_step` false: at the class's rate alone, without memory_in_step_factor
-// (the fused attention's helper kernels, which attention_in_step_factor covers).
-double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind, bool in_step = true);
+double memory_kernel_seconds(const HardwareProfile& p, double bytes, MemKernel kind);
 
 // Bytes moved and kernels launched by the memory-bound ops of one pass, by class.
 struct MemoryOps {
   double streaming = 0, strided = 0, reduction = 0, adamw = 0;
   int kernels = 0;
   void add(MemKernel k, double bytes, int n = 1);
-  double seconds(const HardwareProfile& p, bool in_step = true) const;  // bytes over each class's rate + one overhead per kernel
+  double seconds(const HardwareProfile& p) const;  // bytes over each class's rate + one overhead per kernel
 };
 
 // Fused (flash) attention over `batch_heads` heads of `seq` tokens of head
