@@ -150,19 +150,18 @@ struct Fitter {
     return out;
   }
 
-  // calibrate's in_step part also sums the memory-bound kernels of its
-  // models' sustained passes (every kernel that is neither a GEMM nor
-  // attention). On the GPU the factor is the median, over the 16-bit rows, of
-  // that time over the layer model's memory-bound time for the same model,
-  // tokens and precision (one pass: forward and backward, one GPU), with the
-  // rates fitted so far; the fp32 rows are left out (with grouped-query
-  // attention SDPA runs its math path, whose kernels the layer model does not
-  // price as the fused kernel's). Measurements before 2026-11-26 lack it.
-  //
-  // The attention the same way (attention_in_step_factor), from rows whose
-  // kernel profile counted the fused backward's helper kernels as attention,
-  // as the layer model does (`attention_with_helpers`, since 2026-11-26;
-  // before, cuDNN's counted as memory-bound).
+  // calibrate's in_step part also sums the attention kernels (the fused
+  // backward's helpers counted with them) and the memory-bound kernels of its
+  // models' passes. On the GPU the attention's factor is the median, over the
+  // 16-bit rows, of that time over the layer model's attention time for the
+  // same model, tokens and precision (one pass: forward and backward, one
+  // GPU), with the rates fitted so far: attention_in_step_factor. Only rows
+  // whose kernel profile counted the helpers as attention, as the layer model
+  // does (`attention_with_helpers`, since 2026-11-26; before, cuDNN's counted
+  // as memory-bound). The fp32 rows are left out (with grouped-query attention
+  // SDPA runs its math path, whose kernels the layer model does not price as
+  // the fused kernel's). The memory-bound ratio is computed the same way and
+  // kept in the rows and a note, not applied (below).
   void in_step_classes() {
     if (!m.contains("in_step") || !m["in_step"].is_array() || !gpu) return;
     std::vector<double> memory, attention;

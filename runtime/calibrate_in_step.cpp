@@ -29,9 +29,10 @@
 // (forward + backward, the fastest batch of calls). The fit
 // (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision by the
 // median ratio, calibrate's time over the step's (the attention's ratio is
-// kept, not applied: calibration.cpp says why), and the memory-bound kernels
-// by their summed time in the recorded passes over the layer model's for the
-// same model (each row carries the model's spec, mbs and seq for it).
+// kept, not applied: calibration.cpp says why), and the attention by its
+// summed time in the recorded passes over the layer model's for the same
+// model (each row carries the model's spec, mbs and seq for it; the
+// memory-bound kernels' sum is compared the same way and kept).
 // Why eight layers: with two the vocabulary head and its loss are half the
 // step, and their low-power mix can raise the clock (benchmarks/step_gemms on
 // one H200: 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
