@@ -8,25 +8,4 @@
 #   examples/sweep_h200_heldout14.json    twelve one-GPU plans on GPU 0
 # Writes under $OUT/r and packs $OUT/results.tgz.
 #   OUT=/some/dir bash scripts/device_x2_h200_heldout14.sh
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:?set OUT}
-R=$OUT/r
-mkdir -p "$R"
-START=$(date +%s)
-BUDGET=${BUDGET:-560}
-PROFILE=validation/h200x2/calib14/profile-2gpu.json
-finish() {
-  find "$R" -name results.tgz -delete
-  tar czf "$OUT/results.tgz" -C "$R" .
-  grep -h "^half\|^all:\|^fit verdicts\|^== " "$R"/*/log.txt 2>/dev/null | tail -40
-}
-trap finish EXIT
-build=1
-for s in sweep_h200x2_heldout14 sweep_h200x2_3d sweep_h200_heldout14; do
-  t=$(( BUDGET - ($(date +%s) - START) - 15 ))
-  if [ "$t" -lt 40 ]; then echo "no time left for $s" | tee -a "$R/skipped.txt"; continue; fi
-  env OUT="$R/$s" PART=sweep SWEEP="examples/$s.json" PROFILE="$PROFILE" BUILD=$build PLANNER_BIN=./build-dev/planner \
-    BUDGET=$t KERNELS=1 bash scripts/device_calibrate.sh >"$R/$s.console.txt" 2>&1
-  build=0
-done
+PROFILE=validation/h200x2/calib14/profile-2gpu.json SWEEPS="sweep_h200x2_heldout14 sweep_h200x2_3d sweep_h200_heldout14" exec bash "$(dirname "$0")/device_sweeps.sh"
