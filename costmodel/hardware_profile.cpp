@@ -290,8 +290,16 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
   }
   HardwareProfile p = base;
   try {
-#define X(f) \
-  if (j.contains(#f)) j.at(#f).get_to(p.f);
+    // Each field's own type error names the field (not the JSON library's words).
+    auto read = [&](const char* key, auto& field) {
+      if (!j.contains(key)) return;
+      try {
+        j.at(key).get_to(field);
+      } catch (const nlohmann::json::type_error&) {
+        throw InputError(fmt::format("profile: '{}' has the wrong type ({})", key, j.at(key).type_name()));
+      }
+    };
+#define X(f) read(#f, p.f);
     PLANNER_PROFILE_FIELDS(X)
 #undef X
     if (j.contains("attention_rates")) {

@@ -447,6 +447,13 @@ TEST_CASE("attention rates per head dimension and sequence interpolate between m
   bad = profile_to_json(p);
   bad["attention_rates"][0]["backward_relative"] = "fast";
   CHECK(message(bad) == "profile: attention_rates[0].backward_relative must be a number");
+  // A scalar field of the wrong type is named too.
+  bad = profile_to_json(p);
+  bad["attention_in_step_factor"] = "fast";
+  CHECK(message(bad) == "profile: 'attention_in_step_factor' has the wrong type (string)");
+  bad = profile_to_json(p);
+  bad["flash_attention"] = 3;
+  CHECK(message(bad) == "profile: 'flash_attention' has the wrong type (number)");
 }
 
 TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (hand numbers)", "[calibrate]") {
