@@ -129,6 +129,13 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   bias(m.mlp_bias, double(T), up_cols);
   bias(m.mlp_bias, Tr, double(h));
   bm.kernels += norms * 2;  // norm weight/bias gradients accumulated into the flat buffer
+  // Under sp the row-parallel outputs' biases are added to the reduce-scattered
+  // shard (runtime/model.cpp row_out): a broadcast add (read, write). Without sp
+  // they are in the GEMM's epilogue on one tensor-parallel rank, as without tp.
+  if (t > 1 && s.sp) {
+    const int row_biases = (m.out_bias ? 1 : 0) + (m.mlp_bias ? 1 : 0);
+    if (row_biases > 0) fm.add(MK::Strided, row_biases * 2 * e * Th, row_biases);
+  }
   // The fused QKV output is split into q, k, v; the split's backward concatenates
   // the three gradients (read, write).
   bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));

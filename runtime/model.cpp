@@ -152,9 +152,18 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
 // parallelism): x is this rank's sequence shard (b, s/tp, in), all-gathered
 // along the sequence for the GEMM; the backward gathers it again for dW and
 // reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/tp.hpp).
+//
+// bias_in_forward == 0: b is not added to this rank's output, but its gradient
+// (the column sum of the output gradient) is still accumulated. A
+// row-parallel layer without sp adds its bias in the GEMM's epilogue on one
+// tensor-parallel rank only, so that the all-reduce of the partial outputs
+// carries it once; every rank's bias gradient is the column sum of the same
+// full output gradient, as when the bias is added after the all-reduce (which
+// costs a broadcast add over the full activation, several times slower per
+// byte than the epilogue).
 struct LinearAccum : torch::autograd::Function<LinearAccum> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& b,
-                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp) {
+                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp, int64_t bias_in_forward) {
     const int64_t rows = w.size(0), in = w.size(1);
     const int64_t out = std::max(rows, padded_rows);
     const int64_t valid = valid_rows >= 0 ? valid_rows : rows;
@@ -164,7 +173,7 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
     at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
     at::Tensor y;
     const bool has_b = b.numel() > 0;
-    if (has_b) {
+    if (has_b && bias_in_forward) {
       at::Tensor bp = out > rows ? at::constant_pad_nd(b, {0, out - rows}) : b;
       y = at::addmm(bp, x2, wp.t());
     } else {
@@ -222,7 +231,7 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       else gb_ret = db;
     }
     if (scatter) gx = scatter->wait();
-    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -481,13 +490,19 @@ void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
 at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows, int64_t valid_rows) const {
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0));
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0), int64_t(1));
+}
+
+at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const {
+  if (!bias_in_row_gemm()) return linear(x, w, tp_ ? -1 : b);  // under sp: the bias in row_out
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1), int64_t(0),
+                            int64_t(tp_rank_ == 0 ? 1 : 0));
 }
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
                                         int64_t valid_rows) const {
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
-                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0));
+                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1));
 }
 
 at::Tensor TransformerModel::enter_tp(const at::Tensor& x) const {
@@ -504,7 +519,7 @@ at::Tensor TransformerModel::leave_tp(const at::Tensor& x) const {
 at::Tensor TransformerModel::row_out(const at::Tensor& y, int bias) const {
   if (!tp_) return y;
   at::Tensor r = leave_tp(y);
-  return bias >= 0 ? r + p(bias) : r;
+  return bias >= 0 && !bias_in_row_gemm() ? r + p(bias) : r;
 }
 
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
@@ -514,7 +529,8 @@ at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
 
 // Under tp, xn is the full input (after enter_tp; under sp the sequence shard,
 // which the qkv GEMM gathers) and the result this rank's
-// partial output projection, without the bias (row_out adds it): this rank's
+// partial output projection (its bias in the GEMM on tensor-parallel rank 0
+// only, or under sp added by row_out after the reduce-scatter): this rank's
 // heads, nh/tp of them and kv_heads/tp key/value heads.
 at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool selective) const {
   const auto& l = layers_[static_cast<size_t>(i)];
@@ -539,7 +555,7 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   at::Tensor o = selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
                                                          : sdpa(q, k, v, causal, gqa);
   o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
-  return linear(o, l.o_w, tp_ ? -1 : l.o_b);
+  return row_linear(o, l.o_w, l.o_b);
 }
 
 at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
@@ -555,7 +571,7 @@ at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
       break;
     }
   }
-  return linear(a, l.fc2_w, tp_ ? -1 : l.fc2_b);  // under tp: partial, bias in row_out
+  return row_linear(a, l.fc2_w, l.fc2_b);  // under tp: partial (row_linear says where its bias goes)
 }
 
 // Under tp, x and the result are the full activations on every rank (sp: this
@@ -572,8 +588,10 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
     // One collective for both branches: their partial outputs are summed first.
     at::Tensor ng = enter_tp(n);
     at::Tensor y = leave_tp(attention(i, ng, selective) + mlp(i, ng));
-    if (l.o_b >= 0) y = y + p(l.o_b);
-    if (l.fc2_b >= 0) y = y + p(l.fc2_b);
+    if (!bias_in_row_gemm()) {  // else each partial output carried its bias on rank 0
+      if (l.o_b >= 0) y = y + p(l.o_b);
+      if (l.fc2_b >= 0) y = y + p(l.fc2_b);
+    }
     return x + y;
   }
   at::Tensor a = x + row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b);

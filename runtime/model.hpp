@@ -220,9 +220,16 @@ class TransformerModel {
   // without tp.
   at::Tensor enter_tp(const at::Tensor& x) const;
   at::Tensor leave_tp(const at::Tensor& x) const;
-  // leave_tp() then the row-parallel layer's bias; without tp the bias is already
-  // inside the GEMM and `y` is returned as it is.
+  // leave_tp(), then under sp the row-parallel layer's bias; without sp its
+  // bias is already inside the GEMM (row_linear), and without tp `y` is
+  // returned as it is.
   at::Tensor row_out(const at::Tensor& y, int bias) const;
+  // A row-parallel GEMM's partial output. Without sp under tp its bias is
+  // added in the GEMM on tensor-parallel rank 0 only (the all-reduce then
+  // carries it once; every rank accumulates its gradient); under sp row_out
+  // adds it to the reduce-scattered shard; without tp it is an ordinary linear.
+  at::Tensor row_linear(const at::Tensor& x, int w, int b) const;
+  bool bias_in_row_gemm() const { return tp_ != nullptr && !sp_; }
   at::Tensor attention(int64_t i, const at::Tensor& xn, bool selective) const;
   at::Tensor mlp(int64_t i, const at::Tensor& xn) const;
   at::Tensor p(int id) const { return store_.get(id); }

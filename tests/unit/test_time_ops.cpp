@@ -200,6 +200,17 @@ TEST_CASE("tensor parallelism: two all-reduces of the (T x h) activation per pas
   const PassTimes sp = transformer_layer_times(p, m, {2048, 1, 8, true, Precision::BF16, Ckpt::None}, tp);
   CHECK(sp.forward.tp_comm_seconds == Approx(2 * (ar + p.collective_base_latency_seconds)));
   CHECK(sp.forward.memory_seconds < t.forward.memory_seconds);  // norms and residuals on T/8 tokens
+  // By hand (e = 2, T = 2048, h = 4096, this rank's ffn 4h/8): without sp two
+  // norms (read + write, reduction class), two residual adds (read 2, write 1)
+  // and GeLU (read + write); the row-parallel biases are in the GEMMs. With sp
+  // the norms and residuals run on T/8 tokens, and the two row-parallel
+  // biases are broadcast adds (read + write, strided class) on that shard.
+  const double T = 2048, h = 4096, red = 500e9 * p.reduction_kernel_relative, str = 500e9 * p.strided_kernel_relative;
+  CHECK(t.forward.memory_seconds ==
+        Approx(2 * 2 * 2 * T * h / red + (2 * 3 * 2 * T * h + 2 * 2 * T * h / 2) / 500e9));
+  CHECK(sp.forward.memory_seconds ==
+        Approx(2 * 2 * 2 * T / 8 * h / red + (2 * 3 * 2 * T / 8 * h + 2 * 2 * T * h / 2) / 500e9 +
+               2 * 2 * 2 * T / 8 * h / str));
 }
 
 TEST_CASE("profiles save and load as JSON; unknown keys are refused", "[time]") {
