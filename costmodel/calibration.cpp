@@ -598,6 +598,51 @@ struct Fitter {
       p.collective_base_latency_seconds = base;
       set("collective_base_latency_seconds", base,
           fmt::format("the {:.0f}-byte all-reduce over {} GPUs less the model's link latency and transfer", S0, gmax));
+      // Each other operation's rate relative to the all-reduce's: the model's
+      // slope between its smallest and largest size (at the rate just fitted,
+      // relative 1) over the measured one, in the largest group (send/recv:
+      // pairs).
+      const Topology at_one(cluster, p);
+      struct Op {
+        const char* name;
+        double HardwareProfile::*field;
+      };
+      for (const Op& o : {Op{"reduce_scatter", &HardwareProfile::reduce_scatter_relative},
+                          Op{"all_gather", &HardwareProfile::all_gather_relative},
+                          Op{"broadcast", &HardwareProfile::broadcast_relative},
+                          Op{"send_recv", &HardwareProfile::send_recv_relative}}) {
+        const std::string op = o.name;
+        const int g = op == "send_recv" ? 2 : gmax;
+        const json* a = nullptr;
+        const json* b = nullptr;
+        for (const auto& c : m["collectives"]) {
+          if (c["op"] != op || c["group_size"].get<int>() != g) continue;
+          if (!a || c["bytes"].get<double>() < (*a)["bytes"].get<double>()) a = &c;
+          if (!b || c["bytes"].get<double>() > (*b)["bytes"].get<double>()) b = &c;
+        }
+        if (!a || !b || a == b) continue;
+        const double s0 = (*a)["bytes"].get<double>(), s1 = (*b)["bytes"].get<double>();
+        auto model = [&](double S) {
+          if (op == "send_recv") {
+            std::vector<std::pair<int, int>> pairs;
+            for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
+            return send_recv_seconds(S, at_one.p2p(pairs, 0), 0);
+          }
+          const GroupLink gl = at_one.ring(groups_of(g), 0);
+          return op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, 0)
+                 : op == "all_gather"   ? all_gather_seconds(S, gl, 0)
+                                        : broadcast_seconds(S, gl, 0);
+        };
+        const double meas = (*b)["seconds"].get<double>() - (*a)["seconds"].get<double>();
+        const double mod = model(s1) - model(s0);
+        if (!(meas > 0 && mod > 0)) continue;
+        const double rel = std::clamp(mod / meas, 0.2, 5.0);
+        p.*(o.field) = rel;
+        set(op + "_relative", rel,
+            fmt::format("{} over {} GPUs: the model's time from {:.0f} B to {:.0f} MiB at the all-reduce's rate / "
+                        "the measured difference",
+                        op, g, s0, s1 / double(1 << 20)));
+      }
     }
     const Topology topo(cluster, p);
     for (auto& c : m["collectives"]) {

@@ -44,6 +44,10 @@ double hierarchical_all_reduce_seconds(double S, const AlphaBeta& intra, const A
 namespace {
 
 AlphaBeta flat(const GroupLink& g, double base) { return {g.size, g.seconds_per_byte, g.hop_latency_seconds, base}; }
+// The same at an operation's own rate relative to the all-reduce's.
+AlphaBeta flat_at(const GroupLink& g, double base, double relative) {
+  return {g.size, g.seconds_per_byte / relative, g.hop_latency_seconds, base};
+}
 
 }  // namespace
 
@@ -60,14 +64,16 @@ double all_reduce_seconds(double S, const GroupLink& g, double base) {
 }
 
 double reduce_scatter_seconds(double S, const GroupLink& g, double base) {
-  return ring_reduce_scatter_seconds(S, flat(g, base));
+  return ring_reduce_scatter_seconds(S, flat_at(g, base, g.reduce_scatter_relative));
 }
 double all_gather_seconds(double S, const GroupLink& g, double base) {
-  return ring_all_gather_seconds(S, flat(g, base));
+  return ring_all_gather_seconds(S, flat_at(g, base, g.all_gather_relative));
 }
-double broadcast_seconds(double S, const GroupLink& g, double base) { return ring_broadcast_seconds(S, flat(g, base)); }
+double broadcast_seconds(double S, const GroupLink& g, double base) {
+  return ring_broadcast_seconds(S, flat_at(g, base, g.broadcast_relative));
+}
 double send_recv_seconds(double S, const GroupLink& g, double base) {
-  return p2p_seconds(S, {2, g.seconds_per_byte, g.hop_latency_seconds, base});
+  return p2p_seconds(S, {2, g.seconds_per_byte / g.send_recv_relative, g.hop_latency_seconds, base});
 }
 
 }  // namespace planner

@@ -100,6 +100,16 @@ struct HardwareProfile {
   double pcie_efficiency = 0.8;       // NCCL over PCIe
   double network_efficiency = 0.9;    // NCCL over InfiniBand/Ethernet line rate
   double collective_base_latency_seconds = 8.4e-6;  // NCCL tuning.h baseLat, ring/simple
+  // NCCL's transfer rate of each operation inside a node, relative to the
+  // all-reduce's (the link efficiencies above come from the all-reduce):
+  // planner calibrate's points of each operation, slope between its smallest
+  // and largest size against the model's. On two H200s reduce-scatter and
+  // all-gather ran at about 0.8 of the all-reduce's bus rate and broadcast and
+  // send/recv at about 1.2. Groups that span nodes keep 1 (not measured).
+  double reduce_scatter_relative = 1.0;
+  double all_gather_relative = 1.0;
+  double broadcast_relative = 1.0;
+  double send_recv_relative = 1.0;
   // Compute kernels that run while the GPU's DP/ZeRO collectives run beside
   // them take this factor longer for the time they overlap (NCCL's kernels
   // hold SMs and memory bandwidth): planner calibrate's GEMM and copy loop

@@ -32,6 +32,10 @@ struct GroupLink {
   // links across nodes when every member sends its share at once.
   double intra_seconds_per_byte = 0, intra_latency_seconds = 0;
   double inter_seconds_per_byte = 0, inter_latency_seconds = 0;
+  // Each operation's transfer rate relative to the all-reduce's, for a group
+  // inside one node (HardwareProfile::reduce_scatter_relative and the rest);
+  // 1 across nodes.
+  double reduce_scatter_relative = 1, all_gather_relative = 1, broadcast_relative = 1, send_recv_relative = 1;
   double bandwidth_Bps() const { return seconds_per_byte > 0 ? 1.0 / seconds_per_byte : 0; }
 };
 

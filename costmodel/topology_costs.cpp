@@ -97,6 +97,11 @@ GroupLink Topology::ring(const std::vector<std::vector<int>>& groups, int rep) c
   out.intra_latency_seconds = ei.latency;
   out.inter_seconds_per_byte = en.spb;
   out.inter_latency_seconds = en.latency;
+  if (out.nodes == 1) {
+    out.reduce_scatter_relative = t.rel_reduce_scatter;
+    out.all_gather_relative = t.rel_all_gather;
+    out.broadcast_relative = t.rel_broadcast;
+  }
   return out;
 }
 
@@ -136,6 +141,7 @@ GroupLink Topology::p2p(const std::vector<std::pair<int, int>>& pairs, int rep) 
   out.seconds_per_byte = e.spb;
   out.hop_latency_seconds = e.latency;
   out.intra_seconds_per_byte = out.inter_seconds_per_byte = e.spb;
+  if (out.nodes == 1) out.send_recv_relative = t.rel_send_recv;
   return out;
 }
 

@@ -6,6 +6,8 @@
 #include "catch.hpp"
 #include "costmodel/calibration.hpp"
 #include "costmodel/cluster_spec.hpp"
+#include "costmodel/collectives.hpp"
+#include "costmodel/topology.hpp"
 #include "costmodel/cost_model.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/model_spec.hpp"
@@ -511,8 +513,31 @@ TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[ca
                                    {"bytes", S1}, {"seconds", t1}},
                                   {{"op", "send_recv"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
                                    {"bytes", S1}, {"seconds", t1 / 2}}});
+  // A reduce-scatter of S bytes over 2 ranks moves (n-1)/n S = S/2; measured at
+  // 0.8 of the all-reduce's rate (0.56 of the link), from 20 us at 4 KiB.
+  const double r0 = 20e-6, r1 = r0 + (S1 - S0) / 2 / (450e9 * 0.7 * 0.8);
+  m["collectives"].push_back({{"op", "reduce_scatter"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
+                              {"bytes", S0}, {"seconds", r0}});
+  m["collectives"].push_back({{"op", "reduce_scatter"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 1},
+                              {"bytes", S1}, {"seconds", r1}});
   const HardwareProfile p = fit_profile(m, &gpu);
   CHECK(p.nvlink_efficiency == Approx(0.7));
+  CHECK(p.reduce_scatter_relative == Approx(0.8));
+  CHECK(p.all_gather_relative == 1.0);  // not measured
+  CHECK(p.send_recv_relative == 1.0);   // one size: no slope
+  // The model at that rate: a reduce-scatter over the two GPUs of a node
+  // (cluster 2xH100-SXM) takes the measured slope between the two sizes.
+  const ClusterSpec two = parse_cluster("2xH100-SXM");
+  const GroupLink gl = Topology(two, p).ring({{0, 1}}, 0);
+  CHECK(gl.reduce_scatter_relative == Approx(0.8));
+  CHECK(reduce_scatter_seconds(S1, gl, 0) - reduce_scatter_seconds(S0, gl, 0) == Approx(r1 - r0));
+  // Groups across nodes keep the all-reduce's rate (not measured there).
+  const GroupLink across = Topology(parse_cluster("2x8xH100-SXM"), p).ring({{0, 8}}, 0);
+  CHECK(across.nodes == 2);
+  CHECK(across.reduce_scatter_relative == 1.0);
+  json badrel = profile_to_json(p);
+  badrel["send_recv_relative"] = 0.1;
+  CHECK_THROWS_AS(profile_from_json(badrel, default_profile(gpu)), InputError);
   CHECK(p.nccl_communicator_bytes == 880'000'000);
   // The launch latency: the small all-reduce less the model's hop latency and transfer.
   CHECK(p.collective_base_latency_seconds > 0);
