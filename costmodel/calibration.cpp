@@ -514,6 +514,45 @@ struct Fitter {
   // (runtime/calibrate_host.cpp measure_contention): the median slowdown over
   // the collectives measured, per second of overlap. GPU only: on the CPU the
   // MPI collectives share the cores, not SMs.
+  // Tensor-parallel collectives between GEMMs (measure_tp_chain): the time
+  // each adds beyond its own transfer, a line in the activation's bytes by
+  // least squares over the points (a negative slope: the mean, flat). GPU
+  // only: on the CPU the MPI collectives share the cores with the GEMMs.
+  void tp_chain() {
+    if (!m.contains("tp_chain") || !m["tp_chain"].is_array() || m["tp_chain"].empty()) return;
+    std::vector<std::pair<double, double>> pts;  // (bytes, extra seconds)
+    for (const auto& x : m["tp_chain"]) {
+      const double b = x.value("bytes", 0.0), e = x.value("extra_seconds", std::nan(""));
+      if (b > 0 && std::isfinite(e)) pts.push_back({b, e});
+    }
+    if (pts.empty()) return;
+    double mb = 0, me = 0;
+    for (auto [b, e] : pts) mb += b, me += e;
+    mb /= double(pts.size()), me /= double(pts.size());
+    double sbb = 0, sbe = 0;
+    for (auto [b, e] : pts) sbb += (b - mb) * (b - mb), sbe += (b - mb) * (e - me);
+    double slope = sbb > 0 ? sbe / sbb : 0;
+    double at0 = me - slope * mb;
+    if (slope < 0 || at0 < 0) {  // keep both non-negative: flat at the mean, or through zero
+      if (slope < 0) slope = 0, at0 = me;
+      else slope = std::max(0.0, me / mb), at0 = 0;
+    }
+    at0 = std::clamp(at0, 0.0, 1e-3);
+    slope = std::clamp(slope, 0.0, 1e-9);
+    const std::string how =
+        fmt::format("{} tensor-parallel collectives between GEMMs (all-reduce, all-gather, reduce-scatter): (chain - "
+                    "GEMMs - collectives alone) / calls, a line in bytes by least squares",
+                    pts.size());
+    if (!gpu) {
+      notes.push_back(fmt::format("tp_collective_extra: the CPU's {:.3g} s + {:.3g} s/byte is not applied", at0, slope));
+      return;
+    }
+    p.tp_collective_extra_seconds = at0;
+    p.tp_collective_extra_seconds_per_byte = slope;
+    set("tp_collective_extra_seconds", at0, how);
+    set("tp_collective_extra_seconds_per_byte", slope, how);
+  }
+
   void contention() {
     if (!m.contains("compute_beside_comm") || !m["compute_beside_comm"].is_array()) return;
     std::vector<double> v;
@@ -719,6 +758,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.memory();
   f.collectives();
   f.contention();
+  f.tp_chain();
   if (!gpu && f.p.peak_fp32_flops <= 1e12 && !f.fits.contains("peak_fp32_flops"))
     f.notes.push_back("CPU: no fp32 GEMM measured; peak_fp32_flops is a placeholder");
   const json mach = measured.value("machine", json::object());

@@ -110,6 +110,12 @@ void HardwareProfile::validate() const {
                          {broadcast_relative, "broadcast_relative"},
                          {send_recv_relative, "send_recv_relative"}})
     if (!(v >= 0.2 && v <= 5)) throw InputError(fmt::format("profile: {}={} must be in [0.2, 5]", name, v));
+  if (!(tp_collective_extra_seconds >= 0 && tp_collective_extra_seconds <= 1e-3))
+    throw InputError(fmt::format("profile: tp_collective_extra_seconds={} must be in [0, 0.001]",
+                                 tp_collective_extra_seconds));
+  if (!(tp_collective_extra_seconds_per_byte >= 0 && tp_collective_extra_seconds_per_byte <= 1e-9))
+    throw InputError(fmt::format("profile: tp_collective_extra_seconds_per_byte={} must be in [0, 1e-9]",
+                                 tp_collective_extra_seconds_per_byte));
   fraction(pcie_efficiency, "pcie_efficiency");
   fraction(network_efficiency, "network_efficiency");
   fraction(host_copy_efficiency, "host_copy_efficiency");
@@ -201,7 +207,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
   X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(weight_grad_gemm_relative) X(weight_grad_gemm_relative_fp32) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(adamw_kernel_relative) X(attention_in_step_factor) X(kernel_overhead_seconds)      \
-  X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds) X(reduce_scatter_relative) X(all_gather_relative) X(broadcast_relative) X(send_recv_relative)            \
+  X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds) X(reduce_scatter_relative) X(all_gather_relative) X(broadcast_relative) X(send_recv_relative) X(tp_collective_extra_seconds) X(tp_collective_extra_seconds_per_byte)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
   X(cpu_adam_params_per_second) X(cpu_adam_params_per_second_one_process) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \

@@ -110,6 +110,18 @@ struct HardwareProfile {
   double all_gather_relative = 1.0;
   double broadcast_relative = 1.0;
   double send_recv_relative = 1.0;
+  // What a tensor-parallel collective costs beyond its own transfer when it
+  // sits between GEMMs, as the runtime issues it (the next kernel waits for
+  // it): extra = tp_collective_extra_seconds + bytes x
+  // tp_collective_extra_seconds_per_byte, bytes the full activation. planner
+  // calibrate's chain of GEMM, collective, GEMM, ... on every rank at once
+  // against the GEMMs and the collectives apart. 0: none (the datasheet default).
+  double tp_collective_extra_seconds = 0;
+  double tp_collective_extra_seconds_per_byte = 0;
+  // The extra for one collective over an activation of `bytes`.
+  double tp_collective_extra(double bytes) const {
+    return tp_collective_extra_seconds + bytes * tp_collective_extra_seconds_per_byte;
+  }
   // Compute kernels that run while the GPU's DP/ZeRO collectives run beside
   // them take this factor longer for the time they overlap (NCCL's kernels
   // hold SMs and memory bandwidth): planner calibrate's GEMM and copy loop

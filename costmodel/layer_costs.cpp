@@ -183,13 +183,16 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     const double base = p.collective_base_latency_seconds;
     const int outs = m.parallel_block ? 1 : 2;
     if (s.sp) {
-      const double ag = all_gather_seconds(act_bytes, tp_link, base), rs = reduce_scatter_seconds(act_bytes, tp_link, base);
+      // Each collective sits between GEMMs: its own transfer plus what that costs (HardwareProfile::tp_collective_extra).
+      const double extra = p.tp_collective_extra(act_bytes);
+      const double ag = all_gather_seconds(act_bytes, tp_link, base) + extra,
+                   rs = reduce_scatter_seconds(act_bytes, tp_link, base) + extra;
       out.forward.tp_comm_seconds =
           exposed_tp_comm_seconds(p, 2 * ag + outs * rs, out.forward.gemm_seconds, tp_link.size);
       out.backward.tp_comm_seconds =
           exposed_tp_comm_seconds(p, (2 + outs) * ag + 2 * rs, out.backward.gemm_seconds, tp_link.size);
     } else {
-      out.forward.tp_comm_seconds = outs * all_reduce_seconds(act_bytes, tp_link, base);
+      out.forward.tp_comm_seconds = outs * (all_reduce_seconds(act_bytes, tp_link, base) + p.tp_collective_extra(act_bytes));
       out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
     }
   }
@@ -244,8 +247,10 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   // runtime's TransformerModel::embed does.
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
-    out.forward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(e * Tw, tp_link, base) : all_reduce_seconds(e * Tw, tp_link, base);
-    if (s.sp) out.backward.tp_comm_seconds = all_gather_seconds(e * Tw, tp_link, base);
+    const double extra = p.tp_collective_extra(e * Tw);  // between kernels, as every tensor-parallel collective
+    out.forward.tp_comm_seconds =
+        extra + (s.sp ? reduce_scatter_seconds(e * Tw, tp_link, base) : all_reduce_seconds(e * Tw, tp_link, base));
+    if (s.sp) out.backward.tp_comm_seconds = extra + all_gather_seconds(e * Tw, tp_link, base);
   }
   return out;  // not recomputed: Megatron-LM checkpoints the transformer layers only
 }
@@ -315,15 +320,18 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     // chunk of rows: an all-gather of the rows' maxima (fp32, t per row) and one
     // all-reduce of their sums of exponentials and target logits (2 fp32 per row).
     const double per_chunk = double(T) / chunks;
-    out.forward.tp_comm_seconds = chunks * (all_gather_seconds(4.0 * per_chunk * t, tp_link, base) +
-                                            all_reduce_seconds(8.0 * per_chunk, tp_link, base));
+    out.forward.tp_comm_seconds =
+        chunks * (all_gather_seconds(4.0 * per_chunk * t, tp_link, base) + p.tp_collective_extra(4.0 * per_chunk * t) +
+                  all_reduce_seconds(8.0 * per_chunk, tp_link, base) + p.tp_collective_extra(8.0 * per_chunk));
     // The head is column-parallel: its input gradient is summed across TP, and
     // with sequence parallelism its input all-gathered first (and again in the
     // backward, for the weight gradient).
     const double in_bytes = e * double(T) * width;
-    out.backward.tp_comm_seconds = s.sp ? reduce_scatter_seconds(in_bytes, tp_link, base) : all_reduce_seconds(in_bytes, tp_link, base);
-    if (s.sp) out.forward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
-    if (s.sp) out.backward.tp_comm_seconds += all_gather_seconds(in_bytes, tp_link, base);
+    const double extra = p.tp_collective_extra(in_bytes);
+    out.backward.tp_comm_seconds =
+        extra + (s.sp ? reduce_scatter_seconds(in_bytes, tp_link, base) : all_reduce_seconds(in_bytes, tp_link, base));
+    if (s.sp) out.forward.tp_comm_seconds += extra + all_gather_seconds(in_bytes, tp_link, base);
+    if (s.sp) out.backward.tp_comm_seconds += extra + all_gather_seconds(in_bytes, tp_link, base);
   }
   return out;  // the head is not recomputed (Megatron-LM checkpoints transformer layers only)
 }

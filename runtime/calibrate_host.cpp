@@ -359,6 +359,72 @@ json measure_contention(const Ctx& c, Communicator& comm) {
   return ops;
 }
 
+// Tensor-parallel collectives as the runtime issues them (runtime/tp.cpp): a
+// GEMM writes an activation, the collective runs on it through the
+// Communicator (the compute stream waits for it), the next GEMM follows; `n`
+// of them back to back on every rank at once. Against the same chain without
+// the collectives and the collectives alone back to back, the time each one
+// adds beyond its own transfer when it sits between GEMMs (the NCCL kernel
+// starting after the GEMM's end on every rank, the skew between the ranks).
+json measure_tp_chain(const Ctx& c, Communicator& comm) {
+  const auto opt = at::TensorOptions().device(c.device).dtype(c.cuda ? at::kBFloat16 : at::kFloat);
+  const int g = comm.size();
+  const int64_t h = c.quick ? 32 : 2048;
+  const int n = c.quick ? 4 : 30;
+  at::Tensor w = at::randn({h, h}, opt).div_(std::sqrt(double(h)));
+  json points = json::array();
+  for (int64_t T : c.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{2048, 8192}) {
+    at::Tensor x = at::randn({T, h}, opt), y = at::empty({T, h}, opt);
+    at::Tensor part = at::empty({T / g, h}, opt), full = at::empty({T, h}, opt);
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      const std::string o = op;
+      // The collective on the GEMM's output: all-reduce in place; all-gather
+      // of this rank's rows into the full activation; reduce-scatter of it.
+      auto coll = [&] {
+        if (o == "all_reduce") comm.all_reduce(y)->wait();
+        else if (o == "all_gather") comm.all_gather(y.narrow(0, 0, T / g), full)->wait();
+        else comm.reduce_scatter(y, part)->wait();
+      };
+      auto best_of = [&](const std::function<void()>& body) {
+        double best = 1e30;
+        for (int r = 0; r < 3; ++r) {
+          comm.barrier();
+          IntervalTimer t(c.cuda);
+          t.start();
+          body();
+          t.stop();
+          best = std::min(best, t.seconds().at(0));
+          synchronize(c.cuda);
+        }
+        return best;
+      };
+      coll();  // the algorithm's first use sets up its buffers
+      synchronize(c.cuda);
+      const double chain = best_of([&] {
+        for (int i = 0; i < n; ++i) {
+          at::mm_out(y, x, w);
+          coll();
+        }
+      });
+      const double gemms = best_of([&] {
+        for (int i = 0; i < n; ++i) at::mm_out(y, x, w);
+      });
+      const double alone = best_of([&] {
+        for (int i = 0; i < n; ++i) coll();
+      });
+      const double extra = (chain - gemms - alone) / n;
+      const int64_t bytes = T * h * int64_t(x.element_size());  // the full activation
+      say(c, "tensor-parallel " + o + " between GEMMs (" + fmt_num(double(bytes) / 1048576.0) + " MiB over " +
+                 std::to_string(g) + " ranks): " + fmt_num(chain / n * 1e6) + " us a GEMM and its collective, " +
+                 fmt_num(gemms / n * 1e6) + " + " + fmt_num(alone / n * 1e6) + " us apart: " + fmt_num(extra * 1e6) +
+                 " us more each");
+      points.push_back({{"op", o}, {"bytes", bytes}, {"group_size", g}, {"calls", n}, {"chain_seconds", chain},
+                        {"gemms_seconds", gemms}, {"collectives_seconds", alone}, {"extra_seconds", extra}});
+    }
+  }
+  return points;
+}
+
 }  // namespace
 
 void measure_collectives(const Ctx& c, Communicator& world, json& out) {
@@ -373,6 +439,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   std::vector<double> mine;  // this rank's seconds, one per point, in the same order on every rank
   int64_t nccl_bytes = -1, p2p_bytes = -1;
   json contention;  // rank 0's measure_contention, or {failed}
+  json tp_chain;    // rank 0's measure_tp_chain, or {failed}
   for (int g : group_sizes) {
     if (W % g) continue;  // every rank must be in exactly one group
     std::vector<std::vector<int>> groups;
@@ -428,6 +495,12 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
       } catch (const std::exception& e) {
         std::string msg = e.what();
         contention = json{{"failed", msg.substr(0, msg.find('\n'))}};
+      }
+      try {
+        tp_chain = measure_tp_chain(c, *comm);
+      } catch (const std::exception& e) {
+        std::string msg = e.what();
+        tp_chain = json{{"failed", msg.substr(0, msg.find('\n'))}};
       }
     }
   }
@@ -487,6 +560,7 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
   if (p2p_bytes >= 0) out["nccl_send_recv_bytes"] = p2p_bytes;
   if (link_bytes >= 0) out["nccl_pipe_link_bytes"] = link_bytes;
   if (!contention.is_null()) out["compute_beside_comm"] = contention;
+  if (!tp_chain.is_null()) out["tp_chain"] = tp_chain;
 }
 
 }  // namespace planner::rt::calib

@@ -18,10 +18,12 @@
 // grouped-query attention; eight layers each at calibrate's GEMM width 2048,
 // fewer on a GPU too small for them, 4 x 2048 tokens) and each precision, a
 // Trainer runs two optimizer steps on the synthetic tokens `planner exec`
-// trains on, then forward + backward passes for four seconds unrecorded (the
-// sustained state), then three under the Kineto profiler (runtime/
-// kernel_profile.hpp: the GEMM and attention kernels' summed durations, the
-// median pass), then one more under a RecordFunction observer that copies the
+// trains on, then forward + backward passes back to back for four seconds
+// unrecorded (the sustained state), then four more under the Kineto profiler
+// while the GPU still runs the queued ones (runtime/kernel_profile.hpp: the
+// GEMM and attention kernels' summed durations over the last three, per pass;
+// three single passes after a pause are kept beside them), then one more
+// under a RecordFunction observer that copies the
 // operands of each distinct GEMM (aten::mm, addmm, addmm_; counting the calls)
 // and of the first fused attention. Each distinct GEMM is then timed as
 // calibrate times its shapes (mm_out interleaved with a copy of its own
@@ -212,10 +214,14 @@ json measure_in_step(const Ctx& c) {
       cfg.seq = c.quick ? 32 : 2048;
       Captured cap;
       cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
-      std::vector<double> step_gemm, step_attention, step_memory;
+      std::vector<double> paused_gemm, paused_attention, paused_memory;
+      KernelProfile sustained;  // the gap-free passes, summed
+      int sustained_passes = 0;
+      bool sliced = false;
       for (int64_t layers = deepest;; layers /= 2) {
         fam.spec.layers = layers;
-        step_gemm.clear(), step_attention.clear(), step_memory.clear();
+        paused_gemm.clear(), paused_attention.clear(), paused_memory.clear();
+        sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
         cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
         try {
           Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
@@ -230,25 +236,53 @@ json measure_in_step(const Ctx& c) {
             auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
             tr.forward_backward(ids, labels, mult);
           };
+          // The passes back to back, as a training step runs its
+          // micro-batches: no host synchronisation between them, so the GPU
+          // never waits. (A GPU that sat idle resumes at a higher clock for a
+          // while: validation/h200x2-3d/run11's pipeline stage 0 ran the
+          // micro-batches after its bubble up to 8% faster than the later ones.
+          // Until 2026-11-26 this part recorded single passes after a host
+          // synchronisation and the profiler's start; those are kept as
+          // *_after_pause_seconds.)
           const auto t0 = std::chrono::steady_clock::now();
           do {
             tr.zero_grad();
             pass();
-            synchronize(c.cuda);
           } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
           if (c.cuda) {
+            // Recorded while the GPU still runs the queued passes: kPasses
+            // more back to back (their gradients accumulate, as a step's
+            // micro-batches' do); the last kPasses - 1 of them (split by the
+            // kernel count of one pass, below) followed a pass without a gap.
+            constexpr int kPasses = 4;
+            std::vector<KernelEvent> events;
+            {
+              KernelRecorder rec;
+              rec.start();
+              for (int r = 0; r < kPasses; ++r) pass();
+              synchronize(true);
+              events = rec.stop_events();
+            }
+            // Single passes after a pause (the zeroing ends before each).
+            int64_t per_pass = 0;
             for (int r = 0; r < 3; ++r) {
               tr.zero_grad();
-              synchronize(true);  // the zeroing ends before the recording starts
+              synchronize(true);
               KernelRecorder rec;
               rec.start();
               pass();
               synchronize(true);
               const KernelProfile kp = rec.stop();
-              step_gemm.push_back(kp.gemm_seconds);
-              step_attention.push_back(kp.attention_seconds);
-              step_memory.push_back(kp.memory_seconds);
+              paused_gemm.push_back(kp.gemm_seconds);
+              paused_attention.push_back(kp.attention_seconds);
+              paused_memory.push_back(kp.memory_seconds);
+              per_pass = kp.launches;
             }
+            const size_t keep = size_t(per_pass) * (kPasses - 1);
+            sliced = per_pass > 0 && events.size() >= keep;
+            if (sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
+            sustained = summarize_kernels(events);
+            sustained_passes = sliced ? kPasses - 1 : kPasses;
           }
           tr.zero_grad();
           capture_ops(cap, [&] {
@@ -319,23 +353,34 @@ json measure_in_step(const Ctx& c) {
                   {"alone_gemm_seconds", alone_gemm},
                   {"alone_attention_seconds", alone_attention}};
       if (c.cuda) {
-        // The median pass, as calibrate's own timings take the median call.
-        std::sort(step_gemm.begin(), step_gemm.end());
-        std::sort(step_attention.begin(), step_attention.end());
-        std::sort(step_memory.begin(), step_memory.end());
-        row["step_gemm_seconds"] = step_gemm[step_gemm.size() / 2];
-        row["step_attention_seconds"] = step_attention[step_attention.size() / 2];
+        // Per pass, over the sustained passes.
+        const double n = double(sustained_passes);
+        row["step_gemm_seconds"] = sustained.gemm_seconds / n;
+        row["step_attention_seconds"] = sustained.attention_seconds / n;
         // Every other kernel of the pass (norms, activations, residuals, the
-        // loss, the gradient zeroing): the fit compares it with the layer
-        // model's memory-bound time for the same model.
-        row["step_memory_bound_seconds"] = step_memory[step_memory.size() / 2];
+        // loss): the fit compares it with the layer model's memory-bound time
+        // for the same model.
+        row["step_memory_bound_seconds"] = sustained.memory_seconds / n;
+        // The GPU's idle time between those passes' kernels, per pass.
+        row["step_idle_seconds"] = sustained.idle_seconds() / n;
+        row["step_passes"] = sustained_passes;
+        row["step_passes_sliced"] = sliced;  // false: the whole recording over all its passes
+        // The single passes after a pause: the median one.
+        std::sort(paused_gemm.begin(), paused_gemm.end());
+        std::sort(paused_attention.begin(), paused_attention.end());
+        std::sort(paused_memory.begin(), paused_memory.end());
+        row["step_gemm_after_pause_seconds"] = paused_gemm[paused_gemm.size() / 2];
+        row["step_attention_after_pause_seconds"] = paused_attention[paused_attention.size() / 2];
+        row["step_memory_bound_after_pause_seconds"] = paused_memory[paused_memory.size() / 2];
         // The kernel profile counts the fused backward's helper kernels as
         // attention (runtime/kernel_profile.cpp), as the layer model does.
         row["attention_with_helpers"] = true;
       }
       say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
                  std::to_string(calls) + " GEMMs " +
-                 (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
+                 (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step (" +
+                               fmt_num(row["step_gemm_after_pause_seconds"].get<double>() * 1e3) + " after a pause), "
+                         : std::string()) +
                  fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
                  (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
                  fmt_num(alone_attention * 1e3) + " ms" +

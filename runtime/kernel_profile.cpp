@@ -91,7 +91,9 @@ void KernelRecorder::start() {
   running_ = true;
 }
 
-KernelProfile KernelRecorder::stop() {
+KernelProfile KernelRecorder::stop() { return summarize_kernels(stop_events()); }
+
+std::vector<KernelEvent> KernelRecorder::stop_events() {
   if (!running_) throw std::logic_error("KernelRecorder::stop: not recording");
   running_ = false;
   const auto result = torch::autograd::profiler::disableProfiler();
@@ -102,7 +104,9 @@ KernelProfile KernelRecorder::stop() {
     if (t != K::CONCURRENT_KERNEL && t != K::GPU_MEMCPY && t != K::GPU_MEMSET) continue;
     events.push_back({e.name(), double(e.startNs()) * 1e-9, double(e.durationNs()) * 1e-9});
   }
-  return summarize_kernels(events);
+  std::stable_sort(events.begin(), events.end(),
+                   [](const KernelEvent& a, const KernelEvent& b) { return a.start_seconds < b.start_seconds; });
+  return events;
 }
 
 }  // namespace planner::rt

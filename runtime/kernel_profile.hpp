@@ -62,6 +62,8 @@ class KernelRecorder {
   ~KernelRecorder();  // a recorder left running (an exception in the step) turns the profiler off
   void start();
   KernelProfile stop();
+  // stop() without the summary: every event, in the order of their starts.
+  std::vector<KernelEvent> stop_events();
 
  private:
   bool running_ = false;

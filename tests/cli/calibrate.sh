@@ -83,6 +83,15 @@ assert c["ranks"] == 2
 cb = c["compute_beside_comm"]
 assert [x["op"] for x in cb] == ["all_reduce", "all_gather"], cb
 assert all(x["calls"] >= 4 and x["compute_alone_seconds"] > 0 and x["slowdown"] >= 1 for x in cb), cb
+# Tensor-parallel collectives between GEMMs: the three ops, each chain timed with its parts apart.
+tc = c["tp_chain"]
+assert [x["op"] for x in tc] == ["all_reduce", "all_gather", "reduce_scatter"], tc
+assert all(x["chain_seconds"] > 0 and x["gemms_seconds"] > 0 and x["collectives_seconds"] > 0 for x in tc), tc
+assert all(abs(x["extra_seconds"] * x["calls"] - (x["chain_seconds"] - x["gemms_seconds"] - x["collectives_seconds"]))
+           <= 1e-9 for x in tc), tc
+# Each operation's rate relative to the all-reduce's: not fitted over MPI (kept at 1).
+p = json.load(open(sys.argv[1]))
+assert p["reduce_scatter_relative"] == 1 and p["tp_collective_extra_seconds"] == 0, p
 # The CPU AdamW with both ranks at once: the node's rate is what the profile keeps.
 n = c["cpu_adam_node"]
 assert n["processes_per_node"] == 2 and len(n["per_process_params_per_second"]) == 2, n

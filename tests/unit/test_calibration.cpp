@@ -547,6 +547,36 @@ TEST_CASE("calibrate fits the NVLink efficiency from the all-reduce slope", "[ca
   CHECK(c["collectives"][1]["bus_GBps"].get<double>() == Approx(S1 / t1 / 1e9));  // 2 (n-1)/n = 1
 }
 
+TEST_CASE("calibrate fits the tensor-parallel collectives' extra between GEMMs (hand numbers)", "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  m["ranks"] = 2;
+  // 8 MiB: 20 us more each; 32 MiB: 50 us (two ops at each): the line through
+  // them is 10 us + 30 us per 24 MiB.
+  const double M = 1048576;
+  m["tp_chain"] = json::array({{{"op", "all_reduce"}, {"bytes", 8 * M}, {"extra_seconds", 20e-6}},
+                               {{"op", "all_gather"}, {"bytes", 8 * M}, {"extra_seconds", 20e-6}},
+                               {{"op", "all_reduce"}, {"bytes", 32 * M}, {"extra_seconds", 50e-6}},
+                               {{"op", "all_gather"}, {"bytes", 32 * M}, {"extra_seconds", 50e-6}}});
+  HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.tp_collective_extra_seconds == Approx(10e-6));
+  CHECK(p.tp_collective_extra_seconds_per_byte == Approx(30e-6 / (24 * M)));
+  CHECK(p.tp_collective_extra(16 * M) == Approx(30e-6));
+  // Larger at the small size than at the large one: flat at the mean.
+  m["tp_chain"][2]["extra_seconds"] = m["tp_chain"][3]["extra_seconds"] = 10e-6;
+  p = fit_profile(m, &gpu);
+  CHECK(p.tp_collective_extra_seconds == Approx(15e-6));
+  CHECK(p.tp_collective_extra_seconds_per_byte == 0);
+  // The CPU: noted, not applied.
+  json cpu = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 2}, {"quick", true},
+              {"machine", {{"cpu", "x"}}}};
+  cpu["tp_chain"] = m["tp_chain"];
+  CHECK(fit_profile(cpu, nullptr).tp_collective_extra_seconds == 0);
+  json bad = profile_to_json(p);
+  bad["tp_collective_extra_seconds"] = -1e-6;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+}
+
 TEST_CASE("a CPU calibration uses the fastest measured rates as peaks", "[calibrate]") {
   json m = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 1}, {"machine", {{"cpu", "test cpu"}}}};
   m["memory_kernels"] = json::array({{{"class", "streaming"}, {"name", "copy"}, {"bytes", 2e9}, {"seconds", 0.1}},

@@ -211,6 +211,15 @@ TEST_CASE("tensor parallelism: two all-reduces of the (T x h) activation per pas
   CHECK(sp.forward.memory_seconds ==
         Approx(2 * 2 * 2 * T / 8 * h / red + (2 * 3 * 2 * T / 8 * h + 2 * 2 * T * h / 2) / 500e9 +
                2 * 2 * 2 * T / 8 * h / str));
+  // Each collective between GEMMs costs its extra (10 us + 1 ps per byte of the activation) on top.
+  auto q = p;
+  q.tp_collective_extra_seconds = 10e-6;
+  q.tp_collective_extra_seconds_per_byte = 1e-12;
+  const double extra = 10e-6 + S * 1e-12;
+  CHECK(transformer_layer_times(q, m, {2048, 1, 8, false, Precision::BF16, Ckpt::None}, tp).forward.tp_comm_seconds ==
+        Approx(2 * (ar + extra)));
+  CHECK(transformer_layer_times(q, m, {2048, 1, 8, true, Precision::BF16, Ckpt::None}, tp).backward.tp_comm_seconds ==
+        Approx(6 * (ar / 2 + p.collective_base_latency_seconds / 2 + extra)));
 }
 
 TEST_CASE("profiles save and load as JSON; unknown keys are refused", "[time]") {
