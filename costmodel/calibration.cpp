@@ -125,6 +125,18 @@ struct Fitter {
                       : "a tiny kernel's time in a burst of 50 (launch-bound)");
   }
 
+  // Whether an in_step row is the deepest of its model and precision (since
+  // 2026-11-26 the 16-bit models run at 8 and 24 layers; the deepest is the
+  // nearer to the models people train).
+  bool deepest_row(const json& x) const {
+    const int64_t L = x.value("layers", int64_t(0));
+    for (const auto& y : m["in_step"])
+      if (y.value("model", "") == x.value("model", "") && y.value("precision", "") == x.value("precision", "") &&
+          y.value("layers", int64_t(0)) > L)
+        return false;
+    return true;
+  }
+
   // calibrate's in_step part: per model family and precision, the GEMM
   // kernels' time in a sustained training step of an eight-layer model (two
   // in calibrations before 2026-11-26; Kineto) and the same GEMMs timed as
@@ -138,6 +150,7 @@ struct Fitter {
     if (!m.contains("in_step") || !m["in_step"].is_array()) return out;
     std::map<std::string, std::vector<double>> ratios;
     for (const auto& x : m["in_step"]) {
+      if (!deepest_row(x)) continue;
       // No fused attention captured: SDPA ran its math path (fp32 with
       // grouped-query attention), whose batched GEMMs the step's GEMM time
       // counts and calibrate's does not.
@@ -165,6 +178,9 @@ struct Fitter {
   void in_step_classes() {
     if (!m.contains("in_step") || !m["in_step"].is_array() || !gpu) return;
     std::vector<double> memory, attention;
+    // The layer model's times with the memory-bound in-step factor left at 1.
+    HardwareProfile q = p;
+    q.memory_in_step_factor = 1;
     for (auto& x : m["in_step"]) {
       if (!x.contains("spec") || x.value("precision", "") == "fp32") continue;
       Plan plan;
@@ -174,13 +190,14 @@ struct Fitter {
       plan.global_batch = x.value("mbs", int64_t(4));
       plan.strategy = Strategy::parse(fmt::format("mbs={},gas=1,precision={}", plan.global_batch,
                                                   x["precision"].get<std::string>()));
-      const OpTimes model = step_op_times(plan, p, 0);
+      const OpTimes model = step_op_times(plan, q, 0);
       const double mem = x.value("step_memory_bound_seconds", 0.0);
       if (mem > 0 && std::isfinite(mem) && model.memory_seconds > 0) {
         x["model_memory_bound_seconds"] = model.memory_seconds;
         memory.push_back(mem / model.memory_seconds);
       }
       const double att = x.value("step_attention_seconds", 0.0);
+      if (!deepest_row(x)) continue;
       if (x.value("attention_with_helpers", false) && att > 0 && std::isfinite(att) && model.attention_seconds > 0) {
         x["model_attention_seconds"] = model.attention_seconds;
         attention.push_back(att / model.attention_seconds);
@@ -195,8 +212,34 @@ struct Fitter {
     // head's kernels, not the layers'.
     if (!memory.empty())
       notes.push_back(fmt::format("memory-bound kernels in the in-step passes: median {:.3f} of the layer model's over {} "
-                                  "rows (kept, not applied: mostly the vocabulary head and loss in these models)",
+                                  "rows (the whole pass, the vocabulary head and loss included)",
                                   median(memory), memory.size()));
+    // The layers' own: between two depths of the same model and precision the
+    // head, loss and embedding cancel, (step's deep - shallow) / (model's deep
+    // - shallow), the median over the pairs: memory_in_step_factor.
+    std::vector<double> layers;
+    for (const auto& x : m["in_step"]) {
+      if (!x.contains("model_memory_bound_seconds") || !deepest_row(x)) continue;
+      const json* shallow = nullptr;
+      for (const auto& y : m["in_step"])
+        if (&y != &x && y.contains("model_memory_bound_seconds") && y.value("model", "") == x.value("model", "") &&
+            y.value("precision", "") == x.value("precision", "") &&
+            y.value("layers", int64_t(0)) < x.value("layers", int64_t(0)) &&
+            (!shallow || y.value("layers", int64_t(0)) < shallow->value("layers", int64_t(0))))
+          shallow = &y;
+      if (!shallow) continue;
+      const double ds = x["step_memory_bound_seconds"].get<double>() - (*shallow)["step_memory_bound_seconds"].get<double>();
+      const double dm =
+          x["model_memory_bound_seconds"].get<double>() - (*shallow)["model_memory_bound_seconds"].get<double>();
+      if (ds > 0 && dm > 0) layers.push_back(ds / dm);
+    }
+    if (!layers.empty()) {
+      p.memory_in_step_factor = std::clamp(median(layers), 0.5, 2.0);
+      set("memory_in_step_factor", p.memory_in_step_factor,
+          fmt::format("median over {} 16-bit models of (their memory-bound kernels' time in a sustained pass at the "
+                      "deeper depth - at the shallower) / (the layer model's deeper - shallower): the layers' own",
+                      layers.size()));
+    }
     if (!attention.empty()) {
       p.attention_in_step_factor = std::clamp(median(attention), 0.5, 2.0);
       set("attention_in_step_factor", p.attention_in_step_factor,

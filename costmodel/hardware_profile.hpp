@@ -93,6 +93,12 @@ struct HardwareProfile {
   // the attention kernels of its models' sustained passes and the fit divides
   // by the layer model's attention time for the same models. 1: as the points.
   double attention_in_step_factor = 1.0;
+  // The transformer layers' memory-bound kernels (norms, activations,
+  // residuals, bias gradients) as a sustained training pass runs them, over
+  // the rates above: planner calibrate's in-step models at two depths, the
+  // difference of their memory-bound kernels' time over the layer model's
+  // difference (the head and loss cancel). 1: the rates as measured alone.
+  double memory_in_step_factor = 1.0;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
 
   // --- communication and host -----------------------------------------------

@@ -167,8 +167,9 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     out.backward.attention_seconds += attn_in_step * helpers.seconds(p);
     if (kv_local < h / t) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
   }
-  out.forward.memory_seconds += fm.seconds(p);
-  out.backward.memory_seconds += bm.seconds(p);
+  // As a sustained training pass runs them (HardwareProfile::memory_in_step_factor).
+  out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
+  out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
 
   // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
   // runtime/tp.hpp): without sp an all-reduce after attention and after the MLP,

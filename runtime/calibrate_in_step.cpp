@@ -204,191 +204,207 @@ json measure_in_step(const Ctx& c) {
   // the kernel mix (see the top of this file). Halved down to two on a GPU
   // too small for eight.
   const int64_t deepest = c.quick ? 2 : 8;  // quick: two, so that the layers repeat their GEMMs
+  // The 16-bit models also at 24 layers, the depth of the models people
+  // train: the fit takes each model's deepest row for the GEMM rate and the
+  // attention, and the difference between the two depths for the layers'
+  // memory-bound kernels (the vocabulary head and loss cancel out of it).
+  auto depths_of = [&](Precision pr) {
+    return c.cuda && !c.quick && pr != Precision::FP32 ? std::vector<int64_t>{deepest, 24}
+                                                        : std::vector<int64_t>{deepest};
+  };
   for (const Family& base : families(c.quick)) {
     for (Precision pr : precisions) {
-      Family fam = base;
-      TrainConfig cfg;
-      cfg.precision = pr;
-      cfg.mbs = c.quick ? 2 : 4;
-      cfg.gas = 1;
-      cfg.seq = c.quick ? 32 : 2048;
-      Captured cap;
-      cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
-      std::vector<double> paused_gemm, paused_attention, paused_memory;
-      KernelProfile sustained;  // the gap-free passes, summed
-      int sustained_passes = 0;
-      bool sliced = false;
-      for (int64_t layers = deepest;; layers /= 2) {
-        fam.spec.layers = layers;
-        paused_gemm.clear(), paused_attention.clear(), paused_memory.clear();
-        sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
-        cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
-        try {
-          Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
-          tr.step(0);
-          tr.step(1);
-          synchronize(c.cuda);
-          const double mult = tr.loss_scale() / double(cfg.gas);
-          int64_t micro = 0;
-          // One forward and backward; the gradients are zeroed before it,
-          // outside the recorded pass (the layer model's pass has no zeroing).
-          auto pass = [&] {
-            auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
-            tr.forward_backward(ids, labels, mult);
-          };
-          // The passes back to back, as a training step runs its
-          // micro-batches: no host synchronisation between them, so the GPU
-          // never waits. (A GPU that sat idle resumes at a higher clock for a
-          // while: validation/h200x2-3d/run11's pipeline stage 0 ran the
-          // micro-batches after its bubble up to 8% faster than the later ones.
-          // Until 2026-11-26 this part recorded single passes after a host
-          // synchronisation and the profiler's start; those are kept as
-          // *_after_pause_seconds.)
-          const auto t0 = std::chrono::steady_clock::now();
-          do {
-            tr.zero_grad();
-            pass();
-          } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
-          if (c.cuda) {
-            // Recorded while the GPU still runs the queued passes: kPasses
-            // more back to back (their gradients accumulate, as a step's
-            // micro-batches' do); the last kPasses - 1 of them (split by the
-            // kernel count of one pass, below) followed a pass without a gap.
-            constexpr int kPasses = 4;
-            std::vector<KernelEvent> events;
-            {
-              KernelRecorder rec;
-              rec.start();
-              for (int r = 0; r < kPasses; ++r) pass();
-              synchronize(true);
-              events = rec.stop_events();
-            }
-            // Single passes after a pause (the zeroing ends before each).
-            int64_t per_pass = 0;
-            for (int r = 0; r < 3; ++r) {
-              tr.zero_grad();
-              synchronize(true);
-              KernelRecorder rec;
-              rec.start();
-              pass();
-              synchronize(true);
-              const KernelProfile kp = rec.stop();
-              paused_gemm.push_back(kp.gemm_seconds);
-              paused_attention.push_back(kp.attention_seconds);
-              paused_memory.push_back(kp.memory_seconds);
-              per_pass = kp.launches;
-            }
-            const size_t keep = size_t(per_pass) * (kPasses - 1);
-            sliced = per_pass > 0 && events.size() >= keep;
-            if (sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
-            sustained = summarize_kernels(events);
-            sustained_passes = sliced ? kPasses - 1 : kPasses;
-          }
-          tr.zero_grad();
-          capture_ops(cap, [&] {
-            pass();
+      int64_t done_layers = 0;  // the depth of the row before (a smaller GPU halves them)
+      for (int64_t depth : depths_of(pr)) {
+        Family fam = base;
+        TrainConfig cfg;
+        cfg.precision = pr;
+        cfg.mbs = c.quick ? 2 : 4;
+        cfg.gas = 1;
+        cfg.seq = c.quick ? 32 : 2048;
+        Captured cap;
+        cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
+        std::vector<double> paused_gemm, paused_attention, paused_memory;
+        KernelProfile sustained;  // the gap-free passes, summed
+        int sustained_passes = 0;
+        bool sliced = false;
+        for (int64_t layers = depth;; layers /= 2) {
+          fam.spec.layers = layers;
+          paused_gemm.clear(), paused_attention.clear(), paused_memory.clear();
+          sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
+          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
+          try {
+            Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
+            tr.step(0);
+            tr.step(1);
             synchronize(c.cuda);
-          });
-          break;
-        } catch (const c10::OutOfMemoryError&) {
-          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
-          empty_cache(c.cuda);
-          if (layers <= 2) throw;
-          say(c, std::string("in a step ") + to_string(pr) + " " + fam.label + ": out of memory with " + std::to_string(layers) +
-                     " layers, trying " + std::to_string(layers / 2));
+            const double mult = tr.loss_scale() / double(cfg.gas);
+            int64_t micro = 0;
+            // One forward and backward; the gradients are zeroed before it,
+            // outside the recorded pass (the layer model's pass has no zeroing).
+            auto pass = [&] {
+              auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
+              tr.forward_backward(ids, labels, mult);
+            };
+            // The passes back to back, as a training step runs its
+            // micro-batches: no host synchronisation between them, so the GPU
+            // never waits. (A GPU that sat idle resumes at a higher clock for a
+            // while: validation/h200x2-3d/run11's pipeline stage 0 ran the
+            // micro-batches after its bubble up to 8% faster than the later ones.
+            // Until 2026-11-26 this part recorded single passes after a host
+            // synchronisation and the profiler's start; those are kept as
+            // *_after_pause_seconds.)
+            const auto t0 = std::chrono::steady_clock::now();
+            do {
+              tr.zero_grad();
+              pass();
+            } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
+            if (c.cuda) {
+              // Recorded while the GPU still runs the queued passes: kPasses
+              // more back to back (their gradients accumulate, as a step's
+              // micro-batches' do); the last kPasses - 1 of them (split by the
+              // kernel count of one pass, below) followed a pass without a gap.
+              constexpr int kPasses = 4;
+              std::vector<KernelEvent> events;
+              {
+                KernelRecorder rec;
+                rec.start();
+                for (int r = 0; r < kPasses; ++r) pass();
+                synchronize(true);
+                events = rec.stop_events();
+              }
+              // Single passes after a pause (the zeroing ends before each).
+              int64_t per_pass = 0;
+              for (int r = 0; r < 3; ++r) {
+                tr.zero_grad();
+                synchronize(true);
+                KernelRecorder rec;
+                rec.start();
+                pass();
+                synchronize(true);
+                const KernelProfile kp = rec.stop();
+                paused_gemm.push_back(kp.gemm_seconds);
+                paused_attention.push_back(kp.attention_seconds);
+                paused_memory.push_back(kp.memory_seconds);
+                per_pass = kp.launches;
+              }
+              const size_t keep = size_t(per_pass) * (kPasses - 1);
+              sliced = per_pass > 0 && events.size() >= keep;
+              if (sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
+              sustained = summarize_kernels(events);
+              sustained_passes = sliced ? kPasses - 1 : kPasses;
+            }
+            tr.zero_grad();
+            capture_ops(cap, [&] {
+              pass();
+              synchronize(c.cuda);
+            });
+            break;
+          } catch (const c10::OutOfMemoryError&) {
+            cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+            empty_cache(c.cuda);
+            if (layers <= 2) throw;
+            say(c, std::string("in a step ") + to_string(pr) + " " + fam.label + ": out of memory with " + std::to_string(layers) +
+                       " layers, trying " + std::to_string(layers / 2));
+          }
         }
+        empty_cache(c.cuda);
+        if (fam.spec.layers <= done_layers) {  // halved down to a depth already measured
+          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+          continue;
+        }
+        done_layers = fam.spec.layers;
+        // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
+        std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
+        int64_t calls = 0;
+        for (const CapturedGemm& g : cap.gemms) {
+          auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
+          auto [it, fresh] = distinct.try_emplace(key, &g, 0);
+          it->second.second += g.count;
+          calls += g.count;
+        }
+        json shapes = json::array();
+        double alone_gemm = 0;
+        for (const auto& [key, gc] : distinct) {
+          const CapturedGemm& g = *gc.first;
+          at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
+          auto fn = [&] { at::mm_out(y, g.a, g.b); };
+          const double alone = time_per_call(c, fn);
+          const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
+          alone_gemm += gc.second * sec;
+          shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
+                            {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
+        }
+        double alone_attention = 0;
+        json attention = json::array();
+        for (size_t i = 0; i < cap.attention.size() && i < cap.attention_grads.size(); ++i) {
+          // Attention backward runs in the reverse order of the forwards.
+          const auto& qkv = cap.attention[i];
+          const at::Tensor& dout = cap.attention_grads[cap.attention_grads.size() - 1 - i];
+          const bool gqa = qkv[1].size(1) != qkv[0].size(1);
+          at::Tensor q = qkv[0].detach().requires_grad_(true), k = qkv[1].detach().requires_grad_(true),
+                     v = qkv[2].detach().requires_grad_(true);
+          const double fb = time_per_call(c, [&] {
+            at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+            (void)torch::autograd::grad({o}, {q, k, v}, {dout});
+          });
+          // Distinct: the one captured attention stands for every layer's (the same shape).
+          const int64_t n = cap.distinct ? std::max<int64_t>(1, cap.attention_calls) : 1;
+          alone_attention += double(n) * fb;
+          attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
+                               {"head_dim", q.size(3)}, {"count", n}, {"seconds", fb}});
+        }
+        const std::string p = to_string(pr);
+        json row = {{"precision", p},
+                    {"model", fam.label},
+                    {"layers", fam.spec.layers},
+                    {"tokens", cfg.mbs * cfg.seq},
+                    {"mbs", cfg.mbs},
+                    {"seq", cfg.seq},
+                    {"spec", fam.spec},
+                    {"gemms", calls},
+                    {"shapes", shapes},
+                    {"attention", attention},
+                    {"alone_gemm_seconds", alone_gemm},
+                    {"alone_attention_seconds", alone_attention}};
+        if (c.cuda) {
+          // Per pass, over the sustained passes.
+          const double n = double(sustained_passes);
+          row["step_gemm_seconds"] = sustained.gemm_seconds / n;
+          row["step_attention_seconds"] = sustained.attention_seconds / n;
+          // Every other kernel of the pass (norms, activations, residuals, the
+          // loss): the fit compares it with the layer model's memory-bound time
+          // for the same model.
+          row["step_memory_bound_seconds"] = sustained.memory_seconds / n;
+          // The GPU's idle time between those passes' kernels, per pass.
+          row["step_idle_seconds"] = sustained.idle_seconds() / n;
+          row["step_passes"] = sustained_passes;
+          row["step_passes_sliced"] = sliced;  // false: the whole recording over all its passes
+          // The single passes after a pause: the median one.
+          std::sort(paused_gemm.begin(), paused_gemm.end());
+          std::sort(paused_attention.begin(), paused_attention.end());
+          std::sort(paused_memory.begin(), paused_memory.end());
+          row["step_gemm_after_pause_seconds"] = paused_gemm[paused_gemm.size() / 2];
+          row["step_attention_after_pause_seconds"] = paused_attention[paused_attention.size() / 2];
+          row["step_memory_bound_after_pause_seconds"] = paused_memory[paused_memory.size() / 2];
+          // The kernel profile counts the fused backward's helper kernels as
+          // attention (runtime/kernel_profile.cpp), as the layer model does.
+          row["attention_with_helpers"] = true;
+        }
+        say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
+                   std::to_string(calls) + " GEMMs " +
+                   (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step (" +
+                                 fmt_num(row["step_gemm_after_pause_seconds"].get<double>() * 1e3) + " after a pause), "
+                           : std::string()) +
+                   fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
+                   (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
+                   fmt_num(alone_attention * 1e3) + " ms" +
+                   (c.cuda ? "; memory-bound " + fmt_num(row["step_memory_bound_seconds"].get<double>() * 1e3) + " ms"
+                           : std::string()));
+        out.push_back(std::move(row));
+        cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+        empty_cache(c.cuda);
       }
-      empty_cache(c.cuda);
-      // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
-      std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
-      int64_t calls = 0;
-      for (const CapturedGemm& g : cap.gemms) {
-        auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
-        auto [it, fresh] = distinct.try_emplace(key, &g, 0);
-        it->second.second += g.count;
-        calls += g.count;
-      }
-      json shapes = json::array();
-      double alone_gemm = 0;
-      for (const auto& [key, gc] : distinct) {
-        const CapturedGemm& g = *gc.first;
-        at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
-        auto fn = [&] { at::mm_out(y, g.a, g.b); };
-        const double alone = time_per_call(c, fn);
-        const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
-        alone_gemm += gc.second * sec;
-        shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
-                          {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
-      }
-      double alone_attention = 0;
-      json attention = json::array();
-      for (size_t i = 0; i < cap.attention.size() && i < cap.attention_grads.size(); ++i) {
-        // Attention backward runs in the reverse order of the forwards.
-        const auto& qkv = cap.attention[i];
-        const at::Tensor& dout = cap.attention_grads[cap.attention_grads.size() - 1 - i];
-        const bool gqa = qkv[1].size(1) != qkv[0].size(1);
-        at::Tensor q = qkv[0].detach().requires_grad_(true), k = qkv[1].detach().requires_grad_(true),
-                   v = qkv[2].detach().requires_grad_(true);
-        const double fb = time_per_call(c, [&] {
-          at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-          (void)torch::autograd::grad({o}, {q, k, v}, {dout});
-        });
-        // Distinct: the one captured attention stands for every layer's (the same shape).
-        const int64_t n = cap.distinct ? std::max<int64_t>(1, cap.attention_calls) : 1;
-        alone_attention += double(n) * fb;
-        attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
-                             {"head_dim", q.size(3)}, {"count", n}, {"seconds", fb}});
-      }
-      const std::string p = to_string(pr);
-      json row = {{"precision", p},
-                  {"model", fam.label},
-                  {"layers", fam.spec.layers},
-                  {"tokens", cfg.mbs * cfg.seq},
-                  {"mbs", cfg.mbs},
-                  {"seq", cfg.seq},
-                  {"spec", fam.spec},
-                  {"gemms", calls},
-                  {"shapes", shapes},
-                  {"attention", attention},
-                  {"alone_gemm_seconds", alone_gemm},
-                  {"alone_attention_seconds", alone_attention}};
-      if (c.cuda) {
-        // Per pass, over the sustained passes.
-        const double n = double(sustained_passes);
-        row["step_gemm_seconds"] = sustained.gemm_seconds / n;
-        row["step_attention_seconds"] = sustained.attention_seconds / n;
-        // Every other kernel of the pass (norms, activations, residuals, the
-        // loss): the fit compares it with the layer model's memory-bound time
-        // for the same model.
-        row["step_memory_bound_seconds"] = sustained.memory_seconds / n;
-        // The GPU's idle time between those passes' kernels, per pass.
-        row["step_idle_seconds"] = sustained.idle_seconds() / n;
-        row["step_passes"] = sustained_passes;
-        row["step_passes_sliced"] = sliced;  // false: the whole recording over all its passes
-        // The single passes after a pause: the median one.
-        std::sort(paused_gemm.begin(), paused_gemm.end());
-        std::sort(paused_attention.begin(), paused_attention.end());
-        std::sort(paused_memory.begin(), paused_memory.end());
-        row["step_gemm_after_pause_seconds"] = paused_gemm[paused_gemm.size() / 2];
-        row["step_attention_after_pause_seconds"] = paused_attention[paused_attention.size() / 2];
-        row["step_memory_bound_after_pause_seconds"] = paused_memory[paused_memory.size() / 2];
-        // The kernel profile counts the fused backward's helper kernels as
-        // attention (runtime/kernel_profile.cpp), as the layer model does.
-        row["attention_with_helpers"] = true;
-      }
-      say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
-                 std::to_string(calls) + " GEMMs " +
-                 (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step (" +
-                               fmt_num(row["step_gemm_after_pause_seconds"].get<double>() * 1e3) + " after a pause), "
-                         : std::string()) +
-                 fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
-                 (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
-                 fmt_num(alone_attention * 1e3) + " ms" +
-                 (c.cuda ? "; memory-bound " + fmt_num(row["step_memory_bound_seconds"].get<double>() * 1e3) + " ms"
-                         : std::string()));
-      out.push_back(std::move(row));
-      cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
-      empty_cache(c.cuda);
     }
   }
   return out;

@@ -341,6 +341,49 @@ TEST_CASE("calibrate scales the attention by its time in a training pass; the me
   CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
 }
 
+TEST_CASE("calibrate takes the layers' memory-bound factor from two depths, the attention from the deepest (H100)",
+          "[calibrate]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  const HardwareProfile p0 = fit_profile(m, &gpu);
+  CHECK(p0.memory_in_step_factor == 1.0);
+  auto times_of = [&](int64_t layers, const HardwareProfile& prof) {
+    Plan plan;
+    plan.model = model_preset("gpt-neo-1.3b");
+    plan.model.layers = layers;
+    plan.cluster = parse_cluster("1xH100-SXM");
+    plan.seq = 2048, plan.global_batch = 4;
+    plan.strategy = Strategy::parse("mbs=4,gas=1,precision=bf16");
+    return step_op_times(plan, prof, 0);
+  };
+  // Two layers: the pass's memory-bound kernels as the model says (the head's
+  // mostly), attention 2.0x the model's; six layers: the four more layers'
+  // memory-bound kernels 1.15x the model's, attention 1.1x. The layers' factor
+  // is 1.15 (the difference), the attention's 1.1 (the deeper row only).
+  auto row = [&](int64_t layers, double mem, double att) {
+    ModelSpec spec = model_preset("gpt-neo-1.3b");
+    spec.layers = layers;
+    return json{{"precision", "bf16"}, {"model", "gpt-neo-1.3b"}, {"layers", layers}, {"tokens", 8192}, {"mbs", 4},
+                {"seq", 2048}, {"spec", spec}, {"step_memory_bound_seconds", mem},
+                {"step_attention_seconds", att * times_of(layers, p0).attention_seconds},
+                {"attention_with_helpers", true}};
+  };
+  const double m2 = times_of(2, p0).memory_seconds, m6 = times_of(6, p0).memory_seconds;
+  m["in_step"] = json::array({row(2, m2, 2.0), row(6, m2 + 1.15 * (m6 - m2), 1.1)});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.memory_in_step_factor == Approx(1.15));
+  CHECK(p.attention_in_step_factor == Approx(1.1));
+  // The layers' memory-bound kernels take 1.15x as long; the head's as before.
+  CHECK(times_of(6, p).memory_seconds - times_of(2, p).memory_seconds == Approx(1.15 * (m6 - m2)));
+  CHECK(profile_from_json(profile_to_json(p), default_profile(gpu)).memory_in_step_factor == Approx(1.15));
+  json bad = profile_to_json(p);
+  bad["memory_in_step_factor"] = 0.1;
+  CHECK_THROWS_AS(profile_from_json(bad, default_profile(gpu)), InputError);
+  // One depth only: no factor.
+  m["in_step"] = json::array({row(6, m2 + 1.15 * (m6 - m2), 1.1)});
+  CHECK(fit_profile(m, &gpu).memory_in_step_factor == 1.0);
+}
+
 TEST_CASE("calibrate keeps one process's CPU AdamW rate beside the node's (hand numbers)", "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H200");
   json m = h100_measurements();
