@@ -77,7 +77,7 @@ Q=(); [ "${QUICK:-0}" = 1 ] && Q=(--quick)
 
 calibrate() {  # calibrate NAME [mpirun args...]
   local name=$1; shift
-  local t=$(( $(left) - 30 )); [ "$t" -gt 300 ] && t=300
+  local t=$(( $(left) - 30 )); [ "$t" -gt 420 ] && t=420
   if [ "$t" -lt 30 ]; then say "no time left for calibrate $name"; return 1; fi
   say "calibrate $name (limit $t s)"
   timeout -k 10 "$t" "$@" $X calibrate "${Q[@]}" -o "$OUT/profile-$name.json" >"$OUT/calibrate-$name.txt" 2>"$OUT/calibrate-$name.err"
