@@ -684,7 +684,10 @@ struct Fitter {
       // slope between its smallest and largest size (at the rate just fitted,
       // relative 1) over the measured one, in the largest group (send/recv:
       // pairs).
-      const Topology at_one(cluster, p);
+      HardwareProfile rel_one = p;
+      rel_one.reduce_scatter_relative = rel_one.all_gather_relative = rel_one.broadcast_relative =
+          rel_one.send_recv_relative = 1;
+      const Topology at_one(cluster, rel_one);
       struct Op {
         const char* name;
         double HardwareProfile::*field;

@@ -16,7 +16,8 @@
 // How: for each model family the runtime executes (a GPT-style decoder with
 // GELU, an OPT-style one with ReLU, a LLaMA-style one with SwiGLU and
 // grouped-query attention; eight layers each at calibrate's GEMM width 2048,
-// fewer on a GPU too small for them, 4 x 2048 tokens) and each precision, a
+// and 24 for 16-bit on a GPU, fewer on a GPU too small for them, 4 x 2048
+// tokens) and each precision, a
 // Trainer runs two optimizer steps on the synthetic tokens `planner exec`
 // trains on, then forward + backward passes back to back for four seconds
 // unrecorded (the sustained state), then four more under the Kineto profiler
@@ -240,8 +241,9 @@ json measure_in_step(const Ctx& c) {
             synchronize(c.cuda);
             const double mult = tr.loss_scale() / double(cfg.gas);
             int64_t micro = 0;
-            // One forward and backward; the gradients are zeroed before it,
-            // outside the recorded pass (the layer model's pass has no zeroing).
+            // One forward and backward (the layer model's pass has no
+            // zeroing: where the gradients are zeroed, it is outside the
+            // recorded passes).
             auto pass = [&] {
               auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
               tr.forward_backward(ids, labels, mult);
