@@ -1,0 +1,133 @@
+# Drawn by planner validate; run `gnuplot plots.gp` in this folder to draw again.
+set terminal pngcairo size 900,860 font "sans,10"
+set encoding utf8
+set output "step_time.png"
+set title "Step time, predicted against measured: two H200s, held out (18)"
+set xlabel "measured (s)"
+set ylabel "predicted (s)"
+unset logscale
+set xrange [0.389503:0.746212]
+set yrange [0.389503:0.746212]
+set key top left box opaque
+set grid
+set size ratio -1
+set samples 200
+plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "within 10%", \
+     '+' using 1:(0.95*$1):(1.05*$1) with filledcurves lc rgb "#c7e9c0" title "within 5%", \
+     x with lines lc rgb "black" lw 1.5 title "y = x", \
+     "step_time_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)"
+
+unset size
+set output "peak_memory.png"
+set title "Peak memory per GPU, predicted against measured: two H200s, held out (18)"
+set xlabel "measured (GiB)"
+set ylabel "predicted (GiB)"
+unset logscale
+set xrange [21.6059:61.5148]
+set yrange [21.6059:61.5148]
+set key top left box opaque
+set grid
+set size ratio -1
+set samples 200
+plot '+' using 1:(0.9*$1):(1.1*$1) with filledcurves lc rgb "#fde0dd" title "within 10%", \
+     '+' using 1:(0.95*$1):(1.05*$1) with filledcurves lc rgb "#c7e9c0" title "within 5%", \
+     x with lines lc rgb "black" lw 1.5 title "y = x", \
+     "peak_memory_B.dat" using 1:2 with points pt 5 ps 1.3 lc rgb "#b2182b" title "half B (held out)"
+
+unset logscale
+set size noratio 1,1
+unset key
+set key outside right top box
+set grid ytics
+set terminal pngcairo size 900,720 font "sans,10"
+set output "memory_breakdown.png"
+set title "Memory per GPU by category: left bar predicted, right bar measured\ntwo H200s, held out (18)"
+set xlabel ""
+set ylabel "GiB"
+set xrange [-1:8]
+set yrange [0:57.7704]
+set xtics ("gpt2-xl-pp2-1f1b-bf16-mbs8-gas4" 0.5, "opt-1.3b-pp2-interleaved-fp16-mbs4-gas8" 3.5, "tinyllama-pp2-gpipe-bf16-mbs6-gas4" 6.5) rotate by -40 font ",8"
+set style fill solid 0.9 border rgb "#333333"
+set boxwidth 0.9
+plot "memory_breakdown.dat" using 1:8 with boxes lc rgb "#999999" title "overhead", \
+     "memory_breakdown.dat" using 1:7 with boxes lc rgb "#1a9850" title "comm-buffers", \
+     "memory_breakdown.dat" using 1:6 with boxes lc rgb "#d73027" title "logits-loss", \
+     "memory_breakdown.dat" using 1:5 with boxes lc rgb "#fc8d59" title "activations", \
+     "memory_breakdown.dat" using 1:4 with boxes lc rgb "#fee090" title "optimizer-states", \
+     "memory_breakdown.dat" using 1:3 with boxes lc rgb "#91bfdb" title "gradients", \
+     "memory_breakdown.dat" using 1:2 with boxes lc rgb "#4575b4" title "parameters"
+
+unset logscale
+unset xtics
+set xtics
+set size noratio 1,1
+set key outside bottom center horizontal box
+set terminal pngcairo size 1400,500 font "sans,10"
+set output "timeline_gpt2-xl-pp2-1f1b-bf16-mbs8-gas4.png"
+set bmargin 7
+set title "gpt2-xl on 2xH200: dp=1,tp=1,pp=2,zero=0,offload=none,ckpt=none,mbs=8,gas=4,schedule=1f1b,vpp=1,precision=bf16,sp=0 (predicted: stages 0..; measured: ranks)\npredicted step 0.4582 s, measured 0.4653 s (the last timed step)" font ",10"
+set xlabel "ms from the step's start" offset 0,0.4
+set ylabel ""
+set xrange [0:470.065]
+set yrange [3.6:-0.6]
+set ytics ("stage 0 predicted" 0, "rank 0 measured" 1, "stage 1 predicted" 2, "rank 1 measured" 3)
+set grid xtics
+set style fill solid 0.9 border rgb "#333333"
+plot "timeline_gpt2-xl-pp2-1f1b-bf16-mbs8-gas4.dat" using (($2+$3)/2):1:2:3:($1-0.38):($1+0.38):4 with boxxyerror lc rgb variable notitle, \
+     "timeline_gpt2-xl-pp2-1f1b-bf16-mbs8-gas4.dat" using (($2+$3)/2):1:5 with labels font ",7" notitle, \
+     NaN with boxes lc rgb "#4575b4" title "forward", \
+     NaN with boxes lc rgb "#fc8d59" title "backward", \
+     NaN with boxes lc rgb "#9e6ebd" title "recompute", \
+     NaN with boxes lc rgb "#c8c8c8" title "waits for a neighbour stage", \
+     NaN with boxes lc rgb "#1a9850" title "optimizer", \
+     NaN with boxes lc rgb "#7f7f7f" title "other (sync, norm, collectives)"
+
+unset logscale
+unset xtics
+set xtics
+set size noratio 1,1
+set key outside bottom center horizontal box
+set terminal pngcairo size 1400,500 font "sans,10"
+set output "timeline_opt-1.3b-pp2-interleaved-fp16-mbs4-gas8.png"
+set bmargin 7
+set title "opt-1.3b on 2xH200: dp=1,tp=1,pp=2,zero=0,offload=none,ckpt=none,mbs=4,gas=8,schedule=interleaved,vpp=2,precision=fp16,sp=0 (predicted: stages 0..; measured: ranks)\npredicted step 0.6489 s, measured 0.6106 s (the last timed step)" font ",10"
+set xlabel "ms from the step's start" offset 0,0.4
+set ylabel ""
+set xrange [0:655.369]
+set yrange [3.6:-0.6]
+set ytics ("stage 0 predicted" 0, "rank 0 measured" 1, "stage 1 predicted" 2, "rank 1 measured" 3)
+set grid xtics
+set style fill solid 0.9 border rgb "#333333"
+plot "timeline_opt-1.3b-pp2-interleaved-fp16-mbs4-gas8.dat" using (($2+$3)/2):1:2:3:($1-0.38):($1+0.38):4 with boxxyerror lc rgb variable notitle, \
+     "timeline_opt-1.3b-pp2-interleaved-fp16-mbs4-gas8.dat" using (($2+$3)/2):1:5 with labels font ",7" notitle, \
+     NaN with boxes lc rgb "#4575b4" title "forward", \
+     NaN with boxes lc rgb "#fc8d59" title "backward", \
+     NaN with boxes lc rgb "#9e6ebd" title "recompute", \
+     NaN with boxes lc rgb "#c8c8c8" title "waits for a neighbour stage", \
+     NaN with boxes lc rgb "#1a9850" title "optimizer", \
+     NaN with boxes lc rgb "#7f7f7f" title "other (sync, norm, collectives)"
+
+unset logscale
+unset xtics
+set xtics
+set size noratio 1,1
+set key outside bottom center horizontal box
+set terminal pngcairo size 1400,500 font "sans,10"
+set output "timeline_tinyllama-pp2-gpipe-bf16-mbs6-gas4.png"
+set bmargin 7
+set title "tinyllama-1.1b on 2xH200: dp=1,tp=1,pp=2,zero=0,offload=none,ckpt=none,mbs=6,gas=4,schedule=gpipe,vpp=1,precision=bf16,sp=0 (predicted: stages 0..; measured: ranks)\npredicted step 0.5523 s, measured 0.5246 s (the last timed step)" font ",10"
+set xlabel "ms from the step's start" offset 0,0.4
+set ylabel ""
+set xrange [0:557.788]
+set yrange [3.6:-0.6]
+set ytics ("stage 0 predicted" 0, "rank 0 measured" 1, "stage 1 predicted" 2, "rank 1 measured" 3)
+set grid xtics
+set style fill solid 0.9 border rgb "#333333"
+plot "timeline_tinyllama-pp2-gpipe-bf16-mbs6-gas4.dat" using (($2+$3)/2):1:2:3:($1-0.38):($1+0.38):4 with boxxyerror lc rgb variable notitle, \
+     "timeline_tinyllama-pp2-gpipe-bf16-mbs6-gas4.dat" using (($2+$3)/2):1:5 with labels font ",7" notitle, \
+     NaN with boxes lc rgb "#4575b4" title "forward", \
+     NaN with boxes lc rgb "#fc8d59" title "backward", \
+     NaN with boxes lc rgb "#9e6ebd" title "recompute", \
+     NaN with boxes lc rgb "#c8c8c8" title "waits for a neighbour stage", \
+     NaN with boxes lc rgb "#1a9850" title "optimizer", \
+     NaN with boxes lc rgb "#7f7f7f" title "other (sync, norm, collectives)"
