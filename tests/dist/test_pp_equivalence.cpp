@@ -8,6 +8,7 @@
 
 #include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/device.hpp"
 #include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
 // Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
@@ -58,4 +59,38 @@ TEST_CASE("dist: pipeline parallelism (GPipe, 1F1B, interleaved) equals the sing
     check_pp(2, 2, "zero=1,mbs=1,gas=2");
     check_pp(2, 2, "zero=1,offload=optimizer,mbs=2,gas=2");
   }
+}
+
+TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's peak does not grow with the micro-batches)",
+          "[dist][pp]") {
+  // Each stage sends one (b, s, h) tensor per micro-batch (activations on,
+  // gradients back). Held to the step's end, the sent tensors of 16
+  // micro-batches would add 12 of them to the peak of 4 micro-batches; freed
+  // once they have arrived, 1F1B's in-flight micro-batches (at most pp) set
+  // the peak whatever the count (the counting CPU allocator, one step after
+  // a first one).
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size != 2) return;
+  rt::enable_cpu_memory_counting();
+  const RankGrid grid(1, 2, 1);
+  auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
+  ModelSpec m = llama_like();
+  m.layers = 4;
+  const int64_t mbs = 2, seq = 32;
+  auto peak = [&](int gas) {
+    Strategy s = Strategy::parse("mbs=2,gas=" + std::to_string(gas) + ",precision=fp32,schedule=1f1b");
+    s.pp = 2;
+    const rt::TrainConfig c = train_config(s, seq);
+    rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), nullptr, ppc.get());
+    e.step(0);
+    const int64_t before = rt::memory_stats(false).allocated;
+    rt::reset_peak_memory(false);
+    e.step(1);
+    return rt::memory_stats(false).allocated_peak - before;
+  };
+  const int64_t sent = mbs * seq * m.hidden * 4;  // one (b, s, h) fp32 tensor
+  const int64_t few = peak(4), many = peak(16);
+  INFO("rank " << w.rank << ": peak over the step's start " << few << " B with 4 micro-batches, " << many
+               << " B with 16; one sent tensor " << sent << " B");
+  CHECK(many - few < 2 * sent);
 }
