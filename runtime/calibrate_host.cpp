@@ -385,6 +385,9 @@ json measure_tp_chain(const Ctx& c, Communicator& comm) {
         else if (o == "all_gather") comm.all_gather(y.narrow(0, 0, T / g), full)->wait();
         else comm.reduce_scatter(y, part)->wait();
       };
+      // The fastest of three, each after a barrier (not time_fixed's back-to-back
+      // batches): the ranks start every chain together, so its first
+      // collective does not absorb the skew the GEMM-only batches leave.
       auto best_of = [&](const std::function<void()>& body) {
         double best = 1e30;
         for (int r = 0; r < 3; ++r) {
