@@ -138,8 +138,10 @@ struct Fitter {
   }
 
   // calibrate's in_step part: per model family and precision, the GEMM
-  // kernels' time in a sustained training step of an eight-layer model (two
-  // in calibrations before 2026-11-26; Kineto) and the same GEMMs timed as
+  // kernels' time in sustained training passes (Kineto; since 2026-11-26 run
+  // back to back, at 8 and 24 layers for 16-bit, the deepest row of each
+  // model taken; before, single passes after a pause at 8 layers, earlier 2)
+  // and the same GEMMs timed as
   // calibrate times its points. At its power limit a GPU's clock depends on
   // the mix it runs (validation/h100/in-step), so on the GPU the GEMM rates
   // fitted from calibrate's points are scaled by the median, per precision,
@@ -166,7 +168,7 @@ struct Fitter {
   // calibrate's in_step part also sums the attention kernels (the fused
   // backward's helpers counted with them) and the memory-bound kernels of its
   // models' passes. On the GPU the attention's factor is the median, over the
-  // 16-bit rows, of that time over the layer model's attention time for the
+  // deepest 16-bit row of each model, of that time over the layer model's attention time for the
   // same model, tokens and precision (one pass: forward and backward, one
   // GPU), with the rates fitted so far: attention_in_step_factor. Only rows
   // whose kernel profile counted the helpers as attention, as the layer model
@@ -174,7 +176,8 @@ struct Fitter {
   // as memory-bound). The fp32 rows are left out (with grouped-query attention
   // SDPA runs its math path, whose kernels the layer model does not price as
   // the fused kernel's). The memory-bound ratio is computed the same way and
-  // kept in the rows and a note, not applied (below).
+  // kept in the rows and a note; memory_in_step_factor, the layers' own, is
+  // the ratio of the differences between a model's two depths (below).
   void in_step_classes() {
     if (!m.contains("in_step") || !m["in_step"].is_array() || !gpu) return;
     std::vector<double> memory, attention;
@@ -205,11 +208,11 @@ struct Fitter {
     }
     const std::string how = "median over {} 16-bit in-step rows of the {} kernels' time in a sustained pass (Kineto) / "
                             "the layer model's {} time for the same model and tokens";
-    // The memory-bound ratio is kept, not applied: in these eight-layer
-    // models the vocabulary head and its loss are about two thirds of the
-    // layer model's memory-bound time (GPT-Neo-1.3B's: 8.6 of 13.4 ms), a
-    // tenth or less in the models people train, so the ratio speaks for the
-    // head's kernels, not the layers'.
+    // The whole pass's memory-bound ratio is kept in a note, not applied: in
+    // eight-layer models the vocabulary head and its loss are about two
+    // thirds of the layer model's memory-bound time (GPT-Neo-1.3B's: 8.6 of
+    // 13.4 ms), so it speaks for the head's kernels; the layers' own comes
+    // from two depths below.
     if (!memory.empty())
       notes.push_back(fmt::format("memory-bound kernels in the in-step passes: median {:.3f} of the layer model's over {} "
                                   "rows (the whole pass, the vocabulary head and loss included)",
