@@ -82,10 +82,16 @@ def cases():
     return out
 
 
+# The search's own speed and pruning counters are not predictions: they vary from
+# run to run (wall time) or with how the search prunes, not with what it answers.
+VOLATILE = {"wall_seconds", "candidates_per_second", "pruned_by_bound", "candidates_simulated",
+            "candidates_memory_checked"}
+
+
 def scrub(v):
-    """Drops what legitimately differs between checkouts: absolute paths of inputs."""
+    """Drops what legitimately differs between runs and checkouts: timings, absolute paths."""
     if isinstance(v, dict):
-        return {k: scrub(x) for k, x in v.items()}
+        return {k: scrub(x) for k, x in v.items() if k not in VOLATILE}
     if isinstance(v, list):
         return [scrub(x) for x in v]
     if isinstance(v, str) and ROOT in v:
