@@ -86,10 +86,25 @@ std::vector<Run> runs() {
   return {
       {megatron, megatron_cite, "GPT 1.7B", gpt(24, 2304, 24, 51200, 2048), "4x8xA100-80GB",
        strat(32, 1, 1, 16, 1, Ckpt::Full, Precision::FP16), 2048, 512, false, true, A, 137},
+      {megatron, megatron_cite, "GPT 3.6B", gpt(30, 3072, 32, 51200, 2048), "8x8xA100-80GB",
+       strat(32, 2, 1, 16, 1, Ckpt::Full, Precision::FP16), 2048, 512, false, true, A, 138},
+      {megatron, megatron_cite, "GPT 7.5B", gpt(36, 4096, 32, 51200, 2048), "16x8xA100-80GB",
+       strat(32, 4, 1, 16, 1, Ckpt::Full, Precision::FP16), 2048, 512, false, true, A, 142},
       {megatron, megatron_cite, "GPT 18.4B", gpt(40, 6144, 48, 51200, 2048), "32x8xA100-80GB",
        strat(32, 8, 1, 8, 4, Ckpt::Full, Precision::FP16), 2048, 1024, false, true, A, 135},
+      {megatron, megatron_cite, "GPT 39.1B", gpt(48, 8192, 64, 51200, 2048), "64x8xA100-80GB",
+       strat(32, 8, 2, 4, 12, Ckpt::Full, Precision::FP16), 2048, 1536, false, true, A, 138},
+      // --num-layers-per-virtual-pipeline-stage 5: 60 layers / pp 4 / 5 = 3 chunks per rank.
+      {megatron, megatron_cite, "GPT 76.1B", gpt(60, 10240, 80, 51200, 2048), "128x8xA100-80GB",
+       strat(32, 8, 4, 2, 28, Ckpt::Full, Precision::FP16, 3), 2048, 1792, false, true, A, 140},
       {megatron, megatron_cite, "GPT 145.6B", gpt(80, 12288, 96, 51200, 2048), "192x8xA100-80GB",
        strat(24, 8, 8, 2, 48, Ckpt::Full, Precision::FP16, 2), 2048, 2304, false, true, A, 148},
+      // --num-layers-per-virtual-pipeline-stage 3: 96 / 16 / 3 = 2 chunks per rank.
+      {megatron, megatron_cite, "GPT 310.1B", gpt(96, 16384, 128, 51200, 2048), "240x8xA100-80GB",
+       strat(15, 8, 16, 1, 144, Ckpt::Full, Precision::FP16, 2), 2048, 2160, false, true, A, 155},
+      // --num-layers-per-virtual-pipeline-stage 1: 105 / 35 / 1 = 3 chunks per rank.
+      {megatron, megatron_cite, "GPT 529.6B", gpt(105, 20480, 128, 51200, 2048), "315x8xA100-80GB",
+       strat(9, 8, 35, 1, 280, Ckpt::Full, Precision::FP16, 3), 2048, 2520, false, true, A, 163},
       {megatron, megatron_cite, "GPT 1008B", gpt(128, 25600, 160, 51200, 2048), "384x8xA100-80GB",
        strat(6, 8, 64, 1, 512, Ckpt::Full, Precision::FP16), 2048, 3072, false, true, A, 163},
       {korthikanti, korthikanti_cite, "GPT 175B", gpt(96, 12288, 96, 51200, 2048), "8x8xA100-80GB",
