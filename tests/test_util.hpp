@@ -9,10 +9,12 @@
 
 namespace test_util {
 
-// The repository's examples/ folder (tests/unit/X.cpp -> ../../examples).
-inline std::filesystem::path examples_dir() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "examples";
-}
+// The repository's root, from CMake (tests/CMakeLists.txt): not __FILE__, which a
+// compiler cache with a base directory makes relative to the build folder.
+inline std::filesystem::path source_dir() { return PLANNER_SOURCE_DIR; }
+
+// The repository's examples/ folder.
+inline std::filesystem::path examples_dir() { return source_dir() / "examples"; }
 
 // The message of the InputError that f throws, or "" when it throws none.
 inline std::string error_of(const std::function<void()>& f) {

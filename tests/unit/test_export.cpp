@@ -102,7 +102,7 @@ Strategy from_fsdp(const nlohmann::json& j) {
 // Megatron-LM core_v0.19.0's flags with their choices (tests/data, made by
 // scripts/megatron_argument_names.py from that release's parser).
 std::map<std::string, std::set<std::string>> megatron_flags() {
-  const auto path = std::filesystem::path(__FILE__).parent_path().parent_path() / "data" /
+  const auto path = test_util::source_dir() / "tests" / "data" /
                     "megatron_core_v0.19.0_arguments.txt";
   std::ifstream in(path);
   REQUIRE(in);
