@@ -50,6 +50,7 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     if (!o->host_memory.empty()) req.host_memory_bytes = parse_bytes(o->host_memory, "--host-memory");
     check_headroom(o->profile.headroom);
     req.profile_path = o->profile.profile;
+    req.profile_any = o->profile.any;
     req.headroom = o->profile.headroom;
     MaxModelResult r = find_max_model(req);
     emit("", o->json ? max_model_json(r).dump(2) + "\n" : max_model_table(r));
