@@ -46,33 +46,39 @@ std::string changed_keys(const Strategy& a, const Strategy& b) {
 
 std::vector<FitChange> cheapest_fixes(const Plan& plan, const HardwareProfile& profile, Engine engine, size_t n) {
   // Checkpointing x ZeRO stage x optimizer offload x micro-batch (halved down
-  // to 1, gas up to keep the global batch), then twice the GPUs alone.
-  const Strategy& s = plan.strategy;
+  // to 1, gas up to keep the global batch), on this cluster and on two and
+  // four times the GPUs.
   std::vector<std::pair<std::string, Plan>> tries;
-  std::vector<int> mbs;
-  for (int m = s.mbs; m >= 1; m /= 2) {
-    if (s.mbs % m == 0) mbs.push_back(m);
-    if (m == 1) break;
-  }
-  for (Ckpt ck : {s.ckpt, Ckpt::Selective, Ckpt::Full}) {
-    if (ck != s.ckpt && int(ck) < int(s.ckpt)) continue;
-    for (int z = s.zero; z <= 3; ++z) {
-      if (z != s.zero && s.dp == 1) continue;  // ZeRO shards over data-parallel ranks only
-      for (Offload off : {s.offload, Offload::Optimizer}) {
-        if (off != s.offload && (s.offload != Offload::None || z == 0)) continue;
-        for (int m : mbs) {
-          Plan q = plan;
-          q.strategy.ckpt = ck, q.strategy.zero = z, q.strategy.offload = off;
-          q.strategy.mbs = m, q.strategy.gas = s.gas * (s.mbs / m);
-          if (q.strategy == s) continue;
-          tries.emplace_back(changed_keys(s, q.strategy), std::move(q));
+  std::vector<std::pair<std::string, Plan>> bases{{"", plan}};
+  for (int k = 0; k < 2; ++k)
+    if (auto q = doubled(bases.back().second))
+      bases.emplace_back(fmt::format("{} GPUs ({}; dp={}, gas={})", q->cluster.world(), q->cluster.name,
+                                     q->strategy.dp, q->strategy.gas), *q);
+  for (const auto& [where, base] : bases) {
+    const Strategy& s = base.strategy;
+    std::vector<int> mbs;
+    for (int m = s.mbs; m >= 1; m /= 2) {
+      if (s.mbs % m == 0) mbs.push_back(m);
+      if (m == 1) break;
+    }
+    for (Ckpt ck : {s.ckpt, Ckpt::Selective, Ckpt::Full}) {
+      if (ck != s.ckpt && int(ck) < int(s.ckpt)) continue;
+      for (int z = s.zero; z <= 3; ++z) {
+        if (z != s.zero && s.dp == 1) continue;  // ZeRO shards over data-parallel ranks only
+        for (Offload off : {s.offload, Offload::Optimizer}) {
+          if (off != s.offload && (s.offload != Offload::None || z == 0)) continue;
+          for (int m : mbs) {
+            Plan q = base;
+            q.strategy.ckpt = ck, q.strategy.zero = z, q.strategy.offload = off;
+            q.strategy.mbs = m, q.strategy.gas = s.gas * (s.mbs / m);
+            if (q.strategy == plan.strategy && where.empty()) continue;
+            const std::string keys = changed_keys(s, q.strategy);
+            tries.emplace_back(where.empty() ? keys : keys.empty() ? where : where + " with " + keys, std::move(q));
+          }
         }
       }
     }
   }
-  if (auto q = doubled(plan))
-    tries.emplace_back(fmt::format("{} GPUs ({}; dp={}, gas={})", q->cluster.world(), q->cluster.name,
-                                   q->strategy.dp, q->strategy.gas), *q);
 
   std::vector<FitChange> out;
   PlanUse use;
@@ -88,22 +94,29 @@ std::vector<FitChange> cheapest_fixes(const Plan& plan, const HardwareProfile& p
     } catch (const InputError&) {  // illegal for this model or GPU, or not simulable: not a way out
     }
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const FitChange& a, const FitChange& b) { return a.step_seconds < b.step_seconds; });
+  // Cheapest: the least GPU time per step (more GPUs cost GPU-hours too).
+  std::stable_sort(out.begin(), out.end(), [](const FitChange& a, const FitChange& b) {
+    return a.step_seconds * a.plan.cluster.world() < b.step_seconds * b.plan.cluster.world();
+  });
   if (out.size() > n) out.resize(n);
   return out;
 }
 
 std::string fixes_text(const Plan& plan, const std::vector<FitChange>& fixes, double step_seconds) {
   if (fixes.empty())
-    return fmt::format("No change of checkpointing, ZeRO, offload or micro-batch fits, nor twice the GPUs; "
+    return fmt::format("No change of checkpointing, ZeRO, offload or micro-batch fits, on up to four times the GPUs; "
                        "try planner plan --model {} --gpus CLUSTER to search every strategy\n", plan.model.name);
-  std::string out = fmt::format("Cheapest changes that fit (step time as predicted; this plan: {:.4f} s):\n", step_seconds);
+  std::string out = fmt::format("Cheapest changes that fit, least GPU time per step first (this plan: {:.4f} s):\n",
+                                step_seconds);
   for (size_t i = 0; i < fixes.size(); ++i) {
     const auto& f = fixes[i];
     const double cost = step_seconds > 0 ? 100 * (f.step_seconds / step_seconds - 1) : 0;
-    out += fmt::format("  {}. {:<44} step {:.4f} s ({:+.1f}%), peak {}\n", i + 1, f.change, f.step_seconds, cost,
-                       format_bytes(double(f.peak_bytes)));
+    const double gpus = double(f.plan.cluster.world()) / double(plan.cluster.world());
+    out += fmt::format("  {}. {:<44} step {:.4f} s ({:+.1f}%), peak {}{}\n", i + 1, f.change, f.step_seconds, cost,
+                       format_bytes(double(f.peak_bytes)),
+                       gpus != 1 && step_seconds > 0
+                           ? fmt::format(", GPU-hours {:+.1f}%", 100 * (gpus * f.step_seconds / step_seconds - 1))
+                           : std::string());
   }
   return out;
 }

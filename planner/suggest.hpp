@@ -20,9 +20,10 @@ struct FitChange {
 };
 
 // The plan with more checkpointing, a higher ZeRO stage, optimizer offload
-// and a smaller micro-batch (each alone and together), or with twice the GPUs,
-// keeping the global batch, sequence and model; those that pass check_compat
-// and fit, fastest first, at most `n`.
+// and a smaller micro-batch (each alone and together), on this cluster or on
+// two or four times the GPUs, keeping the global batch, sequence and model;
+// those that pass check_compat and fit, least GPU time per step (step time x
+// GPUs) first, at most `n`.
 std::vector<FitChange> cheapest_fixes(const Plan& plan, const HardwareProfile& profile, Engine engine, size_t n = 3);
 // The lines memory prints under a DOES NOT FIT verdict ("" when it fits).
 std::string fixes_text(const Plan& plan, const std::vector<FitChange>& fixes, double step_seconds);
