@@ -504,12 +504,19 @@ std::string cluster_notation_note(const ClusterSpec& c) {
   // The name of a spec string with one count ("64xH100") that parse_cluster split.
   const std::string name = trim(c.name);
   const size_t x = name.find_first_of("xX");
-  if (x == std::string::npos || c.nodes < 2) return "";
+  if (x == std::string::npos) return "";
   const std::string head = name.substr(0, x);
   if (head.empty() || head.find_first_not_of("0123456789") != std::string::npos) return "";
   const std::string rest = name.substr(x + 1);
   const size_t x2 = rest.find_first_of("xX");
   if (x2 != std::string::npos && rest.substr(0, x2).find_first_not_of("0123456789") == std::string::npos) return "";
+  if (c.nodes == 1 && c.gpus_per_node > c.gpu.default_gpus_per_node)
+    return fmt::format("'{}': {} GPUs are not a multiple of the usual {} node of {}, so they are modelled as one node "
+                       "of {}; give NODESxNxTYPE (e.g. {}x{}x{}) for separate nodes", name, c.gpus_per_node, c.gpu.name,
+                       c.gpu.default_gpus_per_node, c.gpus_per_node,
+                       (c.gpus_per_node + c.gpu.default_gpus_per_node - 1) / c.gpu.default_gpus_per_node,
+                       c.gpu.default_gpus_per_node, rest);
+  if (c.nodes < 2) return "";
   return fmt::format("'{}' read as {} nodes of {} GPUs ({}x{}x{}), the usual {} node; for one node of {} GPUs give "
                      "1x{}x{} or a cluster file", name, c.nodes, c.gpus_per_node, c.nodes, c.gpus_per_node,
                      rest, c.gpu.name, c.world(), c.world(), rest);

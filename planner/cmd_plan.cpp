@@ -138,8 +138,11 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     for (auto& s : shown)
       if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
     const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
+    // Each GPU's calibration: its held-out error, or the band of an uncalibrated GPU.
     std::vector<std::string> calibration;
-    for (const auto& c : clusters) add_calibration_note(calibration, c.gpu);
+    for (const auto& c : clusters)
+      if (std::string t = step_time_band(c.gpu).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
+        calibration.push_back(std::move(t));
     if (o->json) {
       nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
       j["calibration_notes"] = calibration;

@@ -15,6 +15,8 @@ expect_grep "^Cluster 8 nodes x 8 H100-SXM \(nvswitch 450 GB/s per GPU\); 1 NIC 
 expect_grep "'64xH100' read as 8 nodes of 8 GPUs" "$TMP/out"
 expect_exit 0 $P memory --model llama-2-7b --gpus 1x64xH100 --strategy tp=2 --global-batch 512 --json
 json "assert j['plan']['cluster']['nodes'] == 1 and j['plan']['cluster']['gpus_per_node'] == 64"
+expect_exit 0 $P memory --model llama-2-7b --gpus 12xH100 --strategy tp=2 --global-batch 12
+expect_grep "'12xH100': 12 GPUs are not a multiple of the usual H100-SXM node of 8" "$TMP/out"
 
 # 2. Defaults a user would choose, listed: seq at most 4096, the batch of a pretraining question ~2M tokens.
 expect_exit 0 $P predict --model examples/models/llama-3.2-1b.json --gpus 8xH100 --json
