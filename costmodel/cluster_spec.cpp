@@ -399,6 +399,14 @@ ClusterSpec parse_cluster(std::string_view spec_in) {
   const GpuSpec& gpu = gpu_by_name(type);
   int64_t nodes = n.size() == 2 ? n[0] : 1;
   int64_t per_node = n.empty() ? 1 : n.back();
+  // "64xH100" means eight DGX nodes to the people who type it, not one
+  // 64-GPU NVLink domain (issue 28): a single count above the GPU's usual node
+  // size that it divides is split into nodes of that size
+  // (cluster_notation_note says so). "1x64xH100" or a cluster file keeps one node.
+  if (n.size() == 1 && per_node > gpu.default_gpus_per_node && per_node % gpu.default_gpus_per_node == 0) {
+    nodes = per_node / gpu.default_gpus_per_node;
+    per_node = gpu.default_gpus_per_node;
+  }
   if (nodes * per_node > kMaxGpus)
     throw InputError(fmt::format("GPU spec '{}': {} GPUs are too many (at most {})", spec, nodes * per_node, kMaxGpus));
   ClusterSpec c = make_cluster(gpu, static_cast<int>(nodes), static_cast<int>(per_node), spec);
@@ -490,6 +498,43 @@ void to_json(json& j, const ClusterSpec& c) {
            {"host_memory_GBps", in_units(c.host_memory_bandwidth_Bps, GB)},
            {"cpu_cores", c.cpu_cores},
            {"cpu_GFLOPS", in_units(c.cpu_flops, GB)}};
+}
+
+std::string cluster_notation_note(const ClusterSpec& c) {
+  // The name of a spec string with one count ("64xH100") that parse_cluster split.
+  const std::string name = trim(c.name);
+  const size_t x = name.find_first_of("xX");
+  if (x == std::string::npos) return "";
+  const std::string head = name.substr(0, x);
+  if (head.empty() || head.find_first_not_of("0123456789") != std::string::npos) return "";
+  const std::string rest = name.substr(x + 1);
+  const size_t x2 = rest.find_first_of("xX");
+  if (x2 != std::string::npos && rest.substr(0, x2).find_first_not_of("0123456789") == std::string::npos) return "";
+  if (c.nodes == 1 && c.gpus_per_node > c.gpu.default_gpus_per_node)
+    return fmt::format("'{}': {} GPUs are not a multiple of the usual {} node of {}, so they are modelled as one node "
+                       "of {}; give NODESxNxTYPE (e.g. {}x{}x{}) for separate nodes", name, c.gpus_per_node, c.gpu.name,
+                       c.gpu.default_gpus_per_node, c.gpus_per_node,
+                       (c.gpus_per_node + c.gpu.default_gpus_per_node - 1) / c.gpu.default_gpus_per_node,
+                       c.gpu.default_gpus_per_node, rest);
+  if (c.nodes < 2) return "";
+  return fmt::format("'{}' read as {} nodes of {} GPUs ({}x{}x{}), the usual {} node; for one node of {} GPUs give "
+                     "1x{}x{} or a cluster file", name, c.nodes, c.gpus_per_node, c.nodes, c.gpus_per_node,
+                     rest, c.gpu.name, c.world(), c.world(), rest);
+}
+
+ClusterSpec default_host(const ClusterSpec& c) { return make_cluster(c.gpu, c.nodes, c.gpus_per_node, c.name); }
+
+std::string topology_line(const ClusterSpec& c) {
+  const std::string intra = c.gpus_per_node == 1 ? std::string("no peers in the node")
+                                                 : fmt::format("{} {:.0f} GB/s per GPU", to_string(c.intra),
+                                                               c.gpu_link.bandwidth_Bps / GB);
+  const double nic_share = double(c.nics_per_node) / double(c.gpus_per_node);
+  const std::string nics = nic_share >= 1 ? fmt::format("{:g} NIC per GPU", nic_share)
+                                          : fmt::format("1 NIC per {:g} GPUs", 1.0 / nic_share);
+  return fmt::format("{} node{} x {} {} ({}); {} {} {:.0f} Gb/s; host RAM {} per node, {} CPU cores",
+                     c.nodes, c.nodes == 1 ? "" : "s", c.gpus_per_node, c.gpu.name, intra, nics,
+                     to_string(c.network.kind), c.network.bandwidth_Bps / 1.25e8,
+                     format_bytes(double(c.host_memory_bytes)), c.cpu_cores);
 }
 
 ClusterSpec resolve_cluster(std::string_view spec_or_path) {

@@ -1,7 +1,8 @@
 #pragma once
 // ClusterSpec: the GPUs, how they are linked, and the hosts they sit in.
 //
-// Spec strings: "NxTYPE" (one node of N GPUs) or "NODESxNxTYPE"
+// Spec strings: "NxTYPE" (N GPUs; above the GPU's usual node size, which N is a
+// multiple of, split into nodes of that size: 64xH100 = 8x8xH100) or "NODESxNxTYPE"
 // ("2xRTX3090", "8xA100-80GB", "128x8xH100"), GPU names case-insensitive with
 // aliases ("3090" -> RTX3090). A JSON cluster file can say everything the
 // string cannot (links, host memory, NICs).
@@ -88,6 +89,16 @@ const GpuSpec& gpu_by_name(std::string_view name);   // case-insensitive, aliase
 // "" for a calibrated GPU, else the one-line note every prediction for it
 // prints ("H20 is not calibrated: ...").
 std::string calibration_note(const GpuSpec& g);
+// How far a predicted step time of g may be off (docs/UNCERTAINTY.md):
+// measured / predicted lies in [low, high]. Uncalibrated GPUs: the spread of
+// datasheet-only predictions' misses on the GPUs this project measured;
+// calibrated ones: their own held-out misses. `text` says which, for notes.
+struct StepTimeBand {
+  double low = 1, high = 1;
+  bool calibrated = false;
+  std::string text;
+};
+StepTimeBand step_time_band(const GpuSpec& g);
 // Appends g's note to `notes` unless it is empty or already there (one note per
 // GPU type over several clusters).
 void add_calibration_note(std::vector<std::string>& notes, const GpuSpec& g);
@@ -98,6 +109,17 @@ bool consumer_nvlink(const GpuSpec& g);      // NVLink bridge only (pairs)
 // size, intra-node links, PCIe, NICs (400 Gb/s InfiniBand per GPU for
 // H100-class HGX, 200 Gb/s for A100, 100 Gb/s otherwise), host memory.
 ClusterSpec parse_cluster(std::string_view spec);
+// "" unless `c` came from a spec string with one count that parse_cluster split
+// into nodes ("64xH100" -> 8x8xH100): then the note that says so.
+std::string cluster_notation_note(const ClusterSpec& c);
+// The topology an answer assumed, for its header: "8 nodes x 8 H100-SXM
+// (nvswitch 450 GB/s per GPU); 1 NIC per GPU infiniband 400 Gb/s; host RAM
+// 2.00 TiB per node, 128 CPU cores".
+std::string topology_line(const ClusterSpec& c);
+// The host a spec string assumes for c's GPU and node size (cpu_flops,
+// host_memory_bandwidth_Bps, ...): what a measured profile's host rates are
+// scaled against when a cluster file states other CPU figures.
+ClusterSpec default_host(const ClusterSpec& c);
 // A spec string or a path to a JSON cluster file (anything ending in .json).
 ClusterSpec resolve_cluster(std::string_view spec_or_path);
 ClusterSpec cluster_from_json(const nlohmann::json& j);

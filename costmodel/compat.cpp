@@ -7,6 +7,7 @@
 #include "costmodel/long_run.hpp"
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 #include "strategies/step_program.hpp"
 
 namespace planner {
@@ -40,6 +41,15 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
                                  tokens, kMaxMicroBatchTokens));
   if (plan.global_batch < 1 || plan.global_batch > kMaxGlobalBatch)
     throw InputError(fmt::format("global batch {} must be between 1 and {} (2^32)", plan.global_batch, kMaxGlobalBatch));
+  // The runtime's own rules (runtime/model.cpp, runtime/data.cpp), here so
+  // that plan, predict, memory and export refuse what exec would refuse.
+  if (s.sp && s.tp > 1 && plan.seq % s.tp != 0)
+    throw InputError(fmt::format("strategy: sp=1 splits the sequence over the tp ranks: seq={} is not a multiple of "
+                                 "tp={}", plan.seq, s.tp));
+  if (m.pos == PosEmbed::Rotary && m.head_dim() % 2 != 0)
+    throw InputError(fmt::format("model {}: rotary positions need an even head dimension (hidden/heads = {}/{} = {})",
+                                 m.name, m.hidden, m.heads, m.head_dim()));
+  if (m.vocab < 2) throw InputError(fmt::format("model {}: vocab={} (training tokens need at least 2)", m.name, m.vocab));
   if (m.pos == PosEmbed::Learned && m.max_positions > 0 && plan.seq > m.max_positions)
     throw InputError(fmt::format("seq={} exceeds the {} learned positions of {}", plan.seq, m.max_positions, m.name));
   if (plan.global_batch != s.global_batch())
@@ -49,6 +59,7 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   if (s.zero >= 1 && s.dp == 1)
     notes.push_back(fmt::format("zero={} with dp=1 shards nothing (ZeRO partitions over data-parallel ranks)", s.zero));
   if (s.sp && s.tp == 1) notes.push_back("sp=1 with tp=1 does nothing (sequence parallelism splits over TP ranks)");
+  if (std::string n = cluster_notation_note(c); !n.empty()) notes.push_back(std::move(n));
   if (s.tp > c.gpus_per_node)
     notes.push_back(fmt::format("tp={} spans nodes ({} GPUs per node): its all-reduces cross the network", s.tp,
                                 c.gpus_per_node));
@@ -84,6 +95,60 @@ UseCheck check_use(const Plan& plan, const PlanUse& use) {
   return {};
 }
 
+int64_t default_seq(const ModelSpec& m) {
+  const int64_t trained = m.default_seq > 0 ? m.default_seq : 1024;
+  return std::min(trained, kDefaultSeqCap);
+}
+
+int64_t pretrain_batch(int64_t seq, int64_t multiple_of) {
+  multiple_of = std::max<int64_t>(1, multiple_of);
+  const double want = double(kPretrainTokensPerStep) / double(std::max<int64_t>(1, seq)) / double(multiple_of);
+  const int64_t k = std::max<int64_t>(1, std::llround(want));
+  return std::min(k * multiple_of, std::max(multiple_of, kMaxGlobalBatch / multiple_of * multiple_of));
+}
+
+std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& given) {
+  // What every answer models: "fine-tuning" here is full training.
+  std::vector<std::string> out{"full training: AdamW on every weight (LoRA and frozen layers are not modelled)"};
+  const ClusterSpec& c = p.cluster;
+  if (!given.seq) {
+    const int64_t trained = p.model.default_seq > 0 ? p.model.default_seq : 0;
+    out.push_back(trained > p.seq ? fmt::format("seq {} (the model allows {}; --seq to change)", p.seq, trained)
+                                  : fmt::format("seq {} (the model's training length; --seq to change)", p.seq));
+  }
+  if (!given.global_batch)
+    out.push_back(fmt::format("global batch {} = {} tokens per step ({}; --global-batch to change)", p.global_batch,
+                              format_count(double(p.global_batch) * double(p.seq)),
+                              given.global_batch_rule.empty() ? "dp*mbs*gas" : given.global_batch_rule));
+  // Cluster files state their hosts; spec strings take the GPU's typical node.
+  const bool from_string = !to_lower(c.name).ends_with(".json");
+  if (from_string && !given.host_memory)
+    out.push_back(fmt::format("host RAM {} per node (typical {} server; --host-memory to change)",
+                              format_bytes(double(c.host_memory_bytes)), c.gpu.name));
+  if (from_string && consumer_nvlink(c.gpu) && c.intra == IntraNode::NVLinkPairs)
+    out.push_back(fmt::format("an NVLink bridge between pairs of {} (a cluster file with \"intra\": \"pcie\" for "
+                              "none)", c.gpu.name));
+  if (from_string) {
+    // The GPU name as typed, when it is an alias ("A100" is the 80 GB SXM part).
+    std::string typed = c.name;
+    while (true) {
+      const size_t x = typed.find_first_of("xX");
+      if (x == std::string::npos || typed.substr(0, x).find_first_not_of("0123456789") != std::string::npos) break;
+      typed = typed.substr(x + 1);
+    }
+    if (!typed.empty() && to_lower(typed) != to_lower(c.gpu.name))
+      out.push_back(fmt::format("{} = {}", typed, c.gpu.name));
+  }
+  return out;
+}
+
+std::string assumed_line(const std::vector<std::string>& assumed) {
+  if (assumed.empty()) return "";
+  std::string out = "assumed: ";
+  for (size_t i = 0; i < assumed.size(); ++i) out += (i ? "; " : "") + assumed[i];
+  return out + "\n";
+}
+
 Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes, const PlanUse& use) {
   Plan p;
   p.model = resolve_model(req.model);
@@ -100,7 +165,7 @@ Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes, const P
       throw InputError(fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", tp_pp, world));
     s.dp = static_cast<int>(world / tp_pp);
   }
-  p.seq = req.seq ? *req.seq : (p.model.default_seq > 0 ? p.model.default_seq : 1024);
+  p.seq = req.seq ? *req.seq : default_seq(p.model);
   if (req.global_batch) {
     const int64_t per_step = checked_mul(s.dp, s.mbs, "dp*mbs");
     if (!has("gas")) {

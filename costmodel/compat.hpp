@@ -50,10 +50,34 @@ struct PlanRequest {
   std::string model;                       // preset name or config.json path
   std::string gpus;                        // cluster spec string or JSON file
   std::string strategy;                    // text form; dp and gas may be left out
-  std::optional<int64_t> seq;              // default: the model's training length
+  std::optional<int64_t> seq;              // default: default_seq(model)
   std::optional<int64_t> global_batch;     // default: dp * mbs * gas
   std::optional<int64_t> host_memory_bytes;
 };
+
+// Defaults a user would choose (issue 28). The sequence length: the model's
+// training length, at most 4096 (a model that allows 131,072 positions is not
+// trained at that length by default; --seq asks for it).
+constexpr int64_t kDefaultSeqCap = 4096;
+int64_t default_seq(const ModelSpec& m);
+// Tokens per step a pretraining question (--tokens, compare) assumes when no
+// --global-batch is given: about 2M (GPT-3 used 0.5M-3.2M by size, Brown et
+// al. 2020, Table 2.1; Llama 2 4M, Touvron et al. 2023, section 2.2).
+constexpr int64_t kPretrainTokensPerStep = int64_t(1) << 21;
+// The multiple of `multiple_of` (>= 1) nearest kPretrainTokensPerStep / seq
+// sequences, at least one multiple.
+int64_t pretrain_batch(int64_t seq, int64_t multiple_of);
+
+// Which inputs the user gave; assumed_defaults lists the defaults that shaped
+// a plan built without them, one short phrase each, for the `assumed:` line
+// and the `assumed` array of --json.
+struct GivenInputs {
+  bool seq = false, global_batch = false, host_memory = false;
+  std::string global_batch_rule;  // how the default batch was chosen, e.g. "dp*mbs*gas"
+};
+std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& given);
+// One line "assumed: a; b; c\n", or "" when nothing was assumed.
+std::string assumed_line(const std::vector<std::string>& assumed);
 
 // Resolves names, fills what the strategy leaves out (dp = GPUs / (tp*pp), gas
 // = global_batch / (dp*mbs)), and checks the result with check_compat(plan, use).

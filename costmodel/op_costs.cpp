@@ -137,9 +137,18 @@ double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double p
   // part of the cores.
   // One process alone on the node: its own measured rate where the profile has
   // one beside a several-process node figure.
+  // The measured rates are of the measured host (the GPU's typical node): a
+  // cluster file's other CPU figures scale them by the slower of its FLOP/s
+  // and memory-bandwidth ratios (the update is bound by one or the other), so
+  // they count for calibrated GPUs too (issue 28).
+  const ClusterSpec host = default_host(c);
+  const double scale = std::min(host.cpu_flops > 0 && c.cpu_flops > 0 ? c.cpu_flops / host.cpu_flops : 1.0,
+                                host.host_memory_bandwidth_Bps > 0 && c.host_memory_bandwidth_Bps > 0
+                                    ? c.host_memory_bandwidth_Bps / host.host_memory_bandwidth_Bps
+                                    : 1.0);
   if (procs == 1 && p.cpu_adam_params_per_second_one_process > 0)
-    return params / p.cpu_adam_params_per_second_one_process;
-  if (p.cpu_adam_params_per_second > 0) return params / (p.cpu_adam_params_per_second / procs);
+    return params / (p.cpu_adam_params_per_second_one_process * scale);
+  if (p.cpu_adam_params_per_second > 0) return params / (p.cpu_adam_params_per_second * scale / procs);
   // Fallbacks when the cluster does not say: a two-socket server of DDR4-3200,
   // 8 channels each (2 x 204.8 GB/s), and 64 cores at ~30 GFLOP/s fp32 AVX2 each.
   const double dram = c.host_memory_bandwidth_Bps > 0 ? c.host_memory_bandwidth_Bps : 409.6e9;

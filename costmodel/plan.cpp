@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
@@ -13,6 +14,9 @@
 #include "strategies/parse_util.hpp"
 
 namespace planner {
+
+// Refuses a strategy object whose "text" contradicts its fields (defined below).
+void check_strategy_text(const nlohmann::json& j, const Strategy& fields);
 
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json j;
@@ -59,9 +63,40 @@ Plan plan_from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("plan: malformed field: {}", e.what()));
   }
+  check_strategy_text(j.at("strategy"), p.strategy);
   p.seq = positive_field(j, "seq");
   p.global_batch = positive_field(j, "global_batch");
   return p;
+}
+
+namespace {
+
+// "k=v,..." as a map.
+std::map<std::string, std::string> key_values(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (const auto& part : split(text, ',')) {
+    const size_t eq = part.find('=');
+    if (eq != std::string::npos) out[trim(part.substr(0, eq))] = trim(part.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_strategy_text(const nlohmann::json& j, const Strategy& fields) {
+  // One truth per input (issue 28): a strategy object's "text" that says
+  // other than its fields is refused, naming both, rather than ignored.
+  if (!j.is_object() || !j.contains("text") || !j.at("text").is_string()) return;
+  const std::string text = j.at("text").get<std::string>();
+  std::vector<std::string> given;
+  const Strategy said = Strategy::parse(text, &given);
+  const auto a = key_values(said.to_string()), b = key_values(fields.to_string());
+  for (const auto& k : given) {
+    const auto ia = a.find(k), ib = b.find(k);
+    if (ia != a.end() && ib != b.end() && ia->second != ib->second)
+      throw InputError(fmt::format("plan: strategy text '{}' says {}={}, its fields say {}={} ({}); make them agree",
+                                   text, k, ia->second, k, ib->second, fields.to_string()));
+  }
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {

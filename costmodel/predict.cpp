@@ -1,6 +1,8 @@
 // predict(): the step simulator over the analytic cost model, plus the memory model.
 #include "costmodel/predict.hpp"
 
+#include "strategies/parse_util.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -105,6 +107,16 @@ StepPrediction predict_with_trace(const Plan& plan, const HardwareProfile& profi
   write_chrome_trace(sim, fmt::format("{} on {}: {}", plan.model.name, plan.cluster.name, plan.strategy.to_string()),
                      trace_path);
   return p;
+}
+
+std::string check_profile_gpu(const HardwareProfile& profile, const GpuSpec& gpu, bool any) {
+  if (profile.gpu.empty() || to_lower(profile.gpu) == to_lower(gpu.name)) return "";
+  const std::string where = to_lower(profile.gpu) == "cpu" ? "the CPU" : profile.gpu;
+  if (!any)
+    throw InputError(fmt::format("--profile was measured on {}, not on {}: its rates and memory would be taken for "
+                                 "the {}'s (give --profile-any to apply it anyway)", where, gpu.name, gpu.name));
+  return fmt::format("profile measured on {} applied to {} (--profile-any): times and memory use its rates, not the "
+                     "{}'s", where, gpu.name, gpu.name);
 }
 
 nlohmann::json prediction_json(const StepPrediction& p) {

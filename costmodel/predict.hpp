@@ -5,6 +5,7 @@
 #include <string>
 #include <nlohmann/json_fwd.hpp>
 
+#include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/plan.hpp"
@@ -46,5 +47,11 @@ struct StepPrediction {
 // profile saved at `profile_path` when not empty.
 StepPrediction predict(const Plan& plan, const std::string& profile_path = "");
 nlohmann::json prediction_json(const StepPrediction& p);  // the documented predict keys
+
+// One truth per input (issue 28): a profile measured on another GPU (or on
+// the CPU, "gpu": "cpu") than `gpu` is refused (InputError naming both and
+// --profile-any) unless `any`; with `any` the note every answer then prints
+// ("" when the profile is the GPU's own).
+std::string check_profile_gpu(const HardwareProfile& profile, const GpuSpec& gpu, bool any);
 
 }  // namespace planner

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "costmodel/compat.hpp"
+#include "costmodel/predict.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -69,12 +70,14 @@ Engine resolve_engine(const std::string& text) { return text.empty() ? Engine::O
 void add_profile_options(CLI::App* cmd, ProfileCli& o) {
   cmd->add_option("--profile", o.profile,
                   "hardware profile JSON, e.g. from planner calibrate (default: the GPU catalog's)");
+  cmd->add_flag("--profile-any", o.any, "apply a --profile measured on another GPU or the CPU (refused otherwise)");
   cmd->add_option("--headroom", o.headroom,
                   "GPU memory a plan must leave free to fit: 2% (default), 0.05, 1.5GiB or 0");
 }
 
 HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu) {
   HardwareProfile p = load_profile(o.profile, gpu);
+  check_profile_gpu(p, gpu, o.any);
   if (!o.headroom.empty()) apply_headroom(o.headroom, p);
   return p;
 }

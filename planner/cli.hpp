@@ -51,9 +51,11 @@ Engine resolve_engine(const std::string& text);
 // predicts memory or time.
 struct ProfileCli {
   std::string profile, headroom;
+  bool any = false;  // --profile-any: apply a profile measured on another GPU (check_profile_gpu)
 };
 void add_profile_options(CLI::App* cmd, ProfileCli& o);
-// The profile of `gpu`: the catalog default overlaid with --profile, --headroom applied.
+// The profile of `gpu`: the catalog default overlaid with --profile, --headroom
+// applied; InputError for a profile of another GPU unless --profile-any.
 HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu);
 // InputError now for a malformed --headroom (before any work).
 void check_headroom(const std::string& text);

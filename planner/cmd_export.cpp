@@ -7,6 +7,7 @@
 
 #include "costmodel/compat.hpp"
 #include "planner/cli.hpp"
+#include "planner/render.hpp"
 #include "planner/export.hpp"
 #include "strategies/errors.hpp"
 
@@ -34,12 +35,31 @@ ExportResult export_plan(const Plan& plan, Engine engine, const std::string& fil
     throw InputError("export: --to takes deepspeed, megatron or fsdp (the plan file itself is what ours runs)");
   PlanUse use;
   use.engine = engine;
-  check_compat(plan, use);
-  switch (engine) {
-    case Engine::DeepSpeed: return export_deepspeed(plan, file);
-    case Engine::Megatron: return export_megatron(plan, file);
-    default: return export_fsdp(plan, file);
+  try {
+    check_compat(plan, use);
+  } catch (const InputError& e) {
+    // A way out: the search that keeps only what this engine runs.
+    // Only when the engine's gap was the rule broken (check_use's message).
+    if (std::string(e.what()).rfind(fmt::format("engine {}:", to_string(engine)), 0) == 0)
+      throw InputError(fmt::format("{}; planner plan --model {} --gpus {} --seq {} --global-batch {} --engine {} "
+                                   "finds the best plan {} can run",
+                                   e.what(), plan.model.name, plan.cluster.name, plan.seq, plan.global_batch,
+                                   to_string(engine), engine_version(engine)));
+    throw;
   }
+  ExportResult r;
+  switch (engine) {
+    case Engine::DeepSpeed: r = export_deepspeed(plan, file); break;
+    case Engine::Megatron: r = export_megatron(plan, file); break;
+    default: r = export_fsdp(plan, file); break;
+  }
+  // A configuration of a plan predicted not to fit is still written (the
+  // prediction may be wrong), but says so.
+  const MemoryReport m = estimate_memory(plan, engine);
+  if (!m.fits())
+    r.notes.insert(r.notes.begin(), fmt::format("this plan is predicted NOT to fit as {} allocates it: {}",
+                                                engine_version(engine), why_not_fits(m)));
+  return r;
 }
 
 CLI::App* add_export_command(CLI::App& app, int& exit_code) {

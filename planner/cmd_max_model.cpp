@@ -50,9 +50,18 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     if (!o->host_memory.empty()) req.host_memory_bytes = parse_bytes(o->host_memory, "--host-memory");
     check_headroom(o->profile.headroom);
     req.profile_path = o->profile.profile;
+    req.profile_any = o->profile.any;
     req.headroom = o->profile.headroom;
     MaxModelResult r = find_max_model(req);
-    emit("", o->json ? max_model_json(r).dump(2) + "\n" : max_model_table(r));
+    // The same training every answer models (compat.hpp assumed_defaults).
+    const std::string training = "full training: AdamW on every weight (LoRA and frozen layers are not modelled)";
+    if (o->json) {
+      nlohmann::json j = max_model_json(r);
+      j["assumed"] = {training};
+      emit("", j.dump(2) + "\n");
+    } else {
+      emit("", "assumed: " + training + "\n" + max_model_table(r));
+    }
     exit_code = 0;
   });
   return cmd;

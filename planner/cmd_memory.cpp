@@ -5,8 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/memory_model.hpp"
+#include "costmodel/predict.hpp"
 #include "planner/cli.hpp"
+#include "costmodel/predict_detail.hpp"
 #include "planner/render.hpp"
+#include "planner/suggest.hpp"
+#include "strategies/errors.hpp"
 
 namespace planner {
 
@@ -45,16 +49,37 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     const Engine engine = use.engine;
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
     MemoryReport r = estimate_memory(plan, engine, &profile);
+    if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
+    const std::vector<std::string> assumed = assumed_defaults(plan, given_inputs(o->plan));
+    // A way out: the cheapest single changes that fit, with their step time.
+    std::vector<FitChange> fixes;
+    double step_seconds = 0;
+    if (!r.fits()) {
+      fixes = cheapest_fixes(plan, profile, engine);
+      try {
+        step_seconds = predict(plan, profile).step_seconds;
+      } catch (const InputError&) {  // not simulable: the changes' times stand alone
+      }
+    }
     if (!o->output.empty()) save_plan(plan, o->output);
     if (o->json) {
       nlohmann::json j = memory_report_json(r);
+      j["assumed"] = assumed;
+      if (!r.fits()) {
+        j["fixes"] = nlohmann::json::array();
+        for (const auto& f : fixes)
+          j["fixes"].push_back({{"change", f.change}, {"strategy", f.plan.strategy.to_string()},
+                                {"cluster", f.plan.cluster.name}, {"per_gpu_peak_bytes", f.peak_bytes},
+                                {"step_seconds", f.step_seconds}});
+      }
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["plan"] = plan_to_json(plan);
       emit_report(o->output, j.dump(2) + "\n");
     } else {
-      std::string text = plan_header(plan) + "\n" + memory_table(plan, r);
+      std::string text = plan_header(plan) + assumed_line(assumed) + "\n" + memory_table(plan, r);
+      if (!r.fits()) text += fixes_text(plan, fixes, step_seconds);
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
       if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
       emit_report(o->output, text);

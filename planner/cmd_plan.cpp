@@ -12,7 +12,9 @@
 #include "planner/bench.hpp"
 #include "planner/cli.hpp"
 #include "planner/plan_rank.hpp"
+#include "planner/render.hpp"
 #include "planner/search.hpp"
+#include "planner/suggest.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -49,8 +51,9 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--gpus,-g", o->plan.gpus,
                   "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON; several clusters separated by commas")
       ->required();
-  cmd->add_option("--seq", o->plan.seq, "sequence length (default: the model's training length)");
-  cmd->add_option("--global-batch", o->plan.global_batch, "sequences per step (default: the GPU count)");
+  cmd->add_option("--seq", o->plan.seq, "sequence length (default: the model's training length, at most 4096)");
+  cmd->add_option("--global-batch", o->plan.global_batch,
+                  "sequences per step (default: the GPU count; with --tokens about 2M tokens per step)");
   cmd->add_option("--host-memory", o->plan.host_memory, "host memory per node, e.g. 256GiB");
   cmd->add_option("--top", o->top, "how many plans to show (default 5)");
   add_profile_options(cmd, o->profile);
@@ -67,8 +70,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     SearchRequest req;
     req.model = resolve_model(o->plan.model);
     const std::vector<ClusterSpec> clusters = resolve_clusters(o->plan.gpus, o->plan.host_memory);
-    req.seq = o->plan.seq.empty() ? (req.model.default_seq > 0 ? req.model.default_seq : 1024)
-                                  : parse_seq(o->plan.seq);
+    req.seq = o->plan.seq.empty() ? default_seq(req.model) : parse_seq(o->plan.seq);
     if (clusters.size() > 1 && o->plan.global_batch.empty())
       throw InputError("several --gpus clusters need one --global-batch, so that every plan trains alike");
     if (clusters.size() > 1 && o->explain) throw InputError("--explain takes one --gpus cluster");
@@ -83,6 +85,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     req.top_k = int(std::max(top, rank));
     req.explain = o->explain;
     req.profile_path = o->profile.profile;
+    req.profile_any = o->profile.any;
     check_headroom(o->profile.headroom);
     req.headroom = o->profile.headroom;
     if (!o->quiet) {
@@ -96,11 +99,31 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
         std::cerr << fmt::format("planner: {} {}%\n", phase, pct) << std::flush;
       };
     }
+    // The default batch: about 2M tokens per step for a pretraining question
+    // (--tokens), else one sequence per GPU; either way listed as assumed.
+    const bool pretrain = !o->cost.tokens.empty();
+    GivenInputs given = given_inputs(o->plan);
+    given.global_batch_rule = pretrain ? fmt::format("about {} tokens per step for pretraining, a multiple of the GPUs",
+                                                     format_count(double(kPretrainTokensPerStep)))
+                                       : "one sequence per GPU";
     std::vector<ClusterSearch> searches;
+    std::vector<std::string> assumed;
     for (const auto& c : clusters) {
       req.cluster = c;
-      req.global_batch = o->plan.global_batch.empty() ? c.world() : parse_global_batch(o->plan.global_batch);
+      req.global_batch = !o->plan.global_batch.empty() ? parse_global_batch(o->plan.global_batch)
+                         : pretrain                     ? pretrain_batch(req.seq, c.world())
+                                                        : c.world();
+      for (auto& a : assumed_defaults(Plan{req.model, c, Strategy{}, req.seq, req.global_batch}, given))
+        if (std::find(assumed.begin(), assumed.end(), a) == assumed.end()) assumed.push_back(std::move(a));
       searches.push_back({c, search_plans(req)});
+      if (const std::string n = cluster_notation_note(c); !n.empty()) searches.back().result.notes.push_back(n);
+    }
+    // Nothing fits on one cluster: name the smallest one that does.
+    std::string way_out;
+    if (searches.size() == 1 && searches.front().result.plans.empty()) {
+      req.cluster = clusters.front();
+      const int64_t per_gpu = o->plan.global_batch.empty() && !pretrain ? 1 : 0;
+      way_out = larger_cluster_text(req, smallest_cluster_that_fits(req, per_gpu));
     }
     std::vector<RankedEntry> ranked = rank_by_objective(searches, objective, cost);
     if (!o->output.empty()) {
@@ -115,14 +138,20 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     for (auto& s : shown)
       if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
     const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
+    // Each GPU's calibration: its held-out error, or the band of an uncalibrated GPU.
     std::vector<std::string> calibration;
-    for (const auto& c : clusters) add_calibration_note(calibration, c.gpu);
+    for (const auto& c : clusters)
+      if (std::string t = step_time_band(c.gpu).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
+        calibration.push_back(std::move(t));
     if (o->json) {
       nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
       j["calibration_notes"] = calibration;
+      j["assumed"] = assumed;
+      if (!way_out.empty()) j["way_out"] = way_out.substr(0, way_out.size() - 1);
       emit_report(o->output, j.dump(2) + "\n");
     } else {
-      std::string text = ranked_table(shown, shown_ranked, objective, size_t(top), o->explain);
+      std::string text = assumed_line(assumed) + ranked_table(shown, shown_ranked, objective, size_t(top), o->explain);
+      text += way_out;
       for (const auto& note : calibration) text += "note: " + note + "\n";
       emit_report(o->output, text);
     }

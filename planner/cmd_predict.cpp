@@ -15,11 +15,19 @@ namespace planner {
 
 namespace {
 
-std::string prediction_table(const Plan& plan, const StepPrediction& p) {
-  std::string out = plan_header(plan) + "\n";
-  out += fmt::format("step time        {:>12.4f} s\n", p.step_seconds);
+std::string prediction_table(const Plan& plan, const StepPrediction& p, const std::vector<std::string>& assumed) {
+  std::string out = plan_header(plan) + assumed_line(assumed) + "\n";
+  const StepTimeBand band = step_time_band(plan.cluster.gpu);
+  const bool wide = !band.calibrated;
+  out += fmt::format("step time        {:>12.4f} s{}\n", p.step_seconds,
+                     wide ? fmt::format("   (band {:.4f} - {:.4f} s: not calibrated)", p.step_seconds * band.low,
+                                        p.step_seconds * band.high)
+                          : std::string());
   out += fmt::format("samples/s        {:>12.2f}\n", p.samples_per_second);
-  out += fmt::format("tokens/s         {:>12.0f}\n", p.tokens_per_second);
+  out += fmt::format("tokens/s         {:>12.0f}{}\n", p.tokens_per_second,
+                     wide ? fmt::format("   (band {:.0f} - {:.0f})", p.tokens_per_second / band.high,
+                                        p.tokens_per_second / band.low)
+                          : std::string());
   out += fmt::format("model TFLOP/s    {:>12.1f} per GPU\n", p.tflops_per_gpu);
   out += fmt::format("hardware TFLOP/s {:>12.1f} per GPU (with recomputation)\n", p.hw_tflops_per_gpu);
   out += fmt::format("MFU              {:>11.1f}%\n\n", 100 * p.mfu);
@@ -82,20 +90,27 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
     StepPrediction p = predict_with_trace(plan, profile, o->trace);
     if (engine != Engine::Ours) p.memory = estimate_memory(plan, engine, &profile);
+    if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
     p.memory.notes.insert(p.memory.notes.begin(), notes.begin(), notes.end());
     const std::optional<TrainCost> cost = train_cost(cost_opts, plan.cluster, p.tokens_per_second);
+    const std::vector<std::string> assumed = assumed_defaults(plan, given_inputs(o->plan));
     if (!o->output.empty()) save_plan(plan, o->output);
     if (o->json) {
       nlohmann::json j = prediction_json(p);
       if (cost) j["train"] = train_cost_json(*cost);
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
+      j["assumed"] = assumed;
+      const StepTimeBand band = step_time_band(plan.cluster.gpu);
+      j["step_seconds_band"] = {p.step_seconds * band.low, p.step_seconds * band.high};
+      j["tokens_per_second_band"] = {p.tokens_per_second / band.high, p.tokens_per_second / band.low};
+      j["band_note"] = band.text;
       j["plan"] = plan_to_json(plan);
       emit_report(o->output, j.dump(2) + "\n");
     } else {
-      std::string text = prediction_table(plan, p);
+      std::string text = prediction_table(plan, p, assumed);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
-      if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
+      text += "note: " + step_time_band(plan.cluster.gpu).text + "\n";
       if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
       emit_report(o->output, text);
     }

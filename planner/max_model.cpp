@@ -1,5 +1,7 @@
 #include "planner/max_model.hpp"
 
+#include "costmodel/predict.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -80,6 +82,7 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
   res.cluster = resolve_cluster(req.gpus);
   if (req.host_memory_bytes) res.cluster.host_memory_bytes = *req.host_memory_bytes;
   HardwareProfile profile = load_profile(req.profile_path, res.cluster.gpu);
+  check_profile_gpu(profile, res.cluster.gpu, req.profile_any);
   if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
   std::vector<ModelSpec> family = model_family(req.family);
   // Scan from the largest down: the first size that fits is the answer, and the

@@ -19,6 +19,7 @@ struct MaxModelRequest {
   int mbs = 1;
   std::optional<int64_t> host_memory_bytes;
   std::string profile_path;          // hardware profile (empty: the catalog's for the GPU)
+  bool profile_any = false;          // --profile-any: a profile of another GPU is applied (check_profile_gpu)
   std::string headroom;              // --headroom (empty: the profile's)
 };
 

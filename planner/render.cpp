@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/cli.hpp"
 #include "strategies/parse_util.hpp"
 
 namespace planner {
@@ -37,10 +38,20 @@ std::string why_not_fits(const MemoryReport& r) {
 }
 
 std::string plan_header(const Plan& p) {
-  return fmt::format("Model {} ({} parameters) on {} ({}x {}, {} each), seq {}, global batch {}\nStrategy {}\n",
+  return fmt::format("Model {} ({} parameters) on {} ({}x {}, {} each), seq {}, global batch {}\nCluster {}\n"
+                     "Strategy {}\n",
                      p.model.name, format_count(double(p.model.total_params())), p.cluster.name, p.cluster.world(),
                      p.cluster.gpu.name, format_bytes(double(p.cluster.gpu.memory_bytes)), p.seq, p.global_batch,
-                     p.strategy.to_string());
+                     topology_line(p.cluster), p.strategy.to_string());
+}
+
+GivenInputs given_inputs(const PlanOptions& o) {
+  GivenInputs g;
+  const bool file = !o.plan_path.empty();
+  g.seq = file || !o.seq.empty();
+  g.global_batch = file || !o.global_batch.empty();
+  g.host_memory = file || !o.host_memory.empty();
+  return g;
 }
 
 std::string memory_table(const Plan& plan, const MemoryReport& r) {

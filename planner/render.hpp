@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "costmodel/memory_model.hpp"
+#include "costmodel/compat.hpp"
 #include "costmodel/plan.hpp"
 
 namespace planner {
@@ -15,7 +16,13 @@ std::string why_not_fits(const MemoryReport& r);
 // The per-stage breakdown by category, the peak, the host total and the verdict.
 std::string memory_table(const Plan& plan, const MemoryReport& r);
 
-// A header line describing the plan (model, cluster, seq, batch, strategy).
+// Header lines describing the plan (model, cluster, seq, batch; the topology
+// assumed: nodes x GPUs, intra-node link, NICs per GPU, host RAM; strategy).
 std::string plan_header(const Plan& plan);
+
+// What the user gave of the inputs that have defaults (--seq,
+// --global-batch, --host-memory, or a --plan file, which gives all).
+struct PlanOptions;
+GivenInputs given_inputs(const PlanOptions& o);
 
 }  // namespace planner

@@ -107,6 +107,20 @@ class ProgramCache {
 
 }  // namespace
 
+// Settings that change nothing on their plan: ZeRO without data parallelism to
+// shard over, SP without TP.
+static int needless(const Strategy& s) {
+  return (s.dp == 1 ? s.zero : 0) + (s.tp == 1 && s.sp ? 1 : 0);
+}
+
+// `s` with those settings at their least (ZeRO at dp=1 to 0, or 1 where
+// offload needs it; SP at tp=1 off): two strategies equal so differ only there.
+static Strategy normalized(Strategy s) {
+  if (s.dp == 1) s.zero = s.offload == Offload::None ? 0 : s.offload == Offload::All ? 3 : 1;
+  if (s.tp == 1) s.sp = false;
+  return s;
+}
+
 SearchResult search_plans(const SearchRequest& req) {
   const auto t0 = Clock::now();
   if (req.seq < 1) throw InputError("plan: seq must be at least 1");
@@ -115,8 +129,10 @@ SearchResult search_plans(const SearchRequest& req) {
   req.model.validate();
   req.cluster.validate();
   HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
+  const std::string profile_note = req.profile ? "" : check_profile_gpu(profile, req.cluster.gpu, req.profile_any);
   if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
   SearchResult out;
+  if (!profile_note.empty()) out.notes.push_back(profile_note);
 
   SpaceLimits L;
   L.world = req.cluster.world();
@@ -154,6 +170,7 @@ SearchResult search_plans(const SearchRequest& req) {
   Simulator sim;
   ProgramCache programs(req.model.layers, req.model.tied_embeddings);
   std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
+  std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
   std::array<double, kFamilies> fam_best;
   fam_best.fill(kInf);
   std::array<size_t, kFamilies> fam_best_idx{}, fam_small_idx{};
@@ -178,6 +195,8 @@ SearchResult search_plans(const SearchRequest& req) {
       continue;
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
+    // check_compat's rule from the runtime: sp splits the sequence over tp.
+    if (c.strategy.sp && c.strategy.tp > 1 && req.seq % c.strategy.tp != 0) continue;
     plan.strategy = c.strategy;
     // The rules every plan obeys hold by construction (search_space.hpp); the
     // limits of simulating it and of the engine are check_compat's (check_use).
@@ -218,7 +237,18 @@ SearchResult search_plans(const SearchRequest& req) {
     ++out.stats.simulated;
     if (r.deadlock) continue;
     const double t = r.makespan_seconds;
-    if (top.size() < size_t(req.top_k) || t < top.back().first) {
+    // Distinct plans only (issue 28): one whose time coincides with a kept
+    // one's and whose memory does too, or which differs from it only on an axis
+    // without effect here (zero=1..3 at dp=1, sp at tp=1), is the same plan;
+    // the one with fewer such settings stays.
+    auto same = std::find_if(top.begin(), top.end(), [&](const auto& e) {
+      return std::abs(e.first - t) <= 1e-9 * t &&
+             (peaks[e.second] == mem.per_gpu_peak_bytes || normalized(cands[e.second].strategy) == normalized(c.strategy));
+    });
+    peaks[i] = mem.per_gpu_peak_bytes;
+    if (same != top.end()) {
+      if (needless(c.strategy) < needless(cands[same->second].strategy)) same->second = i;
+    } else if (top.size() < size_t(req.top_k) || t < top.back().first) {
       top.insert(std::upper_bound(top.begin(), top.end(), std::make_pair(t, i)), {t, i});
       if (top.size() > size_t(req.top_k)) top.pop_back();
     }
@@ -267,6 +297,13 @@ SearchResult search_plans(const SearchRequest& req) {
             e.reason = fmt::format("no strategy: pp>1 must divide the GPUs ({}) with dp dividing the global batch ({})",
                                    L.world, L.global_batch);
             break;
+          case kZero3:  // the search leaves out ZeRO where it shards nothing
+            if (L.world == 1) {
+              e.reason = "no strategy: zero=3 without offload shards over data-parallel ranks and there is one GPU "
+                         "(zero with offload is the offload family)";
+              break;
+            }
+            [[fallthrough]];
           default:
             e.reason = fmt::format("no strategy of this family for {} GPUs and a global batch of {}", L.world,
                                    L.global_batch);

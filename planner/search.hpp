@@ -29,6 +29,7 @@ struct SearchRequest {
   int64_t global_batch = 0;
   std::string profile_path;                 // empty: the catalog default for the GPU
   std::optional<HardwareProfile> profile;   // when set, used instead of profile_path
+  bool profile_any = false;                 // --profile-any: a profile_path of another GPU is applied (with a note)
   std::string headroom;                     // --headroom applied to the profile (empty: the profile's)
   int top_k = 5;
   bool explain = false;

@@ -10,7 +10,8 @@ start=$(date +%s%N)
 expect_exit 0 $P compare --model llama-2-7b --gpus $GPUS --tokens 1T --prices "$PRICES"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$ms" -lt 1000 ] || { echo "FAIL: compare took $ms ms (limit 1000)"; fails=$((fails+1)); }
-expect_grep "^Best plan per cluster, global batch 32, seq 4096; ranked by cost to train 1T tokens:" "$TMP/out"
+# The default batch of a pretraining question: about 2M tokens per step (512 x 4096), a multiple of every GPU count.
+expect_grep "^Best plan per cluster, global batch 512, seq 4096; ranked by cost to train 1T tokens:" "$TMP/out"
 expect_grep "^ 1  8xH100 " "$TMP/out"
 [ "$(grep -cE '^ [123]  ' "$TMP/out")" = 3 ] || { echo "FAIL: expected 3 ranked rows"; cat "$TMP/out"; fails=$((fails+1)); }
 
@@ -18,7 +19,7 @@ expect_exit 0 $P compare --model llama-2-7b --gpus $GPUS --tokens 1T --prices "$
 python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert j["objective"] == "cost" and j["global_batch"] == 32 and j["seq"] == 4096
+assert j["objective"] == "cost" and j["global_batch"] == 512 and j["seq"] == 4096
 rows = j["clusters"]
 assert [r["rank"] for r in rows] == [1, 2, 3]
 assert sorted(r["cluster"] for r in rows) == ["32xV100-32GB", "8xA100-80GB", "8xH100"]

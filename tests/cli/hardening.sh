@@ -63,8 +63,8 @@ expect_bad_input $P predict --model gpt2 --gpus 8193xH100 && expect_grep "8192 p
 # Large nodes search best paths once per class of interchangeable GPUs (costmodel/topology.cpp):
 # 1024, 4096 and the largest node, 8192 GPUs, predict and plan within 2 s (each well under 1 s here).
 for n in 1024 4096 8192; do
-  expect_fast 2 $P predict --model gpt2 --gpus ${n}xH100
-  expect_fast 2 $P plan --model gpt2 --gpus ${n}xH100
+  expect_fast 2 $P predict --model gpt2 --gpus 1x${n}xH100
+  expect_fast 2 $P plan --model gpt2 --gpus 1x${n}xH100
 done
 # Across nodes too, and a deep pipeline on one large node.
 expect_fast 2 $P plan --model llama-2-70b --gpus 2x4096xH100
@@ -72,7 +72,7 @@ cat > "$TMP/deep.json" <<'JSON'
 {"model_type": "llama", "num_hidden_layers": 1024, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
  "intermediate_size": 688, "vocab_size": 32000, "max_position_embeddings": 2048}
 JSON
-expect_fast 2 $P predict --model "$TMP/deep.json" --gpus 4096xH100 --strategy dp=4,pp=1024
+expect_fast 2 $P predict --model "$TMP/deep.json" --gpus 1x4096xH100 --strategy dp=4,pp=1024
 # NICs on few PCIe switches of a large node: every NIC-less GPU would spread over all of them, refused across nodes.
 echo '{"gpu": "H100", "nodes": 2, "gpus_per_node": 4096, "network": {"nics_per_node": 64}}' > "$TMP/nics.json"
 expect_bad_input $P plan --model gpt2 --gpus "$TMP/nics.json" && expect_grep "64 NICs on a node of 4096 GPUs" "$TMP/err"

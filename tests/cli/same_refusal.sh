@@ -16,6 +16,7 @@ same_refusal() {
   python3 - "$TMP/$name.legal.json" "$illegal" "$TMP/$name.json" <<'PY' || { fails=$((fails+1)); return; }
 import json, sys
 p = json.load(open(sys.argv[1]))
+p["strategy"].pop("text", None)  # the fields alone say the strategy (a contradicting text is refused)
 for kv in sys.argv[2].split(","):
     k, v = kv.split("=")
     if k == "global_batch":

@@ -172,8 +172,16 @@ TEST_CASE("spec strings", "[cluster]") {
   CHECK(one.intra == IntraNode::PCIe);
 
   CHECK(parse_cluster("2X3090").gpu.name == "RTX3090");
-  CHECK(parse_cluster("4xRTX3090").intra == IntraNode::NVLinkPairs);  // pairs bridged, the rest over PCIe
-  CHECK(parse_cluster("4xRTX3090").host_memory_bytes == 256 * GiB);
+  CHECK(parse_cluster("1x4xRTX3090").intra == IntraNode::NVLinkPairs);  // pairs bridged, the rest over PCIe
+  CHECK(parse_cluster("1x4xRTX3090").host_memory_bytes == 256 * GiB);
+  // A single count above the GPU's usual node size is split into such nodes
+  // (issue 28): 4xRTX3090 is two desktops of two, 64xH100 eight DGX nodes.
+  CHECK(parse_cluster("4xRTX3090").nodes == 2);
+  CHECK(parse_cluster("4xRTX3090").host_memory_bytes == 64 * GiB);
+  CHECK(parse_cluster("64xH100").nodes == 8);
+  CHECK(parse_cluster("64xH100").gpus_per_node == 8);
+  CHECK(parse_cluster("1x64xH100").gpus_per_node == 64);
+  CHECK(parse_cluster("12xH100").nodes == 1);  // not a multiple of 8: one node, as written
   CHECK(parse_cluster("2xRTX4090").intra == IntraNode::PCIe);
   CHECK(parse_cluster("2xRTX4090").gpu_link.kind == LinkKind::PCIe4);
   CHECK(parse_cluster("8xA100-80GB-PCIE").intra == IntraNode::PCIe);

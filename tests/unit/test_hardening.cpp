@@ -83,7 +83,9 @@ TEST_CASE("memory never wraps: a huge need saturates and does not fit", "[harden
 
 TEST_CASE("a node is at most 8192 GPUs; the whole cluster at most 2^20", "[hardening]") {
   CHECK(error_of([] { parse_cluster("65537xH100"); }).find("at most 8192 per node") != std::string::npos);
-  CHECK(error_of([] { parse_cluster("16384xH100"); }).find("at most 8192 per node") != std::string::npos);
+  CHECK(error_of([] { parse_cluster("1x16384xH100"); }).find("at most 8192 per node") != std::string::npos);
+  // A single count above the node size splits into nodes of 8 (issue 28): 16384xH100 is 2048x8xH100.
+  CHECK(parse_cluster("16384xH100").nodes == 2048);
   CHECK_NOTHROW(parse_cluster("1024xH100"));
   CHECK_NOTHROW(parse_cluster("4096xH100"));
   CHECK_NOTHROW(parse_cluster("8192xH100"));

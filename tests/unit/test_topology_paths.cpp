@@ -372,7 +372,7 @@ TEST_CASE("GPUs without a NIC on their PCIe switch share every near NIC: bounded
   c = with_nics("2x4096xH100", 64);
   CHECK_THROWS_AS(c.validate(), InputError);
   // ... and allowed on one node.
-  c = with_nics("4096xH100", 64);
+  c = with_nics("1x4096xH100", 64);
   CHECK_NOTHROW(c.validate());
   CHECK_NOTHROW(resolve_cluster("2x8192xH100").validate());
 }
