@@ -116,14 +116,16 @@ def run_all(planner):
     return {k: r for (k, _), r in zip(cs, results)}
 
 
-def first_difference(a, b, path=""):
+def first_difference(a, b, path="", values_only=False):
     if type(a) is not type(b):
         return f"{path}: {json.dumps(a)[:80]} -> {json.dumps(b)[:80]}"
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
+            if values_only and k not in a:
+                continue
             if k not in a or k not in b:
                 return f"{path}.{k}: only in {'new' if k in b else 'golden'}"
-            d = first_difference(a[k], b[k], f"{path}.{k}")
+            d = first_difference(a[k], b[k], f"{path}.{k}", values_only)
             if d:
                 return d
         return None
@@ -131,14 +133,14 @@ def first_difference(a, b, path=""):
         if len(a) != len(b):
             return f"{path}: {len(a)} items -> {len(b)}"
         for i, (x, y) in enumerate(zip(a, b)):
-            d = first_difference(x, y, f"{path}[{i}]")
+            d = first_difference(x, y, f"{path}[{i}]", values_only)
             if d:
                 return d
         return None
     return None if a == b else f"{path}: {json.dumps(a)[:80]} -> {json.dumps(b)[:80]}"
 
 
-def compare(old, new):
+def compare(old, new, values_only=False):
     bad = 0
     for k in sorted(set(old) | set(new)):
         if k not in new:
@@ -148,7 +150,7 @@ def compare(old, new):
             print(f"NEW    {k} (not in the golden file: --write to add it)")
             bad += 1
         else:
-            d = first_difference(old[k], new[k])
+            d = first_difference(old[k], new[k], "", values_only)
             if d:
                 print(f"MOVED  {k}{d}")
                 bad += 1
@@ -164,6 +166,8 @@ def main():
     g.add_argument("--check", action="store_true", help="compare with tests/golden/golden.json")
     g.add_argument("--write", action="store_true", help="rewrite tests/golden/golden.json")
     g.add_argument("--against", metavar="OLD_PLANNER", help="compare with another build's answers")
+    ap.add_argument("--values-only", action="store_true",
+                    help="ignore fields the golden answers lack (a change that only adds output fields)")
     a = ap.parse_args()
     if not os.access(a.planner, os.X_OK):
         print(f"golden.py: --planner '{a.planner}' is not an executable", file=sys.stderr)
@@ -186,7 +190,7 @@ def main():
             return 2
         with open(GOLDEN) as f:
             old = json.load(f)
-    return compare(old, new)
+    return compare(old, new, a.values_only)
 
 
 if __name__ == "__main__":
