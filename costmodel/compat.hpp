@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/plan.hpp"
 
 namespace planner {

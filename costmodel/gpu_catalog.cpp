@@ -27,7 +27,7 @@
 #include <algorithm>
 
 #include "costmodel/cluster_spec.hpp"
-#include "costmodel/gpu_catalog_more.hpp"
+#include "costmodel/gpu_catalog_datasheet.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -250,7 +250,7 @@ std::vector<GpuSpec> build_catalog() {
     if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/kernels";
     c.push_back(g);
   }
-  add_datasheet_gpus(c);  // gpu_catalog_more.cpp
+  add_datasheet_gpus(c);  // gpu_catalog_datasheet.cpp
   return c;
 }
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/activations.hpp"
-#include "costmodel/engine_memory.hpp"
+#include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
 #include "strategies/schedule.hpp"
 

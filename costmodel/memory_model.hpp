@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/plan.hpp"
@@ -64,7 +64,7 @@ struct MemoryReport {
 // layout, the one the runtime executes.
 std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 
-// `engine`: what that engine allocates for the plan (costmodel/engine_memory.hpp);
+// `engine`: what that engine allocates for the plan (costmodel/engines_memory.hpp);
 // the caller checks engine_gap first. Ours is this project's runtime.
 // `profile` (null: the default profile of the plan's GPU) says which attention
 // kernel and dropout the activations assume, what the process itself takes

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "costmodel/compat.hpp"
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/plan.hpp"
 

@@ -1,6 +1,7 @@
 #pragma once
-// The second half of the GPU catalog (gpu_catalog.cpp builds the first and
-// appends these): datasheet-only entries, prediction only where not CUDA.
+// The GPU catalog's datasheet-only entries: GPUs this project has not
+// measured (gpu_catalog.cpp builds the rest and appends these); prediction
+// only where not CUDA.
 #include <cstdint>
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 
 #include <fmt/format.h>
 

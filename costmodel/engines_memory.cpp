@@ -1,4 +1,4 @@
-#include "costmodel/engine_memory.hpp"
+#include "costmodel/engines_memory.hpp"
 
 #include <algorithm>
 
