@@ -360,7 +360,7 @@ class Model:
         return ChunkedCrossEntropy.apply(lg.view(-1, V), labels.reshape(-1), rows, grad_hint)
 
 
-# ---------------------------------------------------------------- flops (costmodel/flops.cpp)
+# ---------------------------------------------------------------- flops (specs/flops.cpp)
 def model_flops(m, seq, tokens):
     h, kv = m["hidden"], m["kv_heads"] * (m["hidden"] // m["heads"])
     attn = 2 * h * h + 2 * h * kv

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "benchmarks/bench_args.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/data.hpp"

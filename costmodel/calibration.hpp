@@ -31,7 +31,7 @@
 #include <optional>
 #include <string>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 
 namespace planner {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "costmodel/engines.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

@@ -3,8 +3,8 @@
 // and offload, and the constants of the memory model that are not formulas.
 #include <cstdint>
 
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {

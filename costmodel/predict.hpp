@@ -7,7 +7,7 @@
 
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

@@ -8,7 +8,7 @@
 #include "costmodel/compat.hpp"
 #include "costmodel/engines.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/calibration.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"

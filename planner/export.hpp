@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "costmodel/engines.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

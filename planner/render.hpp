@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

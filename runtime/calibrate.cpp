@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <functional>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"

@@ -57,7 +57,7 @@
 #include <string_view>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/calibrate_detail.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"

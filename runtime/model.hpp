@@ -61,7 +61,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/tp.hpp"
 #include "strategies/strategy.hpp"
 

@@ -21,7 +21,7 @@
 
 #include <memory>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model.hpp"
 #include "strategies/strategy.hpp"

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "catch.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/model.hpp"
 #include "runtime/trainer.hpp"

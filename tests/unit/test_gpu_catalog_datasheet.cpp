@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "test_util.hpp"
 
 using namespace planner;

@@ -5,7 +5,7 @@
 // (modeling_gpt2.py, modeling_gpt_neo.py, modeling_gptj.py, modeling_opt.py,
 // modeling_bert.py, modeling_llama.py), so that a preset's total_params() equals
 // `model.num_parameters()` of the HF model (tied weights counted once).
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 
 #include <fmt/format.h>
 

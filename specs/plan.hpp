@@ -10,8 +10,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {
@@ -34,7 +34,7 @@ void save_plan(const Plan& p, const std::string& path);
 // `path` "-" is stdout; an existing FIFO or /dev/null is written in place; any
 // other existing non-regular file is refused (InputError); otherwise an O_EXCL
 // mkstemp temporary beside the target, renamed over it. A failed write is a
-// std::runtime_error (exit 1). Details in costmodel/output_file.cpp.
+// std::runtime_error (exit 1). Details in specs/output_file.cpp.
 void write_file_atomically(const std::string& path, const std::string& text);
 // Writes to stdout and flushes; std::runtime_error when that fails (/dev/full, closed pipe).
 void write_stdout_checked(const std::string& text);

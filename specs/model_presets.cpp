@@ -17,7 +17,7 @@
 #include <map>
 #include <set>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 

@@ -2,7 +2,7 @@
 // per-GPU-type defaults for the hosts, validation and the JSON form stored in
 // plan files (to_json writes the schema cluster_from_json reads; the round trip
 // is exact).
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -15,7 +15,7 @@
 #include <set>
 #include <sstream>
 
-#include "costmodel/topology.hpp"
+#include "specs/node_layout.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -37,7 +37,7 @@ constexpr int64_t kMaxGpus = int64_t(1) << 20;  // docs/ARCHITECTURE.md, "Input 
 constexpr int64_t kMaxGpusPerNode = 8192;
 // GPUs whose PCIe switch has no NIC send across nodes through every equally
 // near NIC, so a collective routes (such GPUs) x (NICs) paths per node
-// (Topology::shared_nic_routes); 2^17 admits every node of up to 1024 GPUs
+// (shared_nic_routes, specs/node_layout.hpp); 2^17 admits every node of up to 1024 GPUs
 // and keeps a plan under a second.
 constexpr int64_t kMaxSharedNicRoutes = int64_t(1) << 17;
 constexpr double kMinBandwidth_Bps = 1e6;
@@ -544,7 +544,7 @@ void ClusterSpec::validate() const {
   if (!is_network(network.kind)) fail(fmt::format("network must be infiniband or ethernet, got {}", to_string(network.kind)));
   if (nics_per_node < 1) fail("nics_per_node must be at least 1");
   // Only traffic across nodes leaves through the NICs.
-  if (const int64_t routes = Topology::shared_nic_routes(gpus_per_node, nics_per_node);
+  if (const int64_t routes = shared_nic_routes(gpus_per_node, nics_per_node);
       nodes > 1 && routes > kMaxSharedNicRoutes)
     fail(fmt::format("{} NICs on a node of {} GPUs leave {} GPUs without a NIC on their PCIe switch, each spreading "
                      "over all {} NICs ({} routes per collective, at most {}): give at least {} NICs (one per PCIe "

@@ -26,8 +26,8 @@
 
 #include <algorithm>
 
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/gpu_catalog_datasheet.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/gpu_catalog_datasheet.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 

@@ -9,7 +9,7 @@
 // counted in full (no causal halving), recomputation not counted.
 #include <cstdint>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {

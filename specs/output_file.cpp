@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "strategies/errors.hpp"
 
 namespace planner {

@@ -10,7 +10,7 @@
 // NVLink-class peer link of the datasheet's bandwidth per direction; links not
 // modelled (Huawei HCCS, Iluvatar's) leave the GPU on PCIe, which is
 // pessimistic for them.
-#include "costmodel/gpu_catalog_datasheet.hpp"
+#include "specs/gpu_catalog_datasheet.hpp"
 
 #include <string>
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 

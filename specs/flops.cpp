@@ -1,4 +1,4 @@
-#include "costmodel/flops.hpp"
+#include "specs/flops.hpp"
 
 namespace planner {
 

@@ -1,4 +1,4 @@
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 
 namespace planner {
 // GPU memory a process can allocate where nobody measured it: the datasheet's
