@@ -557,7 +557,7 @@ struct Fitter {
   }
 
   // calibrate's compute loop with and without the collectives beside it
-  // (runtime/calibrate_host.cpp measure_contention): the median slowdown over
+  // (calibration/measure_host.cpp measure_contention): the median slowdown over
   // the collectives measured, per second of overlap. GPU only: on the CPU the
   // MPI collectives share the cores, not SMs.
   // Tensor-parallel collectives between GEMMs (measure_tp_chain): the time

@@ -1,5 +1,5 @@
 // planner calibrate: host<->device copies, host memcpy, the CPU AdamW of the
-// offload path, and the Communicator's collectives (runtime/calibrate.hpp).
+// offload path, and the Communicator's collectives (calibration/measure.hpp).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "costmodel/simulator.hpp"
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
 #include "runtime/host_adam.hpp"

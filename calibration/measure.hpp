@@ -16,7 +16,7 @@
 //    fp16 and (GPU) fp32;
 //  - the GEMMs and attention of eight-layer GPT-, OPT- and LLaMA-style
 //    models' sustained training steps (Kineto) against the same kernels
-//    timed as above (runtime/calibrate_in_step.cpp);
+//    timed as above (calibration/measure_in_step.cpp);
 //  - the memory-bound kernel classes of the time model: vectorized streams
 //    (copy, add, GeLU), non-vectorized elementwise (converting copy,
 //    broadcast multiply, SiLU of a narrowed half) and reductions (layer norm,

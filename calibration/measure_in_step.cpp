@@ -1,5 +1,5 @@
 // planner calibrate: GEMMs and attention as a training step runs them, against
-// the same kernels timed as calibrate times its points (runtime/calibrate.hpp).
+// the same kernels timed as calibrate times its points (calibration/measure.hpp).
 //
 // Why: a data-center GPU trains at its power limit, and its clock then
 // depends on the mix of kernels it runs. On an H100 (700 W; validation/h100/
@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "specs/model_spec.hpp"
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
@@ -141,7 +141,7 @@ struct Family {
 };
 
 // Each family the runtime executes at calibrate's GEMM width 2048
-// (calibrate_compute.cpp): gpt-neo-1.3b's layers (GELU, 16 heads of 128),
+// (measure_compute.cpp): gpt-neo-1.3b's layers (GELU, 16 heads of 128),
 // opt-1.3b's (ReLU, 32 heads of 64) and TinyLlama's (SwiGLU 5632, 32 heads of
 // 64 with 4 kv heads); measure_in_step sets the depth. Quick: 64 wide.
 std::vector<Family> families(bool quick) {

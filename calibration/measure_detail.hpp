@@ -1,5 +1,5 @@
 #pragma once
-// Pieces of planner calibrate's measurements shared by runtime/calibrate*.cpp.
+// Pieces of planner calibrate's measurements shared by calibration/measure*.cpp.
 // LibTorch inside: not for the planner's headers.
 #include <ATen/ATen.h>
 
@@ -36,7 +36,7 @@ double time_fixed(const Ctx& c, const std::function<void()>& fn, int calls);
 void say(const Ctx& c, const std::string& line);
 std::string fmt_num(double v, int digits = 3);  // "%.3g" (LibTorch's fmt shadows the system's here)
 
-// runtime/calibrate_compute.cpp
+// calibration/measure_compute.cpp
 // Seconds of one call of `gemm` (`alone`: its back-to-back time) as calibrate
 // times its GEMM points on the GPU: each call followed by a memory-bound copy
 // of about its own duration (a layer's norms, activations and residuals come
@@ -58,7 +58,7 @@ nlohmann::json measure_memory_kernels(const Ctx& c);
 // {kernel_overhead_seconds (GPU: queued behind work, as in a step), launch_bound_seconds}
 nlohmann::json measure_kernel_overhead(const Ctx& c);
 
-// runtime/calibrate_in_step.cpp: GEMMs and attention in a sustained training
+// calibration/measure_in_step.cpp: GEMMs and attention in a sustained training
 // step of eight-layer models (fewer on a small GPU; Kineto kernel sums)
 // against the same kernels timed as calibrate times its points; one row per
 // model family and precision: {precision, model, layers, tokens, gemms (calls),
@@ -94,7 +94,7 @@ void capture_ops(Captured& cap, const std::function<void()>& fn);
 // copy of its accumulator, which grows with each call).
 void replay_gemm(const CapturedGemm& g);
 
-// runtime/calibrate_host.cpp
+// calibration/measure_host.cpp
 nlohmann::json measure_host_copies(const Ctx& c);  // GPU only
 nlohmann::json measure_host_memcpy(const Ctx& c);
 nlohmann::json measure_cpu_adam(const Ctx& c);

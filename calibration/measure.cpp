@@ -1,8 +1,8 @@
 // planner calibrate, the runtime's half: runs the micro-benchmarks
-// (runtime/calibrate_compute.cpp, runtime/calibrate_host.cpp) and the memory
+// (calibration/measure_compute.cpp, calibration/measure_host.cpp) and the memory
 // measurements, and returns the measured points. No fitting here: that is
 // costmodel/calibration.cpp's job.
-#include "runtime/calibrate.hpp"
+#include "calibration/measure.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -15,7 +15,7 @@
 #include <functional>
 
 #include "specs/plan.hpp"
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
 #include "strategies/errors.hpp"

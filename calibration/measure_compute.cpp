@@ -1,5 +1,5 @@
 // planner calibrate: GEMMs, fused attention, memory-bound kernels and the
-// launch cost of a tiny kernel on the device (runtime/calibrate.hpp).
+// launch cost of a tiny kernel on the device (calibration/measure.hpp).
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "runtime/device.hpp"
 
 namespace planner::rt::calib {
