@@ -210,7 +210,7 @@ json measure_memory_kernels(const Ctx& c) {
   // Reductions.
   add("reduction", "layer norm", 2 * ne, [&] { (void)at::layer_norm(a, {h}, w, bias); });
   add("reduction", "column sum", ne, [&] { (void)a.sum(0); });
-  // The optimizer's kernel, as adam_range (runtime/host_adam.cpp) calls it on
+  // The optimizer's kernel, as adam_range (runtime/optim/adamw.cpp) calls it on
   // one chunk: fp32 master, gradient and moments (read 16, write 12 bytes per
   // parameter).
   {

@@ -17,8 +17,8 @@
 #include "calibration/measure_detail.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
-#include "runtime/host_adam.hpp"
-#include "runtime/streams.hpp"
+#include "runtime/optim/adamw.hpp"
+#include "runtime/buffers/streams.hpp"
 
 namespace planner::rt::calib {
 
@@ -71,7 +71,7 @@ json measure_host_memcpy(const Ctx& c) {
 namespace {
 
 // The CPU AdamW as Engine::opt runs it under offload (runtime/engine.cpp), by
-// the Engine's own adam_range (runtime/host_adam.hpp) on buffers allocated as
+// the Engine's own adam_range (runtime/optim/adamw.hpp) on buffers allocated as
 // the Engine allocates them: fp32 master and moments and the 16-bit gradient
 // and parameter copies pinned (the fp32 work chunk, pageable, is used only by
 // PLANNER_HOST_ADAM=libtorch); units of 2^25
@@ -152,7 +152,7 @@ json measure_cpu_adam_offload(const Ctx& c, const std::function<void()>& before_
 namespace {
 
 // The CPU AdamW on one buffer on the calling thread (no device), best of 5:
-// the Engine's adam_range (runtime/host_adam.hpp) over fp32 master and moments
+// the Engine's adam_range (runtime/optim/adamw.hpp) over fp32 master and moments
 // and a 16-bit gradient, writing the updated parameters back in 16 bits, as
 // the offload step does, with ordinary (pageable) buffers.
 json cpu_adam_plain(const Ctx& c) {
@@ -359,7 +359,7 @@ json measure_contention(const Ctx& c, Communicator& comm) {
   return ops;
 }
 
-// Tensor-parallel collectives as the runtime issues them (runtime/tp.cpp): a
+// Tensor-parallel collectives as the runtime issues them (runtime/model/tensor_parallel.cpp): a
 // GEMM writes an activation, the collective runs on it through the
 // Communicator (the compute stream waits for it), the next GEMM follows; `n`
 // of them back to back on every rank at once. Against the same chain without

@@ -151,14 +151,14 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
 
     double logits = 0;
     if (sm.has_head) {
-      // The loss as the runtime computes it (runtime/model.hpp): logits over the
+      // The loss as the runtime computes it (runtime/model/transformer.hpp): logits over the
       // vocabulary padded to a multiple of 64 (vocab-parallel under TP) in the
       // working precision; a chunked fp32 cross-entropy turns them into their
       // gradient during the forward, so each micro-batch waiting for its backward
       // keeps e bytes per logit, and the one being computed holds its logits and
       // their gradient, one fp32 chunk of at most 256 MiB and, where the rank's
       // rows need padding, a padded copy of the output matrix with its gradient
-      // (runtime/model.cpp LinearAccum; a vocabulary that is already a multiple
+      // (runtime/model/transformer.cpp LinearAccum; a vocabulary that is already a multiple
       // of 64, such as Llama's 32000 and 128256, is read in place and its
       // gradient added into the flat buffer, with no copy). Measured on H100
       // (validation/h100/): gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71

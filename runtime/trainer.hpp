@@ -23,7 +23,7 @@
 
 #include "specs/model_spec.hpp"
 #include "runtime/data.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::rt {

@@ -10,7 +10,7 @@
 #include "catch.hpp"
 #include "specs/model_spec.hpp"
 #include "runtime/device.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "runtime/trainer.hpp"
 #include "tiny_models.hpp"
 

@@ -1,4 +1,4 @@
-#include "runtime/tp.hpp"
+#include "runtime/model/tensor_parallel.hpp"
 
 #include <torch/csrc/autograd/custom_function.h>
 

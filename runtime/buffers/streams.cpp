@@ -1,4 +1,4 @@
-#include "runtime/streams.hpp"
+#include "runtime/buffers/streams.hpp"
 
 #include <algorithm>
 #include <optional>

@@ -1,7 +1,7 @@
 #pragma once
 // Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) and sequence
 // parallelism (Korthikanti et al. 2022) for the TransformerModel
-// (runtime/model.hpp): how a parameter is split over the tp group, and the
+// (runtime/model/transformer.hpp): how a parameter is split over the tp group, and the
 // communication of the split layers as autograd functions.
 //
 // Splits (TpSplit): a parameter is replicated, or split along one dimension

@@ -1,4 +1,4 @@
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -151,7 +151,7 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
 // seq_tp != 0 (a Communicator*; a column-parallel layer under sequence
 // parallelism): x is this rank's sequence shard (b, s/tp, in), all-gathered
 // along the sequence for the GEMM; the backward gathers it again for dW and
-// reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/tp.hpp).
+// reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/model/tensor_parallel.hpp).
 //
 // bias_in_forward == 0: b is not added to this rank's output, but its gradient
 // (the column sum of the output gradient) is still accumulated. A
@@ -364,7 +364,7 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communica
   const bool ln = spec_.norm == NormKind::LayerNorm;
   const int L = static_cast<int>(spec_.layers);
   auto& S = store_;
-  // Tensor-parallel splits (runtime/tp.hpp); replicated when not given.
+  // Tensor-parallel splits (runtime/model/tensor_parallel.hpp); replicated when not given.
   const TpSplit rows_vocab{0, {V}}, rows_qkv{0, {h, kv, kv}}, cols_h{1, {h}}, cols_f{1, {f}};
   const TpSplit rows_fc1{0, spec_.mlp == MlpKind::SwiGlu ? std::vector<int64_t>{f, f} : std::vector<int64_t>{f}};
   auto add = [&](std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}) {
@@ -611,7 +611,7 @@ at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
     x = leave_tp(x);  // (b, s, width); sp: (b, s/tp, width)
   }
   // This rank's positions: all of them, or under sp those of its shard's
-  // tokens (a run of the flattened b * s tokens; runtime/tp.hpp).
+  // tokens (a run of the flattened b * s tokens; runtime/model/tensor_parallel.hpp).
   const int64_t b = x.size(0), s = x.size(1);
   if (proj_in_ >= 0) x = linear(x, proj_in_, -1);
   if (wpe_ >= 0) {

@@ -1,6 +1,6 @@
 // The AdamW of one shard range (adam_range) and, on the host, its one-pass
-// update on a team of this file's own threads (runtime/host_adam.hpp says why).
-#include "runtime/host_adam.hpp"
+// update on a team of this file's own threads (runtime/optim/adamw.hpp says why).
+#include "runtime/optim/adamw.hpp"
 
 #include <c10/util/Half.h>
 

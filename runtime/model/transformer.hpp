@@ -49,7 +49,7 @@
 // head-weight copy, instead of the 12 bytes per logit of cross_entropy on an fp32
 // copy (formula and measurements in runtime/README.md).
 //
-// Tensor parallelism (the constructor's tp and sp; runtime/tp.hpp): each rank
+// Tensor parallelism (the constructor's tp and sp; runtime/model/tensor_parallel.hpp): each rank
 // holds its part of the split parameters; the head computes this rank's
 // vocabulary columns (padded_vocab() of them) and the cross-entropy is
 // vocabulary-parallel.
@@ -62,7 +62,7 @@
 #include <vector>
 
 #include "specs/model_spec.hpp"
-#include "runtime/tp.hpp"
+#include "runtime/model/tensor_parallel.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::rt {
@@ -77,7 +77,7 @@ struct ParamInfo {
   bool decay = false;    // weight decay (tensors with >= 2 dimensions)
   Init init = Init::Normal;
   int group = 0;         // 0 = embedding, 1..layers = transformer layer, layers + 1 = head
-  // Tensor parallelism (runtime/tp.hpp): how the tensor is split over the tp
+  // Tensor parallelism (runtime/model/tensor_parallel.hpp): how the tensor is split over the tp
   // group, its full shape, and where it sits in the single-process layout.
   TpSplit split;
   std::vector<int64_t> full_shape;
@@ -136,7 +136,7 @@ class TransformerModel {
   //
   // `tp` (null or of size 1: no tensor parallelism): this rank's tensor-parallel
   // group (Megatron-LM, Shoeybi et al. 2019). The model then declares this
-  // rank's parts (runtime/tp.hpp): qkv column-parallel by heads (q heads
+  // rank's parts (runtime/model/tensor_parallel.hpp): qkv column-parallel by heads (q heads
   // [r nh/tp, (r+1) nh/tp) and kv heads [r kv/tp, ...) of each of q, k, v, so
   // grouped-query attention keeps its grouping), the attention output
   // row-parallel by the same heads, fc1 column-parallel (SwiGLU's gate and up

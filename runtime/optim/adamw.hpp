@@ -31,7 +31,7 @@ void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16
                 const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor,
                 at::Tensor out16 = at::Tensor());
 
-// The host AdamW (runtime/host_adam.cpp): the same update as
+// The host AdamW (runtime/optim/adamw.cpp): the same update as
 // at::_fused_adamw_ with grad_scale = divisor (the same operations in the
 // same order, bit for bit where the CPU has FMA), in one pass over contiguous
 // arrays: per block of 4096 elements, the gradient is converted and divided
