@@ -9,7 +9,7 @@ pages; pageable memory of this size is backed by transparent huge pages where
 the kernel allows it, and a streaming update over gigabytes then takes far
 fewer TLB misses (more so in a virtual machine, whose page walks are nested).
 
-The same work as runtime/host_adam.hpp's adam_range (16-bit gradient into an
+The same work as runtime/optim/adamw.hpp's adam_range (16-bit gradient into an
 fp32 work chunk, torch._fused_adamw_ on fp32 master and moments, the master
 written back in 16 bits) over PARAMS (default 2^27) parameters, on buffers
 allocated these ways:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the offload step's CPU AdamW loses its rate on a shared host.
 
-The same work as runtime/host_adam.hpp's adam_range (16-bit gradient into an
+The same work as runtime/optim/adamw.hpp's adam_range (16-bit gradient into an
 fp32 chunk, torch._fused_adamw_ on fp32 master and moments, the master
 written back in 16 bits) over 2^27 parameters in pinned buffers, timed
 (median of 5 passes) in these settings:

@@ -1,5 +1,5 @@
 // The offload step's host AdamW, planner's one-pass loop on its own thread
-// team (runtime/host_adam.cpp) against LibTorch's three passes (a 16-bit
+// team (runtime/optim/adamw.cpp) against LibTorch's three passes (a 16-bit
 // gradient into an fp32 chunk, at::_fused_adamw_, the master copied back in 16
 // bits), which the runtime ran before and still runs with
 // PLANNER_HOST_ADAM=libtorch. Same buffers, same process, alternated.
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "benchmarks/bench_args.hpp"
-#include "runtime/host_adam.hpp"
+#include "runtime/optim/adamw.hpp"
 
 namespace {
 

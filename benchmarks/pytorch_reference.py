@@ -11,7 +11,7 @@ Same as the C++ runtime, on purpose:
   - every parameter a view into one flat working-precision buffer, every gradient a
     view into one flat gradient buffer, matrices first (weight decay range);
   - the initial weights: torch.manual_seed(seed), then normal_ on the fp32 flat
-    buffer in the same order as runtime/model.cpp (so the weights are identical to
+    buffer in the same order as runtime/model/transformer.cpp (so the weights are identical to
     the C++ run's on the same device, and the losses agree);
   - the tokens: the same splitmix64 Markov generator as runtime/data.cpp;
   - the loss: the same chunked cross-entropy (gradient of the logits computed in
@@ -97,7 +97,7 @@ class SyntheticTokens:
 
 # ---------------------------------------------------------------- model
 class Params:
-    """Flat buffers; declaration order, matrices first (runtime/model.cpp ParamStore)."""
+    """Flat buffers; declaration order, matrices first (runtime/model/transformer.cpp ParamStore)."""
 
     def __init__(self):
         self.infos = []  # name, shape, init, numel
@@ -172,7 +172,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
 
 
 class LinearAccum(torch.autograd.Function):
-    """runtime/model.cpp LinearAccum: dW, db accumulated into the flat gradient
+    """runtime/model/transformer.cpp LinearAccum: dW, db accumulated into the flat gradient
     buffer's views (addmm_ with beta=1); LM head on a weight copy padded to a
     multiple of 64 rows, extra output columns -inf."""
 
@@ -360,7 +360,7 @@ class Model:
         return ChunkedCrossEntropy.apply(lg.view(-1, V), labels.reshape(-1), rows, grad_hint)
 
 
-# ---------------------------------------------------------------- flops (costmodel/flops.cpp)
+# ---------------------------------------------------------------- flops (specs/flops.cpp)
 def model_flops(m, seq, tokens):
     h, kv = m["hidden"], m["kv_heads"] * (m["hidden"] // m["heads"])
     attn = 2 * h * h + 2 * h * kv

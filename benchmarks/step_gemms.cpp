@@ -3,7 +3,7 @@
 //
 //   step        the Trainer's forward + backward under the Kineto profiler:
 //               the GEMM kernels' summed durations (what exec --kernels reports)
-//   replay      the captured GEMMs (runtime/calibrate_detail.hpp capture_ops),
+//   replay      the captured GEMMs (calibration/measure_detail.hpp capture_ops),
 //               called as the step called them (mm, addmm with its bias, addmm_
 //               into its accumulator), in the step's order, back to back,
 //               under the profiler
@@ -37,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "benchmarks/bench_args.hpp"
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"

@@ -6,7 +6,7 @@
 // parallelism divides that too).
 #include <cstdint>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {

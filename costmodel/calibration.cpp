@@ -10,12 +10,12 @@
 #include <tuple>
 #include <vector>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/collectives.hpp"
 #include "costmodel/cost_model.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "costmodel/op_costs.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "costmodel/topology.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -557,7 +557,7 @@ struct Fitter {
   }
 
   // calibrate's compute loop with and without the collectives beside it
-  // (runtime/calibrate_host.cpp measure_contention): the median slowdown over
+  // (calibration/measure_host.cpp measure_contention): the median slowdown over
   // the collectives measured, per second of overlap. GPU only: on the CPU the
   // MPI collectives share the cores, not SMs.
   // Tensor-parallel collectives between GEMMs (measure_tp_chain): the time
@@ -814,7 +814,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.p.source = fmt::format("planner calibrate, {}, on {} ({}){}; efficiencies = measured / {}", measured.value("created", ""),
                            gpu ? mach.value("gpu_name", gpu->name) : "the CPU: " + mach.value("cpu", std::string("?")),
                            mach.value("hostname", ""), measured.value("quick", false) ? ", quick sizes" : "",
-                           gpu ? "the " + gpu->name + " datasheet (costmodel/gpu_catalog.cpp)" : "the fastest measured rate");
+                           gpu ? "the " + gpu->name + " datasheet (specs/gpu_catalog.cpp)" : "the fastest measured rate");
   json cal = f.m;
   cal["fits"] = f.fits;
   cal["fit_notes"] = f.notes;  // the measurement's own notes stay under "notes"

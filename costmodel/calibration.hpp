@@ -1,6 +1,6 @@
 #pragma once
 // planner calibrate, the cost model's half: fits the hardware profile's fields
-// to the points the runtime measured (runtime/calibrate.hpp). Every fitted
+// to the points the runtime measured (calibration/measure.hpp). Every fitted
 // value is a measured rate over a datasheet figure (or, for the class
 // efficiencies, over the measured streaming rate), stated with the points it
 // came from, so a reader can check it; the time model's own prediction for
@@ -31,7 +31,7 @@
 #include <optional>
 #include <string>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 
 namespace planner {

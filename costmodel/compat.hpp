@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
-#include "costmodel/plan.hpp"
+#include "costmodel/engines.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

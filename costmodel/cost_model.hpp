@@ -14,7 +14,7 @@
 
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "strategies/partition.hpp"
 
 namespace planner {

@@ -83,7 +83,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   }
   out.forward += core_fwd;
 
-  // Memory-bound kernels, as the runtime (runtime/model.cpp) launches them; bytes
+  // Memory-bound kernels, as the runtime (runtime/model/transformer.cpp) launches them; bytes
   // per class (MemoryOps), checked against the H100 kernel profile
   // (docs/TIME_MODEL.md, "Checked against the runtime on H100").
   using MK = MemKernel;
@@ -130,7 +130,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   bias(m.mlp_bias, Tr, double(h));
   bm.kernels += norms * 2;  // norm weight/bias gradients accumulated into the flat buffer
   // Under sp the row-parallel outputs' biases are added to the reduce-scattered
-  // shard (runtime/model.cpp row_out): a broadcast add (read, write). Without sp
+  // shard (runtime/model/transformer.cpp row_out): a broadcast add (read, write). Without sp
   // they are in the GEMM's epilogue on one tensor-parallel rank, as without tp.
   if (t > 1 && s.sp) {
     const int row_biases = (m.out_bias ? 1 : 0) + (m.mlp_bias ? 1 : 0);
@@ -172,7 +172,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
 
   // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
-  // runtime/tp.hpp): without sp an all-reduce after attention and after the MLP,
+  // runtime/model/tensor_parallel.hpp): without sp an all-reduce after attention and after the MLP,
   // forward and backward; GPT-J's parallel block sums the two branches' partial
   // outputs first and needs one each way. With sp each column-parallel GEMM
   // (qkv, fc1) all-gathers its input, gathers it again in the backward and

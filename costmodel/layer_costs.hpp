@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "costmodel/topology.hpp"
 #include "strategies/strategy.hpp"
 

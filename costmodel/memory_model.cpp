@@ -9,25 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/activations.hpp"
-#include "costmodel/engine_memory.hpp"
+#include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
 #include "strategies/schedule.hpp"
 
 namespace planner {
-
-const char* to_string(MemCategory c) {
-  switch (c) {
-    case MemCategory::Parameters: return "parameters";
-    case MemCategory::Gradients: return "gradients";
-    case MemCategory::OptimizerStates: return "optimizer_states";
-    case MemCategory::Activations: return "activations";
-    case MemCategory::LogitsLoss: return "logits_loss";
-    case MemCategory::CommBuffers: return "comm_buffers";
-    case MemCategory::Overhead: return "overhead";
-    case MemCategory::Count: break;
-  }
-  return "?";
-}
 
 std::vector<int> partition_layers(const ModelSpec& m, int chunks) {
   return planner::partition_layers(m.layers, chunks);  // strategies/partition.hpp: the one layout
@@ -165,14 +151,14 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
 
     double logits = 0;
     if (sm.has_head) {
-      // The loss as the runtime computes it (runtime/model.hpp): logits over the
+      // The loss as the runtime computes it (runtime/model/transformer.hpp): logits over the
       // vocabulary padded to a multiple of 64 (vocab-parallel under TP) in the
       // working precision; a chunked fp32 cross-entropy turns them into their
       // gradient during the forward, so each micro-batch waiting for its backward
       // keeps e bytes per logit, and the one being computed holds its logits and
       // their gradient, one fp32 chunk of at most 256 MiB and, where the rank's
       // rows need padding, a padded copy of the output matrix with its gradient
-      // (runtime/model.cpp LinearAccum; a vocabulary that is already a multiple
+      // (runtime/model/transformer.cpp LinearAccum; a vocabulary that is already a multiple
       // of 64, such as Llama's 32000 and 128256, is read in place and its
       // gradient added into the flat buffer, with no copy). Measured on H100
       // (validation/h100/): gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71

@@ -7,28 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/memory_category.hpp"
+#include "specs/plan.hpp"
 #include "strategies/partition.hpp"
 
 namespace planner {
-
-enum class MemCategory {
-  Parameters,       // working-precision weights resident on the GPU
-  Gradients,        // working-precision gradients (or their ZeRO-2/3 shard + reduce buckets)
-  OptimizerStates,  // fp32 master weights + Adam moments (K = 12 bytes/param in mixed precision)
-  Activations,      // saved for backward, times the micro-batches in flight on the stage
-  LogitsLoss,       // logits and their fp32 copy for the cross-entropy (last stage)
-  CommBuffers,      // gradient buckets, ZeRO-3 gather buffers, PP send/recv buffers
-  Overhead,         // CUDA context, cuBLAS workspace, caching-allocator fragmentation
-  Count
-};
-constexpr int kMemCategories = static_cast<int>(MemCategory::Count);
-const char* to_string(MemCategory c);  // "parameters", "gradients", "optimizer_states", ...
-
-using MemBreakdown = std::array<int64_t, kMemCategories>;
 
 struct StageMemory {
   int stage = 0;
@@ -64,7 +50,7 @@ struct MemoryReport {
 // layout, the one the runtime executes.
 std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 
-// `engine`: what that engine allocates for the plan (costmodel/engine_memory.hpp);
+// `engine`: what that engine allocates for the plan (costmodel/engines_memory.hpp);
 // the caller checks engine_gap first. Ours is this project's runtime.
 // `profile` (null: the default profile of the plan's GPU) says which attention
 // kernel and dropout the activations assume, what the process itself takes

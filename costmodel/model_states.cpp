@@ -12,7 +12,7 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   // handles), and about 64 MiB of workspaces and small buffers inside it.
   k.context_bytes = 0.75 * (1 << 30);
   k.static_buffer_bytes = 64.0 * (1 << 20);
-  // The runtime's buffers (runtime/trainer.hpp, runtime/model.hpp): the
+  // The runtime's buffers (runtime/trainer.hpp, runtime/model/transformer.hpp): the
   // optimizer converts gradients to fp32 2^26 elements at a time, the
   // cross-entropy works on fp32 chunks of about 256 MiB.
   k.optimizer_work_bytes = 4.0 * (1 << 26);
@@ -94,7 +94,7 @@ ModelStateBytes model_state_bytes(double P, const Strategy& s, const MemoryConst
 }
 
 int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding, bool has_head, int pp, int tp) {
-  // As the runtime declares them (runtime/model.hpp, TransformerModel's tp
+  // As the runtime declares them (runtime/model/transformer.hpp, TransformerModel's tp
   // splits; Shoeybi et al. 2019). Replicated in a layer: its norms and the
   // biases of the row-parallel GEMMs (attention output and second MLP
   // projection, SwiGLU's down projection included); the rest is split evenly

@@ -3,8 +3,8 @@
 // and offload, and the constants of the memory model that are not formulas.
 #include <cstdint>
 
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {
@@ -58,7 +58,7 @@ int64_t stage_params_per_rank(const ModelSpec& m, int layers, bool has_embedding
 
 // Rows of a vocabulary-parallel tensor on each rank, ceil(vocab / tp), and the
 // columns of each rank's LM-head GEMM: those rows padded to a multiple of 64
-// (runtime/model.hpp: TransformerModel::vocab_rows() and padded_vocab()).
+// (runtime/model/transformer.hpp: TransformerModel::vocab_rows() and padded_vocab()).
 int64_t vocab_rows_per_rank(const ModelSpec& m, int tp);
 int64_t padded_vocab_columns(const ModelSpec& m, int tp);
 // Whether those rows need padding: only then does the runtime make a padded

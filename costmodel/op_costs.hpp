@@ -3,7 +3,7 @@
 // functions, each with its formula in docs/TIME_MODEL.md ("Op costs").
 #include <cstdint>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "strategies/strategy.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
-#include "costmodel/flops.hpp"
+#include "specs/flops.hpp"
 #include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/trace.hpp"

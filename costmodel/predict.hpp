@@ -8,7 +8,7 @@
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 
 namespace planner {

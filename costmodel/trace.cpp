@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

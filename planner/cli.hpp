@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "costmodel/compat.hpp"
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

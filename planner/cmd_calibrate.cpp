@@ -1,6 +1,6 @@
 // `planner calibrate`: measure this machine's GPU (or CPU) and write a hardware
 // profile that --profile feeds to every command. Measuring needs the LibTorch
-// runtime (runtime/calibrate.hpp; `planner` forwards to `planner-exec`);
+// runtime (calibration/measure.hpp; `planner` forwards to `planner-exec`);
 // fitting is the cost model's (costmodel/calibration.hpp), so `--from` re-fits
 // saved measurements without a GPU or LibTorch.
 #include <fmt/format.h>
@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/calibration.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #if defined(PLANNER_HAS_RUNTIME)
-#include "runtime/calibrate.hpp"
+#include "calibration/measure.hpp"
 #endif
 
 namespace planner {

@@ -10,7 +10,7 @@
 #if defined(PLANNER_HAS_RUNTIME)
 #include <iostream>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "planner/exec_report.hpp"

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"

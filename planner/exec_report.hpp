@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/simulator.hpp"
 

@@ -13,14 +13,14 @@
 //              tensor parallel plan, activation checkpointing) as JSON and a
 //              torchrun line for the user's train.py
 //
-// Versions targeted: costmodel/engine.hpp. A strategy or model the engine
+// Versions targeted: costmodel/engines.hpp. A strategy or model the engine
 // cannot express is refused with engine_gap's one line (InputError).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
-#include "costmodel/plan.hpp"
+#include "costmodel/engines.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

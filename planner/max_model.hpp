@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

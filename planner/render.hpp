@@ -5,7 +5,7 @@
 
 #include "costmodel/memory_model.hpp"
 #include "costmodel/compat.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner {
 

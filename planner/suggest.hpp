@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/engine.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "planner/search.hpp"
 
 namespace planner {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 
 namespace planner {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "costmodel/predict.hpp"
 
 namespace planner {

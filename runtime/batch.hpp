@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/data.hpp"
 
 namespace planner::rt {

@@ -14,9 +14,9 @@
 #include "runtime/batch.hpp"
 #include "runtime/comm/pipe_links.hpp"
 #include "runtime/device.hpp"
-#include "runtime/host_adam.hpp"
-#include "runtime/streams.hpp"
-#include "runtime/tp.hpp"
+#include "runtime/optim/adamw.hpp"
+#include "runtime/buffers/streams.hpp"
+#include "runtime/model/tensor_parallel.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/shard.hpp"
 

@@ -33,11 +33,11 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "runtime/trainer.hpp"
 #include "strategies/step_program.hpp"
 #include "strategies/strategy.hpp"
@@ -67,8 +67,8 @@ class Engine {
   // first-and-last-stage group, collectives over the world. With tied
   // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
   // `tp`: the tensor-parallel communicator (null when strategy.tp == 1). The
-  // model holds this rank's parts of the split parameters (runtime/model.hpp,
-  // runtime/tp.hpp); units, ZeRO chunks and the optimizer work on those local
+  // model holds this rank's parts of the split parameters (runtime/model/transformer.hpp,
+  // runtime/model/tensor_parallel.hpp); units, ZeRO chunks and the optimizer work on those local
   // parts as on any parameter (every tp rank of a dp rank has the same local
   // shapes, so the same chunks). Every tp rank of a dp rank reads the same
   // micro-batches. With sp the gradients of the replicated parameters (norms,

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 
 namespace planner::rt {
 

@@ -14,7 +14,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "costmodel/flops.hpp"
+#include "specs/flops.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/engine.hpp"
 #include "strategies/rank_grid.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/memory_category.hpp"
+#include "specs/plan.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
 
@@ -55,7 +55,7 @@ struct MeasuredMemory {
   int64_t outside_allocator = 0;           // CUDA context etc. (0 on the CPU)
   int64_t optimizer_work = 0;              // fp32 gradient chunk buffer (part of overhead)
   int64_t device_total = 0;                // the device's memory (0 on the CPU)
-  // The memory model's categories, in MemCategory's order (costmodel/memory_model.hpp).
+  // The memory model's categories, in MemCategory's order (specs/memory_category.hpp).
   MemBreakdown categories() const {
     return {parameters, gradients, optimizer_states, activations, logits_loss, comm_buffers, overhead};
   }

@@ -21,9 +21,9 @@
 
 #include <memory>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/data.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::rt {

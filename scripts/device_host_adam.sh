@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One nvidia-h100-x2 call (two GPUs, one host): planner's one-pass host AdamW
-# (runtime/host_adam.cpp) against LibTorch's three passes, which the runtime
+# (runtime/optim/adamw.cpp) against LibTorch's three passes, which the runtime
 # ran before (PLANNER_HOST_ADAM=libtorch), in the same call:
 #  1. benchmarks/host_adam_bench.cpp on 2^28 parameters: one process with every
 #     core; the same beside a spinning thread; two processes at once with half

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One nvidia-h100-x2 call, held-out set 10 (issue 10), the first after the host AdamW's
-# vectorised fp16 conversions (runtime/host_adam.cpp): calibrate this host (one GPU
+# vectorised fp16 conversions (runtime/optim/adamw.cpp): calibrate this host (one GPU
 # and mpirun -np 2), predict both sweeps with its profiles before any plan
 # runs, then run them (--kernels), the two-GPU sweep first.
 # scripts/device_x2_same_host.sh does the work.

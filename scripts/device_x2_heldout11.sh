@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One nvidia-h100-x2 call, held-out set 11 (issue 10), the first with calibrate's
 # in-step GEMM rate, the weight-gradient GEMM rate and the attention rates per
-# head dimension and sequence (runtime/calibrate_in_step.cpp,
+# head dimension and sequence (calibration/measure_in_step.cpp,
 # costmodel/calibration.cpp): calibrate this host (one GPU and mpirun -np 2),
 # predict both sweeps with its profiles before any plan runs, then run them
 # (--kernels), the two-GPU sweep first. scripts/device_x2_same_host.sh does the

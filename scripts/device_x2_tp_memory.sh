@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One nvidia-h200-x2 call after the NCCL backend stopped recording every
 # collective's tensors on its stream and the sequence-parallel collectives lost
-# their transpose copies (runtime/comm/nccl_backend.cpp, runtime/tp.hpp):
+# their transpose copies (runtime/comm/nccl_backend.cpp, runtime/model/tensor_parallel.hpp):
 #   1. scripts/device_3d.sh PART=tp: gpt-neo-1.3b on one GPU, dp=2, tp=2, tp=2
 #      with sp (predictions: validation/h200x2-3d/predicted-2, committed);
 #   2. scripts/device_calibrate.sh PART=calibrate: planner calibrate on one GPU

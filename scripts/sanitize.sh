@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the planning half (costmodel, strategies, planner; no LibTorch) with
+# Builds the planning half (strategies, specs, costmodel, planner; no LibTorch) with
 # AddressSanitizer + UndefinedBehaviorSanitizer into ./build-asan and runs the
 # whole CTest suite there. No suppression file: a leak or a UB report fails.
 # The runtime is left out because LibTorch is not built with the sanitizers

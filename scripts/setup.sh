@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every dependency (idempotently) and builds planner into ./build.
 #   scripts/setup.sh            # with the LibTorch runtime (planner exec)
-#   scripts/setup.sh --no-torch # planning only: costmodel, strategies, planner
+#   scripts/setup.sh --no-torch # planning only: strategies, specs, costmodel, planner
 #   scripts/setup.sh --fuzz     # also clang with libFuzzer, for scripts/fuzz.sh
 # Debian/Ubuntu: OpenMPI, Eigen, Boost.Graph, CLI11, Catch2, nlohmann-json, fmt
 # from the distribution, gnuplot-nox for planner validate's pictures; LibTorch

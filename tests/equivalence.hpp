@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
 #include "runtime/engine.hpp"

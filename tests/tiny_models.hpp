@@ -1,7 +1,7 @@
 #pragma once
 // Tiny ModelSpecs with the flags of each family's presets, for the runtime
 // tests (tests/runtime, tests/dist).
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 
 namespace planner::test {
 

@@ -1,5 +1,5 @@
 // Cluster JSON files (--gpus cluster.json), through resolve_cluster.
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 using namespace planner;

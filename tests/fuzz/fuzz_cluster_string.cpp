@@ -1,5 +1,5 @@
 // Cluster spec strings (--gpus 2xRTX3090, 128x8xH100, a list for plan).
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 using namespace planner;

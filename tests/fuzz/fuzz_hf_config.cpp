@@ -1,6 +1,6 @@
 // A model file given to --model: a Hugging Face config.json or the planner's
 // own ModelSpec JSON (as plan files hold it), through resolve_model.
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 using namespace planner;

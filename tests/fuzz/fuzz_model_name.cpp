@@ -1,5 +1,5 @@
 // Model preset and family names (--model NAME, max-model --family NAME).
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 using namespace planner;

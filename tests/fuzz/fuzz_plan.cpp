@@ -3,7 +3,7 @@
 // a negative size for an accepted plan.
 #include "costmodel/compat.hpp"
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 
 using namespace planner;

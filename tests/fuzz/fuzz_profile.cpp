@@ -1,6 +1,6 @@
 // Hardware profile files (--profile profile.json), through load_profile over
 // the defaults of one GPU of each kind of node (datacenter, consumer).
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "tests/fuzz/fuzz_util.hpp"
 

@@ -1,4 +1,4 @@
-// planner calibrate's in_step part (runtime/calibrate_in_step.cpp): the
+// planner calibrate's in_step part (calibration/measure_in_step.cpp): the
 // observer copies each distinct GEMM (counting its calls) and the first
 // attention of one forward + backward of a model of each family, and
 // calibrate times each distinct GEMM and the attention. On the CPU (quick
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/calibrate_detail.hpp"
+#include "calibration/measure_detail.hpp"
 #include "catch.hpp"
 
 using namespace planner::rt;

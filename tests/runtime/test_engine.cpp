@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/host_adam.hpp"
+#include "runtime/optim/adamw.hpp"
 #include "catch.hpp"
 #include "equivalence.hpp"
 #include "tiny_models.hpp"
@@ -34,7 +34,7 @@ TEST_CASE("engine: dp=1 runs equal the single-process trainer", "[engine]") {
   }
 }
 
-// The host AdamW (runtime/host_adam.hpp, its own one-pass loop on its own
+// The host AdamW (runtime/optim/adamw.hpp, its own one-pass loop on its own
 // thread team) against LibTorch's fused AdamW, one call per part over the
 // whole buffer with the gradient in fp32: the same results (see the tails
 // below), with the parameters' copy written, for each gradient type, thread

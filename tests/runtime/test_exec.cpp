@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
-#include "costmodel/cluster_spec.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/cluster_spec.hpp"
+#include "specs/plan.hpp"
 #include "runtime/data.hpp"
 #include "costmodel/predict.hpp"
 #include "planner/exec_report.hpp"

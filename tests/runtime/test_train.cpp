@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "catch.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "runtime/device.hpp"
-#include "runtime/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "runtime/trainer.hpp"
 #include "tiny_models.hpp"
 

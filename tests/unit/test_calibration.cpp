@@ -5,13 +5,13 @@
 
 #include "catch.hpp"
 #include "costmodel/calibration.hpp"
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/collectives.hpp"
 #include "costmodel/topology.hpp"
 #include "costmodel/cost_model.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/model_spec.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/model_spec.hpp"
+#include "specs/plan.hpp"
 #include "costmodel/op_costs.hpp"
 #include "test_util.hpp"
 

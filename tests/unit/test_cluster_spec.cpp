@@ -9,7 +9,7 @@
 
 #include "catch.hpp"
 #include "test_util.hpp"
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "strategies/errors.hpp"
 
 using namespace planner;

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "catch.hpp"
-#include "costmodel/engine.hpp"
-#include "costmodel/engine_memory.hpp"
+#include "costmodel/engines.hpp"
+#include "costmodel/engines_memory.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
 

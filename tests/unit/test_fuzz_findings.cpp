@@ -10,10 +10,10 @@
 #include <string>
 
 #include "catch.hpp"
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
-#include "costmodel/model_spec.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/model_spec.hpp"
+#include "specs/plan.hpp"
 #include "strategies/parse_util.hpp"
 #include "test_util.hpp"
 

@@ -11,7 +11,7 @@
 #include "costmodel/compat.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/memory_model.hpp"
-#include "costmodel/plan.hpp"
+#include "specs/plan.hpp"
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/schedule.hpp"

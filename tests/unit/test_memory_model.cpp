@@ -121,7 +121,7 @@ TEST_CASE("stage parameters: TP splits matrices, PP splits layers, tied head cop
 
 TEST_CASE("stage parameters: vocabulary-parallel rows are ceil(vocab / tp), as the runtime declares them", "[memory]") {
   // GPT-2's vocabulary, 50257 (odd): under tp=2 each rank holds ceil(50257/2) =
-  // 25129 rows of the word embedding (runtime/model.hpp, TransformerModel's
+  // 25129 rows of the word embedding (runtime/model/transformer.hpp, TransformerModel's
   // vocabulary-parallel split; the second rank's last row is zero padding), so
   // the embedding unit is (embedding_params - 50257 h) + 25129 h; an untied head
   // with a bias likewise 25129 (h + 1); the layer splits everything but its

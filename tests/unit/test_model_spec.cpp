@@ -11,7 +11,7 @@
 
 #include "catch.hpp"
 #include "test_util.hpp"
-#include "costmodel/model_spec.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 
 using namespace planner;

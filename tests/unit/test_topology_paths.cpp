@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "costmodel/cluster_spec.hpp"
+#include "specs/cluster_spec.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/topology.hpp"
 #include "test_util.hpp"

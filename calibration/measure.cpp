@@ -1,0 +1,250 @@
+// planner calibrate, the runtime's half: runs the micro-benchmarks
+// (calibration/measure_compute.cpp, calibration/measure_host.cpp) and the memory
+// measurements, and returns the measured points. No fitting here: that is
+// costmodel/calibration.cpp's job.
+#include "calibration/measure.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "specs/plan.hpp"
+#include "calibration/measure_detail.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/device.hpp"
+#include "strategies/errors.hpp"
+
+#if __has_include(<cuda_runtime_api.h>)
+#define PLANNER_CALIB_CUDA 1
+#include <cuda_runtime_api.h>
+#endif
+
+namespace planner::rt {
+
+namespace calib {
+
+// Five batches of `calls` calls; the fastest, per call: interference (other
+// processes, clock ramps) only ever makes a batch slower.
+double best_of_batches(const Ctx& c, const std::function<void()>& fn, int calls) {
+  IntervalTimer t(c.cuda);
+  for (int r = 0; r < 5; ++r) {
+    t.start();
+    for (int i = 0; i < calls; ++i) fn();
+    t.stop();
+  }
+  const std::vector<double> s = t.seconds();
+  return *std::min_element(s.begin(), s.end()) / calls;
+}
+
+double time_per_call(const Ctx& c, const std::function<void()>& fn, double target) {
+  if (target <= 0) target = c.target_seconds();
+  fn();  // warm-up: kernels loaded, workspaces allocated
+  synchronize(c.cuda);
+  IntervalTimer once(c.cuda);
+  once.start();
+  fn();
+  once.stop();
+  const double one = std::max(1e-7, once.seconds().at(0));
+  return best_of_batches(c, fn, int(std::clamp(target / one, 1.0, 10000.0)));
+}
+
+double time_fixed(const Ctx& c, const std::function<void()>& fn, int calls) {
+  fn();
+  synchronize(c.cuda);
+  return best_of_batches(c, fn, calls);
+}
+
+void say(const Ctx& c, const std::string& line) {
+  if (c.progress && c.rank == 0) std::fprintf(stderr, "calibrate: %s\n", line.c_str());
+}
+
+std::string fmt_num(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+  return buf;
+}
+
+}  // namespace calib
+
+namespace {
+
+using nlohmann::json;
+using calib::Ctx;
+
+// cudaMemGetInfo (free, total); zeros without CUDA.
+std::pair<int64_t, int64_t> mem_info(bool cuda) {
+#ifdef PLANNER_CALIB_CUDA
+  if (cuda) {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) == cudaSuccess) return {int64_t(f), int64_t(t)};
+  }
+#endif
+  (void)cuda;
+  return {0, 0};
+}
+
+// What the process itself takes once the libraries the benchmarks used are
+// loaded, and what the caching allocator can really reserve. GPU only; run
+// after the compute benchmarks with no tensor of theirs alive.
+json measure_device_memory(const Ctx& c, const std::pair<int64_t, int64_t>& after_context) {
+  json m = {{"total_bytes", after_context.second}, {"free_after_context_bytes", after_context.first}};
+  synchronize(true);
+  empty_cache(true);
+  // Outside the allocator: the context, cuBLAS/cuDNN handles and the kernels
+  // loaded so far (lazy loading: these grow as new kernels run).
+  m["context_bytes"] = memory_outside_allocator(true);
+  // Inside the allocator with nothing of ours alive: cuBLAS workspaces (one per
+  // handle and stream) and small library buffers.
+  m["workspace_bytes"] = memory_stats(true).allocated;
+  // Blocks the caching allocator rounds: 64 tensors of a transformer-like
+  // odd size (gpt2-xl: 8 x 1024 x 1600 bf16 plus a few bytes).
+  {
+    const int64_t before = memory_stats(true).reserved;
+    std::vector<at::Tensor> keep;
+    const int64_t n = 64, bytes = 8 * 1024 * 1600 * 2 + 24;  // 1.6 GiB
+    for (int64_t i = 0; i < n; ++i) keep.push_back(at::empty({bytes}, at::TensorOptions().device(c.device).dtype(at::kByte)));
+    m["rounding"] = {{"tensors", n}, {"tensor_bytes", bytes},
+                     {"reserved_bytes", memory_stats(true).reserved - before}};
+    keep.clear();
+    empty_cache(true);
+  }
+  // The probe: reserve in ever smaller blocks until the allocator refuses.
+  std::vector<at::Tensor> held;
+  int64_t chunk = int64_t(1) << 30;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (chunk >= (int64_t(2) << 20)) {
+    try {
+      held.push_back(at::empty({chunk}, at::TensorOptions().device(c.device).dtype(at::kByte)));
+    } catch (const c10::OutOfMemoryError&) {
+      chunk /= 2;
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) break;  // never hang here
+  }
+  const MemStats st = memory_stats(true);
+  m["probe"] = {{"allocated_bytes", st.allocated},
+                {"reserved_bytes", st.reserved},
+                {"outside_allocator_bytes", memory_outside_allocator(true)},
+                {"free_bytes", mem_info(true).first},
+                {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+  held.clear();
+  empty_cache(true);
+  calib::say(c, "memory: total " + calib::fmt_num(after_context.second / 1073741824.0, 5) + " GiB, free after context " +
+                    calib::fmt_num(after_context.first / 1073741824.0, 5) + " GiB, reservable " +
+                    calib::fmt_num(st.reserved / 1073741824.0, 5) + " GiB, context " +
+                    calib::fmt_num(m["context_bytes"].get<int64_t>() / 1048576.0, 4) + " MiB");
+  return m;
+}
+
+}  // namespace
+
+CalibrateRun run_calibration(const CalibrateOptions& o) {
+  if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
+    throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
+  bool cuda = o.device == "auto" ? cuda_available() : o.device != "cpu";
+  if (cuda && !cuda_available()) throw InputError("--device cuda: no CUDA GPU is visible to this LibTorch build");
+  WorldInfo wi;
+  if (launched_by_mpi()) wi = init_world();
+  if (cuda) {
+    if (wi.local_size > cuda_device_count())
+      throw InputError(std::to_string(wi.local_size) + " ranks on this node but only " +
+                       std::to_string(cuda_device_count()) + " GPU(s)");
+    set_cuda_device(wi.local_rank);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> notes;
+  Ctx c;
+  c.cuda = cuda;
+  c.quick = o.quick;
+  c.progress = o.progress;
+  c.device = cuda ? at::Device(at::kCUDA, int8_t(wi.local_rank)) : at::Device(at::kCPU);
+  c.rank = wi.rank;
+  c.world = wi.size;
+  c.notes = &notes;
+  std::pair<int64_t, int64_t> after_context{0, 0};
+  if (cuda) {
+    at::zeros({1}, at::TensorOptions().device(c.device));
+    synchronize(true);
+    after_context = mem_info(true);
+    // As the runtime: fp32 matmuls on TF32 tensor cores.
+    at::globalContext().setFloat32MatmulPrecision("high");
+  }
+  // Under mpirun a rank starts with one LibTorch thread (seen on two H200s:
+  // calibrate's host memcpy ran at 10 GB/s, CPU AdamW at 3e8/s, against 99 GB/s
+  // and 2.5e9 alone). Rank 0's benchmarks below run while the other ranks wait
+  // (asleep in the barrier): it takes every core, as one process alone would.
+  const int threads_before = at::get_num_threads();
+  if (wi.size > 1 && wi.rank == 0 && !std::getenv("OMP_NUM_THREADS") && threads_per_rank(1) > 0)
+    at::set_num_threads(threads_per_rank(1));
+  json m = {{"format", "planner-calibration"},
+            {"created", utc_timestamp()},
+            {"device", cuda ? "cuda" : "cpu"},
+            {"quick", o.quick},
+            {"ranks", wi.size},
+            {"machine", machine_json(machine_info(cuda))}};
+  // Barriers of the whole world over MPI; rank 0's single-device benchmarks
+  // take minutes, so this one waits long.
+  std::unique_ptr<Communicator> worldc;
+  if (wi.size > 1) {
+    std::vector<int> all(size_t(wi.size));
+    for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
+    worldc = make_communicator({all}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
+  }
+  if (wi.rank == 0) {
+    calib::say(c, std::string("on ") + (cuda ? m["machine"]["gpu_name"].get<std::string>() : "the CPU (" +
+                                                                                               m["machine"]["cpu"].get<std::string>() + ")") +
+                      (o.quick ? ", quick sizes" : "") + "; " + std::to_string(wi.size) + " rank(s)");
+    // One failing part (a kernel this GPU lacks, out of memory) costs its
+    // points and a note, not the rest of the calibration.
+    auto part = [&](const char* key, const std::function<json()>& fn) {
+      try {
+        m[key] = fn();
+      } catch (const std::exception& e) {
+        std::string msg = e.what();
+        msg = msg.substr(0, msg.find('\n'));
+        notes.push_back(std::string(key) + ": failed, not measured (" + msg + ")");
+        calib::say(c, std::string(key) + " failed: " + msg);
+        empty_cache(cuda);
+      }
+    };
+    part("gemm", [&] { return calib::measure_gemms(c); });
+    part("attention", [&] { return calib::measure_attention(c); });
+    part("memory_kernels", [&] { return calib::measure_memory_kernels(c); });
+    part("kernel_overhead_seconds", [&] { return json(calib::measure_kernel_overhead(c)); });
+    if (cuda) part("host_copies", [&] { return calib::measure_host_copies(c); });
+    else notes.push_back("host<->device copies: no GPU, not measured");
+    part("host_memcpy", [&] { return calib::measure_host_memcpy(c); });
+    part("cpu_adam", [&] { return calib::measure_cpu_adam(c); });
+    if (cuda) part("memory", [&] { return measure_device_memory(c, after_context); });
+    else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
+    // After the memory part: its Trainers load kernels (AdamW, the loss) whose
+    // code would count as memory outside the allocator there.
+    part("in_step", [&] { return calib::measure_in_step(c); });
+  }
+  at::set_num_threads(threads_before);
+  if (worldc) {
+    worldc->barrier();
+    calib::measure_collectives(c, *worldc, m);
+    worldc->barrier();
+    if (wi.local_size > 1) {
+      json node = calib::measure_cpu_adam_node(c, *worldc, wi.local_size);
+      if (!node.is_null()) m["cpu_adam_node"] = std::move(node);
+      else notes.push_back("CPU AdamW on every rank at once: failed on a rank, not measured");
+    }
+  } else {
+    notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");
+  }
+  m["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m["notes"] = notes;
+  CalibrateRun r;
+  r.report = wi.rank == 0;
+  r.measured = std::move(m);
+  return r;
+}
+
+}  // namespace planner::rt

@@ -1,0 +1,63 @@
+#pragma once
+// `planner calibrate`, the runtime's half: micro-benchmarks of what the
+// hardware profile holds, on this process's device (the GPU when there is
+// one, else the CPU), as raw measured points. Fitting the profile's fields to
+// them is the cost model's job (costmodel/calibration.hpp). No LibTorch types
+// here: the planner includes this header.
+//
+// Measured (each point: sizes and seconds, the fastest of five timings of a
+// batch of calls lasting at least a few milliseconds):
+//  - GEMMs over transformer shapes (the runtime's x w^T forward, data- and
+//    weight-gradient layouts; gpt2-xl's unaligned 1600/4800/6400, GPT-3-like
+//    2048 and 4096, a LLaMA-style GQA/SwiGLU layer; 8192^3) per precision
+//    (fp32 runs on TF32, as the runtime sets it);
+//  - at::scaled_dot_product_attention forward and backward (causal, a grid of
+//    head dims 64, 80, 128 and sequences 1024-8192, one GQA case) in bf16,
+//    fp16 and (GPU) fp32;
+//  - the GEMMs and attention of eight-layer GPT-, OPT- and LLaMA-style
+//    models' sustained training steps (Kineto) against the same kernels
+//    timed as above (calibration/measure_in_step.cpp);
+//  - the memory-bound kernel classes of the time model: vectorized streams
+//    (copy, add, GeLU), non-vectorized elementwise (converting copy,
+//    broadcast multiply, SiLU of a narrowed half) and reductions (layer norm,
+//    column sums); the launch cost of a tiny kernel;
+//  - host<->device copies, pinned and pageable, each direction (GPU only);
+//    host memcpy; the CPU AdamW as the runtime's offload runs it
+//    (at::_fused_adamw_ on fp32 master and moments, 16-bit gradients
+//    converted chunk by chunk);
+//  - memory: cudaMemGetInfo total and free after the context, the memory
+//    outside the caching allocator once the GEMM/attention libraries are
+//    loaded (context), the allocator's bytes with no tensor alive
+//    (workspaces), what the allocator can really reserve (allocated until
+//    out of memory), and the allocator's rounding on transformer-sized blocks;
+//  - with several ranks (mpirun): all-reduce, reduce-scatter, all-gather,
+//    broadcast and send/recv through the runtime's Communicator (NCCL on
+//    GPUs, MPI on the CPU) over sizes and group sizes, the device memory
+//    one NCCL communicator takes, and a GEMM and copy loop alone and beside
+//    collectives on the communicator's stream. With one rank: skipped, with
+//    a note.
+// With several ranks, rank 0 runs the single-device benchmarks while the
+// others wait (they would share the host), then every rank joins the
+// collectives.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace planner::rt {
+
+struct CalibrateOptions {
+  std::string device = "auto";   // auto | cuda | cpu
+  bool quick = false;            // tiny sizes (CI on the CPU; a rough GPU check)
+  bool progress = true;          // one line per measurement on stderr
+  int comm_timeout_seconds = 120;
+};
+
+struct CalibrateRun {
+  bool report = true;            // false on ranks other than 0
+  nlohmann::json measured;       // the points; schema in docs/ARCHITECTURE.md ("planner calibrate")
+};
+
+// Throws planner::InputError for bad options (unknown --device, no GPU for
+// --device cuda), std::runtime_error when a measurement fails.
+CalibrateRun run_calibration(const CalibrateOptions& options);
+
+}  // namespace planner::rt

@@ -1,0 +1,415 @@
+// planner calibrate: GEMMs and attention as a training step runs them, against
+// the same kernels timed as calibrate times its points (calibration/measure.hpp).
+//
+// Why: a data-center GPU trains at its power limit, and its clock then
+// depends on the mix of kernels it runs. On an H100 (700 W; validation/h100/
+// in-step), the GEMMs of a few-layer model's training step, sustained for
+// seconds, ran at about 1725 MHz; the same GEMMs back to back at about 1365
+// MHz, and timed as calibrate times its points (each interleaved with a
+// memory-bound copy, the median call) 14-18% slower than in the step. A
+// step's norms, activations, attention and launch gaps draw less power than
+// GEMMs, which then run at a higher clock. (The operands' values do not
+// explain it: the same GEMMs on the step's own operands and on random normal
+// ones of the same shapes ran within 1% of each other, median over 45 GEMMs
+// per precision.)
+//
+// How: for each model family the runtime executes (a GPT-style decoder with
+// GELU, an OPT-style one with ReLU, a LLaMA-style one with SwiGLU and
+// grouped-query attention; eight layers each at calibrate's GEMM width 2048,
+// and 24 for 16-bit on a GPU, fewer on a GPU too small for them, 4 x 2048
+// tokens) and each precision, a
+// Trainer runs two optimizer steps on the synthetic tokens `planner exec`
+// trains on, then forward + backward passes back to back for four seconds
+// unrecorded (the sustained state), then four more under the Kineto profiler
+// while the GPU still runs the queued ones (runtime/kernel_profile.hpp: the
+// GEMM and attention kernels' summed durations over the last three, per pass;
+// three single passes after a pause are kept beside them), then one more
+// under a RecordFunction observer that copies the
+// operands of each distinct GEMM (aten::mm, addmm, addmm_; counting the calls)
+// and of the first fused attention. Each distinct GEMM is then timed as
+// calibrate times its shapes (mm_out interleaved with a copy of its own
+// duration, the median call) and the attention as measure_attention does
+// (forward + backward, the fastest batch of calls). The fit
+// (costmodel/calibration.cpp) scales the GPU's GEMM rate per precision by the
+// median ratio, calibrate's time over the step's (the attention's ratio is
+// kept, not applied: calibration.cpp says why), and the attention by its
+// summed time in the recorded passes over the layer model's for the same
+// model (each row carries the model's spec, mbs and seq for it; the
+// memory-bound kernels' sum is compared the same way and kept).
+// Why eight layers: with two the vocabulary head and its loss are half the
+// step, and their low-power mix can raise the clock (benchmarks/step_gemms on
+// one H200: 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
+// validation/h200/in-step-depth). This part's own eight-layer ratios on two
+// H200s stayed at 1.17-1.19 (validation/h200x2/calib13).
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+#include <tuple>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specs/model_spec.hpp"
+#include "calibration/measure_detail.hpp"
+#include "runtime/data.hpp"
+#include "runtime/device.hpp"
+#include "runtime/kernel_profile.hpp"
+#include "runtime/trainer.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+using nlohmann::json;
+
+Captured* g_captured = nullptr;  // set only while the observer is installed
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+// The layout of a 2-D GEMM's operands as calibrate names its points.
+const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
+  const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
+  return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
+}
+
+// The RecordFunction start callback (a plain function: the API takes no
+// closures). Runs on whichever thread calls the op: the caller's in the
+// forward, autograd's device thread in the backward.
+std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
+  Captured* cap = g_captured;
+  if (!cap) return nullptr;
+  const std::string_view name = fn.name();
+  const auto in = fn.inputs();
+  auto tensor = [&](size_t i) { return i < in.size() && in[i].isTensor() ? in[i].toTensor() : at::Tensor(); };
+  at::Tensor a, b, self, q, k, v, dout;
+  if (name == "aten::mm") {
+    a = tensor(0), b = tensor(1);
+  } else if (name == "aten::addmm" || name == "aten::addmm_") {
+    self = tensor(0), a = tensor(1), b = tensor(2);
+  } else if (name == "aten::scaled_dot_product_attention") {
+    q = tensor(0), k = tensor(1), v = tensor(2);
+  } else if (starts_with(name, "aten::_scaled_dot_product_") && ends_with(name, "_backward")) {
+    dout = tensor(0);  // every fused attention backward takes the output's gradient first
+  } else {
+    return nullptr;
+  }
+  // Copies, not references: a buffer can be written again before the timing.
+  torch::autograd::AutoGradMode no_grad(false);
+  std::lock_guard<std::mutex> lock(cap->mu);
+  if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) {
+    if (cap->distinct) {
+      const char* lay = layout_of(a, b);
+      for (CapturedGemm& g : cap->gemms)
+        if (g.a.size(0) == a.size(0) && g.b.size(1) == b.size(1) && g.a.size(1) == a.size(1) &&
+            std::string_view(layout_of(g.a, g.b)) == lay) {
+          ++g.count;
+          return nullptr;
+        }
+    }
+    CapturedGemm g;
+    g.op = std::string(name);
+    g.a = a.clone(at::MemoryFormat::Preserve);
+    g.b = b.clone(at::MemoryFormat::Preserve);
+    if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
+    cap->gemms.push_back(std::move(g));
+  } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
+    ++cap->attention_calls;
+    if (!cap->distinct || cap->attention.empty())
+      cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
+  } else if (dout.defined() && dout.dim() == 4) {
+    // Distinct: the last backward is the first forward's (autograd runs them in reverse).
+    if (cap->distinct) cap->attention_grads.clear();
+    cap->attention_grads.push_back(dout.contiguous().clone());
+  }
+  return nullptr;
+}
+
+struct Family {
+  std::string label;
+  ModelSpec spec;
+};
+
+// Each family the runtime executes at calibrate's GEMM width 2048
+// (measure_compute.cpp): gpt-neo-1.3b's layers (GELU, 16 heads of 128),
+// opt-1.3b's (ReLU, 32 heads of 64) and TinyLlama's (SwiGLU 5632, 32 heads of
+// 64 with 4 kv heads); measure_in_step sets the depth. Quick: 64 wide.
+std::vector<Family> families(bool quick) {
+  std::vector<Family> f;
+  ModelSpec gpt = model_preset("gpt-neo-1.3b"), opt = model_preset("opt-1.3b"), llama = model_preset("llama-2-7b");
+  llama.hidden = 2048, llama.heads = 32, llama.kv_heads = 4, llama.ffn = 5632;
+  if (quick) {
+    for (ModelSpec* s : {&gpt, &opt, &llama}) s->hidden = 64, s->heads = 4, s->kv_heads = 4, s->ffn = 256, s->vocab = 512;
+    llama.kv_heads = 2, llama.ffn = 176;
+  }
+  f.push_back({"gpt-neo-1.3b", gpt});
+  f.push_back({"opt-1.3b", opt});
+  f.push_back({"tinyllama-1.1b", llama});
+  for (auto& x : f) x.spec.validate();
+  return f;
+}
+
+}  // namespace
+
+void capture_ops(Captured& cap, const std::function<void()>& fn) {
+  g_captured = &cap;
+  const at::CallbackHandle h = at::addGlobalCallback(
+      at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  try {
+    fn();
+  } catch (...) {
+    at::removeCallback(h);
+    g_captured = nullptr;
+    throw;
+  }
+  at::removeCallback(h);
+  g_captured = nullptr;
+}
+
+void replay_gemm(const CapturedGemm& g) {
+  if (g.op == "aten::addmm_") {
+    at::Tensor t = g.self;
+    t.addmm_(g.a, g.b);
+  } else if (g.op == "aten::addmm") {
+    (void)at::addmm(g.self, g.a, g.b);
+  } else {
+    (void)at::mm(g.a, g.b);
+  }
+}
+
+json measure_in_step(const Ctx& c) {
+  json out = json::array();
+  const std::vector<Precision> precisions =
+      c.cuda ? std::vector<Precision>{Precision::BF16, Precision::FP16, Precision::FP32}
+             : std::vector<Precision>{Precision::FP32};
+  // The memory-bound copy that comes between calibrate's GEMMs.
+  std::unique_ptr<Filler> filler;
+  if (c.cuda) filler = std::make_unique<Filler>(c);
+  // Four seconds: the board's power reading reaches the cap about a second
+  // into a sustained run and the temperature still rises seconds later
+  // (validation/h200/in-step-depth/clocks.csv), the state a training step
+  // runs in. (Measured on two H200s, the ratios after one second and after
+  // four were the same within 1%: validation/h200x2/calib13-try1, calib13.)
+  const double sustain_seconds = c.quick ? 0.0 : 4.0;
+  // Deep enough that the layers, not the vocabulary head and its loss, set
+  // the kernel mix (see the top of this file). Halved down to two on a GPU
+  // too small for eight.
+  const int64_t deepest = c.quick ? 2 : 8;  // quick: two, so that the layers repeat their GEMMs
+  // The 16-bit models also at 24 layers, the depth of the models people
+  // train: the fit takes each model's deepest row for the GEMM rate and the
+  // attention, and the difference between the two depths for the layers'
+  // memory-bound kernels (the vocabulary head and loss cancel out of it).
+  auto depths_of = [&](Precision pr) {
+    return c.cuda && !c.quick && pr != Precision::FP32 ? std::vector<int64_t>{deepest, 24}
+                                                        : std::vector<int64_t>{deepest};
+  };
+  for (const Family& base : families(c.quick)) {
+    for (Precision pr : precisions) {
+      int64_t done_layers = 0;  // the depth of the row before (a smaller GPU halves them)
+      for (int64_t depth : depths_of(pr)) {
+        Family fam = base;
+        TrainConfig cfg;
+        cfg.precision = pr;
+        cfg.mbs = c.quick ? 2 : 4;
+        cfg.gas = 1;
+        cfg.seq = c.quick ? 32 : 2048;
+        Captured cap;
+        cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
+        std::vector<double> paused_gemm, paused_attention, paused_memory;
+        KernelProfile sustained;  // the gap-free passes, summed
+        int sustained_passes = 0;
+        bool sliced = false;
+        for (int64_t layers = depth;; layers /= 2) {
+          fam.spec.layers = layers;
+          paused_gemm.clear(), paused_attention.clear(), paused_memory.clear();
+          sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
+          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
+          try {
+            Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
+            tr.step(0);
+            tr.step(1);
+            synchronize(c.cuda);
+            const double mult = tr.loss_scale() / double(cfg.gas);
+            int64_t micro = 0;
+            // One forward and backward (the layer model's pass has no
+            // zeroing: where the gradients are zeroed, it is outside the
+            // recorded passes).
+            auto pass = [&] {
+              auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
+              tr.forward_backward(ids, labels, mult);
+            };
+            // The passes back to back, as a training step runs its
+            // micro-batches: no host synchronisation between them, so the GPU
+            // never waits. (A GPU that sat idle resumes at a higher clock for a
+            // while: validation/h200x2-3d/run11's pipeline stage 0 ran the
+            // micro-batches after its bubble up to 8% faster than the later ones.
+            // Until 2026-11-26 this part recorded single passes after a host
+            // synchronisation and the profiler's start; those are kept as
+            // *_after_pause_seconds.)
+            const auto t0 = std::chrono::steady_clock::now();
+            do {
+              tr.zero_grad();
+              pass();
+            } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
+            if (c.cuda) {
+              // Recorded while the GPU still runs the queued passes: kPasses
+              // more back to back (their gradients accumulate, as a step's
+              // micro-batches' do); the last kPasses - 1 of them (split by the
+              // kernel count of one pass, below) followed a pass without a gap.
+              constexpr int kPasses = 4;
+              std::vector<KernelEvent> events;
+              {
+                KernelRecorder rec;
+                rec.start();
+                for (int r = 0; r < kPasses; ++r) pass();
+                synchronize(true);
+                events = rec.stop_events();
+              }
+              // Single passes after a pause (the zeroing ends before each).
+              int64_t per_pass = 0;
+              for (int r = 0; r < 3; ++r) {
+                tr.zero_grad();
+                synchronize(true);
+                KernelRecorder rec;
+                rec.start();
+                pass();
+                synchronize(true);
+                const KernelProfile kp = rec.stop();
+                paused_gemm.push_back(kp.gemm_seconds);
+                paused_attention.push_back(kp.attention_seconds);
+                paused_memory.push_back(kp.memory_seconds);
+                per_pass = kp.launches;
+              }
+              const size_t keep = size_t(per_pass) * (kPasses - 1);
+              sliced = per_pass > 0 && events.size() >= keep;
+              if (sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
+              sustained = summarize_kernels(events);
+              sustained_passes = sliced ? kPasses - 1 : kPasses;
+            }
+            tr.zero_grad();
+            capture_ops(cap, [&] {
+              pass();
+              synchronize(c.cuda);
+            });
+            break;
+          } catch (const c10::OutOfMemoryError&) {
+            cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+            empty_cache(c.cuda);
+            if (layers <= 2) throw;
+            say(c, std::string("in a step ") + to_string(pr) + " " + fam.label + ": out of memory with " + std::to_string(layers) +
+                       " layers, trying " + std::to_string(layers / 2));
+          }
+        }
+        empty_cache(c.cuda);
+        if (fam.spec.layers <= done_layers) {  // halved down to a depth already measured
+          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+          continue;
+        }
+        done_layers = fam.spec.layers;
+        // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
+        std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
+        int64_t calls = 0;
+        for (const CapturedGemm& g : cap.gemms) {
+          auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
+          auto [it, fresh] = distinct.try_emplace(key, &g, 0);
+          it->second.second += g.count;
+          calls += g.count;
+        }
+        json shapes = json::array();
+        double alone_gemm = 0;
+        for (const auto& [key, gc] : distinct) {
+          const CapturedGemm& g = *gc.first;
+          at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
+          auto fn = [&] { at::mm_out(y, g.a, g.b); };
+          const double alone = time_per_call(c, fn);
+          const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
+          alone_gemm += gc.second * sec;
+          shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
+                            {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
+        }
+        double alone_attention = 0;
+        json attention = json::array();
+        for (size_t i = 0; i < cap.attention.size() && i < cap.attention_grads.size(); ++i) {
+          // Attention backward runs in the reverse order of the forwards.
+          const auto& qkv = cap.attention[i];
+          const at::Tensor& dout = cap.attention_grads[cap.attention_grads.size() - 1 - i];
+          const bool gqa = qkv[1].size(1) != qkv[0].size(1);
+          at::Tensor q = qkv[0].detach().requires_grad_(true), k = qkv[1].detach().requires_grad_(true),
+                     v = qkv[2].detach().requires_grad_(true);
+          const double fb = time_per_call(c, [&] {
+            at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+            (void)torch::autograd::grad({o}, {q, k, v}, {dout});
+          });
+          // Distinct: the one captured attention stands for every layer's (the same shape).
+          const int64_t n = cap.distinct ? std::max<int64_t>(1, cap.attention_calls) : 1;
+          alone_attention += double(n) * fb;
+          attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
+                               {"head_dim", q.size(3)}, {"count", n}, {"seconds", fb}});
+        }
+        const std::string p = to_string(pr);
+        json row = {{"precision", p},
+                    {"model", fam.label},
+                    {"layers", fam.spec.layers},
+                    {"tokens", cfg.mbs * cfg.seq},
+                    {"mbs", cfg.mbs},
+                    {"seq", cfg.seq},
+                    {"spec", fam.spec},
+                    {"gemms", calls},
+                    {"shapes", shapes},
+                    {"attention", attention},
+                    {"alone_gemm_seconds", alone_gemm},
+                    {"alone_attention_seconds", alone_attention}};
+        if (c.cuda) {
+          // Per pass, over the sustained passes.
+          const double n = double(sustained_passes);
+          row["step_gemm_seconds"] = sustained.gemm_seconds / n;
+          row["step_attention_seconds"] = sustained.attention_seconds / n;
+          // Every other kernel of the pass (norms, activations, residuals, the
+          // loss): the fit compares it with the layer model's memory-bound time
+          // for the same model.
+          row["step_memory_bound_seconds"] = sustained.memory_seconds / n;
+          // The GPU's idle time between those passes' kernels, per pass.
+          row["step_idle_seconds"] = sustained.idle_seconds() / n;
+          row["step_passes"] = sustained_passes;
+          row["step_passes_sliced"] = sliced;  // false: the whole recording over all its passes
+          // The single passes after a pause: the median one.
+          std::sort(paused_gemm.begin(), paused_gemm.end());
+          std::sort(paused_attention.begin(), paused_attention.end());
+          std::sort(paused_memory.begin(), paused_memory.end());
+          row["step_gemm_after_pause_seconds"] = paused_gemm[paused_gemm.size() / 2];
+          row["step_attention_after_pause_seconds"] = paused_attention[paused_attention.size() / 2];
+          row["step_memory_bound_after_pause_seconds"] = paused_memory[paused_memory.size() / 2];
+          // The kernel profile counts the fused backward's helper kernels as
+          // attention (runtime/kernel_profile.cpp), as the layer model does.
+          row["attention_with_helpers"] = true;
+        }
+        say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
+                   std::to_string(calls) + " GEMMs " +
+                   (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step (" +
+                                 fmt_num(row["step_gemm_after_pause_seconds"].get<double>() * 1e3) + " after a pause), "
+                           : std::string()) +
+                   fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
+                   (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
+                   fmt_num(alone_attention * 1e3) + " ms" +
+                   (c.cuda ? "; memory-bound " + fmt_num(row["step_memory_bound_seconds"].get<double>() * 1e3) + " ms"
+                           : std::string()));
+        out.push_back(std::move(row));
+        cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+        empty_cache(c.cuda);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace planner::rt::calib

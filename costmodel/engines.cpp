@@ -1,0 +1,129 @@
+#include "costmodel/engines.hpp"
+
+#include <fmt/format.h>
+
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
+namespace planner {
+
+const char* to_string(Engine e) {
+  switch (e) {
+    case Engine::Ours: return "ours";
+    case Engine::DeepSpeed: return "deepspeed";
+    case Engine::Megatron: return "megatron";
+    case Engine::Fsdp: return "fsdp";
+  }
+  return "?";
+}
+
+Engine parse_engine(std::string_view text) {
+  const std::string t = to_lower(trim(text));
+  if (t == "ours") return Engine::Ours;
+  if (t == "deepspeed") return Engine::DeepSpeed;
+  if (t == "megatron" || t == "megatron-lm") return Engine::Megatron;
+  if (t == "fsdp" || t == "fsdp2" || t == "pytorch") return Engine::Fsdp;
+  throw InputError(fmt::format("--engine: unknown engine '{}' (choose ours, deepspeed, megatron or fsdp)", text));
+}
+
+const char* engine_version(Engine e) {
+  switch (e) {
+    case Engine::Ours: return "planner runtime";
+    case Engine::DeepSpeed: return "DeepSpeed 0.19.8";
+    case Engine::Megatron: return "Megatron-LM core_v0.19.0 (5be9626)";
+    case Engine::Fsdp: return "PyTorch 2.13 (DDP, ZeroRedundancyOptimizer, FSDP2 fully_shard)";
+  }
+  return "?";
+}
+
+int64_t megatron_padded_vocab(int64_t vocab, int tp) {
+  const int64_t multiple = 128 * int64_t(tp);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+namespace {
+
+// DeepSpeed 0.19.8: its ZeRO engine runs any data-parallel strategy; tensor
+// parallelism comes from AutoTP ("tensor_parallel": {"autotp_size"}), which
+// shards a whole Hugging Face model, with ZeRO 0-3 (runtime/engine.py,
+// _configure_tensor_parallel_states: "AutoTP + ZeRO stage 3 is supported");
+// pipelines from its PipelineModule, whose only schedule is its TrainSchedule
+// (1F1B), with ZeRO 0-1 (runtime/pipe/engine.py asserts it).
+std::string deepspeed_gap(const Strategy& s) {
+  if (s.sp && s.tp > 1)
+    return "DeepSpeed has no Megatron-style sequence parallelism (its Ulysses splits attention heads instead); "
+           "use --to megatron or sp=0";
+  if (s.ckpt == Ckpt::Selective)
+    return "DeepSpeed's activation checkpointing recomputes whole layers; it has no selective (attention-only) "
+           "recomputation";
+  if (s.pp > 1 && s.schedule != Schedule::OneFOneB)
+    return fmt::format("DeepSpeed's pipeline engine runs only its own 1F1B schedule (TrainSchedule), not {}",
+                       to_string(s.schedule));
+  if (s.pp > 1 && s.tp > 1)
+    return "DeepSpeed's automatic tensor parallelism (AutoTP) shards a whole model, not the stages of its pipeline "
+           "engine; use --to megatron for tp>1 with pp>1";
+  return "";
+}
+
+// Megatron-LM core_v0.19.0, pretrain_gpt.py: GPT-style decoders whose layer
+// options exist as arguments (megatron/training/arguments.py).
+std::string megatron_model_gap(const ModelSpec& m) {
+  if (m.arch == Arch::Encoder) return "this export targets Megatron-LM's GPT model (pretrain_gpt.py), not encoders";
+  if (m.mlp == MlpKind::Relu)
+    return "Megatron-LM's GPT layer has no plain ReLU MLP (only GeLU, SwiGLU and squared ReLU)";
+  if (m.parallel_block) return "Megatron-LM's GPT layer has no parallel attention+MLP block (GPT-J style)";
+  if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden)
+    return "Megatron-LM has no projection between a narrower embedding and the hidden size (OPT-350m)";
+  if (m.lm_head_bias) return "Megatron-LM's output layer has no bias";
+  if (m.embed_norm || !m.final_norm) return "Megatron-LM's GPT model has no embedding norm and always a final norm";
+  const bool all = m.qkv_bias && m.out_bias && m.mlp_bias, none = !m.qkv_bias && !m.out_bias && !m.mlp_bias,
+             qkv_only = m.qkv_bias && !m.out_bias && !m.mlp_bias;
+  if (!all && !none && !qkv_only)
+    return "Megatron-LM sets biases for all linear layers, none, or only QKV (--disable-bias-linear, "
+           "--add-qkv-bias); this model mixes them otherwise";
+  return "";
+}
+
+std::string megatron_gap(const Plan& p) {
+  const Strategy& s = p.strategy;
+  if (auto g = megatron_model_gap(p.model); !g.empty()) return g;
+  if (s.pp > 1 && s.schedule == Schedule::GPipe)
+    return "Megatron-LM runs 1F1B or interleaved 1F1B pipelines, not GPipe";
+  const int64_t chunks = int64_t(s.pp) * s.vpp;
+  if (p.model.layers % chunks != 0)
+    return fmt::format("Megatron-LM needs the layers ({}) divisible by pp*vpp = {}; this plan splits them unevenly",
+                       p.model.layers, chunks);
+  if (s.offload == Offload::All)
+    return "Megatron-LM cannot keep parameters in host memory; it offloads only the optimizer "
+           "(--optimizer-cpu-offload): use offload=optimizer";
+  if (s.offload == Offload::Optimizer && s.zero != 1)
+    return "Megatron-LM offloads the optimizer of its distributed optimizer (zero=1); offload with Megatron-FSDP "
+           "(zero=2/3) is not a documented combination";
+  return "";
+}
+
+// PyTorch 2.13: DDP (zero=0), DDP with ZeroRedundancyOptimizer (zero=1),
+// FSDP2 fully_shard (zero=2/3), DTensor tensor and sequence parallelism.
+std::string fsdp_gap(const Strategy& s) {
+  if (s.pp > 1)
+    return "PyTorch FSDP has no pipeline parallelism (torch.distributed.pipelining is a separate API this export "
+           "does not write); use --to megatron or --to deepspeed";
+  if (s.offload == Offload::Optimizer)
+    return "FSDP2 cannot offload only the optimizer: CPUOffloadPolicy moves parameters, gradients and optimizer "
+           "state together (offload=all with zero=3)";
+  return "";
+}
+
+}  // namespace
+
+std::string engine_gap(const Plan& plan, Engine engine) {
+  switch (engine) {
+    case Engine::Ours: return "";
+    case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);
+    case Engine::Megatron: return megatron_gap(plan);
+    case Engine::Fsdp: return fsdp_gap(plan.strategy);
+  }
+  return "";
+}
+
+}  // namespace planner

@@ -1,0 +1,255 @@
+// ModelSpec: the parameter count (defined once, here), validation and the JSON
+// form stored in plan files.
+//
+// The counts follow the Hugging Face transformers modules tensor by tensor
+// (modeling_gpt2.py, modeling_gpt_neo.py, modeling_gptj.py, modeling_opt.py,
+// modeling_bert.py, modeling_llama.py), so that a preset's total_params() equals
+// `model.num_parameters()` of the HF model (tied weights counted once).
+#include "specs/model_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "strategies/errors.hpp"
+
+namespace planner {
+
+namespace {
+
+// Sanity limits: far beyond any published model, small enough that every
+// count below stays far from int64 overflow (1e6 * 1e6 * 1e5 < 9.2e18).
+constexpr int64_t kMaxWidth = 1 << 20;        // hidden, ffn, word_embed_dim
+constexpr int64_t kMaxLayers = 100'000;
+constexpr int64_t kMaxVocab = 10'000'000;
+constexpr int64_t kMaxPositions = 100'000'000;
+
+int64_t embed_width(const ModelSpec& m) { return m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden; }
+bool has_projection(const ModelSpec& m) { return m.word_embed_dim > 0 && m.word_embed_dim != m.hidden; }
+
+}  // namespace
+
+int64_t ModelSpec::norm_params() const {
+  // LayerNorm: weight + bias; RMSNorm (LLaMA): weight only.
+  return norm == NormKind::LayerNorm ? 2 * hidden : hidden;
+}
+
+int64_t ModelSpec::attention_params() const {
+  // q and o are (h, h); k and v are (h, kv_heads * head_dim) (GQA shrinks them).
+  int64_t p = 2 * hidden * hidden + 2 * hidden * kv_dim();
+  if (qkv_bias) p += hidden + 2 * kv_dim();
+  if (out_bias) p += hidden;
+  return p;
+}
+
+int64_t ModelSpec::mlp_params() const {
+  if (mlp == MlpKind::SwiGlu) {
+    // gate_proj and up_proj (h -> ffn), down_proj (ffn -> h).
+    int64_t p = 3 * hidden * ffn;
+    if (mlp_bias) p += 2 * ffn + hidden;
+    return p;
+  }
+  int64_t p = 2 * hidden * ffn;  // fc_in (h -> ffn), fc_out (ffn -> h)
+  if (mlp_bias) p += ffn + hidden;
+  return p;
+}
+
+int64_t ModelSpec::layer_params() const {
+  // Pre-LN GPT/OPT/LLaMA and post-LN BERT alike have two norms per layer;
+  // GPT-J's parallel block feeds attention and MLP from one ln_1.
+  return attention_params() + mlp_params() + (parallel_block ? 1 : 2) * norm_params();
+}
+
+int64_t ModelSpec::embedding_params() const {
+  int64_t p = vocab * embed_width(*this);                                    // token embedding
+  if (pos == PosEmbed::Learned) p += (max_positions + position_offset) * hidden;  // position table
+  p += type_vocab * hidden;                                                  // BERT token types
+  if (embed_norm) p += norm_params();                                        // BERT embeddings.LayerNorm
+  if (has_projection(*this)) p += embed_width(*this) * hidden;               // OPT project_in (no bias)
+  return p;
+}
+
+int64_t ModelSpec::head_params() const {
+  int64_t p = 0;
+  if (final_norm) p += norm_params();
+  if (has_projection(*this)) p += hidden * embed_width(*this);  // OPT project_out (no bias)
+  if (!tied_embeddings) p += vocab * embed_width(*this);        // untied lm_head weight
+  if (lm_head_bias) p += vocab;                                 // GPT-J lm_head.bias
+  if (pooler) p += hidden * hidden + hidden;                    // BertPooler.dense
+  if (mlm_head) p += hidden * hidden + hidden + norm_params() + vocab;  // transform.dense, LayerNorm, decoder.bias
+  return p;
+}
+
+int64_t ModelSpec::total_params() const { return embedding_params() + layers * layer_params() + head_params(); }
+
+void ModelSpec::validate() const {
+  const std::string who = name.empty() ? std::string("model") : fmt::format("model '{}'", name);
+  auto positive = [&](int64_t v, const char* field, int64_t max) {
+    if (v <= 0) throw InputError(fmt::format("{}: {} must be positive, got {}", who, field, v));
+    if (v > max) throw InputError(fmt::format("{}: {}={} is absurdly large (at most {})", who, field, v, max));
+  };
+  positive(layers, "layers", kMaxLayers);
+  positive(hidden, "hidden", kMaxWidth);
+  positive(heads, "heads", kMaxWidth);
+  positive(kv_heads, "kv_heads", kMaxWidth);
+  positive(ffn, "ffn", 16 * kMaxWidth);
+  positive(vocab, "vocab", kMaxVocab);
+  if (hidden % heads != 0)
+    throw InputError(fmt::format("{}: heads={} does not divide hidden={} (head_dim must be a whole number)", who,
+                                 heads, hidden));
+  if (heads % kv_heads != 0)
+    throw InputError(fmt::format("{}: kv_heads={} does not divide heads={} (each KV head serves a whole group)", who,
+                                 kv_heads, heads));
+  if (pos == PosEmbed::Learned) positive(max_positions, "max_positions (learned positions need a table)", kMaxPositions);
+  if (max_positions < 0 || max_positions > kMaxPositions)
+    throw InputError(fmt::format("{}: max_positions={} is out of range", who, max_positions));
+  if (position_offset < 0 || position_offset > 1024)
+    throw InputError(fmt::format("{}: position_offset={} is out of range 0..1024", who, position_offset));
+  if (type_vocab < 0 || type_vocab > 1024)
+    throw InputError(fmt::format("{}: type_vocab={} is out of range 0..1024", who, type_vocab));
+  if (word_embed_dim < 0 || word_embed_dim > kMaxWidth)
+    throw InputError(fmt::format("{}: word_embed_dim={} is out of range", who, word_embed_dim));
+  if (default_seq < 0 || default_seq > kMaxPositions)
+    throw InputError(fmt::format("{}: default_seq={} is out of range", who, default_seq));
+  if (published_params < 0) throw InputError(fmt::format("{}: published_params must not be negative", who));
+  if (pooler && arch != Arch::Encoder)
+    throw InputError(fmt::format("{}: a pooler only exists on encoders (arch=encoder)", who));
+}
+
+// ---------------------------------------------------------------- JSON
+
+namespace {
+
+const char* arch_name(Arch a) { return a == Arch::Encoder ? "encoder" : "decoder"; }
+const char* pos_name(PosEmbed p) { return p == PosEmbed::Rotary ? "rotary" : "learned"; }
+const char* mlp_name(MlpKind k) {
+  switch (k) {
+    case MlpKind::Relu: return "relu";
+    case MlpKind::SwiGlu: return "swiglu";
+    default: return "gelu";
+  }
+}
+const char* norm_name(NormKind n) { return n == NormKind::RmsNorm ? "rmsnorm" : "layernorm"; }
+
+template <typename E>
+E enum_field(const nlohmann::json& j, const char* key, std::initializer_list<std::pair<const char*, E>> options,
+             const std::string& who) {
+  const auto& v = j.at(key);
+  std::string allowed;
+  for (const auto& [n, e] : options) allowed += (allowed.empty() ? "" : "|") + std::string(n);
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (const auto& [n, e] : options)
+      if (s == n) return e;
+  }
+  throw InputError(fmt::format("{}: field '{}' must be one of {}, got {}", who, key, allowed, v.dump()));
+}
+
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& who) {
+  const auto& v = j.at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) return v.get<int64_t>();
+  throw InputError(fmt::format("{}: field '{}' must be a whole number, got {}", who, key, v.dump()));
+}
+
+bool bool_field(const nlohmann::json& j, const char* key, const std::string& who) {
+  const auto& v = j.at(key);
+  if (!v.is_boolean()) throw InputError(fmt::format("{}: field '{}' must be true or false, got {}", who, key, v.dump()));
+  return v.get<bool>();
+}
+
+}  // namespace
+
+void to_json(nlohmann::json& j, const ModelSpec& m) {
+  j = nlohmann::json{
+      {"name", m.name},
+      {"arch", arch_name(m.arch)},
+      {"layers", m.layers},
+      {"hidden", m.hidden},
+      {"heads", m.heads},
+      {"kv_heads", m.kv_heads},
+      {"ffn", m.ffn},
+      {"vocab", m.vocab},
+      {"max_positions", m.max_positions},
+      {"position_offset", m.position_offset},
+      {"type_vocab", m.type_vocab},
+      {"word_embed_dim", m.word_embed_dim},
+      {"pos", pos_name(m.pos)},
+      {"mlp", mlp_name(m.mlp)},
+      {"norm", norm_name(m.norm)},
+      {"qkv_bias", m.qkv_bias},
+      {"out_bias", m.out_bias},
+      {"mlp_bias", m.mlp_bias},
+      {"parallel_block", m.parallel_block},
+      {"tied_embeddings", m.tied_embeddings},
+      {"lm_head_bias", m.lm_head_bias},
+      {"embed_norm", m.embed_norm},
+      {"final_norm", m.final_norm},
+      {"pooler", m.pooler},
+      {"mlm_head", m.mlm_head},
+      {"published_params", m.published_params},
+      {"default_seq", m.default_seq},
+  };
+}
+
+// Reads the schema that to_json writes. Only layers, hidden, heads and vocab are
+// required; kv_heads defaults to heads, ffn to 4 * hidden, the rest to the
+// ModelSpec defaults (a GPT-2-style decoder). Unknown keys are errors, so a typo
+// is never silently ignored.
+void from_json(const nlohmann::json& j, ModelSpec& m) {
+  std::string who = "model";
+  if (!j.is_object()) throw InputError(fmt::format("model: expected a JSON object, got {}", j.dump()));
+  if (j.contains("name")) {
+    if (!j.at("name").is_string()) throw InputError("model: field 'name' must be a string");
+    who = fmt::format("model '{}'", j.at("name").get<std::string>());
+  }
+  static const std::set<std::string> known = {
+      "name",     "arch",           "layers",          "hidden",       "heads",      "kv_heads",         "ffn",
+      "vocab",    "max_positions",  "position_offset", "type_vocab",   "word_embed_dim", "pos",            "mlp",
+      "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
+      "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
+  for (const char* req : {"layers", "hidden", "heads", "vocab"})
+    if (!j.contains(req)) throw InputError(fmt::format("{}: missing required field '{}'", who, req));
+
+  ModelSpec r;
+  if (j.contains("name")) r.name = j.at("name").get<std::string>();
+  if (j.contains("arch"))
+    r.arch = enum_field<Arch>(j, "arch", {{"decoder", Arch::Decoder}, {"encoder", Arch::Encoder}}, who);
+  r.layers = int_field(j, "layers", who);
+  r.hidden = int_field(j, "hidden", who);
+  r.heads = int_field(j, "heads", who);
+  r.kv_heads = j.contains("kv_heads") ? int_field(j, "kv_heads", who) : r.heads;
+  r.ffn = j.contains("ffn") ? int_field(j, "ffn", who) : 4 * r.hidden;
+  r.vocab = int_field(j, "vocab", who);
+  if (j.contains("max_positions")) r.max_positions = int_field(j, "max_positions", who);
+  if (j.contains("position_offset")) r.position_offset = int_field(j, "position_offset", who);
+  if (j.contains("type_vocab")) r.type_vocab = int_field(j, "type_vocab", who);
+  if (j.contains("word_embed_dim")) r.word_embed_dim = int_field(j, "word_embed_dim", who);
+  if (j.contains("pos"))
+    r.pos = enum_field<PosEmbed>(j, "pos", {{"learned", PosEmbed::Learned}, {"rotary", PosEmbed::Rotary}}, who);
+  if (j.contains("mlp"))
+    r.mlp = enum_field<MlpKind>(j, "mlp", {{"gelu", MlpKind::Gelu}, {"relu", MlpKind::Relu}, {"swiglu", MlpKind::SwiGlu}},
+                                who);
+  if (j.contains("norm"))
+    r.norm = enum_field<NormKind>(j, "norm", {{"layernorm", NormKind::LayerNorm}, {"rmsnorm", NormKind::RmsNorm}}, who);
+  struct BoolField { const char* key; bool ModelSpec::*member; };
+  static const BoolField bools[] = {
+      {"qkv_bias", &ModelSpec::qkv_bias},       {"out_bias", &ModelSpec::out_bias},
+      {"mlp_bias", &ModelSpec::mlp_bias},       {"parallel_block", &ModelSpec::parallel_block},
+      {"tied_embeddings", &ModelSpec::tied_embeddings}, {"lm_head_bias", &ModelSpec::lm_head_bias},
+      {"embed_norm", &ModelSpec::embed_norm},   {"final_norm", &ModelSpec::final_norm},
+      {"pooler", &ModelSpec::pooler},           {"mlm_head", &ModelSpec::mlm_head},
+  };
+  for (const auto& b : bools)
+    if (j.contains(b.key)) r.*(b.member) = bool_field(j, b.key, who);
+  if (j.contains("published_params")) r.published_params = int_field(j, "published_params", who);
+  if (j.contains("default_seq")) r.default_seq = int_field(j, "default_seq", who);
+  r.validate();
+  m = std::move(r);
+}
+
+}  // namespace planner
