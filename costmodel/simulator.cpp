@@ -128,10 +128,11 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
     st.pending.resize(keep);
     st.comm_free = moved(st.comm_free);
   };
-  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction* a, int index) {
+  // One trace event of action `a` (index -1: a part of it shown apart).
+  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction& a, int index) {
     if (!opt.record_trace) return;
-    TraceEvent ev{s, k, t0, t1, name};
-    if (a) ev.microbatch = a->microbatch, ev.chunk = a->chunk, ev.unit = a->unit, ev.action = index;
+    TraceEvent ev{s, k, t0, t1, name, a.op};
+    if (index >= 0) ev.microbatch = a.microbatch, ev.chunk = a.chunk, ev.unit = a.unit, ev.action = index;
     r.events.push_back(ev);
   };
 
@@ -155,13 +156,13 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
         st.comm_free = queue_comm(st, sc, t0, a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
         grad_ready_[size_t(a.unit)] = st.comm_free;
         st.pending.push_back({a.unit, false, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
-        emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), &a, int(i));
+        emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), a, int(i));
       };
       auto to_host = [&](size_t i, double floor) {
         const StepAction& a = list[i];
         const double t0 = std::max({st.copy_free, grad_ready_[size_t(a.unit)], floor});
         st.copy_free = t0 + cost.unit(a.unit).to_host_seconds;
-        emit(s, Stream::Copy, t0, st.copy_free, "to host", &a, int(i));
+        emit(s, Stream::Copy, t0, st.copy_free, "to host", a, int(i));
       };
 
       while (!st.done) {
@@ -216,7 +217,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             tm.tp_comm_seconds += comm;
             tm.compute_seconds += dur - comm;
             st.compute_free = t + dur;
-            emit(s, Stream::Compute, t, st.compute_free, fwd ? "F" : "B", &a, int(i));
+            emit(s, Stream::Compute, t, st.compute_free, fwd ? "F" : "B", a, int(i));
             if (fwd) {
               if (a.unit == chunk_last_[size_t(v)]) fwd_end_[at(v, a.microbatch)] = st.compute_free;
             } else {
@@ -237,7 +238,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             const double t0 = std::max(st.p2p_free, ready);
             st.p2p_free = t0 + (fwd ? cost.send(s, a.chunk).forward_seconds : cost.send(s, a.chunk).backward_seconds);
             (fwd ? fwd_arrive_ : bwd_arrive_)[at(to, a.microbatch)] = st.p2p_free;
-            emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), &a, int(i));
+            emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::RecvF:
@@ -249,7 +250,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
               blocked = true;
               break;
             }
-            emit(s, Stream::P2P, arrive, arrive, trace_name(a, false), &a, int(i));
+            emit(s, Stream::P2P, arrive, arrive, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::Gather: {
@@ -261,19 +262,19 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             if (uc.fetch_seconds > 0) {
               const double c0 = std::max(st.copy_free, st.release_done);
               st.copy_free = fetched = c0 + uc.fetch_seconds;
-              emit(s, Stream::Copy, c0, fetched, "param fetch", nullptr, -1);
+              emit(s, Stream::Copy, c0, fetched, "param fetch", a, -1);
               t0 = std::max(t0, fetched);
             }
             st.comm_free = queue_comm(st, sc, t0, uc.gather_seconds);
             param_ready_[size_t(a.unit)] = st.comm_free;
             st.pending.push_back({a.unit, true, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
             fetch_end_[size_t(a.unit)] = fetched;
-            emit(s, Stream::Comm, t0, st.comm_free, "gather", &a, int(i));
+            emit(s, Stream::Comm, t0, st.comm_free, "gather", a, int(i));
             break;
           }
           case StepOp::Release:
             st.release_done = st.compute_free;  // freed when the unit's last compute so far ends
-            emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", &a, int(i));
+            emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", a, int(i));
             break;
           case StepOp::Reduce:
             if (sc.overlap_grad_reduce) reduce(i, 0);
@@ -292,13 +293,13 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             if (sc.tied_grad_seconds > 0) {  // tied embedding, pp > 1: first and last stage sum the word gradient
               const double t0 = std::max(st.comm_free, st.compute_free);
               st.comm_free = t0 + sc.tied_grad_seconds;
-              emit(s, Stream::Comm, t0, st.comm_free, "tied embedding grad", nullptr, -1);
+              emit(s, Stream::Comm, t0, st.comm_free, "tied embedding grad", a, -1);
             }
             double t = st.compute_free;
             wait_until(t, st.comm_free, tm.exposed_comm_seconds);
             wait_until(t, st.copy_free, tm.offload_seconds);
             wait_until(t, st.p2p_free, tm.exposed_comm_seconds);
-            emit(s, Stream::Compute, st.compute_free, t, "sync", &a, int(i));
+            emit(s, Stream::Compute, st.compute_free, t, "sync", a, int(i));
             st.compute_free = t;
             break;
           }
@@ -316,7 +317,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             wait_until(t, norm_start, tm.bubble_seconds);
             tm.exposed_comm_seconds += norm_seconds;
             st.compute_free = st.comm_free = t + norm_seconds;
-            emit(s, Stream::Comm, t, st.compute_free, "grad norm", &a, int(i));
+            emit(s, Stream::Comm, t, st.compute_free, "grad norm", a, int(i));
             break;
           }
           case StepOp::Opt:
@@ -330,7 +331,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
                 for (int u = b; u < e; ++u) param_updated_[size_t(u)] = t += cost.unit(u).cpu_adam_seconds;
               }
               st.cpu_free = t;
-              emit(s, Stream::Cpu, t0, t, "cpu adam", &a, int(i));
+              emit(s, Stream::Cpu, t0, t, "cpu adam", a, int(i));
             } else {
               const double t0 = st.compute_free;
               st.compute_free = t0 + sc.optimizer_seconds;
@@ -339,19 +340,19 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
                 const auto [b, e] = part.units_of(s, c);
                 for (int u = b; u < e; ++u) param_updated_[size_t(u)] = st.compute_free;
               }
-              emit(s, Stream::Compute, t0, st.compute_free, "optimizer", &a, int(i));
+              emit(s, Stream::Compute, t0, st.compute_free, "optimizer", a, int(i));
             }
             break;
           case StepOp::ToDevice: {
             const double t0 = std::max(st.copy_free, param_updated_[size_t(a.unit)]);
             st.copy_free = param_updated_[size_t(a.unit)] = t0 + cost.unit(a.unit).to_device_seconds;
-            emit(s, Stream::Copy, t0, st.copy_free, "to device", &a, int(i));
+            emit(s, Stream::Copy, t0, st.copy_free, "to device", a, int(i));
             break;
           }
           case StepOp::AllGather: {
             const double t0 = std::max(st.comm_free, param_updated_[size_t(a.unit)]);
             st.comm_free = t0 + cost.unit(a.unit).all_gather_seconds;
-            emit(s, Stream::Comm, t0, st.comm_free, "all-gather", &a, int(i));
+            emit(s, Stream::Comm, t0, st.comm_free, "all-gather", a, int(i));
             break;
           }
         }

@@ -23,10 +23,11 @@ struct TraceEvent {
   int stage = 0;
   Stream stream = Stream::Compute;
   double start_seconds = 0, end_seconds = 0;
-  const char* name = "";   // static string: "F", "B", "gather", "all-reduce", ... (trace_name of its action)
+  const char* name = "";   // display only: "F", "B", "gather", "all-reduce", ... (trace_name of its action)
+  StepOp op = StepOp::Forward;  // its action's op (what readers of a trace go by, never the name)
   int microbatch = -1, chunk = 0, unit = -1;
-  int action = -1;         // index of its action in the stage's list; -1: a part of an action shown apart
-                           // (an offload fetch before a gather, the tied-embedding gradient at the Sync)
+  int action = -1;         // index of its action in the stage's list; -1: a part of the action `op` shown
+                           // apart (an offload fetch before a gather, the tied-embedding gradient at the Sync)
 };
 
 // The trace name of an action kind: "F", "B", "gather", "release", "all-reduce"

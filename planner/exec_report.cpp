@@ -4,6 +4,7 @@
 
 #include "costmodel/trace.hpp"
 #include "strategies/rank_grid.hpp"
+#include "strategies/step_program.hpp"
 
 #include <cmath>
 #include <sstream>
@@ -239,14 +240,23 @@ nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, con
     for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {
       const double a = flat[i].get<double>(), b = flat[i + 1].get<double>();
       if (!(b > a)) continue;
-      events.push_back({{"name", actions[i / 2].get<std::string>()},
+      // The stage's list as the step program prints it: parse_step_action
+      // reads each back into the action whose op and operands the span's args carry.
+      const std::string text = actions[i / 2].get<std::string>();
+      const StepAction act = parse_step_action(text);
+      events.push_back({{"name", text},
                         {"cat", "measured"},
                         {"ph", "X"},
                         {"pid", pid},
                         {"tid", 0},
                         {"ts", a * 1e6},
                         {"dur", (b - a) * 1e6},
-                        {"args", {{"action", i / 2}}}});
+                        {"args",
+                         {{"action", i / 2},
+                          {"op", to_string(act.op)},
+                          {"microbatch", act.microbatch},
+                          {"chunk", act.chunk},
+                          {"unit", act.unit}}}});
     }
     ++r;
   }

@@ -84,7 +84,7 @@ struct Engine::Impl {
   std::unique_ptr<SideStream> copy;
   std::vector<std::future<void>> adam_done;
   std::thread adam_thread;
-  std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
+  std::map<StepOp, std::unique_ptr<IntervalTimer>> timers;
   int tied_id = -1;                   // the word matrix, when the last stage keeps a copy (tied, pp > 1)
   std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 2)
   Communicator* emb_comm = nullptr;   // emb, or the pp group when pp == 2
@@ -404,7 +404,7 @@ at::Tensor Engine::step(int64_t step) {
   for (const StepAction& a : program_.stages[size_t(stage_)]) {
     if (tr) tr->start();
     if (time_actions) {
-      auto& t = I.timers[to_string(a.op)];
+      auto& t = I.timers[a.op];
       if (!t) t = std::make_unique<IntervalTimer>(cuda_);
       t->start();
       run_action(a, step);
@@ -877,12 +877,12 @@ std::vector<std::pair<double, double>> Engine::traced_spans() {
 
 void Engine::collect_action_times() {
   times_ = {};
-  for (auto& [name, timer] : impl_->timers) {
+  for (auto& [op, timer] : impl_->timers) {
     const std::vector<double> t = timer->seconds();
     double sum = 0;
     for (double x : t) sum += x;
-    times_.seconds[name] = sum;
-    times_.count[name] = int(t.size());
+    times_.seconds[op] = sum;
+    times_.count[op] = int(t.size());
   }
 }
 

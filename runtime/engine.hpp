@@ -48,11 +48,12 @@ class SideStream;
 struct PipeLinks;
 
 // Time spent per action kind on the compute stream's timeline (seconds, summed
-// over the step): for asynchronous actions this is only the issuing; for Sync
-// it is the exposed wait for communication and copies.
+// over the step), by op (to_string(StepOp) names it in reports): for
+// asynchronous actions this is only the issuing; for Sync it is the exposed
+// wait for communication and copies.
 struct ActionTimes {
-  std::map<std::string, double> seconds;
-  std::map<std::string, int> count;
+  std::map<StepOp, double> seconds;
+  std::map<StepOp, int> count;
 };
 
 class Engine {

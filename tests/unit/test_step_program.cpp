@@ -9,6 +9,7 @@
 #include <set>
 
 #include "catch.hpp"
+#include "strategies/errors.hpp"
 #include "strategies/partition.hpp"
 #include "strategies/step_program.hpp"
 
@@ -175,4 +176,45 @@ TEST_CASE("step program: on every pipeline link, sends and receives come in the 
           CHECK(links == size_t(inter ? 2 * pp : 2 * (pp - 1)));
         }
       }
+}
+
+// One printer, one parser: every action of every program of every schedule
+// kind reads back as itself, and the printed forms of the docs parse to the
+// actions they name.
+TEST_CASE("step program: the printer and parse_step_lists are inverse on every schedule kind", "[step]") {
+  int programs = 0;
+  for (const char* sched : {"gpipe", "1f1b", "interleaved"})
+    for (int pp : {1, 2, 4})
+      for (int zero = 0; zero <= 3; ++zero)
+        for (int off = 0; off < 3; ++off) {
+          Strategy s;
+          s.pp = pp, s.gas = 4, s.dp = 2, s.zero = zero, s.offload = Offload(off);
+          const bool inter = std::string(sched) == "interleaved";
+          s.schedule = inter ? Schedule::Interleaved : std::string(sched) == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+          s.vpp = inter ? 2 : 1;
+          try {
+            s.validate();
+          } catch (const std::exception&) {
+            continue;
+          }
+          if (inter && pp == 1) continue;
+          const StepProgram p = build_step_program(s, 8, {});
+          INFO(s.to_string());
+          CHECK(parse_step_lists(to_string(p)) == p.stages);
+          ++programs;
+        }
+  CHECK(programs > 30);
+  const StepAction f = parse_step_action("3F7.12.c1");
+  CHECK((f.op == StepOp::Forward && f.stage == 3 && f.microbatch == 7 && f.unit == 12 && f.chunk == 1));
+  const StepAction rs = parse_step_action("0RS5");
+  CHECK((rs.op == StepOp::Reduce && rs.scatter && rs.unit == 5));
+  CHECK(parse_step_action("0R5").op == StepOp::Release);
+  CHECK(parse_step_action("0RB2").op == StepOp::RecvB);
+  CHECK(parse_step_action("1Norm").op == StepOp::Norm);
+  CHECK_THROWS_AS(parse_step_action("0Red5"), InputError);  // the op's name, not its printed form
+  CHECK_THROWS_AS(parse_step_action("0F"), InputError);
+  CHECK_THROWS_AS(parse_step_action("0G5x"), InputError);
+  StepOp op;
+  for (int k = 0; k < kStepOps; ++k) CHECK((parse_step_op(to_string(StepOp(k)), op) && op == StepOp(k)));
+  CHECK_FALSE(parse_step_op("recompute", op));
 }
