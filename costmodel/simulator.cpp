@@ -33,6 +33,11 @@ const char* trace_name(const StepAction& a, bool cpu_optimizer) {
     case StepOp::ToHost: return "to host";
     case StepOp::Sync: return "sync";
     case StepOp::Norm: return "grad norm";
+    case StepOp::TiedReduce: return "tied embedding grad";
+    case StepOp::ReplicaReduce: return "replicated grad sum";
+    case StepOp::LossReduce: return "loss all-reduce";
+    case StepOp::NormReduce: return "grad norm all-reduce";
+    case StepOp::Clip: return "clip";
     case StepOp::Opt: return cpu_optimizer ? "cpu adam" : "optimizer";
     case StepOp::ToDevice: return "to device";
     case StepOp::AllGather: return "all-gather";
@@ -55,7 +60,7 @@ struct Simulator::StageState {
   size_t next = 0;                 // index of the next action
   double compute_free = 0, comm_free = 0, p2p_free = 0, copy_free = 0, cpu_free = 0;
   double release_done = 0;         // the last released unit's buffer is free (ZeRO-3 gathers wait for it)
-  bool at_norm = false;            // arrived at the global gradient norm
+  int meeting = -1;                // the action (a collective across stages) this stage has arrived at
   bool done = false;
   std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
   // Collectives on the comm stream that may not have ended (a pass beside them
@@ -137,9 +142,15 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
   };
 
   std::vector<StageState> S(static_cast<size_t>(pp));
-  int finished = 0, at_norm = 0;
-  double norm_start = 0;  // the latest arrival at the norm (its start once every stage is there)
-  const double norm_seconds = cost.grad_norm_sync_seconds();
+  int finished = 0;
+  // Collectives across stages (TiedReduce, LossReduce and NormReduce over the
+  // pipeline), by op and group: how many stages have arrived, and the latest
+  // arrival (the collective's start once every member is there).
+  struct Meet {
+    int arrived = 0;
+    double start = 0;
+  };
+  std::array<Meet, size_t(kStepOps) * 4> meets{};
   while (finished < pp) {
     bool progress = false;
     for (int s = 0; s < pp; ++s) {
@@ -290,11 +301,6 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
               else to_host(d, st.compute_free);
             }
             st.deferred.clear();
-            if (sc.tied_grad_seconds > 0) {  // tied embedding, pp > 1: first and last stage sum the word gradient
-              const double t0 = std::max(st.comm_free, st.compute_free);
-              st.comm_free = t0 + sc.tied_grad_seconds;
-              emit(s, Stream::Comm, t0, st.comm_free, "tied embedding grad", a, -1);
-            }
             double t = st.compute_free;
             wait_until(t, st.comm_free, tm.exposed_comm_seconds);
             wait_until(t, st.copy_free, tm.offload_seconds);
@@ -303,21 +309,40 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             st.compute_free = t;
             break;
           }
-          case StepOp::Norm: {
-            // One all-reduce over every rank: every stage waits for the slowest.
-            if (!st.at_norm) {
-              st.at_norm = true, ++at_norm, progress = true;
-              norm_start = std::max(norm_start, st.compute_free);
-            }
-            if (at_norm < pp) {
-              blocked = true;
-              break;
+          case StepOp::Norm:
+          case StepOp::Clip:  // local arithmetic on one float (Clip: fp16's host sync, not timed)
+            emit(s, Stream::Compute, st.compute_free, st.compute_free, trace_name(a, false), a, int(i));
+            break;
+          case StepOp::TiedReduce:
+          case StepOp::ReplicaReduce:
+          case StepOp::LossReduce:
+          case StepOp::NormReduce: {
+            // A blocking collective (the runtime waits for it): the compute
+            // stream waits for the stage's comm stream, and over the
+            // pipeline (TiedReduce: the first and the last stage) for every
+            // member to arrive.
+            const bool across = a.op == StepOp::TiedReduce || a.group == CommGroup::Pp;
+            const int members = a.op == StepOp::TiedReduce ? std::min(pp, 2) : across ? pp : 1;
+            const double seconds = a.op == StepOp::TiedReduce      ? sc.tied_grad_seconds
+                                   : a.op == StepOp::ReplicaReduce ? sc.replica_reduce_seconds
+                                                                   : sc.scalar_reduce_seconds[size_t(a.group)];
+            Meet& mt = meets[size_t(a.op) * 4 + size_t(a.group)];
+            if (across) {
+              if (st.meeting != int(i)) {
+                st.meeting = int(i), ++mt.arrived, progress = true;
+                mt.start = std::max({mt.start, st.compute_free, st.comm_free});
+              }
+              if (mt.arrived < members) {
+                blocked = true;
+                break;
+              }
             }
             double t = st.compute_free;
-            wait_until(t, norm_start, tm.bubble_seconds);
-            tm.exposed_comm_seconds += norm_seconds;
-            st.compute_free = st.comm_free = t + norm_seconds;
-            emit(s, Stream::Comm, t, st.compute_free, "grad norm", a, int(i));
+            wait_until(t, st.comm_free, tm.exposed_comm_seconds);
+            if (across) wait_until(t, mt.start, tm.bubble_seconds);
+            tm.exposed_comm_seconds += seconds;
+            st.compute_free = st.comm_free = t + seconds;
+            emit(s, Stream::Comm, t, st.compute_free, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::Opt:
@@ -419,16 +444,25 @@ double makespan_lower_bound(const CostModel& cost, int m) {
         td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;
       }
     }
-    // After the norm: the GPU optimizer, or the CPU's unit after unit; the
-    // uploads (copy stream) and all-gathers (comm stream) are serial on their
-    // streams, and the last unit's follow its own update.
+    // The step's end on the compute stream: the blocking reductions every
+    // program of this shape has (the loss over pp and dp, the norm over tp and
+    // pp, the tied sum where priced: it waits for the first stage, so it
+    // follows the last backward's way down). The replicated sum only on the
+    // first stage: elsewhere it may run while the last backward goes down
+    // the pipeline (tail). After the norm: the GPU
+    // optimizer, or the CPU's unit after unit; the uploads (copy stream) and
+    // all-gathers (comm stream) are serial on their streams, and the last
+    // unit's follow its own update.
+    const auto& q = sc.scalar_reduce_seconds;
+    const double reductions = sc.tied_grad_seconds + (s == 0 ? sc.replica_reduce_seconds : 0) +
+                              2 * q[size_t(CommGroup::Pp)] + q[size_t(CommGroup::Dp)] + q[size_t(CommGroup::Tp)];
     const double after = (sc.cpu_optimizer ? 0 : sc.optimizer_seconds) +
                          std::max({cpu + td_last + ag_last, to_device + ag_last, all_gather});
-    best = std::max(best, head + m * busy + tail + after);
+    best = std::max(best, head + m * busy + tail + reductions + after);
     head += f0 + cost.send(s, 0).forward_seconds;
     tail += b0 + cost.send(s, 0).backward_seconds;
   }
-  return best + cost.grad_norm_sync_seconds();
+  return best;
 }
 
 }  // namespace planner

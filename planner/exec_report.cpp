@@ -74,11 +74,14 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
   rows.push_back({"model_tflops", p.tflops_per_gpu, num(m, "model_tflops")});
   rows.push_back({"mfu", p.mfu, mfu, true, mfu >= 0});
   // Exposed communication: the compute stream's wait at the step program's Sync
-  // (CUDA events around each action) against the simulator's exposed
-  // communication and copies.
-  if (m.contains("action_seconds") && m["action_seconds"].contains("Sync"))
-    rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds,
-                    m["action_seconds"]["Sync"].get<double>()});
+  // and in its blocking step-end reductions (CUDA events around each action)
+  // against the simulator's exposed communication and copies.
+  if (m.contains("action_seconds") && m["action_seconds"].contains("Sync")) {
+    double waited = 0;
+    for (StepOp op : {StepOp::Sync, StepOp::TiedReduce, StepOp::ReplicaReduce, StepOp::LossReduce, StepOp::NormReduce})
+      if (m["action_seconds"].contains(to_string(op))) waited += m["action_seconds"][to_string(op)].get<double>();
+    rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds, waited});
+  }
   // The predicted fullest stage's categories against the fullest rank's (one
   // rule with validate's: fullest_rank_memory).
   const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();

@@ -28,6 +28,11 @@ const char* to_string(StepOp op) {
     case StepOp::Opt: return "Opt";
     case StepOp::ToDevice: return "D";
     case StepOp::AllGather: return "AG";
+    case StepOp::TiedReduce: return "TE";
+    case StepOp::ReplicaReduce: return "Rep";
+    case StepOp::LossReduce: return "LR";
+    case StepOp::NormReduce: return "NR";
+    case StepOp::Clip: return "Clip";
   }
   return "?";
 }
@@ -42,13 +47,35 @@ namespace {
 
 // The printed name of an action: the op's name, except Reduce, which prints
 // as the collective it is.
+// The printed name of an action: the op's name, except Reduce, which prints
+// as the collective it is, and the reductions of a group, which name it.
 const char* print_name(const StepAction& a) {
   if (a.op == StepOp::Reduce) return a.scatter ? "RS" : "AR";
+  const bool lr = a.op == StepOp::LossReduce, nr = a.op == StepOp::NormReduce;
+  if (lr || nr) {
+    switch (a.group) {
+      case CommGroup::Tp: return nr ? "NRtp" : "LRtp";
+      case CommGroup::Dp: return nr ? "NRdp" : "LRdp";
+      case CommGroup::Pp: return nr ? "NRpp" : "LRpp";
+      case CommGroup::None: break;
+    }
+  }
   return to_string(a.op);
 }
 
 bool has_microbatch(StepOp op) { return int(op) <= int(StepOp::RecvB); }
-bool has_unit(StepOp op) { return !has_microbatch(op) && op != StepOp::Sync && op != StepOp::Norm && op != StepOp::Opt; }
+bool has_unit(StepOp op) {
+  switch (op) {
+    case StepOp::Gather:
+    case StepOp::Release:
+    case StepOp::Reduce:
+    case StepOp::ToHost:
+    case StepOp::ToDevice:
+    case StepOp::AllGather: return true;
+    default: return false;
+  }
+}
+bool has_group(StepOp op) { return op == StepOp::LossReduce || op == StepOp::NormReduce; }
 
 }  // namespace
 
@@ -84,11 +111,15 @@ StepAction parse_step_action(std::string_view t) {
   for (int k = 0; k < kStepOps && !found; ++k) {
     StepAction probe;
     probe.op = StepOp(k);
-    for (bool sc : {false, true}) {
-      probe.scatter = sc;
-      if (name == print_name(probe) && (probe.op == StepOp::Reduce || !sc)) {
-        a.op = probe.op, a.scatter = sc, found = true;
-        break;
+    for (int g = 0; g < 4 && !found; ++g) {
+      probe.group = CommGroup(g);
+      if (has_group(probe.op) == (g == 0)) continue;
+      for (bool sc : {false, true}) {
+        probe.scatter = sc;
+        if (name == print_name(probe) && (probe.op == StepOp::Reduce || !sc)) {
+          a.op = probe.op, a.scatter = sc, a.group = probe.group, found = true;
+          break;
+        }
       }
     }
   }
@@ -229,9 +260,25 @@ StepList add_param_gathers(const StepList& in, const Strategy& s, const LayerPar
   return std::move(g.out);
 }
 
-StepList add_step_tail(StepList out, const Strategy& s, const LayerPartition& part, int stage) {
+StepList add_step_tail(StepList out, const Strategy& s, const LayerPartition& part, int stage,
+                       const StepOptions& opt) {
+  auto group_op = [&](StepOp op, CommGroup g) {
+    StepAction a{op, stage};
+    a.group = g;
+    out.push_back(a);
+  };
+  // Every collective of the step's end is an action, in the order every rank
+  // of a group issues it (the runtime's communicators have no tags).
   out.push_back({StepOp::Sync, stage});
+  if (opt.tied_embeddings && s.pp > 1 && (stage == 0 || stage == s.pp - 1)) out.push_back({StepOp::TiedReduce, stage});
+  if (s.sp && s.tp > 1) out.push_back({StepOp::ReplicaReduce, stage});
+  if (s.pp > 1) group_op(StepOp::LossReduce, CommGroup::Pp);
+  if (s.dp > 1) group_op(StepOp::LossReduce, CommGroup::Dp);
   out.push_back({StepOp::Norm, stage});
+  if (s.tp > 1) group_op(StepOp::NormReduce, CommGroup::Tp);
+  if (s.zero >= 2 && s.dp > 1) group_op(StepOp::NormReduce, CommGroup::Dp);
+  if (s.pp > 1) group_op(StepOp::NormReduce, CommGroup::Pp);
+  out.push_back({StepOp::Clip, stage});
   out.push_back({StepOp::Opt, stage});
   const std::vector<int> units = part.stage_units(stage);
   if (s.offload != Offload::None && !(s.offload == Offload::All && s.zero == 3))
@@ -250,7 +297,7 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
     StepList list = expand_units(sched[size_t(st)], part);
     list = add_grad_reductions(list, s);
     list = add_param_gathers(list, s, part, tied);
-    prog.stages.push_back(add_step_tail(std::move(list), s, part, st));
+    prog.stages.push_back(add_step_tail(std::move(list), s, part, st, opt));
   }
   return prog;
 }

@@ -14,7 +14,10 @@
 //   add_grad_reductions     Reduce after the backward that completes a gradient,
 //                           ToHost after a unit's last backward (offload),
 //   add_param_gathers       ZeRO-3 Gather (one unit ahead) and Release,
-//   add_step_tail           Sync, Norm, Opt, ToDevice, AllGather.
+//   add_step_tail           Sync, the tied, replicated and loss reductions,
+//                           Norm with its reductions and Clip, Opt, ToDevice,
+//                           AllGather: every collective of the step is an
+//                           action of the list.
 //
 // The actions:
 //   G u        Gather: ZeRO-3 all-gather of unit u's parameters over the dp group
@@ -30,8 +33,22 @@
 //              units below.
 //   H u        ToHost: offload, unit u's reduced gradient shard to pinned host
 //              memory (asynchronous, copy stream).
-//   Sync       wait for every outstanding collective and copy.
-//   Norm       the global gradient norm.
+//   Sync       wait for every outstanding collective and copy; the loss
+//              summed over the micro-batches, divided by their number.
+//   TE         TiedReduce: tied embeddings with pp > 1, on the first and the
+//              last stage: the word matrix's two gradient copies summed
+//              (all-reduce over those two stages).
+//   Rep        ReplicaReduce: sequence parallelism (tp > 1): the gradients of
+//              the replicated parameters (norms, row-parallel biases, position
+//              tables), computed on sequence shards, summed over the tp group.
+//   LRpp/LRdp  LossReduce: the step's loss summed over the pipeline (only the
+//              last stage has it), then averaged over the dp group.
+//   Norm       the local sum of squares of the rank's gradients (the tied
+//              copy and tp-replicated ranges counted once).
+//   NRtp/NRdp/NRpp  NormReduce: that sum over the tp group, the dp group
+//              (ZeRO-2/3: each rank holds a shard) and the pipeline.
+//   Clip       the norm's square root, fp16's overflow check (one host
+//              sync; a skipped step) and the clipping divisor.
 //   Opt        optimizer step on the rank's shard (GPU fused AdamW, or the
 //              CPU AdamW under offload).
 //   D u        ToDevice: offload, unit u's updated parameter shard host -> device.
@@ -41,12 +58,13 @@
 // Printed (to_string, and parse_step_action reads it back) as the stage, the
 // op's name and its operands: "0F3.5" (stage 0, forward, micro-batch 3, unit
 // 5), "0F3.5.c1" (chunk 1 of the interleaved schedule), "0SF3", "0RB3.c1",
-// "0G5", "0R5", "0AR5", "0RS5", "0H5", "0Sync", "0Norm", "0Opt", "0D5", "0AG5".
+// "0G5", "0R5", "0AR5", "0RS5", "0H5", "0Sync", "0TE", "0Rep", "0LRpp",
+// "0Norm", "0NRtp", "0Clip", "0Opt", "0D5", "0AG5".
 // Schedule-level F/B (no unit yet) print without it: "0F3", "0B3.c1".
 // Example, dp=2, zero=3, one stage, 2 layers (units 0..3), one micro-batch,
 // tied embeddings (tests/unit/test_step_program.cpp checks this line):
 //   0G0 0G1 0F0.0 0G2 0F0.1 0R1 0G3 0F0.2 0R2 0F0.3 0G2 0B0.3 0RS3 0R3 0G1 0B0.2
-//   0RS2 0R2 0B0.1 0RS1 0R1 0B0.0 0RS0 0R0 0Sync 0Norm 0Opt
+//   0RS2 0R2 0B0.1 0RS1 0R1 0B0.0 0RS0 0R0 0Sync 0LRdp 0Norm 0NRdp 0Clip 0Opt
 // (Release and Gather of the same unit back to back cancel: with tied
 // embeddings unit 0 stays gathered from its forward to its backward, and the
 // head from its forward into its backward.)
@@ -67,13 +85,18 @@ enum class StepOp : uint8_t {
   Reduce, ToHost,
   Sync, Norm, Opt,
   ToDevice, AllGather,
+  TiedReduce, ReplicaReduce, LossReduce, NormReduce, Clip,
 };
-constexpr int kStepOps = int(StepOp::AllGather) + 1;
+constexpr int kStepOps = int(StepOp::Clip) + 1;
 // The op's name: "F", "B", "SF", "RF", "SB", "RB", "G", "R", "Red", "H",
-// "Sync", "Norm", "Opt", "D", "AG" (the keys of per-op times).
+// "Sync", "Norm", "Opt", "D", "AG", "TE", "Rep", "LR", "NR", "Clip" (the keys
+// of per-op times).
 const char* to_string(StepOp op);
 // The inverse of to_string(StepOp); false for any other text.
 bool parse_step_op(std::string_view name, StepOp& op);
+
+// The group a LossReduce or NormReduce runs over.
+enum class CommGroup : uint8_t { None, Tp, Dp, Pp };
 
 struct StepAction {
   StepOp op = StepOp::Forward;
@@ -83,6 +106,7 @@ struct StepAction {
                         // AllGather
   int chunk = 0;        // the virtual-stage chunk (F, B, sends and receives)
   bool scatter = false; // Reduce: reduce-scatter into the shard (ZeRO-2/3) instead of all-reduce
+  CommGroup group = CommGroup::None;  // LossReduce, NormReduce
   std::string to_string() const;
   bool operator==(const StepAction&) const = default;
 };
@@ -130,7 +154,8 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
 StepList expand_units(const StepList& compute, const LayerPartition& part);
 StepList add_grad_reductions(const StepList& in, const Strategy& s);
 StepList add_param_gathers(const StepList& in, const Strategy& s, const LayerPartition& part, bool tied_here);
-StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& part, int stage);
+StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& part, int stage,
+                       const StepOptions& opt = {});
 
 // The largest number of (micro-batch, chunk) forwards whose backward has not
 // run yet over one stage's list (schedule-level or unit-level): the

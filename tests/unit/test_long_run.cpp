@@ -182,13 +182,14 @@ TEST_CASE("long steps: extrapolation equals the full simulation with random cost
         c.all_reduce_seconds = 2 * u(rng), c.reduce_scatter_seconds = 2 * u(rng), c.to_host_seconds = u(rng);
         c.cpu_adam_seconds = u(rng), c.to_device_seconds = u(rng), c.all_gather_seconds = u(rng);
       }
+      const double reduce = 0.1 * u(rng);  // the step-end reductions of one float
       for (int st = 0; st < x.pp; ++st) {
         for (int ch = 0; ch < x.vpp; ++ch) cost.send(st, ch) = SendCost{0.5 * u(rng), 0.5 * u(rng)};
+        cost.stage(st).scalar_reduce_seconds = {0, reduce, reduce, reduce};
         StageCost& sc = cost.stage(st);
         sc.optimizer_seconds = u(rng), sc.cpu_optimizer = x.offload != Offload::None;
         sc.tied_grad_seconds = tied && x.pp > 1 ? u(rng) : 0, sc.overlap_grad_reduce = rng() % 4 != 0;
       }
-      cost.set_grad_norm_sync_seconds(0.1 * u(rng));
       const Compared c = compare(s, cost, layers, tied, counts(s));
       equal += c.equal, refused += c.refused;
     }

@@ -34,7 +34,7 @@ TEST_CASE("step program: the ZeRO-3 example of step_program.hpp", "[step]") {
   o.tied_embeddings = true;
   CHECK(to_string(build_step_program(s, 2, o)) ==
         "0G0 0G1 0F0.0 0G2 0F0.1 0R1 0G3 0F0.2 0R2 0F0.3 0G2 0B0.3 0RS3 0R3 0G1 0B0.2 0RS2 0R2 0B0.1 0RS1 0R1 "
-        "0B0.0 0RS0 0R0 0Sync 0Norm 0Opt\n");
+        "0B0.0 0RS0 0R0 0Sync 0LRdp 0Norm 0NRdp 0Clip 0Opt\n");
 }
 
 namespace {
@@ -217,4 +217,30 @@ TEST_CASE("step program: the printer and parse_step_lists are inverse on every s
   StepOp op;
   for (int k = 0; k < kStepOps; ++k) CHECK((parse_step_op(to_string(StepOp(k)), op) && op == StepOp(k)));
   CHECK_FALSE(parse_step_op("recompute", op));
+}
+
+// Every collective of the step's end is an action (issue 27): the tied
+// embedding's sum on the first and the last stage, the replicated ranges'
+// sum under sequence parallelism, the loss over pp and dp, and the norm's
+// reductions over tp, dp (ZeRO-2/3) and pp, in one order on every stage.
+TEST_CASE("step program: the step's end lists every collective", "[step]") {
+  Strategy s = Strategy::parse("dp=2,tp=2,pp=3,sp=1,zero=2,gas=3");
+  StepOptions o;
+  o.tied_embeddings = true;
+  const StepProgram p = build_step_program(s, 6, o);
+  auto tail = [&](int st) {
+    std::string out;
+    for (const StepAction& a : p.stages[size_t(st)])
+      if (!is_compute(a.op) && a.op != StepOp::Reduce && a.op != StepOp::SendF && a.op != StepOp::RecvF &&
+          a.op != StepOp::SendB && a.op != StepOp::RecvB && a.op != StepOp::AllGather)
+        out += a.to_string() + " ";
+    return out;
+  };
+  CHECK(tail(0) == "0Sync 0TE 0Rep 0LRpp 0LRdp 0Norm 0NRtp 0NRdp 0NRpp 0Clip 0Opt ");
+  CHECK(tail(1) == "1Sync 1Rep 1LRpp 1LRdp 1Norm 1NRtp 1NRdp 1NRpp 1Clip 1Opt ");  // not an end: no tied sum
+  CHECK(tail(2) == "2Sync 2TE 2Rep 2LRpp 2LRdp 2Norm 2NRtp 2NRdp 2NRpp 2Clip 2Opt ");
+  // One device: no collective at all.
+  const std::string one = to_string(build_step_program(Strategy::parse("gas=1"), 1, o));
+  CHECK(one == "0F0.0 0F0.1 0F0.2 0B0.2 0B0.1 0B0.0 0Sync 0Norm 0Clip 0Opt\n");
+  CHECK(parse_step_lists(to_string(p)) == p.stages);
 }
