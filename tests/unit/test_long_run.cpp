@@ -222,3 +222,23 @@ TEST_CASE("long steps: predict answers 2^20 micro-batches, bounded by the same b
   CHECK_FALSE(simulation_affordable(deep));
   CHECK(simulation_affordable(Strategy::parse("pp=64,gas=1048576")));
 }
+
+// steady_period reads the period off the compute schedule: one micro-batch
+// for 1F1B, a group of pp for Megatron-LM's interleaved order (its chunks go
+// through pp micro-batches at a time), and 1 for GPipe (never extrapolated).
+TEST_CASE("steady_period: the schedules' own periods", "[long_run]") {
+  for (int pp = 1; pp <= 8; ++pp) {
+    Strategy s;
+    s.pp = pp, s.gas = pp;
+    s.schedule = Schedule::OneFOneB;
+    CHECK(steady_period(s) == 1);
+    s.schedule = Schedule::GPipe;
+    CHECK(steady_period(s) == 1);
+    s.schedule = Schedule::Interleaved;
+    for (int vpp = 2; vpp <= 4; ++vpp) {
+      s.vpp = vpp;
+      INFO("pp=" << pp << " vpp=" << vpp);
+      CHECK(steady_period(s) == pp);
+    }
+  }
+}
