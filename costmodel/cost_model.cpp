@@ -9,6 +9,7 @@
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 #include "strategies/rank_grid.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -25,7 +26,6 @@ void TableCostModel::reset_shared(const LayerPartition& part, size_t entries, co
   if (&index != &index_) index_ = index;
   sends_.assign(size_t(part.pp()) * part.vpp(), SendCost{});
   stages_.assign(size_t(part.pp()), StageCost{});
-  sync_ = 0;
 }
 
 UnitCost& TableCostModel::unit(int u) {
@@ -76,6 +76,8 @@ struct Layout {
 struct Links {
   std::vector<GroupLink> dp;       // per stage, the DP group of the stage's representative rank
   std::vector<GroupLink> next;     // per stage, the link to stage (s + 1) mod pp
+  std::vector<GroupLink> tp;       // per stage, the TP group of the representative (beside its node's others)
+  GroupLink pp;                    // the representatives' pipeline group (alone: it carries one float)
 };
 
 int64_t layer_key(const Strategy& s) {
@@ -190,7 +192,17 @@ struct CostContext::Impl {
       } else {
         out.next.push_back(GroupLink{});
       }
+      // TP: every TP group with a member on the node at once (consecutive ranks).
+      if (s.tp > 1) {
+        std::vector<std::vector<int>> tps;
+        const int start = node_first / s.tp * s.tp;
+        for (int x = start; x < node_last; x += s.tp) tps.push_back(grid.tp_group(x));
+        out.tp.push_back(topo.ring(tps, (rep - start) / s.tp));
+      } else {
+        out.tp.push_back(GroupLink{});
+      }
     }
+    if (s.pp > 1) out.pp = topo.ring({grid.pp_group(0)}, 0);
     return links[key] = std::move(out);
   }
 };
@@ -280,11 +292,30 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       const double emb_bytes = eg * double(m.vocab) * double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden) / s.tp;
       sc.tied_grad_seconds = send_recv_seconds(emb_bytes, links.next[s.pp - 1], base);
     }
+    // Sequence parallelism: the gradients of the parameters every tp rank
+    // holds whole (stage_params_per_rank: a layer's norms and row-parallel
+    // biases, the embedding's position tables, the final norm) summed over tp.
+    if (s.sp && s.tp > 1) {
+      int layers = 0;
+      for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
+      int64_t repl = (m.parallel_block ? 1 : 2) * m.norm_params();
+      if (m.out_bias) repl += m.hidden;
+      if (m.mlp_bias) repl += m.hidden;
+      double params = double(layers) * double(repl);
+      const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+      if (st == 0) params += double(m.embedding_params() - m.vocab * width);
+      if (st == s.pp - 1) params += double(m.norm_params());
+      sc.replica_reduce_seconds = all_reduce_seconds(params * eg, links.tp[size_t(st)], base);
+    }
+    // Loss and gradient-norm reductions: one float over a group, a tree of
+    // its slowest hops (latency-bound).
+    auto scalar = [&](const GroupLink& g) {
+      return g.size > 1 ? base + 2 * std::ceil(std::log2(double(g.size))) * g.hop_latency_seconds : 0.0;
+    };
+    sc.scalar_reduce_seconds[size_t(CommGroup::Tp)] = scalar(links.tp[size_t(st)]);
+    sc.scalar_reduce_seconds[size_t(CommGroup::Dp)] = scalar(links.dp[size_t(st)]);
+    sc.scalar_reduce_seconds[size_t(CommGroup::Pp)] = scalar(links.pp);
   }
-  // Gradient-norm all-reduce of one float over every rank (tree), latency-bound.
-  const int world = s.world();
-  const Link net = x.cluster.nodes > 1 ? x.cluster.network : x.cluster.gpu_link;
-  out.set_grad_norm_sync_seconds(world > 1 ? base + 2 * std::ceil(std::log2(double(world))) * net.latency_s : 0);
 }
 
 OpTimes CostContext::stage_op_times(const Strategy& s, int stage) {

@@ -4,10 +4,13 @@
 // pipeline stage. Per unit (embedding, a layer, the head with the loss; see
 // strategies/partition.hpp): one micro-batch's forward and backward, the ZeRO-3
 // gather, the gradient reduction, the offload copies and the post-step
-// all-gather. Per virtual stage: the pipeline sends. Per stage: the optimizer.
+// all-gather. Per virtual stage: the pipeline sends. Per stage: the optimizer
+// and the step's end: the tied-embedding, replicated-range, loss and
+// gradient-norm reductions.
 // An interface, so tests can hand the simulator numbers they computed by hand
 // (TableCostModel filled directly), and the analytic model (CostContext::build)
 // fills the same table from a plan and a hardware profile.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -47,8 +50,12 @@ struct SendCost {
 struct StageCost {
   double optimizer_seconds = 0;      // Opt: fused AdamW on the GPU (compute stream)
   bool cpu_optimizer = false;        // offload: Opt runs on the CPU, unit by unit (UnitCost::cpu_adam_seconds)
-  double tied_grad_seconds = 0;      // Sync, tied embedding with pp > 1: the word-gradient all-reduce between
-                                     // the first and the last stage (no action of its own yet)
+  double tied_grad_seconds = 0;      // TiedReduce (tied embedding, pp > 1): the word-gradient all-reduce between
+                                     // the first and the last stage
+  double replica_reduce_seconds = 0; // ReplicaReduce (sp, tp > 1): the replicated parameters' gradients over tp
+  // LossReduce and NormReduce: an all-reduce of one float over the group
+  // (indexed by CommGroup; latency-bound, a tree of the group's hops).
+  std::array<double, 4> scalar_reduce_seconds{};
   bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
   // A forward or backward pass runs this factor longer for the part of it that
   // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).
@@ -68,8 +75,6 @@ class CostModel {
   virtual const UnitCost& unit(int u) const = 0;
   virtual const SendCost& send(int stage, int chunk) const = 0;
   virtual const StageCost& stage(int stage) const = 0;
-  // Norm: the global gradient-norm all-reduce that makes every stage wait for the slowest.
-  virtual double grad_norm_sync_seconds() const = 0;
 };
 
 // Costs held in a table. Units that cost the same may share one entry (the
@@ -85,11 +90,9 @@ class TableCostModel : public CostModel {
   const UnitCost& unit(int u) const override { return units_[index_[size_t(u)]]; }
   const SendCost& send(int s, int c) const override { return sends_[size_t(c) * pp() + s]; }
   const StageCost& stage(int s) const override { return stages_[size_t(s)]; }
-  double grad_norm_sync_seconds() const override { return sync_; }
   UnitCost& unit(int u);
   SendCost& send(int s, int c) { return sends_[size_t(c) * pp() + s]; }
   StageCost& stage(int s) { return stages_[size_t(s)]; }
-  void set_grad_norm_sync_seconds(double v) { sync_ = v; }
   // Hand-filled tests: every field of `total` (one micro-batch through chunk c
   // of stage s) divided evenly over the chunk's units.
   void set_chunk(int stage, int chunk, const UnitCost& total);
@@ -103,7 +106,6 @@ class TableCostModel : public CostModel {
   std::vector<uint32_t> index_;   // per unit, its entry
   std::vector<SendCost> sends_;   // virtual stage order: chunk * pp + stage
   std::vector<StageCost> stages_;
-  double sync_ = 0;
 };
 
 // Builds the analytic cost model of strategies for one model, cluster, seq and

@@ -7,13 +7,64 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "strategies/errors.hpp"
+#include "strategies/schedule.hpp"
 
 namespace planner {
 
-int steady_period(const Strategy& s) { return s.schedule == Schedule::Interleaved ? s.pp : 1; }
+namespace {
+
+// Action b is action a one period (h micro-batches) later.
+bool one_period_later(const StepAction& a, const StepAction& b, int h) {
+  return a.op == b.op && a.unit == b.unit && a.chunk == b.chunk && a.scatter == b.scatter &&
+         (a.microbatch < 0 ? b.microbatch == a.microbatch : b.microbatch == a.microbatch + h);
+}
+
+}  // namespace
+
+// Read off the compute schedule (schedule.hpp, the step program's first pass)
+// rather than restated: the smallest h in 1..pp for which every stage's list
+// has a stretch of two periods (2 L actions, L = 2 h vpp) where each action
+// recurs L actions later, h micro-batches later; 1 when none has (GPipe: two
+// segments, never extrapolated). A schedule of pp (2 vpp + 8) micro-batches
+// holds such a stretch for the true period (1 for 1F1B, pp for Megatron-LM's
+// interleaved order, which goes through groups of pp micro-batches); a
+// shorter h pairs actions of different chunks or micro-batches. Once per
+// shape and thread (the search asks often).
+int steady_period(const Strategy& s) {
+  const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
+  thread_local std::map<std::tuple<int, int, int>, int> known;
+  const auto key = std::make_tuple(int(s.schedule), s.pp, vpp);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  Strategy x = s;
+  x.gas = s.pp * (2 * vpp + 8);
+  const PipelineSchedule sched = compute_schedule(x);
+  int period = 1;
+  for (int h = 1; h <= s.pp; ++h) {
+    const size_t L = size_t(2) * h * vpp;
+    bool all = true;
+    for (const StepList& list : sched) {
+      size_t run = 0, best = 0;
+      for (size_t i = 0; i + L < list.size() && best < 2 * L; ++i) {
+        run = one_period_later(list[i], list[i + L], h) ? run + 1 : 0;
+        best = std::max(best, run);
+      }
+      if (best < 2 * L) {
+        all = false;
+        break;
+      }
+    }
+    if (all) {
+      period = h;
+      break;
+    }
+  }
+  return known[key] = period;
+}
 
 namespace {
 
@@ -58,12 +109,6 @@ SimResult from_outputs(const std::vector<double>& v) {
     if (r.stages[s].bubble_seconds < r.stages[size_t(r.critical_stage)].bubble_seconds) r.critical_stage = int(s);
   }
   return r;
-}
-
-// Action b is action a one period (h micro-batches) later.
-bool one_period_later(const StepAction& a, const StepAction& b, int h) {
-  return a.op == b.op && a.unit == b.unit && a.chunk == b.chunk && a.scatter == b.scatter &&
-         (a.microbatch < 0 ? b.microbatch == a.microbatch : b.microbatch == a.microbatch + h);
 }
 
 // Where each stage's steady state is checked: the last `periods` periods of

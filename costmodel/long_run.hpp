@@ -43,8 +43,8 @@
 
 namespace planner {
 
-// Micro-batches after which the step's action pattern repeats: pp for the
-// interleaved schedule, else 1.
+// Micro-batches after which the step's action pattern repeats, read off the
+// compute schedule (long_run.cpp): pp for the interleaved schedule, else 1.
 int steady_period(const Strategy& s);
 
 // The micro-batch counts sampled by attempt `attempt` (0, 1, 2...) for a step

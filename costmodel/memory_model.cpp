@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/activations.hpp"
@@ -35,11 +37,6 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
   return double(e) * set * (s.zero == 3 ? 2 : 1);
 }
 
-// Activations of micro-batches in flight on `stage`, in units of one chunk of
-// one micro-batch. GPipe holds every micro-batch; 1F1B holds at most pp - stage
-// (Narayanan et al. 2021, sec. 2.2); the interleaved count comes from the
-// schedule itself. tests/unit/test_memory_model.cpp checks the closed forms
-// against max_inflight of the generated schedules.
 }  // namespace
 
 // NCCL's own buffers on a rank of `stage`, as the runtime makes its
@@ -59,20 +56,30 @@ double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const Memory
 
 namespace {
 
+// Activations of micro-batches in flight on `stage`, in units of one chunk of
+// one micro-batch: read off the step's compute schedule (max_inflight of
+// schedule.hpp's list, the first pass of the step program), not restated.
+// The peak of 1F1B and interleaved 1F1B comes in the warm-up and the steady
+// state keeps it, so their schedules are built with at most pp resp.
+// pp(vpp + 2) micro-batches (a multiple of pp, as gas is): bounded work for
+// any gas. GPipe holds all of its micro-batches, so its list is built whole.
+// Per shape, once per thread: the search asks for few shapes many times.
+// tests/unit/test_memory_model.cpp and test_hardening.cpp check the counts
+// against the full schedules and the closed forms (GPipe m, 1F1B
+// min(pp - stage, m); Narayanan et al. 2021, sec. 2.2).
 int inflight(const Strategy& s, int stage) {
-  switch (s.schedule) {
-    case Schedule::GPipe: return s.gas;
-    case Schedule::OneFOneB: return std::min(s.pp - stage, s.gas);
-    case Schedule::Interleaved: {
-      // The warm-up holds at most 2(pp - stage - 1) + (vpp - 1)pp + 1 chunks
-      // (Megatron-LM's interleaved schedule); past that the steady state keeps
-      // the count, so a schedule of pp(vpp + 2) micro-batches (a multiple of pp,
-      // as gas is) has the same peak and the cost stays bounded for any gas.
-      const int gas = std::min(s.gas, s.pp * (s.vpp + 2));
-      return max_inflight(interleaved_one_f_one_b(s.pp, gas, s.vpp)[stage]);
-    }
+  Strategy x = s;
+  if (s.schedule == Schedule::OneFOneB) x.gas = std::min(s.gas, s.pp);
+  if (s.schedule == Schedule::Interleaved) x.gas = std::min(s.gas, s.pp * (s.vpp + 2));
+  thread_local std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
+  const auto key = std::make_tuple(int(x.schedule), x.pp, x.vpp, x.gas);
+  auto it = peaks.find(key);
+  if (it == peaks.end()) {
+    std::vector<int> per_stage;
+    for (const StepList& list : compute_schedule(x)) per_stage.push_back(max_inflight(list));
+    it = peaks.emplace(key, std::move(per_stage)).first;
   }
-  return s.gas;
+  return it->second[size_t(stage)];
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ const char* trace_name(const StepAction& a, bool cpu_optimizer) {
     case StepOp::ToHost: return "to host";
     case StepOp::Sync: return "sync";
     case StepOp::Norm: return "grad norm";
+    case StepOp::TiedReduce: return "tied embedding grad";
+    case StepOp::ReplicaReduce: return "replicated grad sum";
+    case StepOp::LossReduce: return "loss all-reduce";
+    case StepOp::NormReduce: return "grad norm all-reduce";
+    case StepOp::Clip: return "clip";
     case StepOp::Opt: return cpu_optimizer ? "cpu adam" : "optimizer";
     case StepOp::ToDevice: return "to device";
     case StepOp::AllGather: return "all-gather";
@@ -55,7 +60,7 @@ struct Simulator::StageState {
   size_t next = 0;                 // index of the next action
   double compute_free = 0, comm_free = 0, p2p_free = 0, copy_free = 0, cpu_free = 0;
   double release_done = 0;         // the last released unit's buffer is free (ZeRO-3 gathers wait for it)
-  bool at_norm = false;            // arrived at the global gradient norm
+  int meeting = -1;                // the action (a collective across stages) this stage has arrived at
   bool done = false;
   std::vector<size_t> deferred;    // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
   // Collectives on the comm stream that may not have ended (a pass beside them
@@ -128,17 +133,24 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
     st.pending.resize(keep);
     st.comm_free = moved(st.comm_free);
   };
-  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction* a, int index) {
+  // One trace event of action `a` (index -1: a part of it shown apart).
+  auto emit = [&](int s, Stream k, double t0, double t1, const char* name, const StepAction& a, int index) {
     if (!opt.record_trace) return;
-    TraceEvent ev{s, k, t0, t1, name};
-    if (a) ev.microbatch = a->microbatch, ev.chunk = a->chunk, ev.unit = a->unit, ev.action = index;
+    TraceEvent ev{s, k, t0, t1, name, a.op};
+    if (index >= 0) ev.microbatch = a.microbatch, ev.chunk = a.chunk, ev.unit = a.unit, ev.action = index;
     r.events.push_back(ev);
   };
 
   std::vector<StageState> S(static_cast<size_t>(pp));
-  int finished = 0, at_norm = 0;
-  double norm_start = 0;  // the latest arrival at the norm (its start once every stage is there)
-  const double norm_seconds = cost.grad_norm_sync_seconds();
+  int finished = 0;
+  // Collectives across stages (TiedReduce, LossReduce and NormReduce over the
+  // pipeline), by op and group: how many stages have arrived, and the latest
+  // arrival (the collective's start once every member is there).
+  struct Meet {
+    int arrived = 0;
+    double start = 0;
+  };
+  std::array<Meet, size_t(kStepOps) * 4> meets{};
   while (finished < pp) {
     bool progress = false;
     for (int s = 0; s < pp; ++s) {
@@ -155,13 +167,13 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
         st.comm_free = queue_comm(st, sc, t0, a.scatter ? uc.reduce_scatter_seconds : uc.all_reduce_seconds);
         grad_ready_[size_t(a.unit)] = st.comm_free;
         st.pending.push_back({a.unit, false, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
-        emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), &a, int(i));
+        emit(s, Stream::Comm, t0, st.comm_free, trace_name(a, false), a, int(i));
       };
       auto to_host = [&](size_t i, double floor) {
         const StepAction& a = list[i];
         const double t0 = std::max({st.copy_free, grad_ready_[size_t(a.unit)], floor});
         st.copy_free = t0 + cost.unit(a.unit).to_host_seconds;
-        emit(s, Stream::Copy, t0, st.copy_free, "to host", &a, int(i));
+        emit(s, Stream::Copy, t0, st.copy_free, "to host", a, int(i));
       };
 
       while (!st.done) {
@@ -216,7 +228,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             tm.tp_comm_seconds += comm;
             tm.compute_seconds += dur - comm;
             st.compute_free = t + dur;
-            emit(s, Stream::Compute, t, st.compute_free, fwd ? "F" : "B", &a, int(i));
+            emit(s, Stream::Compute, t, st.compute_free, fwd ? "F" : "B", a, int(i));
             if (fwd) {
               if (a.unit == chunk_last_[size_t(v)]) fwd_end_[at(v, a.microbatch)] = st.compute_free;
             } else {
@@ -237,7 +249,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             const double t0 = std::max(st.p2p_free, ready);
             st.p2p_free = t0 + (fwd ? cost.send(s, a.chunk).forward_seconds : cost.send(s, a.chunk).backward_seconds);
             (fwd ? fwd_arrive_ : bwd_arrive_)[at(to, a.microbatch)] = st.p2p_free;
-            emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), &a, int(i));
+            emit(s, Stream::P2P, t0, st.p2p_free, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::RecvF:
@@ -249,7 +261,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
               blocked = true;
               break;
             }
-            emit(s, Stream::P2P, arrive, arrive, trace_name(a, false), &a, int(i));
+            emit(s, Stream::P2P, arrive, arrive, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::Gather: {
@@ -261,19 +273,19 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             if (uc.fetch_seconds > 0) {
               const double c0 = std::max(st.copy_free, st.release_done);
               st.copy_free = fetched = c0 + uc.fetch_seconds;
-              emit(s, Stream::Copy, c0, fetched, "param fetch", nullptr, -1);
+              emit(s, Stream::Copy, c0, fetched, "param fetch", a, -1);
               t0 = std::max(t0, fetched);
             }
             st.comm_free = queue_comm(st, sc, t0, uc.gather_seconds);
             param_ready_[size_t(a.unit)] = st.comm_free;
             st.pending.push_back({a.unit, true, opt.record_trace ? long(r.events.size()) : -1L, st.comm_free});
             fetch_end_[size_t(a.unit)] = fetched;
-            emit(s, Stream::Comm, t0, st.comm_free, "gather", &a, int(i));
+            emit(s, Stream::Comm, t0, st.comm_free, "gather", a, int(i));
             break;
           }
           case StepOp::Release:
             st.release_done = st.compute_free;  // freed when the unit's last compute so far ends
-            emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", &a, int(i));
+            emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", a, int(i));
             break;
           case StepOp::Reduce:
             if (sc.overlap_grad_reduce) reduce(i, 0);
@@ -289,34 +301,48 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
               else to_host(d, st.compute_free);
             }
             st.deferred.clear();
-            if (sc.tied_grad_seconds > 0) {  // tied embedding, pp > 1: first and last stage sum the word gradient
-              const double t0 = std::max(st.comm_free, st.compute_free);
-              st.comm_free = t0 + sc.tied_grad_seconds;
-              emit(s, Stream::Comm, t0, st.comm_free, "tied embedding grad", nullptr, -1);
-            }
             double t = st.compute_free;
             wait_until(t, st.comm_free, tm.exposed_comm_seconds);
             wait_until(t, st.copy_free, tm.offload_seconds);
             wait_until(t, st.p2p_free, tm.exposed_comm_seconds);
-            emit(s, Stream::Compute, st.compute_free, t, "sync", &a, int(i));
+            emit(s, Stream::Compute, st.compute_free, t, "sync", a, int(i));
             st.compute_free = t;
             break;
           }
-          case StepOp::Norm: {
-            // One all-reduce over every rank: every stage waits for the slowest.
-            if (!st.at_norm) {
-              st.at_norm = true, ++at_norm, progress = true;
-              norm_start = std::max(norm_start, st.compute_free);
-            }
-            if (at_norm < pp) {
-              blocked = true;
-              break;
+          case StepOp::Norm:
+          case StepOp::Clip:  // local arithmetic on one float (Clip: fp16's host sync, not timed)
+            emit(s, Stream::Compute, st.compute_free, st.compute_free, trace_name(a, false), a, int(i));
+            break;
+          case StepOp::TiedReduce:
+          case StepOp::ReplicaReduce:
+          case StepOp::LossReduce:
+          case StepOp::NormReduce: {
+            // A blocking collective (the runtime waits for it): the compute
+            // stream waits for the stage's comm stream, and over the
+            // pipeline (TiedReduce: the first and the last stage) for every
+            // member to arrive.
+            const bool across = a.op == StepOp::TiedReduce || a.group == CommGroup::Pp;
+            const int members = a.op == StepOp::TiedReduce ? std::min(pp, 2) : across ? pp : 1;
+            const double seconds = a.op == StepOp::TiedReduce      ? sc.tied_grad_seconds
+                                   : a.op == StepOp::ReplicaReduce ? sc.replica_reduce_seconds
+                                                                   : sc.scalar_reduce_seconds[size_t(a.group)];
+            Meet& mt = meets[size_t(a.op) * 4 + size_t(a.group)];
+            if (across) {
+              if (st.meeting != int(i)) {
+                st.meeting = int(i), ++mt.arrived, progress = true;
+                mt.start = std::max({mt.start, st.compute_free, st.comm_free});
+              }
+              if (mt.arrived < members) {
+                blocked = true;
+                break;
+              }
             }
             double t = st.compute_free;
-            wait_until(t, norm_start, tm.bubble_seconds);
-            tm.exposed_comm_seconds += norm_seconds;
-            st.compute_free = st.comm_free = t + norm_seconds;
-            emit(s, Stream::Comm, t, st.compute_free, "grad norm", &a, int(i));
+            wait_until(t, st.comm_free, tm.exposed_comm_seconds);
+            if (across) wait_until(t, mt.start, tm.bubble_seconds);
+            tm.exposed_comm_seconds += seconds;
+            st.compute_free = st.comm_free = t + seconds;
+            emit(s, Stream::Comm, t, st.compute_free, trace_name(a, false), a, int(i));
             break;
           }
           case StepOp::Opt:
@@ -330,7 +356,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
                 for (int u = b; u < e; ++u) param_updated_[size_t(u)] = t += cost.unit(u).cpu_adam_seconds;
               }
               st.cpu_free = t;
-              emit(s, Stream::Cpu, t0, t, "cpu adam", &a, int(i));
+              emit(s, Stream::Cpu, t0, t, "cpu adam", a, int(i));
             } else {
               const double t0 = st.compute_free;
               st.compute_free = t0 + sc.optimizer_seconds;
@@ -339,19 +365,19 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
                 const auto [b, e] = part.units_of(s, c);
                 for (int u = b; u < e; ++u) param_updated_[size_t(u)] = st.compute_free;
               }
-              emit(s, Stream::Compute, t0, st.compute_free, "optimizer", &a, int(i));
+              emit(s, Stream::Compute, t0, st.compute_free, "optimizer", a, int(i));
             }
             break;
           case StepOp::ToDevice: {
             const double t0 = std::max(st.copy_free, param_updated_[size_t(a.unit)]);
             st.copy_free = param_updated_[size_t(a.unit)] = t0 + cost.unit(a.unit).to_device_seconds;
-            emit(s, Stream::Copy, t0, st.copy_free, "to device", &a, int(i));
+            emit(s, Stream::Copy, t0, st.copy_free, "to device", a, int(i));
             break;
           }
           case StepOp::AllGather: {
             const double t0 = std::max(st.comm_free, param_updated_[size_t(a.unit)]);
             st.comm_free = t0 + cost.unit(a.unit).all_gather_seconds;
-            emit(s, Stream::Comm, t0, st.comm_free, "all-gather", &a, int(i));
+            emit(s, Stream::Comm, t0, st.comm_free, "all-gather", a, int(i));
             break;
           }
         }
@@ -418,16 +444,25 @@ double makespan_lower_bound(const CostModel& cost, int m) {
         td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;
       }
     }
-    // After the norm: the GPU optimizer, or the CPU's unit after unit; the
-    // uploads (copy stream) and all-gathers (comm stream) are serial on their
-    // streams, and the last unit's follow its own update.
+    // The step's end on the compute stream: the blocking reductions every
+    // program of this shape has (the loss over pp and dp, the norm over tp and
+    // pp, the tied sum where priced: it waits for the first stage, so it
+    // follows the last backward's way down). The replicated sum only on the
+    // first stage: elsewhere it may run while the last backward goes down
+    // the pipeline (tail). After the norm: the GPU
+    // optimizer, or the CPU's unit after unit; the uploads (copy stream) and
+    // all-gathers (comm stream) are serial on their streams, and the last
+    // unit's follow its own update.
+    const auto& q = sc.scalar_reduce_seconds;
+    const double reductions = sc.tied_grad_seconds + (s == 0 ? sc.replica_reduce_seconds : 0) +
+                              2 * q[size_t(CommGroup::Pp)] + q[size_t(CommGroup::Dp)] + q[size_t(CommGroup::Tp)];
     const double after = (sc.cpu_optimizer ? 0 : sc.optimizer_seconds) +
                          std::max({cpu + td_last + ag_last, to_device + ag_last, all_gather});
-    best = std::max(best, head + m * busy + tail + after);
+    best = std::max(best, head + m * busy + tail + reductions + after);
     head += f0 + cost.send(s, 0).forward_seconds;
     tail += b0 + cost.send(s, 0).backward_seconds;
   }
-  return best + cost.grad_norm_sync_seconds();
+  return best;
 }
 
 }  // namespace planner

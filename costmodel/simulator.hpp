@@ -23,16 +23,19 @@ struct TraceEvent {
   int stage = 0;
   Stream stream = Stream::Compute;
   double start_seconds = 0, end_seconds = 0;
-  const char* name = "";   // static string: "F", "B", "gather", "all-reduce", ... (trace_name of its action)
+  const char* name = "";   // display only: "F", "B", "gather", "all-reduce", ... (trace_name of its action)
+  StepOp op = StepOp::Forward;  // its action's op (what readers of a trace go by, never the name)
   int microbatch = -1, chunk = 0, unit = -1;
-  int action = -1;         // index of its action in the stage's list; -1: a part of an action shown apart
-                           // (an offload fetch before a gather, the tied-embedding gradient at the Sync)
+  int action = -1;         // index of its action in the stage's list; -1: a part of the action `op` shown
+                           // apart (an offload fetch before a gather, the tied-embedding gradient at the Sync)
 };
 
 // The trace name of an action kind: "F", "B", "gather", "release", "all-reduce"
 // or "reduce-scatter" (by the action's scatter flag), "to host", "to device",
 // "all-gather", "sync", "grad norm", "optimizer" or "cpu adam" (offload),
-// "send activation", "recv activation", "send gradient", "recv gradient".
+// "send activation", "recv activation", "send gradient", "recv gradient",
+// "tied embedding grad", "replicated grad sum", "loss all-reduce",
+// "grad norm all-reduce", "clip".
 const char* trace_name(const StepAction& a, bool cpu_optimizer);
 
 // Where one stage's step goes; the parts add up to the makespan.
@@ -40,7 +43,7 @@ struct StageTime {
   double compute_seconds = 0;       // forward + backward + recompute kernels (contention included)
   double contention_seconds = 0;    // of which: passes slowed by the DP/ZeRO collectives beside them
   double tp_comm_seconds = 0;       // TP collectives inside the passes
-  double exposed_comm_seconds = 0;  // waiting for DP/ZeRO collectives, the gradient norm, tied-embedding sync
+  double exposed_comm_seconds = 0;  // waiting for DP/ZeRO collectives and the step-end reductions
   double bubble_seconds = 0;        // waiting for other stages (pipeline fill/drain, the step's end)
   double optimizer_seconds = 0;     // GPU or CPU optimizer step
   double offload_seconds = 0;       // waiting for host<->device copies
@@ -99,10 +102,11 @@ double comm_slowdown_from(double pass, double alone, double end);
 
 // A lower bound on the makespan that needs no simulation: the busiest stage's
 // compute stream, plus the forward of micro-batch 0 through the stages before
-// it and the backward of the last micro-batch through them, plus the global
-// gradient norm, its optimizer and the copies and all-gathers after it (every
-// unit's ToDevice and AllGather cost counts: a table prices them only where the
-// program has those actions). Never above the simulated makespan, so the search
+// it and the backward of the last micro-batch through them, plus its step-end
+// reductions (two over pp, one over dp and one over tp: the loss's and the
+// norm's; the tied and replicated sums), its optimizer and the copies and
+// all-gathers after it (every priced cost counts: a table prices them only
+// where the program has those actions). Never above the simulated makespan, so the search
 // may prune with it.
 double makespan_lower_bound(const CostModel& cost, int microbatches);
 

@@ -26,7 +26,10 @@ nlohmann::json chrome_trace_json(const SimResult& r, const std::string& title) {
     if (e.microbatch >= 0) name += fmt::format(" {}", e.microbatch);
     if (e.chunk > 0) name += fmt::format(".{}", e.chunk);
     if (e.unit >= 0) name += fmt::format(" u{}", e.unit);
-    json args = {{"microbatch", e.microbatch}, {"chunk", e.chunk}, {"unit", e.unit}, {"action", e.action}};
+    // Readers go by "op" (to_string(StepOp)) and "action" (its index in the
+    // stage's list, -1 for a part of it shown apart), never by the name.
+    json args = {{"op", to_string(e.op)}, {"microbatch", e.microbatch}, {"chunk", e.chunk}, {"unit", e.unit},
+                 {"action", e.action}};
     events.push_back({{"name", name},
                       {"cat", to_string(e.stream)},
                       {"ph", "X"},

@@ -3,7 +3,9 @@
 // step: one process per pipeline stage (its representative rank), one thread
 // per stream. Format: the Trace Event Format, "X" complete events in
 // microseconds, "M" metadata events naming processes and threads. Events of no
-// duration (releases, receives, a sync that did not wait) are left out.
+// duration (releases, receives, a sync that did not wait) are left out. Each
+// event's args carry its action's op ("op": to_string(StepOp)), index in the
+// stage's list ("action"), micro-batch, chunk and unit; its name is for the eye.
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 

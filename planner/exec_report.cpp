@@ -4,6 +4,7 @@
 
 #include "costmodel/trace.hpp"
 #include "strategies/rank_grid.hpp"
+#include "strategies/step_program.hpp"
 
 #include <cmath>
 #include <sstream>
@@ -73,11 +74,14 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
   rows.push_back({"model_tflops", p.tflops_per_gpu, num(m, "model_tflops")});
   rows.push_back({"mfu", p.mfu, mfu, true, mfu >= 0});
   // Exposed communication: the compute stream's wait at the step program's Sync
-  // (CUDA events around each action) against the simulator's exposed
-  // communication and copies.
-  if (m.contains("action_seconds") && m["action_seconds"].contains("Sync"))
-    rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds,
-                    m["action_seconds"]["Sync"].get<double>()});
+  // and in its blocking step-end reductions (CUDA events around each action)
+  // against the simulator's exposed communication and copies.
+  if (m.contains("action_seconds") && m["action_seconds"].contains("Sync")) {
+    double waited = 0;
+    for (StepOp op : {StepOp::Sync, StepOp::TiedReduce, StepOp::ReplicaReduce, StepOp::LossReduce, StepOp::NormReduce})
+      if (m["action_seconds"].contains(to_string(op))) waited += m["action_seconds"][to_string(op)].get<double>();
+    rows.push_back({"exposed_comm_seconds", p.exposed_comm_seconds + p.offload_seconds, waited});
+  }
   // The predicted fullest stage's categories against the fullest rank's (one
   // rule with validate's: fullest_rank_memory).
   const auto& bd = p.memory.stages.empty() ? MemBreakdown{} : p.memory.peak_breakdown();
@@ -239,14 +243,23 @@ nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, con
     for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {
       const double a = flat[i].get<double>(), b = flat[i + 1].get<double>();
       if (!(b > a)) continue;
-      events.push_back({{"name", actions[i / 2].get<std::string>()},
+      // The stage's list as the step program prints it: parse_step_action
+      // reads each back into the action whose op and operands the span's args carry.
+      const std::string text = actions[i / 2].get<std::string>();
+      const StepAction act = parse_step_action(text);
+      events.push_back({{"name", text},
                         {"cat", "measured"},
                         {"ph", "X"},
                         {"pid", pid},
                         {"tid", 0},
                         {"ts", a * 1e6},
                         {"dur", (b - a) * 1e6},
-                        {"args", {{"action", i / 2}}}});
+                        {"args",
+                         {{"action", i / 2},
+                          {"op", to_string(act.op)},
+                          {"microbatch", act.microbatch},
+                          {"chunk", act.chunk},
+                          {"unit", act.unit}}}});
     }
     ++r;
   }

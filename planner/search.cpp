@@ -93,7 +93,9 @@ class ProgramCache {
   ProgramCache(int64_t layers, bool tied) : layers_(layers) { opt_.tied_embeddings = tied; }
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
-    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp > 1, int(s.schedule));
+    // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
+    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp > 1, int(s.schedule), s.tp > 1,
+                                     s.sp && s.tp > 1);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_.emplace(key, build_step_program(s, layers_, opt_)).first->second;
@@ -102,7 +104,7 @@ class ProgramCache {
  private:
   int64_t layers_;
   StepOptions opt_;
-  std::map<std::tuple<int, int, int, int, int, bool, int>, StepProgram> cache_;
+  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool>, StepProgram> cache_;
 };
 
 }  // namespace

@@ -250,7 +250,7 @@ json pipeline_bubble(const json& trace) {
       continue;
     const int pid = e["pid"].get<int>();
     if (!stage_of.count(pid)) continue;
-    const int kind = trace_event_kind(e, pid >= 1000).first;
+    const int kind = trace_event_kind(e).first;
     if (kind <= 2 || kind == 4) busy[pid] += e["dur"].get<double>() / 1e6;
   }
   json stages = json::array();

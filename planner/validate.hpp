@@ -92,11 +92,13 @@ PlotFiles plot_files(const nlohmann::json& report,
                      const std::map<std::string, nlohmann::json>& traces = {});
 
 // An event of an exec trace (planner/exec_report.hpp exec_trace_json): its
-// kind, 0 forward, 1 backward, 2 recompute, 3 a wait for a neighbour stage
-// (send/receive), 4 the optimizer, 5 anything else; and its micro-batch (-1
-// when none). `measured`: an event of a measured rank (pid >= 1000; names
-// like "0F3.7", "0RB3", "0Opt"), else of the simulator ("F 3 u7").
-std::pair<int, int> trace_event_kind(const nlohmann::json& event, bool measured);
+// kind, 0 forward, 1 backward, 2 recompute (no action is one yet: B includes
+// its recompute), 3 a wait for a neighbour stage (send/receive), 4 the
+// optimizer, 5 anything else; and its micro-batch (-1 when none). Read from
+// the event's args "op" (to_string(StepOp)) and "microbatch", which the
+// simulator's events and the measured ranks' spans both carry; never from
+// its name.
+std::pair<int, int> trace_event_kind(const nlohmann::json& event);
 // The pipeline stage of each process of an exec trace: pid -> stage, the
 // simulator's (pid = stage) and the measured ranks' (pid 1000 + rank, named
 // "measured rank R, stage S ..."); {} for a trace that is not exec's.

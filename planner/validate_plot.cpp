@@ -23,6 +23,7 @@
 
 #include "costmodel/memory_model.hpp"
 #include "planner/validate.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -113,31 +114,25 @@ const Kind kKinds[] = {{"forward", "#4575b4"},     {"backward", "#fc8d59"},  {"r
 }  // namespace
 
 // validate.hpp says what it returns.
-std::pair<int, int> trace_event_kind(const json& e, bool measured) {
-  std::string n = e.value("name", "");
-  int mb = -1;
-  std::string k;
-  if (!measured) {
-    k = n.substr(0, n.find(' '));
-    if (e.contains("args") && e["args"].is_object() && e["args"].contains("microbatch") &&
-        e["args"]["microbatch"].is_number_integer())
-      mb = e["args"]["microbatch"].get<int>();
-  } else {
-    size_t i = 0;
-    while (i < n.size() && std::isdigit(static_cast<unsigned char>(n[i]))) ++i;
-    size_t j = i;
-    while (j < n.size() && std::isalpha(static_cast<unsigned char>(n[j]))) ++j;
-    k = n.substr(i, j - i);
-    size_t d = j;
-    while (d < n.size() && std::isdigit(static_cast<unsigned char>(n[d]))) ++d;
-    if (d > j && d - j <= 6) mb = std::stoi(n.substr(j, d - j));
+std::pair<int, int> trace_event_kind(const json& e) {
+  // The op and micro-batch of the event's action, from its args (the
+  // simulator's trace and exec's measured spans both carry them); an event
+  // without them is "other".
+  const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
+  StepOp op;
+  if (!args.contains("op") || !args["op"].is_string() || !parse_step_op(args["op"].get<std::string>(), op))
+    return {5, -1};
+  const int mb = args.contains("microbatch") && args["microbatch"].is_number_integer() ? args["microbatch"].get<int>() : -1;
+  switch (op) {
+    case StepOp::Forward: return {0, mb};
+    case StepOp::Backward: return {1, mb};
+    case StepOp::SendF:
+    case StepOp::RecvF:
+    case StepOp::SendB:
+    case StepOp::RecvB: return {3, mb};
+    case StepOp::Opt: return {4, -1};
+    default: return {5, -1};
   }
-  if (k == "F") return {0, mb};
-  if (k == "B") return {1, mb};
-  if (k == "R" || k == "recompute") return {2, mb};
-  if (k == "SF" || k == "SB" || k == "RF" || k == "RB" || k == "send" || k == "recv") return {3, mb};
-  if (k == "Opt" || k == "optimizer") return {4, -1};
-  return {5, -1};
 }
 
 std::map<int, int> trace_process_stages(const json& trace) {
@@ -204,7 +199,7 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
     // neither shows nor splits the pass it was issued in.
     if ((*e)["dur"].get<double>() < 1.0) continue;
     const int pid = (*e)["pid"].get<int>();
-    const auto [k, mb] = trace_event_kind(*e, pid >= 1000);
+    const auto [k, mb] = trace_event_kind(*e);
     const double t0 = (*e)["ts"].get<double>() / 1e3, t1 = t0 + (*e)["dur"].get<double>() / 1e3;  // ms
     auto& v = boxes[pid];
     if (!v.empty() && v.back().kind == k && v.back().mb == mb) v.back().t1 = std::max(v.back().t1, t1);

@@ -79,12 +79,13 @@ struct Engine::Impl {
   std::unordered_map<int64_t, at::Tensor> recv;  // received activations (key(mb, first unit)) and gradients (key(mb, -1 - last unit))
   std::unordered_map<int, at::Tensor> labels;
   at::Tensor loss_sum, divisor;
+  at::Tensor norm_sq;  // Norm: the sum of squares of the gradients, summed over the groups by NormReduce
   double divisor_host = 1.0;
   bool skip = false;
   std::unique_ptr<SideStream> copy;
   std::vector<std::future<void>> adam_done;
   std::thread adam_thread;
-  std::map<std::string, std::unique_ptr<IntervalTimer>> timers;
+  std::map<StepOp, std::unique_ptr<IntervalTimer>> timers;
   int tied_id = -1;                   // the word matrix, when the last stage keeps a copy (tied, pp > 1)
   std::unique_ptr<Communicator> emb;  // first and last stage (tied embeddings, pp > 2)
   Communicator* emb_comm = nullptr;   // emb, or the pp group when pp == 2
@@ -404,7 +405,7 @@ at::Tensor Engine::step(int64_t step) {
   for (const StepAction& a : program_.stages[size_t(stage_)]) {
     if (tr) tr->start();
     if (time_actions) {
-      auto& t = I.timers[to_string(a.op)];
+      auto& t = I.timers[a.op];
       if (!t) t = std::make_unique<IntervalTimer>(cuda_);
       t->start();
       run_action(a, step);
@@ -432,7 +433,12 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Reduce: return reduce(a.unit, a.scatter);
     case StepOp::ToHost: return to_host(a.unit);
     case StepOp::Sync: return sync();
+    case StepOp::TiedReduce: return tied_reduce();
+    case StepOp::ReplicaReduce: return reduce_replicated();
+    case StepOp::LossReduce: return loss_reduce(a.group);
     case StepOp::Norm: return norm();
+    case StepOp::NormReduce: return norm_reduce(a.group);
+    case StepOp::Clip: return clip();
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);
     case StepOp::AllGather: return all_gather(a.unit);
@@ -693,6 +699,13 @@ void Engine::sync() {
   I.copy->join();
   if (I.offload) I.copy->host_wait();
   I.keep.clear();
+  // The step's loss: the mean over this rank's micro-batches (LossReduce
+  // makes it the global batch's).
+  I.loss_sum.div_(double(st_.gas));
+}
+
+void Engine::tied_reduce() {
+  Impl& I = *impl_;
   if (at::Tensor g = tied_grad(); g.defined()) {
     I.emb_comm->all_reduce(g)->wait();  // both copies get the sum
     if (I.offload)  // the unit's gradient went to the host before the sum: send its chunk again
@@ -700,11 +713,12 @@ void Engine::sync() {
         if (I.units[size_t(u)].owned)
           I.host_grad.narrow(0, I.units[size_t(u)].sbase, I.units[size_t(u)].chunk).copy_(shard_grad(u));
   }
-  if (tp_ && st_.sp) reduce_replicated();
-  // The step's loss: the mean over the global batch.
-  I.loss_sum.div_(double(st_.gas));
-  if (pp_ && st_.pp > 1) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
-  if (dp_ && st_.dp > 1) {
+}
+
+void Engine::loss_reduce(CommGroup g) {
+  Impl& I = *impl_;
+  if (g == CommGroup::Pp && pp_) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
+  if (g == CommGroup::Dp && dp_) {
     dp_->all_reduce(I.loss_sum)->wait();
     I.loss_sum.div_(double(st_.dp));
   }
@@ -723,15 +737,25 @@ void Engine::norm() {
   }
   if (tp_) {
     // Each tp rank holds its part of the split parameters and a whole copy of
-    // the replicated ones (equal gradients: summed in sync() under sp), which
-    // the sum over the tp group must count once.
+    // the replicated ones (equal gradients: summed by ReplicaReduce under sp),
+    // which the sum over the tp group must count once.
     at::Tensor r = replicated_grads(g);
     if (r.defined()) sq = sq - at::linalg_vector_norm(r, 2, std::nullopt, false, at::kFloat).square() * (1.0 - 1.0 / st_.tp);
-    tp_->all_reduce(sq)->wait();
   }
-  if (st_.zero >= 2 && dp_ && st_.dp > 1) dp_->all_reduce(sq)->wait();
-  if (pp_ && st_.pp > 1) pp_->all_reduce(sq)->wait();  // every stage's share of the model
-  at::Tensor nrm = sq.sqrt();
+  I.norm_sq = sq;
+}
+
+void Engine::norm_reduce(CommGroup g) {
+  // The sum of squares over tp (split parameters), dp (ZeRO-2/3: each rank its
+  // chunks) and pp (every stage its share of the model).
+  Communicator* c = g == CommGroup::Tp ? tp_ : g == CommGroup::Dp ? dp_ : g == CommGroup::Pp ? pp_ : nullptr;
+  if (c) c->all_reduce(impl_->norm_sq)->wait();
+}
+
+void Engine::clip() {
+  Impl& I = *impl_;
+  at::NoGradGuard ng;
+  at::Tensor nrm = I.norm_sq.sqrt();
   if (st_.precision == Precision::FP16) {
     // Dynamic loss scaling (Micikevicius et al. 2018), as Trainer: one host sync.
     if (!nrm.isfinite().item<bool>()) {
@@ -877,12 +901,12 @@ std::vector<std::pair<double, double>> Engine::traced_spans() {
 
 void Engine::collect_action_times() {
   times_ = {};
-  for (auto& [name, timer] : impl_->timers) {
+  for (auto& [op, timer] : impl_->timers) {
     const std::vector<double> t = timer->seconds();
     double sum = 0;
     for (double x : t) sum += x;
-    times_.seconds[name] = sum;
-    times_.count[name] = int(t.size());
+    times_.seconds[op] = sum;
+    times_.count[op] = int(t.size());
   }
 }
 

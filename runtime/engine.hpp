@@ -48,11 +48,12 @@ class SideStream;
 struct PipeLinks;
 
 // Time spent per action kind on the compute stream's timeline (seconds, summed
-// over the step): for asynchronous actions this is only the issuing; for Sync
-// it is the exposed wait for communication and copies.
+// over the step), by op (to_string(StepOp) names it in reports): for
+// asynchronous actions this is only the issuing; for Sync it is the exposed
+// wait for communication and copies.
 struct ActionTimes {
-  std::map<std::string, double> seconds;
-  std::map<std::string, int> count;
+  std::map<StepOp, double> seconds;
+  std::map<StepOp, int> count;
 };
 
 class Engine {
@@ -73,7 +74,8 @@ class Engine {
   // shapes, so the same chunks). Every tp rank of a dp rank reads the same
   // micro-batches. With sp the gradients of the replicated parameters (norms,
   // row-parallel biases, position tables), computed on sequence shards, are
-  // summed over tp at Sync; the gradient norm counts the replicated ranges once.
+  // summed over tp (the ReplicaReduce action); the gradient norm counts the
+  // replicated ranges once.
   // With sp and pp > 1 the stages exchange sequence shards.
   Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
          std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr,
@@ -142,7 +144,11 @@ class Engine {
   void reduce(int u, bool scatter);
   void to_host(int u);
   void sync();
+  void tied_reduce();
+  void loss_reduce(CommGroup g);
   void norm();
+  void norm_reduce(CommGroup g);
+  void clip();
   void opt();
   void to_device(int u);
   void all_gather(int u);

@@ -268,7 +268,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     for (auto& l : losses) r.losses.push_back(l.item<double>());
     if (opt.time_actions) {
       engine.collect_action_times();
-      for (const auto& [name, sec] : engine.action_times().seconds) r.action_seconds.push_back({name, sec / opt.steps});
+      for (const auto& [op, sec] : engine.action_times().seconds) r.action_seconds.push_back({to_string(op), sec / opt.steps});
     }
     if (opt.trace) {
       // Every rank's spans of the last step to every rank (the same list

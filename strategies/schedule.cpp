@@ -3,31 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 
 #include "strategies/errors.hpp"
 
 namespace planner {
-
-const char* to_string(Op op) {
-  switch (op) {
-    case Op::F: return "F";
-    case Op::B: return "B";
-    case Op::SendF: return "SF";
-    case Op::RecvF: return "RF";
-    case Op::SendB: return "SB";
-    case Op::RecvB: return "RB";
-    case Op::AllReduce: return "AR";
-    case Op::OptStep: return "OPT";
-  }
-  return "?";
-}
-
-std::string Action::to_string() const {
-  if (op == Op::AllReduce || op == Op::OptStep) return fmt::format("{}{}", stage, planner::to_string(op));
-  if (chunk > 0) return fmt::format("{}{}{}.{}", stage, planner::to_string(op), microbatch, chunk);
-  return fmt::format("{}{}{}", stage, planner::to_string(op), microbatch);
-}
 
 namespace {
 
@@ -36,70 +15,72 @@ void check_args(int pp, int m) {
   if (m < 1) throw InputError(fmt::format("schedule: micro-batches={} must be at least 1", m));
 }
 
-// A forward of micro-batch i on stage s of pp stages, with its receive and send.
-void push_forward(StageActions& a, int s, int pp, int i) {
-  if (s > 0) a.push_back({s, Op::RecvF, i, 0});
-  a.push_back({s, Op::F, i, 0});
-  if (s < pp - 1) a.push_back({s, Op::SendF, i, 0});
-}
-
-void push_backward(StageActions& a, int s, int pp, int i) {
-  if (s < pp - 1) a.push_back({s, Op::RecvB, i, 0});
-  a.push_back({s, Op::B, i, 0});
-  if (s > 0) a.push_back({s, Op::SendB, i, 0});
-}
+StepAction pass(StepOp op, int s, int mb, int chunk = 0) { return {op, s, mb, -1, chunk}; }
 
 }  // namespace
 
 PipelineSchedule gpipe(int pp, int m) {
   check_args(pp, m);
-  PipelineSchedule out(pp);
+  PipelineSchedule out(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
-    for (int i = 0; i < m; ++i) push_forward(out[s], s, pp, i);
-    for (int i = 0; i < m; ++i) push_backward(out[s], s, pp, i);
+    for (int i = 0; i < m; ++i) out[size_t(s)].push_back(pass(StepOp::Forward, s, i));
+    for (int i = 0; i < m; ++i) out[size_t(s)].push_back(pass(StepOp::Backward, s, i));
   }
   return out;
 }
 
 PipelineSchedule one_f_one_b(int pp, int m) {
   check_args(pp, m);
-  PipelineSchedule out(pp);
+  PipelineSchedule out(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
+    StepList& a = out[size_t(s)];
     const int warmup = std::min(pp - s - 1, m);
     int next_f = 0, next_b = 0;
-    for (; next_f < warmup; ++next_f) push_forward(out[s], s, pp, next_f);
+    for (; next_f < warmup; ++next_f) a.push_back(pass(StepOp::Forward, s, next_f));
     // Steady state: one forward, one backward.
     while (next_f < m) {
-      push_forward(out[s], s, pp, next_f++);
-      push_backward(out[s], s, pp, next_b++);
+      a.push_back(pass(StepOp::Forward, s, next_f++));
+      a.push_back(pass(StepOp::Backward, s, next_b++));
     }
     // Cool-down: the backwards of the warm-up forwards.
-    while (next_b < m) push_backward(out[s], s, pp, next_b++);
+    while (next_b < m) a.push_back(pass(StepOp::Backward, s, next_b++));
+  }
+  return out;
+}
+
+PipelineSchedule compute_schedule(const Strategy& st) {
+  switch (st.schedule) {
+    case Schedule::GPipe: return gpipe(st.pp, st.gas);
+    case Schedule::OneFOneB: return one_f_one_b(st.pp, st.gas);
+    case Schedule::Interleaved: return interleaved_one_f_one_b(st.pp, st.gas, st.vpp);
+  }
+  return one_f_one_b(st.pp, st.gas);
+}
+
+PipelineSchedule add_pipeline_transfers(const PipelineSchedule& compute, int vpp) {
+  const int pp = int(compute.size()), last = pp * vpp - 1;
+  PipelineSchedule out(compute.size());
+  for (int s = 0; s < pp; ++s) {
+    StepList& a = out[size_t(s)];
+    a.reserve(3 * compute[size_t(s)].size());
+    for (const StepAction& x : compute[size_t(s)]) {
+      if (!is_compute(x.op)) {
+        a.push_back(x);
+        continue;
+      }
+      const int v = x.chunk * pp + s;
+      const bool fwd = x.op == StepOp::Forward;
+      const bool recv = fwd ? v > 0 : v < last, send = fwd ? v < last : v > 0;
+      if (recv) a.push_back(pass(fwd ? StepOp::RecvF : StepOp::RecvB, s, x.microbatch, x.chunk));
+      a.push_back(x);
+      if (send) a.push_back(pass(fwd ? StepOp::SendF : StepOp::SendB, s, x.microbatch, x.chunk));
+    }
   }
   return out;
 }
 
 PipelineSchedule make_schedule(const Strategy& st) {
-  PipelineSchedule sched;
-  switch (st.schedule) {
-    case Schedule::GPipe: sched = gpipe(st.pp, st.gas); break;
-    case Schedule::OneFOneB: sched = one_f_one_b(st.pp, st.gas); break;
-    case Schedule::Interleaved: sched = interleaved_one_f_one_b(st.pp, st.gas, st.vpp); break;
-  }
-  for (int s = 0; s < st.pp; ++s) {
-    sched[s].push_back({s, Op::AllReduce, -1, 0});
-    sched[s].push_back({s, Op::OptStep, -1, 0});
-  }
-  return sched;
-}
-
-int max_inflight(const StageActions& actions) {
-  int live = 0, peak = 0;
-  for (const auto& a : actions) {
-    if (a.op == Op::F) peak = std::max(peak, ++live);
-    else if (a.op == Op::B) --live;
-  }
-  return peak;
+  return add_pipeline_transfers(compute_schedule(st), st.schedule == Schedule::Interleaved ? st.vpp : 1);
 }
 
 std::string to_string(const PipelineSchedule& s) {
@@ -107,7 +88,7 @@ std::string to_string(const PipelineSchedule& s) {
   for (const auto& stage : s) {
     bool first = true;
     for (const auto& a : stage) {
-      if (a.op != Op::F && a.op != Op::B) continue;  // compact: compute actions only
+      if (!is_compute(a.op)) continue;  // compact: compute actions only
       out += (first ? "" : " ") + a.to_string();
       first = false;
     }

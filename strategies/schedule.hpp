@@ -1,43 +1,25 @@
 #pragma once
-// Pipeline schedules as data. A schedule is, per pipeline stage (rank of the
-// pipeline group), the ordered list of actions that stage executes in one
-// training step. The simulator costs exactly these lists and the runtime's
-// pipeline executor runs them, so prediction and execution share one truth.
-//
-// Printing: "2F0" = stage 2 forward of micro-batch 0; "2F0.1" = chunk
-// (virtual stage) 1 in the interleaved schedule; "1SF3" = stage 1 sends the
-// forward activation of micro-batch 3; "0RB2" receives a gradient.
+// Pipeline schedules: the first pass of the step program
+// (strategies/step_program.hpp). A schedule is, per pipeline stage (rank of
+// the pipeline group), the compute-only list of StepActions that stage runs
+// in one training step: one Forward and one Backward per micro-batch and
+// chunk (unit -1: the whole chunk). add_pipeline_transfers then puts the
+// sends and receives around each pass; the step program's later passes expand
+// the chunks into units and add what data parallelism, ZeRO and offload need.
+// Printed as the step program prints its actions: "2F0" = stage 2 forward of
+// micro-batch 0; "2F0.c1" = chunk (virtual stage) 1 in the interleaved
+// schedule; "1SF3" = stage 1 sends the forward activation of micro-batch 3;
+// "0RB2" receives a gradient.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "strategies/step_program.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner {
 
-enum class Op : uint8_t {
-  F,        // forward of one micro-batch through this stage's (chunk of) layers
-  B,        // backward of one micro-batch
-  SendF,    // send the forward activation to the next stage
-  RecvF,    // receive the forward activation from the previous stage
-  SendB,    // send the input gradient to the previous stage
-  RecvB,    // receive the output gradient from the next stage
-  AllReduce,// data-parallel gradient reduction (or ZeRO reduce-scatter) of this stage
-  OptStep,  // optimizer step
-};
-const char* to_string(Op op);
-
-struct Action {
-  int stage = 0;
-  Op op = Op::F;
-  int microbatch = 0;  // -1 for AllReduce and OptStep
-  int chunk = 0;       // virtual stage index on this rank (interleaved), else 0
-  std::string to_string() const;
-  bool operator==(const Action&) const = default;
-};
-
-using StageActions = std::vector<Action>;
-using PipelineSchedule = std::vector<StageActions>;  // one list per stage
+using PipelineSchedule = std::vector<StepList>;  // one list per stage
 
 // GPipe (Huang et al. 2019): all forwards, then all backwards.
 PipelineSchedule gpipe(int pp, int microbatches);
@@ -48,15 +30,16 @@ PipelineSchedule one_f_one_b(int pp, int microbatches);
 // chunks; model chunk c of rank s is virtual stage c * pp + s. Needs
 // microbatches % pp == 0.
 PipelineSchedule interleaved_one_f_one_b(int pp, int microbatches, int vpp);
-// The schedule a strategy asks for, with gas micro-batches; ends each stage
-// with AllReduce and OptStep.
+// The compute-only schedule a strategy asks for, with gas micro-batches.
+PipelineSchedule compute_schedule(const Strategy& s);
+
+// The pass that adds the pipeline transfers of virtual stage v = chunk * pp +
+// stage: RecvF before a forward (v > 0), SendF after it (v < pp*vpp - 1),
+// RecvB before a backward (v < pp*vpp - 1), SendB after it (v > 0).
+PipelineSchedule add_pipeline_transfers(const PipelineSchedule& compute, int vpp);
+// compute_schedule with its transfers.
 PipelineSchedule make_schedule(const Strategy& s);
 
-// The largest number of (micro-batch, chunk) forwards whose backward has not
-// run yet, over the action list of one stage: the activations the stage holds
-// at its peak, in units of one chunk of one micro-batch.
-int max_inflight(const StageActions& actions);
-
-std::string to_string(const PipelineSchedule& s);  // one line per stage
+std::string to_string(const PipelineSchedule& s);  // one line per stage, compute actions only
 
 }  // namespace planner

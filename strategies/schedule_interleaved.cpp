@@ -8,7 +8,8 @@
 //   - warm-up: 2 (pp - s - 1) + (v - 1) pp forwards (all of them when m == pp),
 //     then one forward one backward, then the remaining backwards.
 // Model chunk c of rank s is virtual stage c * pp + s; its input comes from
-// virtual stage c * pp + s - 1, which for s == 0 is chunk c - 1 of rank pp - 1.
+// virtual stage c * pp + s - 1, which for s == 0 is chunk c - 1 of rank pp - 1
+// (add_pipeline_transfers puts in the sends and receives). Compute only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,20 +32,6 @@ Slot slot_of(int k, int pp, int vpp, bool forward) {
   return {group * pp + in_group % pp, chunk};
 }
 
-void push_forward(StageActions& a, int s, int pp, int vpp, Slot x) {
-  const int v = x.chunk * pp + s, last = pp * vpp - 1;
-  if (v > 0) a.push_back({s, Op::RecvF, x.microbatch, x.chunk});
-  a.push_back({s, Op::F, x.microbatch, x.chunk});
-  if (v < last) a.push_back({s, Op::SendF, x.microbatch, x.chunk});
-}
-
-void push_backward(StageActions& a, int s, int pp, int vpp, Slot x) {
-  const int v = x.chunk * pp + s, last = pp * vpp - 1;
-  if (v < last) a.push_back({s, Op::RecvB, x.microbatch, x.chunk});
-  a.push_back({s, Op::B, x.microbatch, x.chunk});
-  if (v > 0) a.push_back({s, Op::SendB, x.microbatch, x.chunk});
-}
-
 }  // namespace
 
 PipelineSchedule interleaved_one_f_one_b(int pp, int m, int vpp) {
@@ -55,18 +42,19 @@ PipelineSchedule interleaved_one_f_one_b(int pp, int m, int vpp) {
   if (m % pp != 0)
     throw InputError(fmt::format(
         "schedule: the interleaved schedule needs the micro-batches ({}) to be a multiple of pp ({})", m, pp));
-  PipelineSchedule out(pp);
+  PipelineSchedule out(static_cast<size_t>(pp));
   const int total = m * vpp;
   for (int s = 0; s < pp; ++s) {
     int warmup = m == pp ? total : std::min(total, 2 * (pp - s - 1) + (vpp - 1) * pp);
-    auto& a = out[s];
-    a.reserve(3 * 2 * total);
-    for (int k = 0; k < warmup; ++k) push_forward(a, s, pp, vpp, slot_of(k, pp, vpp, true));
+    StepList& a = out[size_t(s)];
+    a.reserve(2 * size_t(total));
+    auto push = [&](StepOp op, Slot x) { a.push_back({op, s, x.microbatch, -1, x.chunk}); };
+    for (int k = 0; k < warmup; ++k) push(StepOp::Forward, slot_of(k, pp, vpp, true));
     for (int k = 0; k < total - warmup; ++k) {
-      push_forward(a, s, pp, vpp, slot_of(k + warmup, pp, vpp, true));
-      push_backward(a, s, pp, vpp, slot_of(k, pp, vpp, false));
+      push(StepOp::Forward, slot_of(k + warmup, pp, vpp, true));
+      push(StepOp::Backward, slot_of(k, pp, vpp, false));
     }
-    for (int k = total - warmup; k < total; ++k) push_backward(a, s, pp, vpp, slot_of(k, pp, vpp, false));
+    for (int k = total - warmup; k < total; ++k) push(StepOp::Backward, slot_of(k, pp, vpp, false));
   }
   return out;
 }

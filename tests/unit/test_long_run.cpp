@@ -182,13 +182,14 @@ TEST_CASE("long steps: extrapolation equals the full simulation with random cost
         c.all_reduce_seconds = 2 * u(rng), c.reduce_scatter_seconds = 2 * u(rng), c.to_host_seconds = u(rng);
         c.cpu_adam_seconds = u(rng), c.to_device_seconds = u(rng), c.all_gather_seconds = u(rng);
       }
+      const double reduce = 0.1 * u(rng);  // the step-end reductions of one float
       for (int st = 0; st < x.pp; ++st) {
         for (int ch = 0; ch < x.vpp; ++ch) cost.send(st, ch) = SendCost{0.5 * u(rng), 0.5 * u(rng)};
+        cost.stage(st).scalar_reduce_seconds = {0, reduce, reduce, reduce};
         StageCost& sc = cost.stage(st);
         sc.optimizer_seconds = u(rng), sc.cpu_optimizer = x.offload != Offload::None;
         sc.tied_grad_seconds = tied && x.pp > 1 ? u(rng) : 0, sc.overlap_grad_reduce = rng() % 4 != 0;
       }
-      cost.set_grad_norm_sync_seconds(0.1 * u(rng));
       const Compared c = compare(s, cost, layers, tied, counts(s));
       equal += c.equal, refused += c.refused;
     }
@@ -220,4 +221,24 @@ TEST_CASE("long steps: predict answers 2^20 micro-batches, bounded by the same b
   Strategy deep = Strategy::parse("pp=512,gas=1048576");
   CHECK_FALSE(simulation_affordable(deep));
   CHECK(simulation_affordable(Strategy::parse("pp=64,gas=1048576")));
+}
+
+// steady_period reads the period off the compute schedule: one micro-batch
+// for 1F1B, a group of pp for Megatron-LM's interleaved order (its chunks go
+// through pp micro-batches at a time), and 1 for GPipe (never extrapolated).
+TEST_CASE("steady_period: the schedules' own periods", "[long_run]") {
+  for (int pp = 1; pp <= 8; ++pp) {
+    Strategy s;
+    s.pp = pp, s.gas = pp;
+    s.schedule = Schedule::OneFOneB;
+    CHECK(steady_period(s) == 1);
+    s.schedule = Schedule::GPipe;
+    CHECK(steady_period(s) == 1);
+    s.schedule = Schedule::Interleaved;
+    for (int vpp = 2; vpp <= 4; ++vpp) {
+      s.vpp = vpp;
+      INFO("pp=" << pp << " vpp=" << vpp);
+      CHECK(steady_period(s) == pp);
+    }
+  }
 }

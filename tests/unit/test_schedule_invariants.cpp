@@ -27,15 +27,15 @@ bool runs_to_completion(const PipelineSchedule& sched, int pp, int vpp) {
     progress = false;
     for (int s = 0; s < pp; ++s) {
       while (next[s] < sched[s].size()) {
-        const Action& a = sched[s][next[s]];
+        const StepAction& a = sched[s][next[s]];
         const int v = a.chunk * pp + s;
-        if (a.op == Op::RecvF && !sent.count({0, v, a.microbatch})) break;
-        if (a.op == Op::RecvB && !sent.count({1, v, a.microbatch})) break;
-        if (a.op == Op::SendF) {
+        if (a.op == StepOp::RecvF && !sent.count({0, v, a.microbatch})) break;
+        if (a.op == StepOp::RecvB && !sent.count({1, v, a.microbatch})) break;
+        if (a.op == StepOp::SendF) {
           REQUIRE(v + 1 < V);
           sent.insert({0, v + 1, a.microbatch});
         }
-        if (a.op == Op::SendB) {
+        if (a.op == StepOp::SendB) {
           REQUIRE(v > 0);
           sent.insert({1, v - 1, a.microbatch});
         }
@@ -49,26 +49,30 @@ bool runs_to_completion(const PipelineSchedule& sched, int pp, int vpp) {
   return true;
 }
 
-void check_schedule(const PipelineSchedule& sched, int pp, int m, int vpp, Schedule kind) {
+void check_schedule(const PipelineSchedule& compute, int pp, int m, int vpp, Schedule kind) {
+  // The generators emit compute only; the transfers are a pass of their own.
+  for (const StepList& list : compute)
+    for (const StepAction& a : list) REQUIRE((is_compute(a.op) && a.unit == -1));
+  const PipelineSchedule sched = add_pipeline_transfers(compute, vpp);
   REQUIRE(int(sched.size()) == pp);
   const int V = pp * vpp;
   for (int s = 0; s < pp; ++s) {
     std::map<std::pair<int, int>, int> f_at, b_at;  // (mb, chunk) -> position
     int sends_f = 0, recvs_f = 0, sends_b = 0, recvs_b = 0;
     for (int i = 0; i < int(sched[s].size()); ++i) {
-      const Action& a = sched[s][i];
+      const StepAction& a = sched[s][i];
       REQUIRE(a.stage == s);
       const int v = a.chunk * pp + s;
       switch (a.op) {
-        case Op::F: REQUIRE(f_at.emplace(std::make_pair(a.microbatch, a.chunk), i).second); break;
-        case Op::B:
+        case StepOp::Forward: REQUIRE(f_at.emplace(std::make_pair(a.microbatch, a.chunk), i).second); break;
+        case StepOp::Backward:
           REQUIRE(b_at.emplace(std::make_pair(a.microbatch, a.chunk), i).second);
           REQUIRE(f_at.count({a.microbatch, a.chunk}));  // backward after its forward
           break;
-        case Op::SendF: ++sends_f; REQUIRE(v < V - 1); break;
-        case Op::RecvF: ++recvs_f; REQUIRE(v > 0); break;
-        case Op::SendB: ++sends_b; REQUIRE(v > 0); break;
-        case Op::RecvB: ++recvs_b; REQUIRE(v < V - 1); break;
+        case StepOp::SendF: ++sends_f; REQUIRE(v < V - 1); break;
+        case StepOp::RecvF: ++recvs_f; REQUIRE(v > 0); break;
+        case StepOp::SendB: ++sends_b; REQUIRE(v > 0); break;
+        case StepOp::RecvB: ++recvs_b; REQUIRE(v < V - 1); break;
         default: break;
       }
     }
@@ -130,14 +134,14 @@ TEST_CASE("interleaved 1f1b: chunk order and warm-up follow Megatron-LM", "[sche
   const auto s = interleaved_one_f_one_b(2, 4, 2);
   std::vector<std::string> fb;
   for (const auto& a : s[0])
-    if (a.op == Op::F || a.op == Op::B) fb.push_back(a.to_string());
+    if (a.op == StepOp::Forward || a.op == StepOp::Backward) fb.push_back(a.to_string());
   REQUIRE(fb.size() == 16);
   CHECK(fb[0] == "0F0");
   CHECK(fb[1] == "0F1");
-  CHECK(fb[2] == "0F0.1");
-  CHECK(fb[3] == "0F1.1");
+  CHECK(fb[2] == "0F0.c1");
+  CHECK(fb[3] == "0F1.c1");
   CHECK(fb[4] == "0F2");    // steady state: forward then the first backward (chunk 1 first)
-  CHECK(fb[5] == "0B0.1");
+  CHECK(fb[5] == "0B0.c1");
   CHECK(fb.back() == "0B3");
   // vpp=1 is plain 1F1B.
   CHECK(interleaved_one_f_one_b(4, 8, 1) == one_f_one_b(4, 8));

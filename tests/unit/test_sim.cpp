@@ -294,11 +294,13 @@ TEST_CASE("the step waits for the slowest stage before the optimizer", "[sim]") 
   TableCostModel cost = uniform(prog, 1.0, 2.0);
   cost.unit(2).all_reduce_seconds = 10;  // stage 1's DP reduction dominates
   cost.stage(0).optimizer_seconds = cost.stage(1).optimizer_seconds = 1;
-  cost.set_grad_norm_sync_seconds(0.5);
+  // The loss and the gradient norm, each summed over the pipeline: 0.25 s each.
+  for (int st = 0; st < 2; ++st) cost.stage(st).scalar_reduce_seconds[size_t(CommGroup::Pp)] = 0.25;
   const SimResult r = simulate(prog, cost);
   // Stage 1 runs F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]; unit 2's all-reduce runs
-  // over [7,17]; stage 0 ends its compute at 9 and waits; the norm sync takes
-  // 0.5 s and the optimizer 1 s.
+  // over [7,17]; stage 0 ends its compute at 9 and waits in the loss's
+  // reduction over the pipeline; the two reductions take 0.5 s and the
+  // optimizer 1 s.
   CHECK(r.makespan_seconds == Approx(17 + 0.5 + 1));
   CHECK(r.stages[0].end_seconds == Approx(r.stages[1].end_seconds));
   CHECK(r.stages[0].bubble_seconds > r.stages[1].bubble_seconds);
@@ -363,8 +365,11 @@ TEST_CASE("the simulator visits every action of the step program exactly once", 
                   cost.stage(st).cpu_optimizer = off != 0;
                   cost.stage(st).optimizer_seconds = off ? 0 : 0.05;
                   if (tied && pp > 1 && (st == 0 || st == pp - 1)) cost.stage(st).tied_grad_seconds = 0.004;
+                  // The step-end reductions, priced only where the program has them (the lower bound counts them).
+                  auto& q = cost.stage(st).scalar_reduce_seconds;
+                  q[size_t(CommGroup::Dp)] = dp > 1 ? 0.001 : 0;
+                  q[size_t(CommGroup::Pp)] = pp > 1 ? 0.001 : 0;
                 }
-                cost.set_grad_norm_sync_seconds(0.001);
                 SimOptions opt;
                 opt.record_trace = true;
                 const SimResult r = simulate(prog, cost, opt);
@@ -495,4 +500,23 @@ TEST_CASE("predict's compute by op class adds up to the simulated compute of the
     CHECK(j.at("gemm_seconds").get<double>() == Approx(p.compute_by_class.gemm_seconds));
     CHECK(j.at("memory_bound_seconds").get<double>() == Approx(p.compute_by_class.memory_seconds));
   }
+}
+
+// The tied embedding's gradient sum is an action of its own (TiedReduce) on
+// the first and the last stage: it starts when both have arrived and costs
+// what the table says, on each stage's exposed communication.
+TEST_CASE("the tied-embedding sum waits for both ends of the pipeline", "[sim]") {
+  Strategy s = strategy(2, 1);
+  const StepProgram prog = build_step_program(s, 2, {true});  // stage 0: units 0, 1; stage 1: units 2, 3
+  TableCostModel cost = uniform(prog, 1.0, 2.0);
+  cost.unit(0).backward_seconds = 5;
+  for (int st = 0; st < 2; ++st) cost.stage(st).tied_grad_seconds = 0.5;
+  const SimResult r = simulate(prog, cost);
+  // Units take 0.5 s forward and 1 s backward. Stage 0: F [0,1], then B of
+  // unit 1 [4,5] and of unit 0 [5,10]. Stage 1: F [1,2], B [2,4]; it waits at
+  // the tied sum from 4 to 10, then both sum for 0.5 s.
+  CHECK(r.makespan_seconds == Approx(10.5));
+  CHECK(r.stages[1].exposed_comm_seconds == Approx(0.5));
+  CHECK(r.stages[1].bubble_seconds == Approx(1 + 6));  // its first forward's input (1), stage 0's backward (6)
+  CHECK(r.stages[0].exposed_comm_seconds == Approx(0.5));
 }

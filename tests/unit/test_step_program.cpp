@@ -9,6 +9,7 @@
 #include <set>
 
 #include "catch.hpp"
+#include "strategies/errors.hpp"
 #include "strategies/partition.hpp"
 #include "strategies/step_program.hpp"
 
@@ -33,7 +34,7 @@ TEST_CASE("step program: the ZeRO-3 example of step_program.hpp", "[step]") {
   o.tied_embeddings = true;
   CHECK(to_string(build_step_program(s, 2, o)) ==
         "0G0 0G1 0F0.0 0G2 0F0.1 0R1 0G3 0F0.2 0R2 0F0.3 0G2 0B0.3 0RS3 0R3 0G1 0B0.2 0RS2 0R2 0B0.1 0RS1 0R1 "
-        "0B0.0 0RS0 0R0 0Sync 0Norm 0Opt\n");
+        "0B0.0 0RS0 0R0 0Sync 0LRdp 0Norm 0NRdp 0Clip 0Opt\n");
 }
 
 namespace {
@@ -175,4 +176,71 @@ TEST_CASE("step program: on every pipeline link, sends and receives come in the 
           CHECK(links == size_t(inter ? 2 * pp : 2 * (pp - 1)));
         }
       }
+}
+
+// One printer, one parser: every action of every program of every schedule
+// kind reads back as itself, and the printed forms of the docs parse to the
+// actions they name.
+TEST_CASE("step program: the printer and parse_step_lists are inverse on every schedule kind", "[step]") {
+  int programs = 0;
+  for (const char* sched : {"gpipe", "1f1b", "interleaved"})
+    for (int pp : {1, 2, 4})
+      for (int zero = 0; zero <= 3; ++zero)
+        for (int off = 0; off < 3; ++off) {
+          Strategy s;
+          s.pp = pp, s.gas = 4, s.dp = 2, s.zero = zero, s.offload = Offload(off);
+          const bool inter = std::string(sched) == "interleaved";
+          s.schedule = inter ? Schedule::Interleaved : std::string(sched) == "gpipe" ? Schedule::GPipe : Schedule::OneFOneB;
+          s.vpp = inter ? 2 : 1;
+          try {
+            s.validate();
+          } catch (const std::exception&) {
+            continue;
+          }
+          if (inter && pp == 1) continue;
+          const StepProgram p = build_step_program(s, 8, {});
+          INFO(s.to_string());
+          CHECK(parse_step_lists(to_string(p)) == p.stages);
+          ++programs;
+        }
+  CHECK(programs > 30);
+  const StepAction f = parse_step_action("3F7.12.c1");
+  CHECK((f.op == StepOp::Forward && f.stage == 3 && f.microbatch == 7 && f.unit == 12 && f.chunk == 1));
+  const StepAction rs = parse_step_action("0RS5");
+  CHECK((rs.op == StepOp::Reduce && rs.scatter && rs.unit == 5));
+  CHECK(parse_step_action("0R5").op == StepOp::Release);
+  CHECK(parse_step_action("0RB2").op == StepOp::RecvB);
+  CHECK(parse_step_action("1Norm").op == StepOp::Norm);
+  CHECK_THROWS_AS(parse_step_action("0Red5"), InputError);  // the op's name, not its printed form
+  CHECK_THROWS_AS(parse_step_action("0F"), InputError);
+  CHECK_THROWS_AS(parse_step_action("0G5x"), InputError);
+  StepOp op;
+  for (int k = 0; k < kStepOps; ++k) CHECK((parse_step_op(to_string(StepOp(k)), op) && op == StepOp(k)));
+  CHECK_FALSE(parse_step_op("recompute", op));
+}
+
+// Every collective of the step's end is an action (issue 27): the tied
+// embedding's sum on the first and the last stage, the replicated ranges'
+// sum under sequence parallelism, the loss over pp and dp, and the norm's
+// reductions over tp, dp (ZeRO-2/3) and pp, in one order on every stage.
+TEST_CASE("step program: the step's end lists every collective", "[step]") {
+  Strategy s = Strategy::parse("dp=2,tp=2,pp=3,sp=1,zero=2,gas=3");
+  StepOptions o;
+  o.tied_embeddings = true;
+  const StepProgram p = build_step_program(s, 6, o);
+  auto tail = [&](int st) {
+    std::string out;
+    for (const StepAction& a : p.stages[size_t(st)])
+      if (!is_compute(a.op) && a.op != StepOp::Reduce && a.op != StepOp::SendF && a.op != StepOp::RecvF &&
+          a.op != StepOp::SendB && a.op != StepOp::RecvB && a.op != StepOp::AllGather)
+        out += a.to_string() + " ";
+    return out;
+  };
+  CHECK(tail(0) == "0Sync 0TE 0Rep 0LRpp 0LRdp 0Norm 0NRtp 0NRdp 0NRpp 0Clip 0Opt ");
+  CHECK(tail(1) == "1Sync 1Rep 1LRpp 1LRdp 1Norm 1NRtp 1NRdp 1NRpp 1Clip 1Opt ");  // not an end: no tied sum
+  CHECK(tail(2) == "2Sync 2TE 2Rep 2LRpp 2LRdp 2Norm 2NRtp 2NRdp 2NRpp 2Clip 2Opt ");
+  // One device: no collective at all.
+  const std::string one = to_string(build_step_program(Strategy::parse("gas=1"), 1, o));
+  CHECK(one == "0F0.0 0F0.1 0F0.2 0B0.2 0B0.1 0B0.0 0Sync 0Norm 0Clip 0Opt\n");
+  CHECK(parse_step_lists(to_string(p)) == p.stages);
 }

@@ -191,9 +191,12 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
   // Two stages predicted (pid = stage, thread 0 = compute) and two ranks
   // measured (pid 1000 + rank, named with their stage), as exec_trace_json
   // writes them; the per-layer actions of one pass merge into one box.
-  auto x = [](int pid, const std::string& name, double ts_us, double dur_us, int mb = -1, int tid = 0) {
+  // Each event's args carry its action's op and micro-batch (what the plot
+  // goes by; the names are for the eye).
+  auto x = [](int pid, const std::string& name, const char* op, double ts_us, double dur_us, int mb = -1,
+              int tid = 0) {
     json e = {{"ph", "X"}, {"pid", pid}, {"tid", tid}, {"name", name}, {"ts", ts_us}, {"dur", dur_us}};
-    if (mb >= 0) e["args"] = {{"microbatch", mb}};
+    e["args"] = {{"op", op}, {"microbatch", mb}};
     return e;
   };
   auto meta = [](int pid, const std::string& name) {
@@ -203,14 +206,21 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
                          meta(1000, "measured rank 0, stage 0 (compute stream)"),
                          meta(1001, "measured rank 1, stage 1 (compute stream)"),
                          // stage 0: F0 over two layers, then B0; a p2p send on thread 2 (not drawn)
-                         x(0, "F 0 u0", 0, 1000, 0), x(0, "F 0 u1", 1000, 1000, 0), x(0, "B 0 u1", 5000, 2000, 0),
-                         x(0, "send activation 0", 2000, 100, 0, 2), x(1, "F 0 u2", 2100, 1000, 0),
-                         x(1, "B 0 u2", 3100, 1900, 0), x(1, "optimizer", 7000, 500),
+                         x(0, "F 0 u0", "F", 0, 1000, 0), x(0, "F 0 u1", "F", 1000, 1000, 0),
+                         x(0, "B 0 u1", "B", 5000, 2000, 0), x(0, "send activation 0", "SF", 2000, 100, 0, 2),
+                         x(1, "F 0 u2", "F", 2100, 1000, 0), x(1, "B 0 u2", "B", 3100, 1900, 0),
+                         x(1, "optimizer", "Opt", 7000, 500),
                          // measured: rank 0 F0 (two layers), a wait for stage 1's gradient, B0, the optimizer
-                         x(1000, "0F0.0", 0, 1100), x(1000, "0F0.1", 1100, 1100), x(1000, "0RB0", 2200, 3000),
-                         x(1000, "0B0.1", 5200, 1000), x(1000, "0AR1", 6200, 0.2), x(1000, "0B0.0", 6200, 1100),
-                         x(1000, "0Opt", 7300, 600), x(1001, "1F0.2", 2300, 1000),
-                         x(1001, "1B0.2", 3300, 2000), x(1001, "1Sync", 5300, 100)});
+                         x(1000, "0F0.0", "F", 0, 1100, 0), x(1000, "0F0.1", "F", 1100, 1100, 0),
+                         x(1000, "0RB0", "RB", 2200, 3000, 0), x(1000, "0B0.1", "B", 5200, 1000, 0),
+                         x(1000, "0AR1", "Red", 6200, 0.2), x(1000, "0B0.0", "B", 6200, 1100, 0),
+                         x(1000, "0Opt", "Opt", 7300, 600), x(1001, "1F0.2", "F", 2300, 1000, 0),
+                         x(1001, "1B0.2", "B", 3300, 2000, 0), x(1001, "1Sync", "Sync", 5300, 100)});
+  // A Release ("0R1") is not a recompute, and no name is read back: an
+  // event without args.op is "other".
+  CHECK(trace_event_kind(x(1000, "0R1", "R", 0, 1)).first == 5);
+  CHECK(trace_event_kind(json{{"name", "F 3"}, {"ph", "X"}}).first == 5);
+  CHECK(trace_event_kind(x(0, "anything", "B", 0, 1, 4)) == std::pair<int, int>{1, 4});
   const json trace = {{"traceEvents", ev}, {"otherData", {{"title", "t"}, {"makespan_seconds", 0.0075}, {"measured_step_seconds", 0.0079}}}};
   json plan = {{"name", "pp/2"}, {"half", "A"}, {"predicted", nullptr}, {"measured", {{"step_seconds", 0.0079}, {"per_gpu_peak_bytes", 1e9}}}};
   const json report = {{"sweep_name", "t"}, {"held_out", "B"}, {"plans", json::array({plan})}};
