@@ -143,6 +143,11 @@ json measure_device_memory(const Ctx& c, const std::pair<int64_t, int64_t>& afte
 
 }  // namespace
 
+double estimated_calibration_seconds(bool cuda, bool quick) {
+  if (cuda) return quick ? 20 : 170;
+  return 60;
+}
+
 CalibrateRun run_calibration(const CalibrateOptions& o) {
   if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
     throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
@@ -160,7 +165,10 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   std::vector<std::string> notes;
   Ctx c;
   c.cuda = cuda;
-  c.quick = o.quick;
+  // No GPU: CPU-sized shapes (a GPU's 16384x4096 GEMMs and 8-layer models at
+  // seq 2048 take hours on a CPU; issue 29 saw 21 measurements in 540 s).
+  c.quick = o.quick || !cuda;
+  if (!cuda && !o.quick) notes.push_back("no GPU: the CPU was measured with CPU-sized shapes (those of --quick)");
   c.progress = o.progress;
   c.device = cuda ? at::Device(at::kCUDA, int8_t(wi.local_rank)) : at::Device(at::kCPU);
   c.rank = wi.rank;
@@ -184,7 +192,7 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   json m = {{"format", "planner-calibration"},
             {"created", utc_timestamp()},
             {"device", cuda ? "cuda" : "cpu"},
-            {"quick", o.quick},
+            {"quick", c.quick},
             {"ranks", wi.size},
             {"machine", machine_json(machine_info(cuda))}};
   // Barriers of the whole world over MPI; rank 0's single-device benchmarks
@@ -198,10 +206,20 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   if (wi.rank == 0) {
     calib::say(c, std::string("on ") + (cuda ? m["machine"]["gpu_name"].get<std::string>() : "the CPU (" +
                                                                                                m["machine"]["cpu"].get<std::string>() + ")") +
-                      (o.quick ? ", quick sizes" : "") + "; " + std::to_string(wi.size) + " rank(s)");
+                      (o.quick ? ", quick sizes" : cuda ? "" : ", CPU-sized shapes (no GPU)") + "; " +
+                      std::to_string(wi.size) + " rank(s); about " +
+                      calib::fmt_num(estimated_calibration_seconds(cuda, c.quick), 2) + " s" +
+                      (o.budget_seconds > 0 ? ", at most " + calib::fmt_num(o.budget_seconds, 3) + " s (--budget)" : ""));
     // One failing part (a kernel this GPU lacks, out of memory) costs its
     // points and a note, not the rest of the calibration.
     auto part = [&](const char* key, const std::function<json()>& fn) {
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (o.budget_seconds > 0 && spent >= o.budget_seconds) {
+        notes.push_back(std::string(key) + ": not measured (--budget " + calib::fmt_num(o.budget_seconds, 3) +
+                        " s spent)");
+        calib::say(c, std::string(key) + " skipped: the budget is spent");
+        return;
+      }
       try {
         m[key] = fn();
       } catch (const std::exception& e) {

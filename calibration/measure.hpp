@@ -49,7 +49,14 @@ struct CalibrateOptions {
   bool quick = false;            // tiny sizes (CI on the CPU; a rough GPU check)
   bool progress = true;          // one line per measurement on stderr
   int comm_timeout_seconds = 120;
+  double budget_seconds = 0;     // > 0: parts not started within it are skipped, with a note
 };
+
+// Without a GPU the calibration measures the CPU with CPU-sized shapes (those
+// of --quick): the GPU's would take hours there. Rough wall time of a whole
+// calibration, printed before it starts: `cuda` full sizes about 170 s (one
+// H100, validation/h100/calib19: 169 s), CPU-sized shapes about 60 s here.
+double estimated_calibration_seconds(bool cuda, bool quick);
 
 struct CalibrateRun {
   bool report = true;            // false on ranks other than 0

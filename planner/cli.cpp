@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <iostream>
 
 #include "costmodel/compat.hpp"
@@ -120,7 +124,26 @@ void check_writable(const std::string& path) {
   std::error_code ec;
   const auto st = fs::status(target, ec);
   if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_fifo(st) && !fs::is_character_file(st))
-    throw InputError(fmt::format("output: '{}' exists and is not a regular file, a FIFO or /dev/null", path));
+    throw InputError(fmt::format("output: '{}' exists and is not a regular file, a FIFO or /dev/null", clip(path)));
+  if (fs::is_fifo(st) || fs::is_character_file(st)) return;  // written in place, not through a temporary
+  // The file is written through a temporary beside it and a rename, so the
+  // directory must take a new file: try that now, before any work (a run of
+  // an hour must not end in "cannot create a file").
+  std::string probe = (dir / ".planner-probe-XXXXXX").string();
+  const int fd = mkstemp(probe.data());
+  if (fd < 0)
+    throw InputError(fmt::format("output: cannot create a file in '{}' ({}) for '{}'", clip(dir.string()),
+                                 std::strerror(errno), clip(path)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_not_input(const std::string& output, const std::string& input, const std::string& what) {
+  namespace fs = std::filesystem;
+  if (output.empty() || output == "-" || input.empty()) return;
+  std::error_code ec;
+  if (fs::equivalent(output, input, ec) && !ec)
+    throw InputError(fmt::format("-o '{}' is the {} being read; write the output elsewhere", clip(output), what));
 }
 
 void emit(const std::string& path, const std::string& text) {

@@ -31,9 +31,14 @@ std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::st
 int64_t parse_seq(const std::string& text);
 int64_t parse_global_batch(const std::string& text);
 
-// InputError when `path` could not be written because its directory does not
-// exist: lets a command refuse before it writes anything else.
+// InputError when `path` could not be written: its directory does not exist,
+// it is a directory, or the directory does not take a new file (checked by
+// creating and removing a temporary there). Lets a command refuse before any
+// work, so a long run never ends in a failed write.
 void check_writable(const std::string& path);
+// InputError when the output `output` is the same file as the input `input`
+// (`what` names it: "plan"): writing the result would replace what was read.
+void check_not_input(const std::string& output, const std::string& input, const std::string& what);
 
 // Writes `text` to `path`, or to stdout when path is empty or "-".
 void emit(const std::string& path, const std::string& text);

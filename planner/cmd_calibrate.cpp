@@ -53,7 +53,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "fitted field is a measured rate over the GPU's datasheet figure; the points and the model's time for each\n"
       "are kept in the profile's \"calibration\". Progress on stderr.");
   struct Opts {
-    std::string output, device = "auto", gpu, from;
+    std::string output, device = "auto", gpu, from, budget;
     bool quick = false, json = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
@@ -62,10 +62,18 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", o->device, "auto, cuda or cpu (default auto)");
   cmd->add_option("--gpu", o->gpu, "catalog GPU whose datasheet the efficiencies divide by (default: from the device name)");
   cmd->add_option("--from", o->from, "fit saved measurements (a profile from calibrate, or its \"calibration\") instead of measuring");
+  cmd->add_option("--budget", o->budget,
+                  "seconds the measurements may take: parts not started by then are skipped, with a note "
+                  "(checked between parts; 1 to 86400)");
   cmd->add_flag("--json", o->json, "print the profile JSON instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
-    if (!o->output.empty()) check_writable(o->output);
+    if (!o->output.empty()) {
+      check_writable(o->output);
+      check_not_input(o->output, o->from, "--from file");
+    }
+    const int64_t budget = o->budget.empty() ? 0 : parse_capped(o->budget, "--budget", 86400);
+    if (budget > 0 && !o->from.empty()) throw InputError("--budget limits measuring; --from measures nothing");
     nlohmann::json measured;
     bool report = true;
     if (!o->from.empty()) {
@@ -77,6 +85,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       co.device = o->device;
       co.quick = o->quick;
       co.progress = !o->quiet;
+      co.budget_seconds = double(budget);
       rt::CalibrateRun run = rt::run_calibration(co);
       report = run.report;
       measured = std::move(run.measured);

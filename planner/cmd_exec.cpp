@@ -1,10 +1,15 @@
 // `planner exec`: run a plan on this machine's GPU (or CPU) and put measured
 // beside predicted. Needs the LibTorch runtime (built when LibTorch is found).
+#include <fcntl.h>
+
+#include <cerrno>
+
 #include <memory>
 #include <fmt/format.h>
 
 #include "costmodel/compat.hpp"
 #include "planner/cli.hpp"
+#include "planner/validate.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #if defined(PLANNER_HAS_RUNTIME)
@@ -16,6 +21,7 @@
 #include "planner/exec_report.hpp"
 #include "planner/render.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/exec_launch.hpp"
 
 #include <cstdlib>
 #endif
@@ -65,10 +71,11 @@ int run_exec_and_report(const rt::ExecOptions& e, const std::string& headroom) {
   const StepPrediction pred = predict(r.plan, profile, &sim, !e.trace_path.empty());
   ExecReport rep = make_exec_report(r.plan, pred, r.run);
   if (!e.trace_path.empty()) write_file_atomically(e.trace_path, exec_trace_json(r.plan, sim, r.run).dump() + "\n");
-  const std::string text = rep.result.dump(2) + "\n";
+  const std::string text = rep.result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (!e.output_path.empty()) write_file_atomically(e.output_path, text);
-  if (e.json) std::cout << text;
-  else std::cout << rep.table << std::flush;
+  // Under a launch by planner exec, rank 0's report goes through the launching
+  // process, whose stdout is checked (mpirun would drop a failed write).
+  if (!rt::relay_stdout(e.json ? text : rep.table)) std::cout << (e.json ? text : rep.table) << std::flush;
   return 0;
 }
 #endif
@@ -122,11 +129,24 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     use.simulate = true;
     use.trace = !o->trace.empty();
     check_compat(load_plan(o->plan), use);
+    // Every output is checked before any work: a run of an hour must not end
+    // in a failed write, and -o must not replace an input.
+    for (const auto* out : {&o->output, &o->trace}) {
+      if (out->empty()) continue;
+      check_writable(*out);
+      check_not_input(*out, o->plan, "plan");
+      check_not_input(*out, o->tokens, "token file");
+      check_not_input(*out, o->profile, "profile");
+    }
+    if (!o->output.empty() && o->output == o->trace) throw InputError("-o and --trace name the same file");
+    // The report (table or --json) goes to stdout: a closed stdout would lose it.
+    if (fcntl(1, F_GETFD) < 0 && errno == EBADF)
+      throw InputError("stdout is closed, so the report would be lost; redirect it (> report.txt) or to /dev/null");
 #if defined(PLANNER_HAS_RUNTIME)
     rt::ExecOptions e;
     e.plan_path = o->plan;
-    e.steps = int(std::min<int64_t>(parse_int(o->steps, "--steps"), 1000000));
-    e.warmup = int(std::min<int64_t>(parse_int(o->warmup, "--warmup", true), 1000000));
+    e.steps = int(parse_capped(o->steps, "--steps", kMaxSteps, false));
+    e.warmup = int(parse_capped(o->warmup, "--warmup", kMaxSteps, true));
     e.output_path = o->output;
     e.tokens_path = o->tokens;
     e.json = o->json;
@@ -138,13 +158,13 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     e.oversubscribe = o->oversubscribe;
     e.trace_path = o->trace;
     e.kernels = o->kernels;
-    e.comm_timeout_seconds = int(std::min<int64_t>(parse_int(o->comm_timeout, "--comm-timeout"), 86400));
+    e.comm_timeout_seconds = int(parse_capped(o->comm_timeout, "--comm-timeout", 86400, false));
     try {
       size_t used = 0;
       e.lr = std::stod(o->lr, &used);
       if (used != o->lr.size() || !(e.lr > 0) || e.lr > 1e3) throw std::invalid_argument("lr");
     } catch (const std::exception&) {
-      throw InputError(fmt::format("--lr: expected a positive number such as 3e-4, got '{}'", o->lr));
+      throw InputError(fmt::format("--lr: expected a number above 0 and at most 1000 such as 3e-4, got '{}'", clip(o->lr)));
     }
     check_headroom(o->headroom);
     exit_code = run_exec_and_report(e, o->headroom);

@@ -74,8 +74,8 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
     if (clusters.size() > 1 && o->plan.global_batch.empty())
       throw InputError("several --gpus clusters need one --global-batch, so that every plan trains alike");
     if (clusters.size() > 1 && o->explain) throw InputError("--explain takes one --gpus cluster");
-    const int64_t top = std::min<int64_t>(parse_int(o->top, "--top"), 1000);
-    const int64_t rank = o->rank.empty() ? 1 : std::min<int64_t>(parse_int(o->rank, "--rank"), 1000);
+    const int64_t top = parse_capped(o->top, "--top", 1000);
+    const int64_t rank = o->rank.empty() ? 1 : parse_capped(o->rank, "--rank", 1000);
     if (!o->rank.empty() && o->output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
     req.engine = o->engine.empty() ? Engine::Ours : parse_engine(o->engine);
     const Objective objective = parse_objective(o->objective);
@@ -190,7 +190,7 @@ CLI::App* add_bench_command(CLI::App& app, int& exit_code) {
     req.gpus = o->gpus;
     req.seq = parse_seq(o->seq);
     req.global_batch = parse_global_batch(o->global_batch);
-    req.repeats = int(std::min<int64_t>(parse_int(o->repeats, "--repeats"), 1000));
+    req.repeats = int(parse_capped(o->repeats, "--repeats", 1000));
     req.explain = o->explain;
     req.prune = !o->no_prune;
     BenchResult r = run_bench(req);

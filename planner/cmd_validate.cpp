@@ -144,10 +144,9 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   cmd->callback([o, &exit_code] {
     // Everything that can be refused is refused before anything is written.
     Sweep sw = load_sweep(o->sweep, o->gpus);
-    const int steps = o->steps.empty() ? sw.steps : int(std::min<int64_t>(parse_int(o->steps, "--steps"), 100000));
-    const int warmup =
-        o->warmup.empty() ? sw.warmup : int(std::min<int64_t>(parse_int(o->warmup, "--warmup", true), 100000));
-    const int timeout = int(std::min<int64_t>(parse_int(o->timeout, "--timeout"), 7 * 86400));
+    const int steps = o->steps.empty() ? sw.steps : int(parse_capped(o->steps, "--steps", kMaxSteps));
+    const int warmup = o->warmup.empty() ? sw.warmup : int(parse_capped(o->warmup, "--warmup", kMaxSteps, true));
+    const int timeout = int(parse_capped(o->timeout, "--timeout", 7 * 86400));
     if (o->device != "auto" && o->device != "cuda" && o->device != "cpu")
       throw InputError(fmt::format("--device '{}' is not one of auto|cuda|cpu", o->device));
     if (!o->half.empty() && o->half != "A" && o->half != "B") throw InputError("--half must be A or B");
@@ -168,8 +167,10 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       const fs::path d(dir);
       const fs::path parent = d.has_parent_path() ? d.parent_path() : fs::path(".");
       std::error_code ec;
-      if (!fs::is_directory(parent, ec)) throw InputError(fmt::format("-o: folder '{}' does not exist", parent.string()));
-      if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw InputError(fmt::format("-o: '{}' is not a folder", dir));
+      if (!fs::is_directory(parent, ec)) throw InputError(fmt::format("-o: folder '{}' does not exist", clip(parent.string())));
+      if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw InputError(fmt::format("-o: '{}' is not a folder", clip(dir)));
+      // The folder (or its parent, which will hold it) must take new files.
+      check_writable(fs::is_directory(d, ec) ? (d / "report.json").string() : dir);
     }
     fs::create_directories(fs::path(dir) / "plans");
     fs::create_directories(fs::path(dir) / "runs");

@@ -16,8 +16,10 @@
 
 #include "planner/cli.hpp"
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 #if defined(PLANNER_HAS_RUNTIME)
 #include "runtime/device.hpp"
+#include "runtime/exec_launch.hpp"
 #endif
 
 namespace {
@@ -25,7 +27,20 @@ namespace {
 std::string one_line(std::string s) {
   for (auto& c : s)
     if (c == '\n' || c == '\r') c = ' ';
+  // A backstop: messages quote at most ~200 bytes of an input (planner::clip),
+  // so a longer line is a message that forgot to; it never floods the terminal.
+  if (s.size() > 1000) s = s.substr(0, 1000) + "...";
   return s;
+}
+
+// The one line of a failure: on stderr, or, in a rank started by planner exec,
+// kept for the launching planner, which prints one line for the whole job.
+int fail(int code, const std::string& line) {
+#if defined(PLANNER_HAS_RUNTIME)
+  if (planner::rt::relay_failure(code, line)) return code;
+#endif
+  std::cerr << "planner: " << line << "\n";
+  return code;
 }
 
 }  // namespace
@@ -98,20 +113,15 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "planner: " << one_line(e.what()) << " (see --help)\n";
-    return 2;
+    return fail(2, planner::clip(one_line(e.what()), 400) + " (see --help)");  // CLI11 quotes the arguments
   } catch (const planner::InputError& e) {
-    std::cerr << "planner: " << one_line(e.what()) << "\n";
-    return 2;
+    return fail(2, one_line(e.what()));
   } catch (const nlohmann::json::exception& e) {
-    std::cerr << "planner: bad JSON input: " << one_line(e.what()) << "\n";
-    return 2;
+    return fail(2, "bad JSON input: " + one_line(e.what()));
   } catch (const std::bad_alloc&) {
-    std::cerr << "planner: out of host memory\n";
-    return 1;
+    return fail(1, "out of host memory");
   } catch (const std::exception& e) {
-    std::cerr << "planner: error: " << one_line(e.what()) << "\n";
-    return 1;
+    return fail(1, "error: " + one_line(e.what()));
   }
   // Every write to stdout is checked: /dev/full or a closed pipe is a failure.
   std::cout.flush();

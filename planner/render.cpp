@@ -30,9 +30,14 @@ std::string why_not_fits(const MemoryReport& r) {
   }
   if (!r.host_fits) {
     if (!out.empty()) out += "; ";
-    out += fmt::format("host memory {} exceeds the node's {} by {} (offloaded states)",
+    // The host need is each process's own memory (LibTorch, the CUDA context)
+    // plus, with offload, the states kept there: name what is in it.
+    bool offloaded = false;
+    for (const auto& sm : r.stages) offloaded = offloaded || sm.host_bytes > 0;
+    out += fmt::format("host memory {} exceeds the node's {} by {} ({})",
                        format_bytes(double(r.host_peak_bytes)), format_bytes(double(r.host_capacity_bytes)),
-                       format_bytes(double(r.host_peak_bytes - r.host_capacity_bytes)));
+                       format_bytes(double(r.host_peak_bytes - r.host_capacity_bytes)),
+                       offloaded ? "offloaded states and each process's own memory" : "each process's own memory");
   }
   return out;
 }

@@ -40,16 +40,17 @@ double parse_tokens(std::string_view text) {
     if (scale != 1) t.pop_back();
   }
   const auto v = parse_number(t);
-  if (!v || *v <= 0 || *v * scale > 1e18)
-    throw InputError(
-        fmt::format("--tokens: expected a positive token count such as 300B, 1.5T or 2e9, got '{}'", text));
+  // At least one token: "0.5" is a fraction of a token, not a count to train.
+  if (!v || !(*v * scale >= 1) || *v * scale > 1e18)
+    throw InputError(fmt::format(
+        "--tokens: expected a token count from 1 to 1e18 such as 300B, 1.5T or 2e9, got '{}'", clip(text)));
   return *v * scale;
 }
 
 double parse_price(std::string_view text, std::string_view what) {
   const auto v = parse_number(trim(text));
   if (!v || *v <= 0 || *v > 1e6)
-    throw InputError(fmt::format("{}: expected a positive price per GPU-hour such as 2.5, got '{}'", what, text));
+    throw InputError(fmt::format("{}: expected a positive price per GPU-hour such as 2.5, got '{}'", what, clip(text)));
   return *v;
 }
 
@@ -62,7 +63,7 @@ std::map<std::string, double> load_prices(const std::string& path) {
   for (const auto& [name, value] : j.items()) {
     if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1e6)
       throw InputError(fmt::format("--prices: the price of '{}' in '{}' must be a positive number, got {}", name, path,
-                                   value.dump()));
+                                   json_excerpt(value)));
     std::string canonical;
     try {
       canonical = gpu_by_name(name).name;

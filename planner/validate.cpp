@@ -40,6 +40,15 @@ std::string beside(const fs::path& dir, const std::string& p) {
   return fs::exists(q, ec) ? q.string() : p;
 }
 
+// A string field of the sweep, or InputError naming it and what it must be.
+std::string text_field(const json& j, const char* key, const std::string& fallback, const std::string& where,
+                       const char* allowed) {
+  if (!j.contains(key)) return fallback;
+  if (!j.at(key).is_string())
+    throw InputError(fmt::format("{}: \"{}\" must be {}, got {}", where, key, allowed, json_excerpt(j.at(key))));
+  return j.at(key).get<std::string>();
+}
+
 int64_t whole(const json& v, const std::string& what) {
   if (!v.is_number_integer() || v.get<int64_t>() < 1) throw InputError(fmt::format("{} must be a positive whole number", what));
   return v.get<int64_t>();
@@ -66,7 +75,8 @@ Plan entry_plan(const json& e, const fs::path& dir, const std::string& where, co
   }
   if (e.contains("seq")) r.seq = whole(e["seq"], where + ": seq");
   if (e.contains("global_batch")) r.global_batch = whole(e["global_batch"], where + ": global_batch");
-  if (e.contains("host_memory")) r.host_memory_bytes = parse_bytes(e["host_memory"].get<std::string>(), where + ": host_memory");
+  if (e.contains("host_memory"))
+    r.host_memory_bytes = parse_bytes(text_field(e, "host_memory", "", where, "a size such as \"512GiB\""), where + ": host_memory");
   return build_plan(r, nullptr);
 }
 
@@ -101,19 +111,23 @@ Sweep load_sweep(const std::string& path, const std::string& gpus) {
   const std::string where = fmt::format("sweep '{}'", path);
   if (!j.is_object()) throw InputError(where + ": expected a JSON object");
   only_keys(j, kTopKeys, where);
-  if (j.value("format", "") != "planner-sweep")
+  if (text_field(j, "format", "", where, "\"planner-sweep\"") != "planner-sweep")
     throw InputError(where + ": \"format\" must be \"planner-sweep\"");
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != 1)
     throw InputError(where + ": \"version\" must be 1");
   Sweep s;
   s.path = path;
-  s.name = j.value("name", fs::path(path).stem().string());
-  if (j.contains("steps")) s.steps = int(std::min<int64_t>(whole(j["steps"], where + ": steps"), 100000));
-  if (j.contains("warmup")) {
-    if (!j["warmup"].is_number_integer() || j["warmup"].get<int64_t>() < 0) throw InputError(where + ": warmup must be 0 or more");
-    s.warmup = int(std::min<int64_t>(j["warmup"].get<int64_t>(), 100000));
+  s.name = clip(text_field(j, "name", fs::path(path).stem().string(), where, "a string"));
+  if (j.contains("steps")) {
+    s.steps = int(std::min<int64_t>(whole(j["steps"], where + ": steps"), kMaxSteps + 1));
+    if (s.steps > kMaxSteps) throw InputError(fmt::format("{}: steps must be 1 to {} (docs/INPUT_LIMITS.md)", where, kMaxSteps));
   }
-  s.held_out = j.value("held_out", "B");
+  if (j.contains("warmup")) {
+    if (!j["warmup"].is_number_integer() || j["warmup"].get<int64_t>() < 0 || j["warmup"].get<int64_t>() > kMaxSteps)
+      throw InputError(fmt::format("{}: warmup must be 0 to {} (docs/INPUT_LIMITS.md)", where, kMaxSteps));
+    s.warmup = int(j["warmup"].get<int64_t>());
+  }
+  s.held_out = text_field(j, "held_out", "B", where, "\"A\" or \"B\"");
   if (s.held_out != "A" && s.held_out != "B") throw InputError(where + ": held_out must be \"A\" or \"B\"");
   const json defaults = j.value("defaults", json::object());
   if (!defaults.is_object()) throw InputError(where + ": defaults must be an object");
@@ -128,13 +142,16 @@ Sweep load_sweep(const std::string& path, const std::string& gpus) {
     only_keys(e, kPlanKeys, fmt::format("{}: plans[{}]", where, i));
     for (auto it = defaults.begin(); it != defaults.end(); ++it)
       if (!e.contains(it.key()) && !(e.contains("plan") && it.key() != "half")) e[it.key()] = it.value();
-    const std::string name = e.value("name", "");
+    const std::string name = text_field(e, "name", "", fmt::format("{}: plans[{}]", where, i), "a string");
+    if (name.size() > kMaxPlanName)
+      throw InputError(fmt::format("{}: plans[{}]: \"name\" has {} characters, at most {} (it names files)", where, i,
+                                   name.size(), kMaxPlanName));
     if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
                             std::string::npos)
       throw InputError(fmt::format("{}: plans[{}]: \"name\" must be letters, digits, '.', '_' or '-' (it names files)", where, i));
     if (!names.insert(name).second) throw InputError(fmt::format("{}: plan name '{}' is used twice", where, name));
     const std::string pw = fmt::format("{}: plan '{}'", where, name);
-    const std::string half = e.value("half", "");
+    const std::string half = text_field(e, "half", "", pw, "\"A\" or \"B\" (the held-out split)");
     if (half != "A" && half != "B") throw InputError(pw + ": \"half\" must be \"A\" or \"B\" (the held-out split)");
     try {
       s.entries.push_back({name, half, entry_plan(e, dir, pw, gpus)});

@@ -35,6 +35,13 @@
 
 namespace planner {
 
+// Timed and warm-up steps of `planner exec` and of a sweep's runs
+// (docs/INPUT_LIMITS.md): above it, refused, never lowered.
+constexpr int64_t kMaxSteps = 1000000;
+// A sweep plan's name names files (NAME.json, NAME.log, NAME.trace.json):
+// well under the 255 bytes of a file name.
+constexpr size_t kMaxPlanName = 100;
+
 struct SweepEntry {
   std::string name, half;
   Plan plan;

@@ -3,10 +3,12 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner::rt {
 
@@ -72,18 +74,24 @@ struct FileTokens::File {
 
 FileTokens::FileTokens(const std::string& path, TokenDtype dtype, int64_t vocab, int64_t seq, uint64_t seed)
     : path_(path), dtype_(dtype), vocab_(vocab), seed_(seed), file_(std::make_unique<File>()) {
+  // A directory opens as a stream on Linux and seeks to a size of INT64_MAX:
+  // refuse what is not a regular file (or a FIFO/device, which cannot seek) first.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError("--tokens: '" + clip(path) + "' is a directory, not a token file");
   file_->in.open(path, std::ios::binary);
-  if (!file_->in) throw InputError("token file '" + path + "' cannot be opened for reading");
+  if (!file_->in) throw InputError("--tokens: token file '" + clip(path) + "' cannot be opened for reading");
   file_->in.seekg(0, std::ios::end);
   const std::streamoff bytes = file_->in.tellg();
-  if (bytes < 0) throw InputError("token file '" + path + "' is not readable");
+  if (bytes < 0 || !std::filesystem::is_regular_file(path, ec))
+    throw InputError("--tokens: token file '" + clip(path) + "' is not a regular file that can be read");
   const int64_t esize = dtype == TokenDtype::UInt16 ? 2 : 4;
   if (bytes % esize != 0)
-    throw InputError("token file '" + path + "' has " + std::to_string(bytes) + " bytes, not a multiple of " +
+    throw InputError("--tokens: token file '" + clip(path) + "' has " + std::to_string(bytes) + " bytes, not a multiple of " +
                      std::to_string(esize) + " (" + to_string(dtype) + " ids)");
   n_tokens_ = bytes / esize;
   if (n_tokens_ < seq + 1)
-    throw InputError("token file '" + path + "' holds " + std::to_string(n_tokens_) +
+    throw InputError("--tokens: token file '" + clip(path) + "' holds " + std::to_string(n_tokens_) +
                      " tokens, fewer than seq + 1 = " + std::to_string(seq + 1));
 }
 
@@ -101,7 +109,7 @@ void FileTokens::batch(int64_t step, int64_t micro, int64_t rows, int64_t seq, s
     file_->in.clear();
     file_->in.seekg(start * esize);
     file_->in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (!file_->in) throw InputError("token file '" + path_ + "': read failed at token " + std::to_string(start));
+    if (!file_->in) throw InputError("--tokens: token file '" + clip(path_) + "': read failed at token " + std::to_string(start));
     int64_t* row = out.data() + r * len;
     for (int64_t i = 0; i < len; ++i) {
       int64_t id;
@@ -115,7 +123,7 @@ void FileTokens::batch(int64_t step, int64_t micro, int64_t rows, int64_t seq, s
         id = u;
       }
       if (id < 0 || id >= vocab_)
-        throw InputError("token file '" + path_ + "': id " + std::to_string(id) + " at token " +
+        throw InputError("--tokens: token file '" + clip(path_) + "': id " + std::to_string(id) + " at token " +
                          std::to_string(start + i) + " is outside the vocabulary [0, " + std::to_string(vocab_) +
                          ")");
       row[i] = id;

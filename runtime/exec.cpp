@@ -13,14 +13,16 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/data.hpp"
 #include "runtime/device.hpp"
+#include "runtime/exec_launch.hpp"
 #include "runtime/measure.hpp"
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner::rt {
 
@@ -167,28 +169,29 @@ std::string utc_now() {
 }
 
 // Everything about a plan and the options that can be refused before any rank
-// starts: bad input exits 2 with one line and writes nothing.
+// starts: bad input exits 2 with one line and writes nothing. (The output
+// paths are checked for writability by the planner's half, planner/cmd_exec.cpp.)
 void check_runnable(const ExecOptions& o, const Plan& plan) {
   const Strategy& s = plan.strategy;
+  const std::string where = "plan '" + clip(o.plan_path) + "'";
   if (plan.global_batch != s.global_batch())
-    throw InputError("plan '" + o.plan_path + "': global_batch " + std::to_string(plan.global_batch) +
+    throw InputError(where + ": global_batch " + std::to_string(plan.global_batch) +
                      " is not dp * mbs * gas = " + std::to_string(s.global_batch()));
-  if (!o.tokens_path.empty()) {
-    std::ifstream probe(o.tokens_path, std::ios::binary);
-    if (!probe) throw InputError("token file '" + o.tokens_path + "' cannot be opened for reading");
-  }
-  if (!o.output_path.empty()) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(o.output_path).has_parent_path() ? fs::path(o.output_path).parent_path() : fs::path(".");
-    if (!fs::is_directory(dir)) throw InputError("output: directory '" + dir.string() + "' does not exist");
-  }
+  if (plan.model.vocab < 2)
+    throw InputError(where + ": model.vocab " + std::to_string(plan.model.vocab) +
+                     " cannot be trained on (next-token prediction needs at least 2 tokens)");
+  if (s.sp && s.tp > 1 && plan.seq % s.tp != 0)
+    throw InputError(where + ": sp=1 splits the sequence over the tp ranks, so seq " + std::to_string(plan.seq) +
+                     " must be a multiple of tp=" + std::to_string(s.tp));
+  // The token file's type, size and shape (the ids are checked as they are read).
+  if (!o.tokens_path.empty()) FileTokens(o.tokens_path, parse_token_dtype(o.tokens_dtype), plan.model.vocab, plan.seq, 0);
 }
 
 // Refuses, before anything starts, a plan that cannot run here; otherwise
-// starts `mpirun -np N` with this same command line and returns its exit code.
+// starts `mpirun -np N` with this same command line and returns 0, or throws
+// the failing rank's one line (runtime/exec_launch.hpp).
 int launch_ranks(const ExecOptions& o, const Plan& plan) {
   const int world = plan.strategy.world();
-  check_runnable(o, plan);
   const bool cuda = o.device == "cuda" || o.device == "gpu" || (o.device == "auto" && cuda_available());
   if (cuda) {
     const int gpus = cuda_device_count();
@@ -211,30 +214,13 @@ int launch_ranks(const ExecOptions& o, const Plan& plan) {
   if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
   if (o.oversubscribe) cmd.push_back("--oversubscribe");
   cmd.insert(cmd.end(), args.begin(), args.end());
+  std::string banner;
   if (o.progress) {
     std::string line;
     for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
-    std::fprintf(stderr, "exec: starting %d ranks: %s\n", world, line.c_str());
+    banner = "exec: started " + std::to_string(world) + " ranks: " + clip(line, 400);
   }
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("exec: fork failed");
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : cmd) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp("mpirun", argv.data());
-    std::fprintf(stderr, "planner: exec: cannot start mpirun (is OpenMPI installed?)\n");
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) {
-    const int rc = WEXITSTATUS(status);
-    if (rc == 127) throw std::runtime_error("exec: mpirun could not be started");
-    return rc == 0 ? 0 : (rc == 2 ? 2 : 1);
-  }
-  return 1;
+  return run_ranks(cmd, world, banner);
 }
 
 }  // namespace

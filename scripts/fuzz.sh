@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh --seconds 600         # the long run, each target 600 s
 #   scripts/fuzz.sh --seconds 60 plan     # only some targets (names as in tests/fuzz/corpus/)
 #   scripts/fuzz.sh --build-only
+# Every target gets the dictionary tests/fuzz/nesting.dict (JSON nesting).
 # Each target starts from its seed corpus tests/fuzz/corpus/<target>/ (read
 # only) and grows a working corpus in build-fuzz/corpus/<target>/. A crash, an
 # exception other than InputError, a sanitizer report, a hang (-timeout) or a
@@ -58,7 +59,10 @@ for t in "${targets[@]}"; do
   log="build-fuzz/logs/$t.log"
   # -timeout: one input may take at most 10 s (the planner's bound is a few);
   # -rss_limit_mb: a few hundred MB of the planner's own, plus ASan's shadow.
+  # -dict: JSON nesting tokens (tests/fuzz/nesting.dict), so mutations reach
+  # the depth limit and beyond (issue 29: a value nested 150,000 deep crashed).
   if "$bin" "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" -max_total_time="$seconds" -timeout=10 \
+       -dict=tests/fuzz/nesting.dict \
        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$t/" >"$log" 2>&1; then
     status=ok
   else

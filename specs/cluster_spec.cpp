@@ -170,7 +170,7 @@ struct Obj {
   [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}: {}", where, what)); }
 
   void only(std::initializer_list<const char*> keys) const {
-    if (!j.is_object()) fail(fmt::format("expected a JSON object, got {}", j.dump()));
+    if (!j.is_object()) fail(fmt::format("expected a JSON object, got {}", json_excerpt(j)));
     std::set<std::string> allowed(keys.begin(), keys.end());
     for (const auto& [k, v] : j.items())
       if (!allowed.count(k))
@@ -180,9 +180,9 @@ struct Obj {
   int64_t integer(const char* k, int64_t max) const {
     const json& v = j.at(k);
     if (!(v.is_number_integer() || v.is_number_unsigned()))
-      fail(fmt::format("'{}' must be a positive whole number, got {}", k, v.dump()));
+      fail(fmt::format("'{}' must be a positive whole number, got {}", k, json_excerpt(v)));
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max))
-      fail(fmt::format("'{}' = {} is too large (at most {})", k, v.dump(), max));
+      fail(fmt::format("'{}' = {} is too large (at most {})", k, json_excerpt(v), max));
     int64_t x = v.get<int64_t>();
     if (x <= 0) fail(fmt::format("'{}' must be positive, got {}", k, x));
     if (x > max) fail(fmt::format("'{}' = {} is too large (at most {})", k, x, max));
@@ -190,18 +190,18 @@ struct Obj {
   }
   double number(const char* k, bool allow_zero = false) const {
     const json& v = j.at(k);
-    if (!v.is_number()) fail(fmt::format("'{}' must be a number, got {}", k, v.dump()));
+    if (!v.is_number()) fail(fmt::format("'{}' must be a number, got {}", k, json_excerpt(v)));
     double x = v.get<double>();
     if (!std::isfinite(x) || x < 0 || (x == 0 && !allow_zero))
-      fail(fmt::format("'{}' must be {}, got {}", k, allow_zero ? "zero or positive" : "positive", v.dump()));
+      fail(fmt::format("'{}' must be {}, got {}", k, allow_zero ? "zero or positive" : "positive", json_excerpt(v)));
     return x;
   }
   bool boolean(const char* k) const {
-    if (!j.at(k).is_boolean()) fail(fmt::format("'{}' must be true or false, got {}", k, j.at(k).dump()));
+    if (!j.at(k).is_boolean()) fail(fmt::format("'{}' must be true or false, got {}", k, json_excerpt(j.at(k))));
     return j.at(k).get<bool>();
   }
   std::string text(const char* k) const {
-    if (!j.at(k).is_string()) fail(fmt::format("'{}' must be a string, got {}", k, j.at(k).dump()));
+    if (!j.at(k).is_string()) fail(fmt::format("'{}' must be a string, got {}", k, json_excerpt(j.at(k))));
     return j.at(k).get<std::string>();
   }
   int64_t bytes(const char* k) const {
@@ -371,8 +371,9 @@ void from_json(const json& j, GpuSpec& out) {
 
 ClusterSpec parse_cluster(std::string_view spec_in) {
   const std::string spec = trim(spec_in);
+  const std::string shown = clip(spec);  // an error quotes at most ~200 bytes of the argument
   const std::string usage =
-      fmt::format("bad GPU spec '{}': expected NxTYPE or NODESxNxTYPE, e.g. 2xRTX3090 or 128x8xH100", spec);
+      fmt::format("bad GPU spec '{}': expected NxTYPE or NODESxNxTYPE, e.g. 2xRTX3090 or 128x8xH100", shown);
   if (spec.empty()) throw InputError(usage);
   // Leading counts are the parts before an 'x' that look like numbers; the
   // rest is the GPU name (which may itself contain an x, as in RTX3090).
@@ -392,8 +393,8 @@ ClusterSpec parse_cluster(std::string_view spec_in) {
   if (type.empty()) throw InputError(usage);  // "2x"
   std::vector<int64_t> n;
   for (const auto& c : counts) {
-    int64_t v = parse_int(c, fmt::format("GPU spec '{}': count '{}'", spec, c));
-    if (v > kMaxGpus) throw InputError(fmt::format("GPU spec '{}': {} is too many (at most {} GPUs)", spec, c, kMaxGpus));
+    int64_t v = parse_int(c, fmt::format("GPU spec '{}': count", shown));
+    if (v > kMaxGpus) throw InputError(fmt::format("GPU spec '{}': {} is too many (at most {} GPUs)", shown, clip(c), kMaxGpus));
     n.push_back(v);
   }
   const GpuSpec& gpu = gpu_by_name(type);
@@ -408,7 +409,7 @@ ClusterSpec parse_cluster(std::string_view spec_in) {
     per_node = gpu.default_gpus_per_node;
   }
   if (nodes * per_node > kMaxGpus)
-    throw InputError(fmt::format("GPU spec '{}': {} GPUs are too many (at most {})", spec, nodes * per_node, kMaxGpus));
+    throw InputError(fmt::format("GPU spec '{}': {} GPUs are too many (at most {})", shown, nodes * per_node, kMaxGpus));
   ClusterSpec c = make_cluster(gpu, static_cast<int>(nodes), static_cast<int>(per_node), spec);
   c.validate();
   return c;
@@ -539,23 +540,24 @@ std::string topology_line(const ClusterSpec& c) {
 
 ClusterSpec resolve_cluster(std::string_view spec_or_path) {
   std::string s = trim(spec_or_path);
+  const std::string shown = clip(s);
   namespace fs = std::filesystem;
   if (!to_lower(s).ends_with(".json")) return parse_cluster(s);
   std::error_code ec;
   if (!fs::is_regular_file(s, ec))
-    throw InputError(fmt::format("cluster file '{}' not found (give a spec such as 2xRTX3090 or a JSON cluster file)", s));
+    throw InputError(fmt::format("cluster file '{}' not found (give a spec such as 2xRTX3090 or a JSON cluster file)", shown));
   std::ifstream in(s);
-  if (!in) throw InputError(fmt::format("cluster file '{}' cannot be read", s));
+  if (!in) throw InputError(fmt::format("cluster file '{}' cannot be read", shown));
   std::stringstream ss;
   ss << in.rdbuf();
-  json j = parse_json_text(ss.str(), "cluster file", fmt::format("'{}'", s));
+  json j = parse_json_text(ss.str(), "cluster file", fmt::format("'{}'", shown));
   try {
     if (j.is_object() && !j.contains("name")) {
-      j["name"] = s;
+      j["name"] = valid_utf8(s);  // JSON output must be UTF-8
     }
     return cluster_from_json(j);
   } catch (const InputError& e) {
-    throw InputError(fmt::format("cluster file '{}': {}", s, e.what()));
+    throw InputError(fmt::format("cluster file '{}': {}", shown, e.what()));
   }
 }
 

@@ -313,7 +313,7 @@ const GpuSpec& gpu_by_name(std::string_view name) {
         if (squash(a) == key) return g;
     }
   }
-  throw InputError(fmt::format("unknown GPU '{}'; did you mean '{}'? (known: {})", name, nearest(name, gpu_names()),
+  throw InputError(fmt::format("unknown GPU '{}'; did you mean '{}'? (known: {})", clip(name), nearest(name, gpu_names()),
                                fmt::join(gpu_names(), ", ")));
 }
 

@@ -45,8 +45,8 @@ struct ConfigReader {
     int64_t x = 0;
     if (v.is_number_integer()) x = v.get<int64_t>();
     else if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(max)) x = v.get<int64_t>();
-    else if (v.is_number_unsigned()) fail(fmt::format("field '{}' = {} is absurdly large (at most {})", key, v.dump(), max));
-    else fail(fmt::format("field '{}' must be a positive whole number, got {}", key, v.dump()));
+    else if (v.is_number_unsigned()) fail(fmt::format("field '{}' = {} is absurdly large (at most {})", key, json_excerpt(v), max));
+    else fail(fmt::format("field '{}' must be a positive whole number, got {}", key, json_excerpt(v)));
     if (x <= 0) fail(fmt::format("field '{}' must be positive, got {}", key, x));
     if (x > max) fail(fmt::format("field '{}' = {} is absurdly large (at most {})", key, x, max));
     return x;
@@ -58,12 +58,12 @@ struct ConfigReader {
   int64_t optional(const char* key, int64_t fallback, int64_t max) const { return has(key) ? number(key, max) : fallback; }
   bool flag(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
-    if (!j.at(key).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", key, j.at(key).dump()));
+    if (!j.at(key).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", key, json_excerpt(j.at(key))));
     return j.at(key).get<bool>();
   }
   std::string text(const char* key, const std::string& fallback) const {
     if (!has(key)) return fallback;
-    if (!j.at(key).is_string()) fail(fmt::format("field '{}' must be a string, got {}", key, j.at(key).dump()));
+    if (!j.at(key).is_string()) fail(fmt::format("field '{}' must be a string, got {}", key, json_excerpt(j.at(key))));
     return j.at(key).get<std::string>();
   }
 };
@@ -77,8 +77,11 @@ MlpKind activation(const ConfigReader& r, const char* key, const std::string& fa
 
 ModelSpec parse_hf(const json& config, std::string name, const std::string& source) {
   if (!config.is_object()) throw InputError(fmt::format("{}: expected a JSON object", source));
-  if (!config.contains("model_type") || !config.at("model_type").is_string())
+  if (!config.contains("model_type"))
     throw InputError(fmt::format("{}: missing field 'model_type' (supported: {})", source, fmt::join(kSupportedTypes, ", ")));
+  if (!config.at("model_type").is_string())
+    throw InputError(fmt::format("{}: field 'model_type' must be a string, one of {}; got {}", source,
+                                 fmt::join(kSupportedTypes, ", "), json_excerpt(config.at("model_type"))));
   ConfigReader r{config, source, config.at("model_type").get<std::string>()};
   const std::string& type = r.model_type;
 
@@ -228,13 +231,13 @@ ModelSpec load_model_file(const fs::path& path) {
     try {
       ModelSpec m;
       from_json(config, m);
-      if (m.name.empty()) m.name = path.stem().string();
+      if (m.name.empty()) m.name = valid_utf8(path.stem().string());
       return m;
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", source, e.what()));
     }
   }
-  return parse_hf(config, model_name_for(path, config), source);
+  return parse_hf(config, valid_utf8(model_name_for(path, config)), source);
 }
 
 }  // namespace

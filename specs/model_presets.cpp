@@ -301,7 +301,7 @@ ModelSpec model_preset(std::string_view name) {
   for (const auto& m : gpt_family())
     if (m.name == key) return m;
   throw InputError(fmt::format("unknown model '{}'; did you mean '{}'? (or give a path to a Hugging Face config.json)",
-                               name, nearest(key, model_preset_names())));
+                               clip(name), nearest(key, model_preset_names())));
 }
 
 std::vector<std::string> model_family_names() {

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner {
 
@@ -144,19 +145,19 @@ E enum_field(const nlohmann::json& j, const char* key, std::initializer_list<std
     for (const auto& [n, e] : options)
       if (s == n) return e;
   }
-  throw InputError(fmt::format("{}: field '{}' must be one of {}, got {}", who, key, allowed, v.dump()));
+  throw InputError(fmt::format("{}: field '{}' must be one of {}, got {}", who, key, allowed, json_excerpt(v)));
 }
 
 int64_t int_field(const nlohmann::json& j, const char* key, const std::string& who) {
   const auto& v = j.at(key);
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) return v.get<int64_t>();
-  throw InputError(fmt::format("{}: field '{}' must be a whole number, got {}", who, key, v.dump()));
+  throw InputError(fmt::format("{}: field '{}' must be a whole number, got {}", who, key, json_excerpt(v)));
 }
 
 bool bool_field(const nlohmann::json& j, const char* key, const std::string& who) {
   const auto& v = j.at(key);
-  if (!v.is_boolean()) throw InputError(fmt::format("{}: field '{}' must be true or false, got {}", who, key, v.dump()));
+  if (!v.is_boolean()) throw InputError(fmt::format("{}: field '{}' must be true or false, got {}", who, key, json_excerpt(v)));
   return v.get<bool>();
 }
 
@@ -200,7 +201,7 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
 // is never silently ignored.
 void from_json(const nlohmann::json& j, ModelSpec& m) {
   std::string who = "model";
-  if (!j.is_object()) throw InputError(fmt::format("model: expected a JSON object, got {}", j.dump()));
+  if (!j.is_object()) throw InputError(fmt::format("model: expected a JSON object, got {}", json_excerpt(j)));
   if (j.contains("name")) {
     if (!j.at("name").is_string()) throw InputError("model: field 'name' must be a string");
     who = fmt::format("model '{}'", j.at("name").get<std::string>());

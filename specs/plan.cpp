@@ -35,7 +35,7 @@ int64_t positive_field(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) throw InputError(fmt::format("plan: missing field '{}'", key));
   const auto& v = j.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 1)
-    throw InputError(fmt::format("plan: '{}' must be a positive integer, got {}", key, v.dump()));
+    throw InputError(fmt::format("plan: '{}' must be a positive integer, got {}", key, json_excerpt(v)));
   return v.get<int64_t>();
 }
 }  // namespace
@@ -52,7 +52,7 @@ Plan plan_from_json(const nlohmann::json& j) {
                               : j["version"].get<int64_t>();
   if (version != kPlanFormatVersion)
     throw InputError(fmt::format("plan: format version {} is not supported (this planner reads version {})",
-                                 j["version"].dump(), kPlanFormatVersion));
+                                 json_excerpt(j["version"]), kPlanFormatVersion));
   for (const char* key : {"model", "cluster", "strategy"})
     if (!j.contains(key)) throw InputError(fmt::format("plan: missing field '{}'", key));
   Plan p;
@@ -100,11 +100,14 @@ void check_strategy_text(const nlohmann::json& j, const Strategy& fields) {
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{}: '{}' is a directory, not a JSON file", what, clip(path)));
   std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open '{}'", what, path));
+  if (!in) throw InputError(fmt::format("{}: cannot open '{}'", what, clip(path)));
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_json_text(ss.str(), what, fmt::format("'{}'", path));
+  return parse_json_text(ss.str(), what, fmt::format("'{}'", clip(path)));
 }
 
 Plan load_plan(const std::string& path) {

@@ -198,7 +198,7 @@ void from_json(const nlohmann::json& j, Strategy& s) {
     if (v.is_string()) value = v.get<std::string>();
     else if (v.is_boolean()) value = v.get<bool>() ? "1" : "0";
     else if (v.is_number_integer()) value = std::to_string(v.get<int64_t>());
-    else throw InputError(fmt::format("strategy: '{}' has a value of the wrong type ({})", it.key(), v.dump()));
+    else throw InputError(fmt::format("strategy: '{}' has a value of the wrong type ({})", it.key(), json_excerpt(v)));
     set_key(s, to_lower(it.key()), value);
   }
 }

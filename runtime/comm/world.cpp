@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "runtime/comm/comm_detail.hpp"
+#include "runtime/exec_launch.hpp"
 
 namespace planner::rt {
 namespace {
@@ -161,6 +162,11 @@ void begin_abort(const std::string& message) {
   // One line, even when several threads (the NCCL watchdogs, the main thread)
   // fail at once: the first one prints and aborts, the others wait for the end.
   if (g_aborting.exchange(true)) park();
+  // Under a launch by planner exec, the launcher prints one line for the job
+  // (runtime/exec_launch.hpp), naming this rank.
+  std::string flat;
+  for (char c : message) flat += (c == '\n' || c == '\r') ? ' ' : c;
+  if (relay_failure(1, flat)) return;
   std::string line = "planner: ";
   if (g_world_rank >= 0) line += "rank " + std::to_string(g_world_rank.load()) + ": ";
   for (char c : message) line += (c == '\n' || c == '\r') ? ' ' : c;

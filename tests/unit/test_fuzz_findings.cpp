@@ -65,3 +65,57 @@ TEST_CASE("fuzz finding: a JSON number beyond a double's range is an InputError 
   }
   CHECK(contains(error_of([] { parse_json_text("[1e400]", "strategy", "input"); }), "strategy: input is not valid JSON"));
 }
+
+// Issue 29: a value nested 150,000 deep in any field crashed every command
+// (nlohmann's dump() recursed into the error message, and copies recurse too).
+// Every JSON input is now refused past kMaxJsonDepth levels when read, naming
+// the field, and json_excerpt quotes a value without recursing past its limit.
+TEST_CASE("deep JSON nesting is refused when read, naming the field", "[fuzz][hardening]") {
+  const std::string deep = std::string(150000, '[') + std::string(150000, ']');
+  {
+    const std::string msg = error_of([&] { parse_json_text(R"({"strategy": {"dp": )" + deep + "}}", "plan", "'p.json'"); });
+    CHECK(contains(msg, "plan: 'p.json': field 'strategy.dp[0][0]"));
+    CHECK(contains(msg, "at most 64"));
+    CHECK(msg.size() < 600);
+  }
+  {
+    TempJson f(R"({"model_type": "gpt2", "n_layer": )" + deep + "}", "config");
+    const std::string msg = error_of([&] { resolve_model(f.path); });
+    CHECK(contains(msg, f.path));
+    CHECK(contains(msg, "'n_layer[0]"));
+  }
+  // At the limit: read; one level more: refused (64 arrays, then 65).
+  CHECK_NOTHROW(parse_json_text(std::string(64, '[') + std::string(64, ']'), "x", "y"));
+  CHECK(contains(error_of([] { parse_json_text(std::string(65, '[') + std::string(65, ']'), "x", "y"); }),
+                 "nested more than 64 levels"));
+  // Objects count as levels too, and the path names their keys.
+  std::string objs;
+  for (int i = 0; i < 70; ++i) objs += R"({"k":)";
+  objs += "1" + std::string(70, '}');
+  CHECK(contains(error_of([&] { parse_json_text(objs, "x", "y"); }), "field 'k.k.k.k"));
+}
+
+TEST_CASE("json_excerpt and clip quote at most ~200 bytes", "[hardening]") {
+  // A value nested deeper than the parse limit can still reach an excerpt
+  // when built in code: it is cut, never recursed through.
+  nlohmann::json v = nlohmann::json::array();
+  nlohmann::json* innermost = &v;
+  for (int i = 0; i < 100000; ++i) {
+    innermost->push_back(nlohmann::json::array());
+    innermost = &innermost->back();
+  }
+  const std::string e = json_excerpt(v);
+  CHECK(e.rfind("[[[[", 0) == 0);
+  CHECK(e.size() <= 230);
+  CHECK(contains(e, "bytes)"));
+  CHECK(json_excerpt(nlohmann::json{{"a", 1}, {"b", "x"}}) == R"({"a":1,"b":"x"})");
+  CHECK(json_excerpt(nlohmann::json(std::string(5000, 'z'))).size() < 230);
+  CHECK(clip("short") == "short");
+  const std::string big(130000, 'a');
+  CHECK(clip(big) == std::string(200, 'a') + "... (130000 bytes)");
+  // A cut never splits a UTF-8 character: 199 ASCII bytes, then a 2-byte one.
+  CHECK(clip(std::string(199, 'a') + "\xc3\xa9" + "tail") == std::string(199, 'a') + "... (205 bytes)");
+  CHECK(valid_utf8("m\xff\xfe.json") == "m??.json");
+  CHECK(valid_utf8("caf\xc3\xa9") == "caf\xc3\xa9");
+  CHECK(valid_utf8("\xc0\xaf") == "??");  // an overlong '/'
+}
