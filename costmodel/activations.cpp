@@ -5,7 +5,7 @@ namespace planner {
 LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, int64_t b_in, int e, Ckpt ckpt,
                                             const AttentionImpl& impl) {
   const double s = double(s_in), b = double(b_in), h = double(m.hidden), a = double(m.heads);
-  const double kv = double(m.kv_dim()), f = double(m.ffn);
+  const double kv = double(m.kv_dim()), q = double(m.q_dim()), f = double(m.ffn);
   const double sbh = s * b * h;
   LayerActivationBytes out;
   if (ckpt == Ckpt::Full) {
@@ -14,21 +14,24 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
     out.replicated = e * sbh;
     return out;
   }
-  // Norm inputs: two per layer (one for a parallel block, GPT-J).
-  const double norms = m.parallel_block ? 1 : 2;
+  // Norm inputs: two per layer (one for a parallel block, GPT-J; four for
+  // Gemma-2's sandwich norms).
+  const double norms = m.norms_per_layer();
   out.replicated += norms * e * sbh;
   // Inputs of the column-parallel GEMMs (QKV and the first MLP projection).
   // A parallel block feeds both from one norm output.
   out.replicated += (m.parallel_block ? 1 : 2) * e * sbh;
   // Q, K, V (inputs of the attention core), split by heads.
-  out.split += e * s * b * (h + 2 * kv);
+  out.split += e * s * b * (q + 2 * kv);
+  // Qwen3's q and k norms keep their inputs (the projection's q and k).
+  if (m.qk_norm) out.split += e * s * b * (q + kv);
   // Rotary positions make new, rotated Q and K for the attention core, while the
   // projection's output stays alive through V (a view of it): Q and K are saved
   // twice. Measured on H100 (TinyLlama-1.1B, validation/h100/): 25.37 GiB of
   // activations, 1.48 GiB above the count without this term, which adds 1.55.
-  if (m.pos == PosEmbed::Rotary) out.split += e * s * b * (h + kv);
+  if (m.pos == PosEmbed::Rotary) out.split += e * s * b * (q + kv);
   // Input of the attention output projection (row-parallel), split.
-  out.split += e * sbh;
+  out.split += e * (s * b * q);
   // MLP: activation-function input(s) and the second GEMM's input, split.
   if (m.mlp == MlpKind::SwiGlu) {
     out.split += 4 * e * s * b * f;  // gate, up, silu(gate), and their product (input of down_proj)
@@ -45,6 +48,9 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
     out.replicated += 2 * sbh;
   }
   if (ckpt == Ckpt::None) {
+    // A sliding window changes neither term: the fused kernel keeps one fp32
+    // log-sum-exp per head and token whatever keys it visits, and without it
+    // the window is a mask over the full s x s scores, which are kept.
     if (impl.flash) {
       out.split += 4 * a * s * b;  // fp32 log-sum-exp per head and token
     } else {

@@ -121,7 +121,7 @@ double gather_unit_params(const ModelSpec& m, int tp) {
 
 double deepspeed_largest_module_params(const ModelSpec& m, int tp) {
   const double h = double(m.hidden), width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
-  const double qkv = h * (h + 2.0 * double(m.kv_dim()));
+  const double qkv = h * (double(m.q_dim()) + 2.0 * double(m.kv_dim()));
   const double mlp = h * double(m.ffn);
   return std::max({double(m.vocab) * width, qkv, mlp}) / tp;
 }

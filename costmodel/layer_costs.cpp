@@ -22,6 +22,15 @@ OpTimes operator*(double k, const OpTimes& o) {
 
 namespace {
 
+// The mean attention work of a layer relative to causal attention over the
+// whole sequence: windowed layers do attended_pairs(s, w) of the s(s+1)/2.
+double window_work_factor(const ModelSpec& m, int64_t seq) {
+  const int64_t windowed = m.windowed_layers(seq);
+  if (windowed == 0) return 1.0;
+  const double local = attended_pairs(seq, m.sliding_window) / attended_pairs(seq, 0);
+  return (double(m.layers - windowed) + double(windowed) * local) / double(m.layers);
+}
+
 // A linear layer Y(T x n) = X(T x k) W(k x n): forward one GEMM; backward the
 // data gradient dX = dY W^T (T x k, reduction n) and the weight gradient
 // dW = X^T dY (k x n, reduction T).
@@ -51,14 +60,14 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   const Precision pr = s.precision;
   const double e = bytes_per_element(pr);
   const int64_t t = s.tp, T = s.seq * s.mbs, h = m.hidden, d = m.head_dim();
-  const int64_t f_local = m.ffn / t, heads_local = m.heads / t, kv_local = m.kv_dim() / t;
+  const int64_t f_local = m.ffn / t, heads_local = m.heads / t, kv_local = m.kv_dim() / t, q_local = m.q_dim() / t;
   const double Tr = s.sp ? double(T) / t : double(T);  // tokens of the replicated (norm/residual) ops
   const bool drop = p.dropout;
   const bool causal = m.arch == Arch::Decoder;
 
   // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down.
-  linear(p, pr, T, h / t + 2 * kv_local, h, out);
-  linear(p, pr, T, h, h / t, out);
+  linear(p, pr, T, q_local + 2 * kv_local, h, out);
+  linear(p, pr, T, h, q_local, out);
   linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local, h, out);
   linear(p, pr, T, h, f_local, out);
 
@@ -68,9 +77,19 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // The fused kernels as a training pass runs them (HardwareProfile::attention_in_step_factor).
   const double attn_in_step = p.attention_in_step_factor;
   if (p.flash_attention) {
-    core_fwd.attention_seconds = attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
-    out.backward.attention_seconds += attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
+    // Sliding windows (Mistral, Gemma-2's local layers): the fused kernel skips
+    // the key blocks outside the window, so a windowed layer's work is its
+    // attended pairs over the causal layer's. This returns the mean layer of
+    // the model (windowed and global layers by their counts); the placement of
+    // local layers across pipeline stages (at most one layer's difference for
+    // alternating patterns) is not modelled.
+    const double window = window_work_factor(m, s.seq);
+    core_fwd.attention_seconds = window * attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
+    out.backward.attention_seconds +=
+        window * attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
   } else {
+    // Without a fused kernel the window is a mask on the full s x s scores:
+    // same GEMMs, same bytes, no saving.
     // Q K^T and softmax(.) V as batched GEMMs; the fused scale-mask-softmax reads
     // and writes the b a s^2 scores; dropout reads, writes and stores a 1-byte mask.
     const double scores = double(bh) * s.seq * s.seq;
@@ -89,9 +108,9 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   using MK = MemKernel;
   const double Th = Tr * double(h);
   const double Tf = double(T) * double(f_local);
-  const double Tq = double(T) * double(h / t), Tkv = double(T) * double(kv_local);
+  const double Tq = double(T) * double(q_local), Tkv = double(T) * double(kv_local);
   MemoryOps fm, bm;
-  const int norms = m.parallel_block ? 1 : 2;
+  const int norms = m.norms_per_layer();
   // Norms: forward reads x, writes y; backward is two kernels, the input gradient
   // (read x, dy; write dx) and the weight/bias gradient (read x, dy again).
   fm.add(MK::Reduction, norms * 2 * e * Th, norms);
@@ -124,7 +143,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   auto bias = [&](bool has, double rows, double cols) {
     if (has) bm.add(MK::Reduction, e * rows * cols, 2);
   };
-  bias(m.qkv_bias, double(T), double(h / t + 2 * kv_local));
+  bias(m.qkv_bias, double(T), double(q_local + 2 * kv_local));
   bias(m.out_bias, Tr, double(h));
   bias(m.mlp_bias, double(T), up_cols);
   bias(m.mlp_bias, Tr, double(h));
@@ -144,6 +163,13 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // rot*sin (broadcast, 2X each), add (3X); backward g*cos, g*sin (2X each),
   // neg (X), two narrow backwards (zero-fill X each, strided copy X each) and
   // two adds of the three gradient contributions (3X each).
+  // Qwen3's q and k norms (per head, width head_dim): a norm kernel each, as
+  // the layer's norms are priced.
+  if (m.qk_norm) {
+    fm.add(MK::Reduction, 2 * e * (Tq + Tkv), 2);
+    bm.add(MK::Reduction, 5 * e * (Tq + Tkv), 4);
+    bm.kernels += 2;
+  }
   if (m.pos == PosEmbed::Rotary) {
     const double X = e * (Tq + Tkv);
     fm.add(MK::Strided, 7 * X, 4 * 2);
@@ -165,7 +191,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     helpers.add(MK::Reduction, 2 * e * Tq);
     helpers.add(MK::Streaming, (4 + e) * Tq);
     out.backward.attention_seconds += attn_in_step * helpers.seconds(p);
-    if (kv_local < h / t) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
+    if (kv_local < q_local) bm.add(MK::Streaming, 2 * (e * Tq + e * Tkv), 2);
   }
   // As a sustained training pass runs them (HardwareProfile::memory_in_step_factor).
   out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
@@ -294,6 +320,13 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     bm.add(MK::Streaming, 3 * e * Vw);
   }
   const double TV = double(T) * double(Vp);
+  // Gemma-2's final soft-capping, cap * tanh(logits / cap), as transformers
+  // runs it: three elementwise kernels (div, tanh, mul) reading and writing the
+  // logits; backward: mul (read g, write), tanh's (read output and g, write), div (read g, write).
+  if (m.logit_softcap) {
+    fm.add(MK::Streaming, 3 * 2 * e * TV, 3);
+    bm.add(MK::Streaming, 7 * e * TV, 3);
+  }
   if (m.lm_head_bias || m.mlm_head) bm.add(MK::Reduction, e * TV, 2);  // vocabulary bias gradient
   // Chunked fp32 cross-entropy (runtime ChunkedCrossEntropy), per chunk of rows:
   // log_softmax in fp32 (bf16 is first converted by a separate copy, fp16 is

@@ -11,6 +11,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/predict.hpp"
+#include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -27,6 +28,14 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
   cmd->add_option("--seq", o.seq, "sequence length (default: the model's training length)");
   cmd->add_option("--global-batch", o.global_batch, "sequences per step (default: dp*mbs*gas; sets gas when gas is not given)");
   cmd->add_option("--host-memory", o.host_memory, "host memory per node, e.g. 128GiB (default per GPU type)");
+  add_ignore_unmodelled_flag(cmd);
+}
+
+void add_ignore_unmodelled_flag(CLI::App* cmd) {
+  // Process-wide, set while parsing and before any model is read (one command runs per process).
+  cmd->add_flag_callback("--ignore-unmodelled", [] { set_default_model_load_options({.ignore_unmodelled = true}); },
+                         "plan a config.json whose unmodelled features (mixture of experts, latent attention) move "
+                         "time or memory by more than 2%, as the model without them (a note says so)");
 }
 
 Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes, const PlanUse& use) {

@@ -17,6 +17,9 @@ struct PlanOptions {
   std::string plan_path, model, gpus, strategy, seq, global_batch, host_memory;
 };
 void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy);
+// --ignore-unmodelled (add_plan_options adds it): the model loader's
+// ModelLoadOptions::ignore_unmodelled for every model this process reads.
+void add_ignore_unmodelled_flag(CLI::App* cmd);
 // Loads or builds the plan and checks it for `use` (check_compat, the one
 // place); fills `notes` with remarks on legal but odd choices.
 Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes, const PlanUse& use = {});

@@ -3,8 +3,8 @@
 namespace planner {
 
 int64_t matmul_params(const ModelSpec& m) {
-  const int64_t h = m.hidden, kv = m.kv_dim();
-  const int64_t attn = h * h /*q*/ + 2 * h * kv /*k, v*/ + h * h /*o*/;
+  const int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim();
+  const int64_t attn = h * q /*q*/ + 2 * h * kv /*k, v*/ + q * h /*o*/;
   const int64_t mlp = (m.mlp == MlpKind::SwiGlu ? 3 : 2) * h * m.ffn;
   const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : h;
   int64_t head = width * m.vocab;  // output projection onto the vocabulary
@@ -13,9 +13,20 @@ int64_t matmul_params(const ModelSpec& m) {
   return m.layers * (attn + mlp) + head;
 }
 
+double attention_flops_per_token(const ModelSpec& m, int64_t seq) {
+  // Per layer and token: Q K^T and A V, each 2 * keys * q_dim with keys = seq
+  // (Megatron's convention: no causal halving). A windowed layer's query sees
+  // at most `sliding_window` keys, so it is charged min(seq, window) keys in the
+  // same convention.
+  const double q = double(m.q_dim());
+  const int64_t windowed = m.windowed_layers(seq);
+  const double global_keys = double(m.layers - windowed) * double(seq);
+  const double window_keys = double(windowed) * double(m.sliding_window);
+  return 4.0 * q * (global_keys + window_keys);
+}
+
 double forward_flops_per_token(const ModelSpec& m, int64_t seq) {
-  return 2.0 * static_cast<double>(matmul_params(m)) +
-         4.0 * static_cast<double>(m.layers) * static_cast<double>(seq) * static_cast<double>(m.hidden);
+  return 2.0 * static_cast<double>(matmul_params(m)) + attention_flops_per_token(m, seq);
 }
 
 double model_flops(const ModelSpec& m, int64_t seq, int64_t tokens) {
@@ -27,9 +38,7 @@ double hardware_flops(const ModelSpec& m, int64_t seq, int64_t tokens, Ckpt ckpt
   switch (ckpt) {
     case Ckpt::None: return model;
     case Ckpt::Full: return model + forward_flops_per_token(m, seq) * static_cast<double>(tokens);
-    case Ckpt::Selective:
-      return model + 4.0 * static_cast<double>(m.layers) * static_cast<double>(seq) *
-                         static_cast<double>(m.hidden) * static_cast<double>(tokens);
+    case Ckpt::Selective: return model + attention_flops_per_token(m, seq) * static_cast<double>(tokens);
   }
   return model;
 }

@@ -19,8 +19,15 @@ namespace planner {
 // biases, norms or the input embedding lookup).
 int64_t matmul_params(const ModelSpec& m);
 
+// Forward FLOPs of the attention scores and their product with V (QK^T and
+// AV) of one token over all layers: 4 * q_dim * keys per layer, keys = seq for
+// a global layer and min(seq, sliding_window) for a windowed one (q_dim =
+// heads * head_dim, = hidden unless head_dim is given).
+double attention_flops_per_token(const ModelSpec& m, int64_t seq);
+
 // Forward FLOPs of one token at sequence length `seq`:
-//   2 * matmul_params + 4 * layers * seq * hidden   (QK^T and AV)
+//   2 * matmul_params + attention_flops_per_token
+//   (= 2 * matmul_params + 4 * layers * seq * hidden without window or head_dim)
 double forward_flops_per_token(const ModelSpec& m, int64_t seq);
 
 // Model FLOPs of a training step on `tokens` tokens: 3 x forward.

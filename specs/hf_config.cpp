@@ -9,9 +9,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "specs/hf_config_reader.hpp"
 #include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -22,51 +24,20 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using hf::ConfigReader;
+using hf::kMaxLayers;
+using hf::kMaxPositions;
+using hf::kMaxVocab;
+using hf::kMaxWidth;
 
-constexpr int64_t kMaxWidth = 1 << 20;
-constexpr int64_t kMaxLayers = 100'000;
-constexpr int64_t kMaxVocab = 10'000'000;
-constexpr int64_t kMaxPositions = 100'000'000;
+// The older schemas, read by their own field names; every other model_type is
+// read as a decoder by its fields (hf_decoder.cpp).
+const std::vector<std::string> kOwnSchemas = {"gpt2", "gpt_neo", "gptj", "opt", "bert"};
 
-const std::vector<std::string> kSupportedTypes = {"gpt2", "gpt_neo", "gptj", "opt", "bert", "llama", "mistral"};
-
-// Reads typed fields of one config, with errors naming the source and the field.
-struct ConfigReader {
-  const json& j;
-  std::string source;     // "config 'path/config.json'" or "config of 'name'"
-  std::string model_type;
-
-  [[noreturn]] void fail(const std::string& what) const { throw InputError(fmt::format("{}: {}", source, what)); }
-
-  bool has(const char* key) const { return j.contains(key) && !j.at(key).is_null(); }
-
-  int64_t number(const char* key, int64_t max) const {
-    const json& v = j.at(key);
-    int64_t x = 0;
-    if (v.is_number_integer()) x = v.get<int64_t>();
-    else if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(max)) x = v.get<int64_t>();
-    else if (v.is_number_unsigned()) fail(fmt::format("field '{}' = {} is absurdly large (at most {})", key, json_excerpt(v), max));
-    else fail(fmt::format("field '{}' must be a positive whole number, got {}", key, json_excerpt(v)));
-    if (x <= 0) fail(fmt::format("field '{}' must be positive, got {}", key, x));
-    if (x > max) fail(fmt::format("field '{}' = {} is absurdly large (at most {})", key, x, max));
-    return x;
-  }
-  int64_t required(const char* key, int64_t max) const {
-    if (!has(key)) fail(fmt::format("missing required field '{}' for model_type '{}'", key, model_type));
-    return number(key, max);
-  }
-  int64_t optional(const char* key, int64_t fallback, int64_t max) const { return has(key) ? number(key, max) : fallback; }
-  bool flag(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!j.at(key).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", key, json_excerpt(j.at(key))));
-    return j.at(key).get<bool>();
-  }
-  std::string text(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    if (!j.at(key).is_string()) fail(fmt::format("field '{}' must be a string, got {}", key, json_excerpt(j.at(key))));
-    return j.at(key).get<std::string>();
-  }
-};
+ModelLoadOptions& default_options() {
+  static ModelLoadOptions opts;
+  return opts;
+}
 
 MlpKind activation(const ConfigReader& r, const char* key, const std::string& fallback) {
   std::string act = to_lower(r.text(key, fallback));
@@ -75,14 +46,16 @@ MlpKind activation(const ConfigReader& r, const char* key, const std::string& fa
   r.fail(fmt::format("field '{}' = '{}' is not supported here (gelu or relu)", key, act));
 }
 
-ModelSpec parse_hf(const json& config, std::string name, const std::string& source) {
+ModelSpec parse_hf(const json& config, std::string name, const std::string& source, const ModelLoadOptions& opts,
+                   std::vector<std::string>& notes) {
   if (!config.is_object()) throw InputError(fmt::format("{}: expected a JSON object", source));
   if (!config.contains("model_type"))
-    throw InputError(fmt::format("{}: missing field 'model_type' (supported: {})", source, fmt::join(kSupportedTypes, ", ")));
+    throw InputError(fmt::format("{}: missing field 'model_type' (a decoder's, or one of {})", source,
+                                 fmt::join(kOwnSchemas, ", ")));
   if (!config.at("model_type").is_string())
-    throw InputError(fmt::format("{}: field 'model_type' must be a string, one of {}; got {}", source,
-                                 fmt::join(kSupportedTypes, ", "), json_excerpt(config.at("model_type"))));
-  ConfigReader r{config, source, config.at("model_type").get<std::string>()};
+    throw InputError(fmt::format("{}: field 'model_type' must be a string (a decoder's, or one of {}); got {}", source,
+                                 fmt::join(kOwnSchemas, ", "), json_excerpt(config.at("model_type"))));
+  ConfigReader r{config, source, config.at("model_type").get<std::string>(), {}};
   const std::string& type = r.model_type;
 
   ModelSpec m;
@@ -110,6 +83,13 @@ ModelSpec parse_hf(const json& config, std::string name, const std::string& sour
     m.qkv_bias = false;
     m.tied_embeddings = r.flag("tie_word_embeddings", true);
     m.default_seq = m.max_positions;
+    // Local layers (GPTNeoSelfAttention, attention_type "local") see the last
+    // window_size keys. The gpt-neo presets keep them global, as the runtime
+    // builds GPT-Neo and as the validation sweeps measured it (docs/MODELS.md).
+    if (const int64_t local = hf::gpt_neo_local_layers(r, m.layers); local > 0) {
+      m.sliding_window = r.optional("window_size", 256, kMaxPositions);
+      m.window_layers = local;
+    }
   } else if (type == "gptj") {
     // GPTJConfig: rotary, attention without biases, one ln_1 per block (parallel
     // attention + MLP), untied lm_head with bias.
@@ -167,36 +147,15 @@ ModelSpec parse_hf(const json& config, std::string name, const std::string& sour
     m.mlm_head = true;
     m.tied_embeddings = r.flag("tie_word_embeddings", true);
     m.default_seq = m.max_positions;
-  } else if (type == "llama" || type == "mistral") {
-    // LlamaConfig: rotary, RMSNorm, SwiGLU; num_key_value_heads defaults to
-    // num_attention_heads; attention_bias/mlp_bias default false; untied head.
-    m.layers = r.required("num_hidden_layers", kMaxLayers);
-    m.hidden = r.required("hidden_size", kMaxWidth);
-    m.heads = r.required("num_attention_heads", kMaxWidth);
-    m.kv_heads = r.optional("num_key_value_heads", m.heads, kMaxWidth);
-    m.ffn = r.required("intermediate_size", 16 * kMaxWidth);
-    m.vocab = r.optional("vocab_size", 32000, kMaxVocab);
-    if (r.has("head_dim") && m.hidden % m.heads == 0 && r.number("head_dim", kMaxWidth) != m.hidden / m.heads)
-      r.fail(fmt::format("head_dim={} differs from hidden_size/num_attention_heads={}; not supported",
-                         r.number("head_dim", kMaxWidth), m.hidden / m.heads));
-    std::string act = to_lower(r.text("hidden_act", "silu"));
-    if (act != "silu" && act != "swish") r.fail(fmt::format("hidden_act '{}' is not supported (silu)", act));
-    m.pos = PosEmbed::Rotary;
-    m.max_positions = 0;
-    m.mlp = MlpKind::SwiGlu;
-    m.norm = NormKind::RmsNorm;
-    m.qkv_bias = m.out_bias = r.flag("attention_bias", false);
-    m.mlp_bias = r.flag("mlp_bias", false);
-    m.tied_embeddings = r.flag("tie_word_embeddings", false);
-    m.default_seq = r.optional("max_position_embeddings", 2048, kMaxPositions);
   } else {
-    r.fail(fmt::format("model_type '{}' is not supported (supported: {})", type, fmt::join(kSupportedTypes, ", ")));
+    m = hf::parse_decoder(r, std::move(m.name), opts, notes);
   }
   try {
     m.validate();
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", source, e.what()));
   }
+  hf::note_unread_fields(r, notes);
   return m;
 }
 
@@ -212,7 +171,7 @@ std::string model_name_for(const fs::path& path, const json& config) {
   return dir.empty() ? stem : dir;
 }
 
-ModelSpec load_model_file(const fs::path& path) {
+ModelSpec load_model_file(const fs::path& path, const ModelLoadOptions& opts, std::vector<std::string>& notes) {
   std::string shown = path.string();
   std::error_code ec;
   if (!fs::exists(path, ec))
@@ -237,24 +196,38 @@ ModelSpec load_model_file(const fs::path& path) {
       throw InputError(fmt::format("{}: {}", source, e.what()));
     }
   }
-  return parse_hf(config, valid_utf8(model_name_for(path, config)), source);
+  return parse_hf(config, valid_utf8(model_name_for(path, config)), source, opts, notes);
 }
 
 }  // namespace
 
-ModelSpec model_from_hf_config(const json& config, std::string name) {
+ModelSpec model_from_hf_config(const json& config, std::string name, const ModelLoadOptions& opts,
+                               std::vector<std::string>* notes) {
   std::string source = fmt::format("Hugging Face config of '{}'", name);
-  return parse_hf(config, std::move(name), source);
+  std::vector<std::string> local;
+  ModelSpec m = parse_hf(config, std::move(name), source, opts, notes ? *notes : local);
+  for (const auto& n : local) std::cerr << "note: " << n << "\n";
+  return m;
 }
 
-ModelSpec resolve_model(std::string_view name_or_path) {
+void set_default_model_load_options(const ModelLoadOptions& opts) { default_options() = opts; }
+
+ModelSpec resolve_model(std::string_view name_or_path) { return resolve_model(name_or_path, default_options()); }
+
+ModelSpec resolve_model(std::string_view name_or_path, const ModelLoadOptions& opts, std::vector<std::string>* notes) {
   std::string s = trim(name_or_path);
   if (s.empty()) throw InputError("model: expected a preset name (e.g. gpt2, llama-2-7b) or a path to a config.json, got nothing");
   std::error_code ec;
   fs::path p(s);
-  if (to_lower(s).ends_with(".json") || fs::is_regular_file(p, ec)) return load_model_file(p);
-  if (fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec)) return load_model_file(p / "config.json");
-  return model_preset(s);
+  std::vector<std::string> local;
+  std::vector<std::string>& out = notes ? *notes : local;
+  ModelSpec m;
+  if (to_lower(s).ends_with(".json") || fs::is_regular_file(p, ec)) m = load_model_file(p, opts, out);
+  else if (fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec)) m = load_model_file(p / "config.json", opts, out);
+  else m = model_preset(s);
+  // Nothing the loader noted is dropped: without a caller to take the notes, stderr.
+  for (const auto& n : local) std::cerr << "note: " << n << "\n";
+  return m;
 }
 
 }  // namespace planner

@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "specs/model_presets_current.hpp"
 #include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -181,6 +182,7 @@ const std::vector<ModelSpec>& presets() {
     // heads, 8192 context). Hub sizes 8.03B and 70.6B.
     v.push_back(llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8'030'000'000));
     v.push_back(llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 70'600'000'000));
+    add_current_presets(v);
     return v;
   }();
   return all;
@@ -262,27 +264,35 @@ std::string normalize_model_name(std::string_view raw) {
   std::string s = to_lower(trim(raw));
   if (auto slash = s.find('/'); slash != std::string::npos && s.find('/', slash + 1) == std::string::npos)
     s = s.substr(slash + 1);
-  for (const char* suffix : {"-hf", "-chat", "-instruct", "-uncased"})
+  // "-base" only for Qwen's names (Qwen3-8B-Base): bert-base is a preset's own name.
+  if (s.starts_with("qwen") && s.ends_with("-base")) s.resize(s.size() - 5);
+  for (const char* suffix : {"-hf", "-chat", "-instruct", "-uncased", "-it"})
     if (s.size() > std::string_view(suffix).size() && s.ends_with(suffix)) s.resize(s.size() - std::string_view(suffix).size());
   if (s.starts_with("meta-llama-")) s = s.substr(5);  // Meta-Llama-3-8B
   if (s.starts_with("llama2-")) s = "llama-2-" + s.substr(7);
   if (s.starts_with("llama3-")) s = "llama-3-" + s.substr(7);
   static const std::map<std::string, std::string> aliases = {
       {"gpt2-small", "gpt2"}, {"gpt-2", "gpt2"}, {"gpt-j", "gpt-j-6b"}, {"gptj-6b", "gpt-j-6b"},
+      // Only v0.1 has the 4096-token window and 32000-token vocabulary of the preset.
+      {"mistral-7b-v0.1", "mistral-7b"}, {"mixtral-8x7b-v0.1", "mixtral-8x7b"}, {"mixtral-8x22b-v0.1", "mixtral-8x22b"},
   };
   if (auto it = aliases.find(s); it != aliases.end()) return it->second;
   return s;
 }
 
 const std::map<std::string, std::vector<std::string>>& family_members() {
-  static const std::map<std::string, std::vector<std::string>> f = {
+  static const std::map<std::string, std::vector<std::string>> f = [] {
+    std::map<std::string, std::vector<std::string>> all = {
       {"gpt2", {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}},
       {"gpt-neo", {"gpt-neo-125m", "gpt-neo-1.3b", "gpt-neo-2.7b"}},
       {"opt", {"opt-125m", "opt-350m", "opt-1.3b", "opt-2.7b", "opt-6.7b", "opt-13b", "opt-30b", "opt-66b", "opt-175b"}},
       {"llama-2", {"llama-2-7b", "llama-2-13b", "llama-2-70b"}},
       {"llama-3", {"llama-3-8b", "llama-3-70b"}},
       {"bert", {"bert-base", "bert-large"}},
-  };
+    };
+    for (auto& [name, members] : current_families()) all[name] = members;
+    return all;
+  }();
   return f;
 }
 
@@ -300,6 +310,7 @@ ModelSpec model_preset(std::string_view name) {
     if (m.name == key) return m;
   for (const auto& m : gpt_family())
     if (m.name == key) return m;
+  if (const std::string moe = moe_refusal(key); !moe.empty()) throw InputError(moe);
   throw InputError(fmt::format("unknown model '{}'; did you mean '{}'? (or give a path to a Hugging Face config.json)",
                                clip(name), nearest(key, model_preset_names())));
 }

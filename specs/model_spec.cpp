@@ -37,10 +37,15 @@ int64_t ModelSpec::norm_params() const {
 }
 
 int64_t ModelSpec::attention_params() const {
-  // q and o are (h, h); k and v are (h, kv_heads * head_dim) (GQA shrinks them).
-  int64_t p = 2 * hidden * hidden + 2 * hidden * kv_dim();
-  if (qkv_bias) p += hidden + 2 * kv_dim();
+  // q (h -> heads * head_dim) and o (heads * head_dim -> h); k and v are
+  // (h -> kv_heads * head_dim), GQA shrinks them. q_dim() == h unless head_size
+  // is given (Gemma-2, Qwen3).
+  int64_t p = 2 * hidden * q_dim() + 2 * hidden * kv_dim();
+  if (qkv_bias) p += q_dim() + 2 * kv_dim();
   if (out_bias) p += hidden;
+  // Qwen3 (modeling_qwen3.py q_norm, k_norm): one RMSNorm of width head_dim each,
+  // shared by all heads.
+  if (qk_norm) p += 2 * (norm == NormKind::LayerNorm ? 2 : 1) * head_dim();
   return p;
 }
 
@@ -59,7 +64,33 @@ int64_t ModelSpec::mlp_params() const {
 int64_t ModelSpec::layer_params() const {
   // Pre-LN GPT/OPT/LLaMA and post-LN BERT alike have two norms per layer;
   // GPT-J's parallel block feeds attention and MLP from one ln_1.
-  return attention_params() + mlp_params() + (parallel_block ? 1 : 2) * norm_params();
+  // Gemma-2 (modeling_gemma2.py) adds post_attention and post_feedforward norms
+  // to the two pre-norms: four per layer.
+  return attention_params() + mlp_params() + norms_per_layer() * norm_params();
+}
+
+int ModelSpec::norms_per_layer() const { return parallel_block ? 1 : sandwich_norm ? 4 : 2; }
+
+double attended_pairs(int64_t seq, int64_t window) {
+  const double s = double(seq);
+  if (window <= 0 || window >= seq) return s * (s + 1) / 2;  // query i attends keys 0..i
+  // The first w queries attend 1..w keys (w(w+1)/2 pairs); each of the other
+  // s - w attends exactly w: w(w+1)/2 + (s - w) w = w s - w(w-1)/2.
+  const double w = double(window);
+  return w * s - w * (w - 1) / 2;
+}
+
+std::string runtime_model_gap(const ModelSpec& m) {
+  std::vector<std::string> gaps;
+  if (m.head_size > 0 && m.head_size * m.heads != m.hidden) gaps.push_back("head_dim != hidden/heads");
+  if (m.qk_norm) gaps.push_back("q/k norms");
+  if (m.sandwich_norm) gaps.push_back("post-attention/post-MLP norms");
+  if (m.gelu_gate) gaps.push_back("a GELU-gated MLP");
+  if (m.logit_softcap) gaps.push_back("logit soft-capping");
+  if (m.window_layers > 0) gaps.push_back("sliding-window attention");
+  std::string out;
+  for (const auto& g : gaps) out += (out.empty() ? "" : ", ") + g;
+  return out.empty() ? out : "the runtime does not build " + out;
 }
 
 int64_t ModelSpec::embedding_params() const {
@@ -96,7 +127,9 @@ void ModelSpec::validate() const {
   positive(kv_heads, "kv_heads", kMaxWidth);
   positive(ffn, "ffn", 16 * kMaxWidth);
   positive(vocab, "vocab", kMaxVocab);
-  if (hidden % heads != 0)
+  if (head_size < 0 || head_size > kMaxWidth)
+    throw InputError(fmt::format("{}: head_size={} is out of range 0..{}", who, head_size, kMaxWidth));
+  if (head_size == 0 && hidden % heads != 0)
     throw InputError(fmt::format("{}: heads={} does not divide hidden={} (head_dim must be a whole number)", who,
                                  heads, hidden));
   if (heads % kv_heads != 0)
@@ -113,6 +146,17 @@ void ModelSpec::validate() const {
     throw InputError(fmt::format("{}: word_embed_dim={} is out of range", who, word_embed_dim));
   if (default_seq < 0 || default_seq > kMaxPositions)
     throw InputError(fmt::format("{}: default_seq={} is out of range", who, default_seq));
+  if (sliding_window < 0 || sliding_window > kMaxPositions)
+    throw InputError(fmt::format("{}: sliding_window={} is out of range 0..{}", who, sliding_window, kMaxPositions));
+  if (window_layers < 0 || window_layers > layers)
+    throw InputError(fmt::format("{}: window_layers={} is out of range 0..layers={}", who, window_layers, layers));
+  if ((sliding_window > 0) != (window_layers > 0))
+    throw InputError(fmt::format("{}: sliding_window={} and window_layers={} go together (both 0, or both positive)", who,
+                                 sliding_window, window_layers));
+  if (gelu_gate && mlp != MlpKind::SwiGlu)
+    throw InputError(fmt::format("{}: gelu_gate needs the gated MLP (mlp=swiglu)", who));
+  if (window_layers > 0 && arch != Arch::Decoder)
+    throw InputError(fmt::format("{}: a sliding window is modelled for causal decoders only", who));
   if (published_params < 0) throw InputError(fmt::format("{}: published_params must not be negative", who));
   if (pooler && arch != Arch::Encoder)
     throw InputError(fmt::format("{}: a pooler only exists on encoders (arch=encoder)", who));
@@ -193,6 +237,15 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
       {"published_params", m.published_params},
       {"default_seq", m.default_seq},
   };
+  // Written only when present, so that plan files of older models read and
+  // compare unchanged.
+  if (m.head_size > 0) j["head_size"] = m.head_size;
+  if (m.qk_norm) j["qk_norm"] = true;
+  if (m.sandwich_norm) j["sandwich_norm"] = true;
+  if (m.gelu_gate) j["gelu_gate"] = true;
+  if (m.logit_softcap) j["logit_softcap"] = true;
+  if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+  if (m.window_layers > 0) j["window_layers"] = m.window_layers;
 }
 
 // Reads the schema that to_json writes. Only layers, hidden, heads and vocab are
@@ -210,7 +263,8 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       "name",     "arch",           "layers",          "hidden",       "heads",      "kv_heads",         "ffn",
       "vocab",    "max_positions",  "position_offset", "type_vocab",   "word_embed_dim", "pos",            "mlp",
       "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
-      "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq"};
+      "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq",
+      "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
   for (const char* req : {"layers", "hidden", "heads", "vocab"})
@@ -244,11 +298,16 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       {"tied_embeddings", &ModelSpec::tied_embeddings}, {"lm_head_bias", &ModelSpec::lm_head_bias},
       {"embed_norm", &ModelSpec::embed_norm},   {"final_norm", &ModelSpec::final_norm},
       {"pooler", &ModelSpec::pooler},           {"mlm_head", &ModelSpec::mlm_head},
+      {"qk_norm", &ModelSpec::qk_norm},         {"sandwich_norm", &ModelSpec::sandwich_norm},
+      {"gelu_gate", &ModelSpec::gelu_gate},     {"logit_softcap", &ModelSpec::logit_softcap},
   };
   for (const auto& b : bools)
     if (j.contains(b.key)) r.*(b.member) = bool_field(j, b.key, who);
   if (j.contains("published_params")) r.published_params = int_field(j, "published_params", who);
   if (j.contains("default_seq")) r.default_seq = int_field(j, "default_seq", who);
+  if (j.contains("head_size")) r.head_size = int_field(j, "head_size", who);
+  if (j.contains("sliding_window")) r.sliding_window = int_field(j, "sliding_window", who);
+  if (j.contains("window_layers")) r.window_layers = int_field(j, "window_layers", who);
   r.validate();
   m = std::move(r);
 }

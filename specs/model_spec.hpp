@@ -45,16 +45,29 @@ struct ModelSpec {
   bool final_norm = true;           // a norm after the last layer (GPT, OPT, LLaMA); false for BERT (post-LN)
   bool pooler = false;              // BERT pooler (hidden x hidden + bias)
   bool mlm_head = false;            // BERT MLM head transform: dense h x h + bias, LayerNorm, vocab bias
+  // Fields of today's decoders (all default to "absent", so older plan files read unchanged):
+  int64_t head_size = 0;            // per-head width when it is not hidden/heads (Gemma-2, Qwen3); 0 = hidden/heads
+  bool qk_norm = false;             // Qwen3: RMSNorm of width head_dim on q and on k, per layer
+  bool sandwich_norm = false;       // Gemma-2: a norm after attention and after the MLP too (4 per layer)
+  bool gelu_gate = false;           // gated MLP (mlp = swiglu's three matrices) with GELU instead of SiLU (GeGLU, Gemma)
+  bool logit_softcap = false;       // Gemma-2: final logits pass through cap * tanh(logits / cap)
+  int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
+  int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
   int64_t published_params = 0;     // the count its authors publish (0 when unknown)
   int64_t default_seq = 0;          // the sequence length it was trained with
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  int64_t q_dim() const { return heads * head_dim(); }      // width of q and of the output projection's input
   int64_t kv_dim() const { return kv_heads * head_dim(); }
+  // Layers whose attention is windowed (0 when there is no window, or the
+  // window covers the whole sequence `seq`).
+  int64_t windowed_layers(int64_t seq) const { return sliding_window > 0 && sliding_window < seq ? window_layers : 0; }
 
   int64_t norm_params() const;        // one norm of width hidden
   int64_t attention_params() const;   // q, k, v, o (+ biases) of one layer
   int64_t mlp_params() const;         // the MLP of one layer
   int64_t layer_params() const;       // attention + mlp + the layer's norms
+  int norms_per_layer() const;        // 2 (pre-LN/post-LN), 1 (GPT-J parallel block), 4 (Gemma-2 sandwich)
   int64_t embedding_params() const;   // token (+ position) (+ type) (+ embed norm) (+ project_in)
   int64_t head_params() const;        // final norm + untied head (+ bias) + pooler + MLM head (+ project_out)
   int64_t total_params() const;       // embedding + layers * layer + head
@@ -75,8 +88,35 @@ ModelSpec resolve_model(std::string_view name_or_path);
 // A preset or "gpt" family member by name ("org/" prefix, case-insensitive, HF
 // suffixes such as "-hf" accepted); InputError with the nearest name otherwise.
 ModelSpec model_preset(std::string_view name);
-// Parses a Hugging Face config.json (GPT-2, GPT-Neo, GPT-J, OPT, BERT, LLaMA).
-ModelSpec model_from_hf_config(const nlohmann::json& config, std::string name);
+// Parses a Hugging Face config.json of a decoder by its fields (layers, widths,
+// heads, head_dim, biases, norms, gating, sliding window...), whatever its
+// model_type; the encoder BERT and the older GPT-2/GPT-Neo/GPT-J/OPT schemas by
+// theirs. A field that is read but not modelled and moves time or memory by
+// less than ~2% is named in `notes` (one line, "field: why"); one that moves
+// them more (mixture of experts, latent attention...) throws InputError naming
+// it, unless `ignore_unmodelled`, when it becomes a note too.
+struct ModelLoadOptions {
+  bool ignore_unmodelled = false;
+};
+ModelSpec model_from_hf_config(const nlohmann::json& config, std::string name, const ModelLoadOptions& opts = {},
+                               std::vector<std::string>* notes = nullptr);
+// resolve_model with the loader's options; notes of a config file go to
+// `notes`, or to stderr as "note: ..." lines when `notes` is null (never dropped).
+ModelSpec resolve_model(std::string_view name_or_path, const ModelLoadOptions& opts,
+                        std::vector<std::string>* notes = nullptr);
+// The process-wide default for the one-argument resolve_model (the CLI's
+// --ignore-unmodelled sets it once, before any model is read).
+void set_default_model_load_options(const ModelLoadOptions& opts);
+
+// What the planner's LibTorch runtime does not build of this model (empty when
+// it builds all of it): `exec` must refuse such a model rather than time a
+// different one.
+std::string runtime_model_gap(const ModelSpec& m);
+
+// Exact count of (query, key) pairs of causal attention over `seq` tokens where
+// each query attends at most `window` keys (itself and the window - 1 before it;
+// window <= 0 or >= seq: all earlier keys): sum over i of min(i + 1, window).
+double attended_pairs(int64_t seq, int64_t window);
 
 // Families for the largest-model search: an ordered list of sizes, smallest
 // first. "gpt" is a continuous family scaled in width and depth with a fixed

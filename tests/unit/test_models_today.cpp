@@ -1,0 +1,275 @@
+// Today's decoders: head_dim apart from hidden/heads, q/k norms, sandwich
+// norms, sliding windows (counts, FLOPs, attention time), the presets against
+// their published parameter counts, and their published config.json files
+// (tests/data/hf/) read back to the presets by the loader.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "catch.hpp"
+#include "specs/cluster_spec.hpp"
+#include "costmodel/compat.hpp"
+#include "specs/flops.hpp"
+#include "costmodel/hardware_profile.hpp"
+#include "costmodel/layer_costs.hpp"
+#include "specs/model_spec.hpp"
+#include "costmodel/op_costs.hpp"
+#include "costmodel/predict.hpp"
+#include "strategies/errors.hpp"
+#include "test_util.hpp"
+
+using namespace planner;
+namespace fs = std::filesystem;
+using test_util::contains;
+using test_util::error_of;
+
+namespace {
+
+fs::path hf_dir() { return test_util::examples_dir().parent_path() / "tests" / "data" / "hf"; }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+// hidden 8, 2 heads of 6 (q_dim 12), 1 KV head, ffn 16, vocab 10; biases on
+// q, k, v only; q/k norms; four norms per layer; tied head.
+ModelSpec odd_heads() {
+  ModelSpec m;
+  m.name = "odd";
+  m.layers = 2, m.hidden = 8, m.heads = 2, m.kv_heads = 1, m.head_size = 6, m.ffn = 16, m.vocab = 10;
+  m.pos = PosEmbed::Rotary, m.max_positions = 0;
+  m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm;
+  m.qkv_bias = true, m.out_bias = false, m.mlp_bias = false;
+  m.qk_norm = true, m.sandwich_norm = true;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("attended pairs of causal attention with a window, counted by hand", "[model][window]") {
+  // s = 8, w = 3: queries 0..7 attend 1, 2, 3, 3, 3, 3, 3, 3 keys.
+  CHECK(attended_pairs(8, 3) == 21);
+  CHECK(attended_pairs(8, 0) == 36);  // no window: 8 * 9 / 2
+  CHECK(attended_pairs(8, 8) == 36);  // a window as long as the sequence changes nothing
+  CHECK(attended_pairs(8, 100) == 36);
+  CHECK(attended_pairs(8, 1) == 8);   // each token attends itself only
+  // Brute force over a larger case.
+  double pairs = 0;
+  for (int64_t i = 0; i < 1000; ++i) pairs += double(std::min<int64_t>(i + 1, 77));
+  CHECK(attended_pairs(1000, 77) == pairs);
+}
+
+TEST_CASE("head_dim apart from hidden/heads: parameters and FLOPs by hand", "[model]") {
+  const ModelSpec m = odd_heads();
+  REQUIRE_NOTHROW(m.validate());
+  CHECK(m.q_dim() == 12);
+  CHECK(m.kv_dim() == 6);
+  // q 8x12, k and v 8x6, o 12x8 = 288; biases 12 + 6 + 6; q and k norms 6 each.
+  CHECK(m.attention_params() == 288 + 24 + 12);
+  CHECK(m.mlp_params() == 3 * 8 * 16);
+  CHECK(m.layer_params() == 324 + 384 + 4 * 8);
+  CHECK(m.total_params() == 10 * 8 + 2 * 740 + 8);  // embedding, layers, final norm (head tied)
+  // Matrix-multiply weights: 2 x (288 + 384) + the tied head 8 x 10.
+  CHECK(matmul_params(m) == 1424);
+  // Attention: 4 q_dim keys per layer and token: 4 * 12 * (4 + 4) at seq 4.
+  CHECK(forward_flops_per_token(m, 4) == 2 * 1424 + 4 * 12 * 8);
+  ModelSpec w = m;
+  w.sliding_window = 2, w.window_layers = 1;  // one layer sees 2 keys, the other 4
+  CHECK(forward_flops_per_token(w, 4) == 2 * 1424 + 4 * 12 * (4 + 2));
+  CHECK(forward_flops_per_token(w, 2) == forward_flops_per_token(m, 2));  // the window covers the sequence
+  CHECK(hardware_flops(w, 4, 10, Ckpt::Selective) == model_flops(w, 4, 10) + 4 * 12 * (4 + 2) * 10);
+  // The JSON round trip keeps the new fields.
+  nlohmann::json j = w;
+  CHECK(j.at("head_size") == 6);
+  CHECK(j.at("window_layers") == 1);
+  CHECK(j.get<ModelSpec>() == w);
+  // Without them the JSON is what it was (older plan files compare equal).
+  nlohmann::json plain = model_preset("llama-2-7b");
+  CHECK_FALSE(plain.contains("head_size"));
+  CHECK_FALSE(plain.contains("sliding_window"));
+}
+
+TEST_CASE("head_dim apart from hidden/heads sizes the layer's GEMMs", "[model][time]") {
+  const HardwareProfile p = default_profile(gpu_by_name("H100"));
+  ModelSpec m = model_preset("gemma-2-9b");  // hidden 3584, 16 heads of 256: q_dim 4096
+  REQUIRE(m.q_dim() == 4096);
+  const LayerShape s{4096, 1, 1, false, Precision::BF16, Ckpt::None};
+  const PassTimes t = transformer_layer_times(p, m, s, GroupLink{});
+  const int64_t T = 4096, h = 3584, q = 4096, kv = 8 * 256, f = 14336;
+  const double fwd = gemm_seconds(p, T, q + 2 * kv, h, Precision::BF16) + gemm_seconds(p, T, h, q, Precision::BF16) +
+                     gemm_seconds(p, T, 2 * f, h, Precision::BF16) + gemm_seconds(p, T, h, f, Precision::BF16);
+  CHECK(t.forward.gemm_seconds == Approx(fwd).epsilon(1e-12));
+}
+
+TEST_CASE("a sliding window scales the fused attention by its attended pairs", "[model][window][time]") {
+  const HardwareProfile p = default_profile(gpu_by_name("H100"));
+  REQUIRE(p.flash_attention);
+  ModelSpec global = model_preset("mistral-7b");
+  global.sliding_window = global.window_layers = 0;
+  ModelSpec windowed = model_preset("mistral-7b");
+  REQUIRE(windowed.sliding_window == 4096);
+  REQUIRE(windowed.window_layers == 32);
+  const LayerShape s{32768, 1, 1, false, Precision::BF16, Ckpt::None};
+  const PassTimes g = transformer_layer_times(p, global, s, GroupLink{});
+  const PassTimes w = transformer_layer_times(p, windowed, s, GroupLink{});
+  // 4096 * 32768 - 4096 * 4095 / 2 of 32768 * 32769 / 2 pairs: 23.4%.
+  const double r = (4096.0 * 32768 - 4096.0 * 4095 / 2) / (32768.0 * 32769 / 2);
+  CHECK(r == Approx(0.234375).epsilon(1e-3));
+  CHECK(w.forward.attention_seconds == Approx(r * g.forward.attention_seconds).epsilon(1e-12));
+  CHECK(w.forward.gemm_seconds == g.forward.gemm_seconds);
+  CHECK(w.forward.memory_seconds == g.forward.memory_seconds);
+  // Alternating local and global layers (Gemma-2): the mean of the two.
+  ModelSpec half = windowed;
+  half.window_layers = 16;
+  const PassTimes a = transformer_layer_times(p, half, s, GroupLink{});
+  CHECK(a.forward.attention_seconds == Approx((1 + r) / 2 * g.forward.attention_seconds).epsilon(1e-12));
+  // A window as long as the sequence is no window.
+  const LayerShape short_seq{4096, 1, 1, false, Precision::BF16, Ckpt::None};
+  CHECK(transformer_layer_times(p, windowed, short_seq, GroupLink{}).forward.attention_seconds ==
+        transformer_layer_times(p, global, short_seq, GroupLink{}).forward.attention_seconds);
+
+  // The step: Mistral-7B on one H100 at seq 32768, with and without its
+  // window, differs by the layers' attention difference, 32 layers x 2
+  // micro-batches (the time of a plan that would not fit is still predicted).
+  PlanRequest req;
+  req.model = "mistral-7b";
+  req.gpus = "1xH100";
+  req.strategy = "dp=1,mbs=1,gas=2,ckpt=selective";
+  req.seq = 32768;
+  Plan with = build_plan(req);
+  Plan without = with;
+  without.model.sliding_window = without.model.window_layers = 0;
+  const StepPrediction pw = predict(with), pg = predict(without);
+  const LayerShape st{32768, 1, 1, false, Precision::BF16, Ckpt::Selective};
+  const PassTimes lw = transformer_layer_times(p, with.model, st, GroupLink{}),
+                  lg = transformer_layer_times(p, without.model, st, GroupLink{});
+  auto attn = [](const PassTimes& t) {
+    return t.forward.attention_seconds + t.backward.attention_seconds + t.recompute.attention_seconds;
+  };
+  const double expected = 32 * 2 * (attn(lg) - attn(lw));
+  INFO("step " << pg.step_seconds << " s without the window, " << pw.step_seconds << " with; attention share "
+               << pg.compute_by_class.attention_seconds / pg.step_seconds);
+  CHECK(pg.step_seconds - pw.step_seconds == Approx(expected).epsilon(0.01));
+  CHECK(pg.compute_by_class.attention_seconds / pg.step_seconds > 0.2);  // long sequences: attention matters
+  CHECK(pw.model_flops_per_step < pg.model_flops_per_step);
+}
+
+TEST_CASE("today's presets are within 0.5% of their published parameter counts", "[model][published]") {
+  const char* names[] = {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b",
+                         "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b",
+                         "qwen2.5-32b", "qwen2.5-72b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",
+                         "qwen3-14b", "qwen3-32b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b"};
+  for (const char* n : names) {
+    const ModelSpec m = model_preset(n);
+    INFO(n << ": " << m.total_params() << " vs published " << m.published_params);
+    CHECK(std::abs(double(m.total_params()) / double(m.published_params) - 1) < 0.005);
+  }
+  // Qwen3's small cards round to one decimal: 0.6B, 1.7B, 4.0B, and give the
+  // non-embedding counts 0.44B, 1.4B, 3.6B.
+  struct Card { const char* name; double total, non_embedding, half_unit; };
+  for (const Card& c : {Card{"qwen3-0.6b", 0.6e9, 0.44e9, 0.05e9}, Card{"qwen3-1.7b", 1.7e9, 1.4e9, 0.05e9},
+                        Card{"qwen3-4b", 4.0e9, 3.6e9, 0.05e9}}) {
+    const ModelSpec m = model_preset(c.name);
+    const double emb = double(m.vocab) * double(m.hidden);
+    INFO(c.name);
+    CHECK(std::abs(double(m.total_params()) - c.total) <= c.half_unit);
+    CHECK(std::abs(double(m.total_params()) - emb - c.non_embedding) <= c.half_unit);
+  }
+}
+
+TEST_CASE("Hugging Face names resolve to today's presets; MoE names are refused", "[model]") {
+  CHECK(model_preset("Qwen/Qwen2.5-7B").name == "qwen2.5-7b");
+  CHECK(model_preset("Qwen/Qwen2.5-7B-Instruct").name == "qwen2.5-7b");
+  CHECK(model_preset("Qwen/Qwen3-8B-Base").name == "qwen3-8b");
+  CHECK(model_preset("meta-llama/Llama-3.1-8B").name == "llama-3.1-8b");
+  CHECK(model_preset("meta-llama/Meta-Llama-3.1-70B-Instruct").name == "llama-3.1-70b");
+  CHECK(model_preset("meta-llama/Llama-3.2-1B").name == "llama-3.2-1b");
+  CHECK(model_preset("mistralai/Mistral-7B-v0.1").name == "mistral-7b");
+  CHECK(model_preset("google/gemma-2-9b").name == "gemma-2-9b");
+  CHECK(model_preset("google/gemma-2-27b-it").name == "gemma-2-27b");
+  for (const char* moe : {"mistralai/Mixtral-8x7B-v0.1", "mixtral-8x22b", "Qwen/Qwen3-30B-A3B", "qwen3-235b-a22b",
+                          "deepseek-ai/DeepSeek-V2-Lite"}) {
+    const std::string e = error_of([&] { model_preset(moe); });
+    INFO(moe << ": " << e);
+    CHECK(contains(e, "mixture of experts is not modelled yet"));
+    CHECK(e.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("each preset's published config.json reads back to the preset", "[model][hf]") {
+  int read = 0;
+  for (const auto& entry : fs::directory_iterator(hf_dir())) {
+    const std::string stem = entry.path().stem().string();
+    if (stem.starts_with("mixtral") || stem.ends_with("-no-window")) continue;
+    INFO(stem);
+    std::vector<std::string> notes;
+    ModelSpec loaded = model_from_hf_config(read_json(entry.path()), stem, {}, &notes);
+    const ModelSpec preset = model_preset(stem);
+    loaded.published_params = preset.published_params;  // a config does not say
+    CHECK(loaded == preset);
+    CHECK(loaded.total_params() == preset.total_params());
+    // What the config holds and the model does not price is named.
+    REQUIRE(notes.size() == 1);
+    CHECK(contains(notes[0], "rope_theta"));
+    ++read;
+  }
+  CHECK(read == 22);
+}
+
+TEST_CASE("the loader: qkv bias, windows, and what it refuses", "[model][hf]") {
+  // Qwen2: biases on q, k, v and not on o, whatever attention_bias says.
+  const ModelSpec qwen = model_from_hf_config(read_json(hf_dir() / "qwen2.5-7b.json"), "q");
+  CHECK(qwen.qkv_bias);
+  CHECK_FALSE(qwen.out_bias);
+  CHECK(qwen.window_layers == 0);  // use_sliding_window false
+  // Qwen2 with the window on: layers from max_window_layers on use it.
+  nlohmann::json qw = read_json(hf_dir() / "qwen2.5-7b.json");
+  qw["use_sliding_window"] = true, qw["sliding_window"] = 4096, qw["max_window_layers"] = 21;
+  const ModelSpec qws = model_from_hf_config(qw, "q");
+  CHECK(qws.sliding_window == 4096);
+  CHECK(qws.window_layers == 28 - 21);
+  // layer_types, when listed, decide.
+  nlohmann::json lt = read_json(hf_dir() / "mistral-7b.json");
+  lt["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i) lt["layer_types"].push_back(i % 4 == 3 ? "full_attention" : "sliding_attention");
+  CHECK(model_from_hf_config(lt, "m").window_layers == 24);
+  // Mistral without its window is the global model.
+  CHECK(model_from_hf_config(read_json(hf_dir() / "mistral-7b-no-window.json"), "m").window_layers == 0);
+
+  // Mixtral relabelled mistral: refused, naming the field, in one line.
+  const nlohmann::json mixtral = read_json(hf_dir() / "mixtral-8x7b-as-mistral.json");
+  const std::string e = error_of([&] { model_from_hf_config(mixtral, "x"); });
+  CHECK(contains(e, "num_local_experts=8"));
+  CHECK(contains(e, "mixture of experts is not modelled"));
+  CHECK(e.find('\n') == std::string::npos);
+  // --ignore-unmodelled: the dense model, with a note saying so.
+  std::vector<std::string> notes;
+  const ModelSpec dense = model_from_hf_config(mixtral, "x", {.ignore_unmodelled = true}, &notes);
+  CHECK(dense.total_params() == 7'241'732'096);  // Mistral-7B's shape without the window
+  REQUIRE(notes.size() == 2);
+  CHECK(contains(notes[0], "num_local_experts=8"));
+  CHECK(contains(notes[1], "router_aux_loss_coef"));  // the rest, named
+  // DeepSeek's latent attention, refused by name.
+  nlohmann::json ds = read_json(hf_dir() / "llama-3.1-8b.json");
+  ds["model_type"] = "deepseek_v2", ds["kv_lora_rank"] = 512, ds["q_lora_rank"] = nullptr;
+  CHECK(contains(error_of([&] { model_from_hf_config(ds, "d"); }), "kv_lora_rank=512"));
+  // An unknown model_type is read as a Llama-shaped decoder, with a note.
+  nlohmann::json other = read_json(hf_dir() / "llama-3.1-8b.json");
+  other["model_type"] = "granite";
+  notes.clear();
+  CHECK(model_from_hf_config(other, "g", {}, &notes).total_params() == model_preset("llama-3.1-8b").total_params());
+  CHECK(contains(notes.at(0), "model_type 'granite'"));
+
+  // GPT-Neo's local layers: attention_types lists them, window_size sizes them.
+  const nlohmann::json neo = {{"model_type", "gpt_neo"}, {"num_layers", 24}, {"hidden_size", 2048},
+                              {"num_heads", 16}, {"max_position_embeddings", 2048}, {"window_size", 256},
+                              {"attention_types", {{{"global", "local"}, 12}}}};
+  const ModelSpec n = model_from_hf_config(neo, "neo");
+  CHECK(n.sliding_window == 256);
+  CHECK(n.window_layers == 12);
+  nlohmann::json bad = neo;
+  bad["attention_types"] = {{{"global", "local"}, 11}};
+  CHECK(contains(error_of([&] { model_from_hf_config(bad, "neo"); }), "describes 22 layers"));
+}
