@@ -11,7 +11,8 @@ measured here (and of `predict`), all written before any plan runs; the
 sweeps (`planner validate`); the single runs (`planner exec`); the PyTorch
 baselines; the closing commands. Each step gets at most what is left of the
 call's budget (budget_s, default 560 s: the device tool ends a command at
-600 s); a step that would get under 40 s is skipped and named in skipped.txt.
+600 s); once under 40 s are left, the remaining steps are skipped and named
+in skipped.txt.
 Results: $OUT/r/ (log.txt, one console file and one result folder or file per
 step), packed into $OUT/results.tgz at exit, whatever happened (the device
 tool returns few files). Bad suite: one line on stderr, exit 2, nothing run.
@@ -263,7 +264,7 @@ def run(s, suite_path, out_dir, budget):
         for name, cmd, env, limit in steps(s, sp):
             left = budget - (time.time() - start) - 15
             t = int(min(limit, left))
-            if t < MIN_STEP_S:
+            if left < MIN_STEP_S:
                 say(f"no time left for {name}")
                 open(os.path.join(R, "skipped.txt"), "a").write(name + "\n")
                 continue

@@ -70,6 +70,29 @@ if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | grep -
   [ ! -e "$TMP/o/r/ran" ] || { echo "FAIL: a step ran on a machine without the GPUs"; fails=$((fails+1)); }
 fi
 
+# A real run on a (pretend) two-GPU machine: a stub nvidia-smi lists two GPUs.
+# Steps run in order with $R set, a step past its own limit is stopped (124),
+# a step the budget cannot fit is skipped and named, and everything is packed.
+mkdir -p "$TMP/bin"
+printf '#!/bin/sh\ncase "$*" in *-L*) echo "GPU 0: Stub"; echo "GPU 1: Stub" ;; esac\n' >"$TMP/bin/nvidia-smi"
+chmod +x "$TMP/bin/nvidia-smi"
+cat >"$TMP/two.json" <<'JSON'
+{"format": "planner-device-suite", "version": 1, "gpus": 2, "build": false,
+ "setup": [{"name": "first", "run": "echo one > $R/first.out"}],
+ "commands": [{"name": "slow", "run": "sleep 30; touch $R/slow.out", "timeout_s": 1},
+              {"name": "pause", "run": "sleep 10"},
+              {"name": "late", "run": "touch $R/late.out"}]}
+JSON
+expect_exit 0 env PATH="$TMP/bin:$PATH" OUT="$TMP/o2" $RUN --budget 64 "$TMP/two.json"
+expect_grep "^== slow: exit 124" "$TMP/out"
+expect_grep "^== no time left for late" "$TMP/out"
+[ "$(cat "$TMP/o2/r/first.out" 2>/dev/null)" = one ] || { echo "FAIL: setup step did not run with \$R"; fails=$((fails+1)); }
+[ ! -e "$TMP/o2/r/slow.out" ] && [ ! -e "$TMP/o2/r/late.out" ] || { echo "FAIL: a stopped or skipped step finished"; fails=$((fails+1)); }
+expect_grep "^late$" "$TMP/o2/r/skipped.txt"
+tar tzf "$TMP/o2/results.tgz" >"$TMP/list"
+expect_grep "first.out" "$TMP/list"
+expect_grep "log.txt" "$TMP/list"
+
 # Every sweep predicts from validation/sets/ (its relative model and plan paths resolve).
 for s in "$ROOT"/validation/sets/*.json; do
   expect_exit 0 "$PLANNER" validate "$s" -o "$TMP/p-$(basename "$s" .json)" --predict-only --no-plots -q
