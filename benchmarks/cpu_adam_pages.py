@@ -4,7 +4,7 @@
 calibrate measured, in one process seconds apart, 4.2-4.5e9 parameters/s for
 the AdamW on ordinary (pageable) buffers and 2.1-4.0e9 for the same update on
 the Engine's pinned buffers (cudaHostAlloc) on its worker thread
-(validation/h200x2/offload5). cudaHostAlloc pins freshly allocated 4 KiB
+(validation/archive/h200x2/offload5). cudaHostAlloc pins freshly allocated 4 KiB
 pages; pageable memory of this size is backed by transparent huge pages where
 the kernel allows it, and a streaming update over gigabytes then takes far
 fewer TLB misses (more so in a virtual machine, whose page walks are nested).

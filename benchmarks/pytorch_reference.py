@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch eager reference for `planner exec`: the same model, step and precision
 layout as runtime/ (LibTorch C++), written in Python, to be run side by side on
-the same GPU (scripts/device_bench.sh).
+the same GPU (validation/suites/h100_bench.json).
 
 Same as the C++ runtime, on purpose:
   - the model built from the plan's ModelSpec (decoder families: learned or rotary

@@ -45,7 +45,7 @@ std::string fmt_num(double v, int digits = 3);  // "%.3g" (LibTorch's fmt shadow
 // rate by -32% to +7% per shape against back to back (validation/h100/kernels).
 // What it does not capture: at the 700 W cap the clock follows the kernel mix,
 // and a sustained training step's GEMMs ran 13-16% faster than these points
-// (validation/h100/in-step; calibrate's in_step part measures the ratio).
+// (validation/archive/h100/in-step; calibrate's in_step part measures the ratio).
 struct Filler {
   at::Tensor src, dst;      // bf16 buffers of 2^26 elements; a copy between them is the memory-bound kernel
   double per_element = 0;  // seconds per element copied

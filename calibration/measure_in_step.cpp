@@ -39,8 +39,8 @@
 // Why eight layers: with two the vocabulary head and its loss are half the
 // step, and their low-power mix can raise the clock (benchmarks/step_gemms on
 // one H200: 1.17-1.18 with two layers, 1.12-1.15 with 6 to 24;
-// validation/h200/in-step-depth). This part's own eight-layer ratios on two
-// H200s stayed at 1.17-1.19 (validation/h200x2/calib13).
+// validation/archive/h200/in-step-depth). This part's own eight-layer ratios on two
+// H200s stayed at 1.17-1.19 (validation/archive/h200x2/calib13).
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -197,9 +197,9 @@ json measure_in_step(const Ctx& c) {
   if (c.cuda) filler = std::make_unique<Filler>(c);
   // Four seconds: the board's power reading reaches the cap about a second
   // into a sustained run and the temperature still rises seconds later
-  // (validation/h200/in-step-depth/clocks.csv), the state a training step
+  // (validation/archive/h200/in-step-depth/clocks.csv), the state a training step
   // runs in. (Measured on two H200s, the ratios after one second and after
-  // four were the same within 1%: validation/h200x2/calib13-try1, calib13.)
+  // four were the same within 1%: validation/archive/h200x2/calib13-try1, calib13.)
   const double sustain_seconds = c.quick ? 0.0 : 4.0;
   // Deep enough that the layers, not the vocabulary head and its loss, set
   // the kernel mix (see the top of this file). Halved down to two on a GPU
@@ -251,7 +251,7 @@ json measure_in_step(const Ctx& c) {
             // The passes back to back, as a training step runs its
             // micro-batches: no host synchronisation between them, so the GPU
             // never waits. (A GPU that sat idle resumes at a higher clock for a
-            // while: validation/h200x2-3d/run11's pipeline stage 0 ran the
+            // while: validation/archive/h200x2-3d/run11's pipeline stage 0 ran the
             // micro-batches after its bubble up to 8% faster than the later ones.
             // Until 2026-11-26 this part recorded single passes after a host
             // synchronisation and the profiler's start; those are kept as

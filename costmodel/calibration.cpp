@@ -143,7 +143,7 @@ struct Fitter {
   // model taken; before, single passes after a pause at 8 layers, earlier 2)
   // and the same GEMMs timed as
   // calibrate times its points. At its power limit a GPU's clock depends on
-  // the mix it runs (validation/h100/in-step), so on the GPU the GEMM rates
+  // the mix it runs (validation/archive/h100/in-step), so on the GPU the GEMM rates
   // fitted from calibrate's points are scaled by the median, per precision,
   // of calibrate's time over the step's: {precision: (median, rows)}, {} where
   // not measured (the CPU has no step kernel times).
@@ -387,9 +387,9 @@ struct Fitter {
     // The attention's own in-step ratio (calibrate's in_step part) is kept in
     // the measurements and not applied. With two-layer models it made the
     // attention of the H100's development plans 11-21% faster than measured,
-    // against -1..-12% without it (validation/h100/in-step). With eight
+    // against -1..-12% without it (validation/archive/h100/in-step). With eight
     // layers, on two H200s, the attention still ran 1.07x faster in that
-    // step than alone (validation/h200x2/calib13), while the attention
+    // step than alone (validation/archive/h200x2/calib13), while the attention
     // kernels of 24-layer training steps on the same host ran at calibrate's
     // alone rates or slower (h200x2-3d/run6: GPT-Neo-1.3B dp=2, 0.0543 s
     // measured against 0.0467 s predicted without the ratio). Both readings

@@ -223,7 +223,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     // runtime uses expandable segments (runtime/device.hpp), which keep
     // 0.13-0.16 GiB reserved and unused whatever the plan, already within what
     // calibrate measures as workspace with no tensor alive
-    // (validation/h200x2/alloc).
+    // (validation/archive/h200x2/alloc).
     const double frag = engine == Engine::Ours ? 0.0 : k.fragmentation * dynamic;
     g[int(MemCategory::Overhead)] = saturate_bytes(k.context_bytes + k.static_buffer_bytes + work + frag);
 

@@ -7,7 +7,7 @@ namespace planner {
 MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   MemoryConstants k;
   // Measured by the runtime on an H100 80GB (CUDA 13.0, LibTorch 2.11,
-  // validation/h100/*.exec.json, memory.outside_allocator): 0.749 GiB outside
+  // validation/archive/h100/*.exec.json, memory.outside_allocator): 0.749 GiB outside
   // the caching allocator (context with lazy module loading, cuBLAS/cuDNN
   // handles), and about 64 MiB of workspaces and small buffers inside it.
   k.context_bytes = 0.75 * (1 << 30);
@@ -21,19 +21,19 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   // times channels, peers and protocols), connecting lazily at first use.
   // Measured by the runtime as the growth of device memory outside the caching
   // allocator from before the first communicator to the end of the timed steps,
-  // on two NVLink-connected H200s (NCCL 2.28), validation/h200x2-3d/run1:
+  // on two NVLink-connected H200s (NCCL 2.28), validation/archive/h200x2-3d/run1:
   //  - a communicator used for collectives: 990 MiB (the dp communicator of a
   //    dp=2 ZeRO-1 run: all-reduce and all-gather; 840 MiB right after its
-  //    first all-reduce, validation/h200x2/run1);
+  //    first all-reduce, validation/archive/h200x2/run1);
   //  - a pipeline link (runtime/comm/pipe_links.hpp: a two-rank communicator
   //    carrying sends one way): 168 MiB, from the pp=2 1F1B run's 2316 MiB =
   //    two collective communicators (pp, and the tied embedding's then
   //    separate group) + two links on each rank.
   //  A later measurement replaced the link figure: planner calibrate under
   //  mpirun -np 2 makes the links of a two-stage ring as the runtime does and
-  //  measures 389 MiB per link (validation/h200x2/calib-links), as the
+  //  measures 389 MiB per link (validation/archive/h200x2/calib-links), as the
   //  difference between the interleaved (four links) and GPipe (two) runs of
-  //  one model gives (validation/h200x2/heldout2, heldout-a-rerun).
+  //  one model gives (validation/archive/h200x2/heldout2, heldout-a-rerun).
   k.nccl_bytes_per_communicator = 990.0 * (1 << 20);
   k.nccl_bytes_per_pipe_link = 389.0 * (1 << 20);
   // Reserved but unallocated memory of PyTorch's caching allocator with its
@@ -42,7 +42,7 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   // (activations and logits): measured 0.29 GiB of 21.2 GiB (gpt2-xl) and 0.42
   // of 27.7 GiB (gpt-neo-1.3b) on H100, validation/h100/. With full
   // checkpointing it reached 1.9-2.2 GiB of 14 (TinyLlama,
-  // validation/h200x2/alloc).
+  // validation/archive/h200x2/alloc).
   k.fragmentation = 0.015;
   // Gradient buckets as in PyTorch DDP (bucket_cap_mb = 25), two in flight.
   k.bucket_bytes = 25.0 * (1 << 20);

@@ -132,8 +132,8 @@ double cpu_adam_seconds(const HardwareProfile& p, const ClusterSpec& c, double p
   // Measured (planner calibrate): the node's rate, all its processes together
   // (every local rank at once under mpirun; one process alone otherwise, an
   // estimate for several: on the 32-core host of two H200s, one rank alone ran
-  // 3.0e9 parameters/s (validation/h200x2/run4), two ranks at once 1.83e9
-  // each (validation/h200x2/heldout-b)). The runtime gives each process its
+  // 3.0e9 parameters/s (validation/archive/h200x2/run4), two ranks at once 1.83e9
+  // each (validation/archive/h200x2/heldout-b)). The runtime gives each process its
   // part of the cores.
   // One process alone on the node: its own measured rate where the profile has
   // one beside a several-process node figure.

@@ -106,11 +106,11 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("validate", "Run every plan of a sweep and put measured beside predicted");
   cmd->footer(
       "Examples:\n"
-      "  planner validate examples/sweep_1gpu.json -o validation/h100/sweep --profile h100.json\n"
-      "  planner validate examples/sweep_h200x2.json -o out --only neo-dp2-z3,neo-dp2-z1 --steps 5\n"
+      "  planner validate validation/sets/sweep_1gpu.json -o validation/h100/sweep --profile h100.json\n"
+      "  planner validate validation/sets/sweep_h200x2.json -o out --only neo-dp2-z3,neo-dp2-z1 --steps 5\n"
       "  planner validate tests/data/sweep_tiny_cpu.json -o out --device cpu --oversubscribe\n"
-      "  planner validate examples/sweep_1gpu.json -o preds --predict-only   # commit predictions before running\n"
-      "  planner validate examples/sweep_1gpu.json -o h200 --gpus 1xH200 --profile h200.json\n"
+      "  planner validate validation/sets/sweep_1gpu.json -o preds --predict-only   # commit predictions before running\n"
+      "  planner validate validation/sets/sweep_1gpu.json -o h200 --gpus 1xH200 --profile h200.json\n"
       "Each plan runs as `planner exec` (mpirun started by it for several ranks). Writes DIR/report.json,\n"
       "DIR/report.csv, DIR/plans/NAME.json, DIR/runs/NAME.json (result) and NAME.log, and with gnuplot on the\n"
       "PATH DIR/step_time.png, DIR/peak_memory.png, DIR/memory_breakdown.png and, per pipeline plan, its predicted\n"

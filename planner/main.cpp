@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       "--prices examples/prices/v100-a100-h100.json\n"
       "  planner exec plan.json\n"
       "  planner calibrate -o profile.json && planner predict --plan plan.json --profile profile.json\n"
-      "  planner validate examples/sweep_1gpu.json -o report --profile profile.json\n"
+      "  planner validate validation/sets/sweep_1gpu.json -o report --profile profile.json\n"
       "Run 'planner COMMAND --help' for a command's options.");
   app.require_subcommand(1);
   // A closed pipe is a failed write (EPIPE, exit 1 with one line), not a silent death by SIGPIPE.

@@ -4,7 +4,7 @@
 // planner/cmd_validate.cpp's (it starts `planner exec` once per plan). No
 // LibTorch here.
 //
-// Sweep file (examples/sweep_1gpu.json):
+// Sweep file (validation/sets/sweep_1gpu.json):
 //   {"format": "planner-sweep", "version": 1, "name": "...",
 //    "steps": 5, "warmup": 2,             // per plan, unless the command line says otherwise
 //    "held_out": "B",                     // the half reported as held out (default "B")

@@ -85,7 +85,7 @@ nlohmann::json machine_json(const MachineInfo& m);
 // main, before LibTorch reads the variable. With the default segments, memory
 // freed within a step fragments: TinyLlama with full checkpointing held 1.9-2.2
 // GiB reserved that no tensor used (8-10% of its peak), against 0.13-0.14 GiB
-// with expandable segments, at the same step time (validation/h200x2/alloc).
+// with expandable segments, at the same step time (validation/archive/h200x2/alloc).
 void use_expandable_segments();
 
 // LibTorch intra-op threads for one of `ranks_on_node` processes sharing the

@@ -111,7 +111,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     // LibTorch's intra-op threads (the CPU AdamW of offload runs on them).
     // Measured on two H200 ranks with 32 threads each on 32 cores: host memcpy
     // 11 GB/s and CPU AdamW 4.1e8 parameters/s, against 103 GB/s and 3.0e9 for
-    // one rank (validation/h200x2/run4).
+    // one rank (validation/archive/h200x2/run4).
     if (const int t = threads_per_rank(wi.local_size); t > 0) at::set_num_threads(t);
   }
   if (opt.kernels && !cuda)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary of a device_dist.sh run: measured beside predicted for every
+"""Summary of a device run's planner exec results (validation/suites/h200x2_dist_dp.json): measured beside predicted for every
 `planner exec` result in a folder, the PyTorch references beside them as
 ratios, data-parallel scaling, and the bf16 loss agreement between runs that
 compute the same global batch. Usage: dist_summary.py OUT_DIR"""

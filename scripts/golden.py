@@ -2,8 +2,8 @@
 """The golden prediction check: refactors must not move predictions.
 
 Runs `planner predict --json` and `planner memory --json` on every plan file under
-examples/plans/ and every plan of every sweep (examples/sweep_*.json and
-validation/sets/*.json), and `planner plan --json` on ten fixed questions, and
+examples/plans/ and every plan of every sweep (validation/sets/*.json; before the move, sweep_*.json
+under examples/), and `planner plan --json` on ten fixed questions, and
 compares the answers with tests/golden/golden.json (stored once from the commit
 before a change). A difference fails the check; a commit that moves predictions
 on purpose rewrites the file with --write and says why in its message.

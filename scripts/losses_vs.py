@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loss agreement and pipeline bubbles of a device_3d.sh run.
+"""Loss agreement and pipeline bubbles of a device run (validation/suites/h200x2_3d_exec.json).
 Usage: losses_vs.py OUT_DIR REFERENCE_NAME
  - every *.exec.json's losses against the reference run's (same global batch,
    same initial values; bf16 runs differ by reduction order only);

@@ -221,9 +221,9 @@ std::vector<GpuSpec> build_catalog() {
     g.aliases = h.aliases;
     // What a process can allocate, not the datasheet's "80 GB": on this
     // workplace's H100 SXM cudaMemGetInfo reports 85,017,493,504 bytes total
-    // (79.18 GiB; nvidia-smi 81559 MiB; validation/h100/*.exec.json,
+    // (79.18 GiB; nvidia-smi 81559 MiB; validation/archive/h100/*.exec.json,
     // memory.device_total_bytes), assumed the same for the PCIe card's 80 GB;
-    // the H200: 150,109,880,320 bytes (139.80 GiB; validation/h200x2/run3,
+    // the H200: 150,109,880,320 bytes (139.80 GiB; validation/archive/h200x2/run3,
     // device_total_bytes; nvidia-smi shows 143771 MiB, 614 MiB more).
     if (std::string_view(h.name) == "H200") g.memory_bytes = 150'109'880'320;
     else g.memory_bytes = 85'017'493'504;

@@ -14,7 +14,7 @@ namespace planner::rt {
 // the tensor). LibTorch's pinned allocator rounds every block up to a power of
 // two, which for offloaded optimizer states of billions of parameters wastes up
 // to half the host memory (measured: 131 GiB resident for 99.5 GiB of states,
-// opt-6.7b, validation/h200x2/run2). Without CUDA: an ordinary CPU tensor.
+// opt-6.7b, validation/archive/h200x2/run2). Without CUDA: an ordinary CPU tensor.
 at::Tensor pinned_empty(int64_t n, at::ScalarType dtype, bool cuda);
 
 class SideStream {

@@ -46,7 +46,7 @@
 // column-parallel GEMMs' input gradient, which no other consumer holds (a
 // residual's gradient never reaches copy_to_tp: it feeds GEMMs only). Until
 // this, each copied a full activation first (on two H200s 0.0137 s of a
-// 0.71 s GPT-Neo-1.3B tp=2 step, 832 copies; validation/h200x2-3d/run6).
+// 0.71 s GPT-Neo-1.3B tp=2 step, 832 copies; validation/archive/h200x2-3d/run6).
 #include <ATen/ATen.h>
 
 #include <cstdint>

@@ -39,7 +39,7 @@ void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16
 // out_type (bf16, fp16 or fp32; out16 may be null). Memory sees 28 bytes per
 // parameter with 16-bit gradients, about half of what converting into a work
 // buffer, the fused AdamW and a copy as three LibTorch passes move; the host
-// AdamW is bound by memory bandwidth (validation/h100x2/cpu-adam, host-adam).
+// AdamW is bound by memory bandwidth (validation/archive/h100x2/cpu-adam, host-adam).
 // fp16 is converted with F16C where the CPU has it and bf16 by shifts, both
 // vectorized, so that neither precision is compute-bound.
 //
@@ -49,7 +49,7 @@ void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16
 // barrier after it, so one core taken away (the hypervisor, another rank's
 // spinning thread) held every operation up; and an at::parallel_for written
 // here would run on one thread, since this project is compiled without
-// OpenMP (tried: 3e8 parameters/s against 3e9, validation/h100x2/offload7).
+// OpenMP (tried: 3e8 parameters/s against 3e9, validation/archive/h100x2/offload7).
 void host_adamw(float* master, float* m, float* v, const void* grad, at::ScalarType grad_type, int64_t n,
                 int64_t decay_len, const AdamHyper& h, double step, float divisor, void* out16, at::ScalarType out_type,
                 int threads);

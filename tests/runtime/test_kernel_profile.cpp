@@ -1,6 +1,6 @@
 // exec --kernels: kernel names to the time model's op classes, and the sums.
 // The names are as the profiler reported them on an H100 (LibTorch 2.11, CUDA
-// 13: validation/h100/profile.txt) plus the other attention and cuBLAS kernels.
+// 13: validation/archive/h100/profile.txt) plus the other attention and cuBLAS kernels.
 #include <ATen/ATen.h>
 
 #include "runtime/kernel_profile.hpp"
