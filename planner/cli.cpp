@@ -88,9 +88,11 @@ void add_profile_options(CLI::App* cmd, ProfileCli& o) {
                   "GPU memory a plan must leave free to fit: 2% (default), 0.05, 1.5GiB or 0");
 }
 
-HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu) {
+HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu, const std::string& device) {
   HardwareProfile p = load_profile(o.profile, gpu);
-  check_profile_gpu(p, gpu, o.any);
+  // A run on the CPU (--device cpu) is predicted with the CPU's own profile.
+  const bool cpu_for_cpu = device == "cpu" && to_lower(p.gpu) == "cpu";
+  if (!cpu_for_cpu) check_profile_gpu(p, gpu, o.any);
   if (!o.headroom.empty()) apply_headroom(o.headroom, p);
   return p;
 }

@@ -63,8 +63,9 @@ struct ProfileCli {
 };
 void add_profile_options(CLI::App* cmd, ProfileCli& o);
 // The profile of `gpu`: the catalog default overlaid with --profile, --headroom
-// applied; InputError for a profile of another GPU unless --profile-any.
-HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu);
+// applied; InputError for a profile of another GPU unless --profile-any. With
+// device "cpu" (validate --device cpu) a CPU profile is the run's own, not foreign.
+HardwareProfile resolve_profile(const ProfileCli& o, const GpuSpec& gpu, const std::string& device = "");
 // InputError now for a malformed --headroom (before any work).
 void check_headroom(const std::string& text);
 

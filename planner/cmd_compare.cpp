@@ -43,6 +43,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: each GPU's catalog profile)");
   cmd->add_flag("--profile-any", o->profile_any, "apply a --profile measured on another GPU or the CPU (refused otherwise)");
   add_engine_option(cmd, o->engine);
+  add_ignore_unmodelled_flag(cmd);
   add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {

@@ -61,6 +61,26 @@ void warn_if_not_fitting(const rt::ExecOptions& e, const std::string& headroom) 
   setenv("PLANNER_EXEC_FIT_CHECKED", "1", 1);
 }
 
+// Whether the run's times can be held against the prediction: a CPU run is
+// predicted with a CPU profile (from `planner calibrate --device cpu`), a GPU run
+// with a GPU's. Says which case it is in the measurement's notes.
+bool note_devices(nlohmann::json& run, const HardwareProfile& profile, const GpuSpec& gpu, const std::string& path) {
+  nlohmann::json& m = run["measurement"];
+  const bool on_cpu = m.value("device", "").rfind("cpu", 0) == 0;
+  const bool cpu_profile = to_lower(profile.gpu) == "cpu";
+  std::string note;
+  if (on_cpu && cpu_profile)
+    note = fmt::format("ran on the CPU and predicted with the CPU profile '{}': times are compared", clip(path));
+  else if (on_cpu)
+    note = fmt::format("ran on the CPU but predicted for the {}: times, the CUDA context and the peaks are shown, not compared (predict the CPU run "
+                       "with --profile from `planner calibrate --device cpu`)", gpu.name);
+  else if (cpu_profile)
+    note = fmt::format("ran on the GPU but predicted with a CPU profile ('{}'): times are shown, not compared",
+                       clip(path));
+  if (!note.empty()) m["notes"].push_back(note);
+  return on_cpu == cpu_profile;
+}
+
 int run_exec_and_report(const rt::ExecOptions& e, const std::string& headroom) {
   warn_if_not_fitting(e, headroom);
   const rt::ExecRun r = rt::run_plan(e);
@@ -69,8 +89,10 @@ int run_exec_and_report(const rt::ExecOptions& e, const std::string& headroom) {
   HardwareProfile profile = load_profile(e.profile_path, r.plan.cluster.gpu);
   if (!headroom.empty()) apply_headroom(headroom, profile);
   const StepPrediction pred = predict(r.plan, profile, &sim, !e.trace_path.empty());
-  ExecReport rep = make_exec_report(r.plan, pred, r.run);
-  if (!e.trace_path.empty()) write_file_atomically(e.trace_path, exec_trace_json(r.plan, sim, r.run).dump() + "\n");
+  nlohmann::json run = r.run;
+  const bool comparable = note_devices(run, profile, r.plan.cluster.gpu, e.profile_path);
+  ExecReport rep = make_exec_report(r.plan, pred, run, comparable);
+  if (!e.trace_path.empty()) write_file_atomically(e.trace_path, exec_trace_json(r.plan, sim, run).dump() + "\n");
   const std::string text = rep.result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (!e.output_path.empty()) write_file_atomically(e.output_path, text);
   // Under a launch by planner exec, rank 0's report goes through the launching
@@ -128,7 +150,13 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     PlanUse use;
     use.simulate = true;
     use.trace = !o->trace.empty();
-    check_compat(load_plan(o->plan), use);
+    const Plan checked = load_plan(o->plan);
+    check_compat(checked, use);
+    // The cost model prices some model features the runtime's layers lack: a
+    // run would time a different model than the one predicted.
+    if (const std::string gap = runtime_model_gap(checked.model); !gap.empty())
+      throw InputError(fmt::format("exec: {} (model '{}'): the run would time another model than the prediction's",
+                                   gap, clip(checked.model.name)));
     // Every output is checked before any work: a run of an hour must not end
     // in a failed write, and -o must not replace an input.
     for (const auto* out : {&o->output, &o->trace}) {

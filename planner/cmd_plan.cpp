@@ -57,6 +57,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--host-memory", o->plan.host_memory, "host memory per node, e.g. 256GiB");
   cmd->add_option("--top", o->top, "how many plans to show (default 5)");
   add_profile_options(cmd, o->profile);
+  add_ignore_unmodelled_flag(cmd);
   cmd->add_flag("--explain", o->explain, "say why the best of each family (pure DP, ZeRO-3, TP, PP, offload) lost");
   cmd->add_option("-o,--output", o->output, "write the best plan (or the --rank K-th) to this plan.json");
   cmd->add_option("--rank", o->rank, "with -o: write the K-th plan of the list instead of the best (default 1)");

@@ -161,7 +161,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       only.insert(trim(n));
     }
     std::vector<HardwareProfile> profiles;  // one per plan, also checks --profile now
-    for (const auto& e : sw.entries) profiles.push_back(resolve_profile(o->profile, e.plan.cluster.gpu));
+    for (const auto& e : sw.entries) profiles.push_back(resolve_profile(o->profile, e.plan.cluster.gpu, o->device));
     const std::string dir = o->output.empty() ? "validate-" + fs::path(o->sweep).stem().string() : o->output;
     {
       const fs::path d(dir);

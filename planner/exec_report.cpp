@@ -7,6 +7,7 @@
 #include "strategies/step_program.hpp"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -27,7 +28,17 @@ struct Row {
   std::string name;
   double predicted, measured;
   bool have_pred = true, have_meas = true;
+  bool compare = true;  // false: both shown, no error (a CPU run against a GPU prediction)
 };
+
+// The error column: none where a side is missing or the two are not comparable,
+// a dash where both are zero (nothing predicted, nothing measured).
+std::string error_text(const Row& r) {
+  if (!r.have_pred || !r.have_meas || !r.compare) return "";
+  if (r.predicted == 0 && r.measured == 0) return "\u2014";
+  if (r.measured > 0) return fmt::format("{:+.1f}%", (r.predicted - r.measured) / r.measured * 100);
+  return "";
+}
 
 }  // namespace
 
@@ -65,7 +76,7 @@ MeasuredPeak fullest_rank_memory(const json& m) {
 
 namespace {
 
-std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, const json& m) {
+std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, const json& m, bool times_comparable) {
   std::vector<Row> rows;
   const double mfu = num(m, "mfu", -1);
   rows.push_back({"step_seconds", p.step_seconds, num(m["step_seconds"], "median")});
@@ -120,6 +131,15 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
     for (const auto& x : m.value("ranks", json::array())) host += num(x, "host_peak_bytes");
     rows.push_back({"memory.host_node", double(p.memory.host_peak_bytes), host, !p.memory.stages.empty(), host > 0});
   }
+  // A CPU run against a GPU prediction: times, rates, kernels, the CUDA
+  // context (overhead) and so the peaks do not compare; the model's own tensors do.
+  if (!times_comparable)
+    for (Row& r : rows) {
+      static const std::set<std::string> same_anywhere = {"memory.parameters", "memory.gradients",
+                                                          "memory.optimizer_states", "memory.activations",
+                                                          "memory.logits_loss", "memory.comm_buffers"};
+      r.compare = same_anywhere.count(r.name) > 0;
+    }
   return rows;
 }
 
@@ -127,7 +147,7 @@ json comparison_json(const std::vector<Row>& rows) {
   json c = json::object();
   for (const auto& r : rows) {
     json e = {{"predicted", num_or_null(r.predicted, r.have_pred)}, {"measured", num_or_null(r.measured, r.have_meas)}};
-    const bool both = r.have_pred && r.have_meas && r.measured > 0 && std::isfinite(r.predicted);
+    const bool both = r.compare && r.have_pred && r.have_meas && r.measured > 0 && std::isfinite(r.predicted);
     e["error_pct"] = both ? json((r.predicted - r.measured) / r.measured * 100.0) : json(nullptr);
     c[r.name] = e;
   }
@@ -195,8 +215,7 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
     if (r.name == "kernels.forward_backward") o << "kernels of one step's forward + backward (rank 0)\n";
     const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
     const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
-    std::string ev;
-    if (r.have_pred && r.have_meas && r.measured > 0) ev = fmt::format("{:+.1f}%", (r.predicted - r.measured) / r.measured * 100);
+    const std::string ev = error_text(r);
     o << fmt::format("{:<26} {:>16} {:>16} {:>9}\n", label, pv, mv, ev);
   }
   o << "(error = (predicted - measured) / measured)\n";
@@ -206,8 +225,9 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
 
 }  // namespace
 
-ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run) {
-  const auto rows = comparison_rows(plan.strategy, prediction, run.at("measurement"));
+ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run,
+                            bool times_comparable) {
+  const auto rows = comparison_rows(plan.strategy, prediction, run.at("measurement"), times_comparable);
   ExecReport r;
   r.result = {{"format", "planner-exec-result"},
               {"version", 1},

@@ -38,7 +38,10 @@ struct MeasuredPeak {
 MeasuredPeak fullest_rank_memory(const nlohmann::json& measurement);
 
 // `run`: {"created", "options", "measurement", "machine"} as the runtime writes them.
-ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run);
+// times_comparable = false (a CPU run against a GPU prediction): times and rates
+// are shown side by side without an error.
+ExecReport make_exec_report(const Plan& plan, const StepPrediction& prediction, const nlohmann::json& run,
+                            bool times_comparable = true);
 
 // One Chrome trace (Perfetto) with the predicted step (the simulator's events:
 // one process per stage, a thread per stream) and the measured one (one

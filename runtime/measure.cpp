@@ -406,7 +406,9 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   r.peak_flops = st.precision == Precision::FP32 ? g.peak_fp32 : st.precision == Precision::FP16 ? g.peak_fp16
                                                                                                  : g.peak_bf16;
   if (cuda && r.peak_flops > 0) r.mfu = r.model_flops_per_step / r.median_s / (r.peak_flops * r.world);
-  if (!cuda) r.notes.push_back("ran on the CPU: MFU is not applicable and times are not comparable with the GPU prediction");
+  // Whether the times compare with the prediction depends on the profile it was
+  // made with: the planner's exec report says (planner/cmd_exec.cpp note_devices).
+  if (!cuda) r.notes.push_back("ran on the CPU: MFU is not applicable");
   if (r.skipped_steps > 0)
     r.notes.push_back(std::to_string(r.skipped_steps) + " fp16 step(s) skipped for inf/nan gradients (loss scale now " +
                       std::to_string(r.final_loss_scale) + ")");

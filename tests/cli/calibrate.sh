@@ -53,9 +53,31 @@ for k in ("gemm_efficiency_fp32", "memory_efficiency", "strided_kernel_relative"
 assert abs(p["cpu_adam_params_per_second"] - c["cpu_adam"]["params"] / c["cpu_adam"]["seconds"]) < 1e-6 * p["cpu_adam_params_per_second"]
 assert any("one rank" in n for n in c["notes"]), "collectives skipped with a note"
 PY
-# Every command takes it.
-expect_exit 0 $P predict --plan "$PLAN" --profile "$TMP/cpu.json" --json
-expect_exit 0 $P memory --plan "$PLAN" --profile "$TMP/cpu.json" --headroom 1GiB --json
+# A CPU profile is refused for the plan's GPU (issue 28, finding 8), and taken
+# with --profile-any, with a note saying so.
+expect_bad_input $P predict --plan "$PLAN" --profile "$TMP/cpu.json" --json
+expect_grep "measured on the CPU" "$TMP/err"
+expect_exit 0 $P predict --plan "$PLAN" --profile "$TMP/cpu.json" --profile-any --json
+expect_grep "profile-any" "$TMP/out"
+expect_exit 0 $P memory --plan "$PLAN" --profile "$TMP/cpu.json" --profile-any --headroom 1GiB --json
+# exec --device cpu (issue 28, finding 5): against the GPU prediction the times,
+# the CUDA context and the peaks are shown, not compared (no "-99.7%"); with the
+# CPU profile they are compared. Zero predicted against zero measured: a dash.
+expect_exit 0 $P exec "$PLAN" --steps 2 --warmup 1 --device cpu -q -o "$TMP/ex_gpu_pred.json"
+expect_exit 0 $P exec "$PLAN" --steps 2 --warmup 1 --device cpu -q --profile "$TMP/cpu.json" -o "$TMP/ex_cpu_pred.json"
+expect_exit 0 $P exec "$PLAN" --steps 2 --warmup 1 --device cpu
+expect_grep "not compared" "$TMP/out"
+expect_grep "comm_buffers .*—" "$TMP/out"
+python3 - "$TMP/ex_gpu_pred.json" "$TMP/ex_cpu_pred.json" <<'PY' || fails=$((fails+1))
+import json, sys
+g, c = (json.load(open(f)) for f in sys.argv[1:3])
+for k in ("step_seconds", "tokens_per_second", "memory.overhead", "memory.peak_total"):
+    assert g["comparison"][k]["error_pct"] is None, (k, g["comparison"][k])
+assert g["comparison"]["memory.parameters"]["error_pct"] is not None
+assert any("not compared" in n for n in g["measurement"]["notes"]), g["measurement"]["notes"]
+assert c["comparison"]["step_seconds"]["error_pct"] is not None, c["comparison"]["step_seconds"]
+assert any("predicted with the CPU profile" in n for n in c["measurement"]["notes"]), c["measurement"]["notes"]
+PY
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['gpu_headroom_bytes']==2**30, j['gpu_headroom_bytes']" "$TMP/out" || fails=$((fails+1))
 # Re-fitting the saved measurements gives the same profile.
 expect_exit 0 $P calibrate --from "$TMP/cpu.json" -o "$TMP/refit.json" --json

@@ -95,7 +95,8 @@ expect_grep "rank 1" "$TMP/err"
 
 # Refused before launch: more ranks than cores (no --oversubscribe), a wrong -np.
 # (A legal plan of 1024 GPUs: 512 nodes of 2, as check_compat wants dp*tp*pp = GPUs.)
-sed 's/"dp": 2/"dp": 1024/; s/"global_batch": 8/"global_batch": 4096/; s/"nodes": 1,/"nodes": 512,/' "$PLAN" > "$TMP/dp1024.json"
+# (The strategy's text must agree with its fields: dp changes in both.)
+sed 's/"dp": 2/"dp": 1024/; s/dp=2,/dp=1024,/; s/"global_batch": 8/"global_batch": 4096/; s/"nodes": 1,/"nodes": 512,/' "$PLAN" > "$TMP/dp1024.json"
 expect_bad_input $P exec "$TMP/dp1024.json" --device cpu -o "$TMP/r3.json"
 expect_grep "1024 ranks" "$TMP/err"
 expect_exit 2 mpirun -np 3 --oversubscribe $( [ "$(id -u)" = 0 ] && echo --allow-run-as-root ) $P exec "$PLAN" --device cpu -q -o "$TMP/r4.json"
