@@ -60,7 +60,7 @@ double estimated_calibration_seconds(bool cuda, bool quick);
 
 struct CalibrateRun {
   bool report = true;            // false on ranks other than 0
-  nlohmann::json measured;       // the points; schema in docs/ARCHITECTURE.md ("planner calibrate")
+  nlohmann::json measured;       // the points; schema in docs/VALIDATION.md ("planner calibrate")
 };
 
 // Throws planner::InputError for bad options (unknown --device, no GPU for

@@ -7,7 +7,7 @@
 // each measured point is written beside it. Nothing here looks at end-to-end
 // step times (DESIGN.md: calibrate from micro-benchmarks only).
 //
-// Fits (docs/ARCHITECTURE.md, "planner calibrate"):
+// Fits (docs/VALIDATION.md, "planner calibrate"):
 //  gemm_efficiency_<p>   median over the transformer shapes of measured FLOP/s /
 //                        (peak_<p> x the model's shape factor), leaving out
 //                        shapes the model calls memory-bound; gemm_efficiency =

@@ -2,7 +2,7 @@
 // The training engines a plan can be run with: this project's runtime ("ours"),
 // DeepSpeed, Megatron-LM and PyTorch's own distributed training (DDP, FSDP2).
 // The strategy is the same; what each engine can express, and what it
-// allocates for it, differs. Versions targeted (see docs/ARCHITECTURE.md,
+// allocates for it, differs. Versions targeted (see docs/MEMORY_MODEL.md,
 // "Engines"): DeepSpeed 0.19.8, Megatron-LM core_v0.19.0, PyTorch 2.13.
 #include <string>
 #include <string_view>

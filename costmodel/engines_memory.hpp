@@ -2,7 +2,7 @@
 // What DeepSpeed, Megatron-LM and PyTorch DDP/FSDP2 allocate for a strategy,
 // where it differs from this project's runtime (costmodel/model_states.hpp).
 // Every difference cites the engine's source or documentation at the version
-// of costmodel/engines.hpp; docs/ARCHITECTURE.md ("Engines") has the table.
+// of costmodel/engines.hpp; docs/MEMORY_MODEL.md ("Engines") has the table.
 //
 // Bytes per parameter held by one rank (P after TP/PP), d = dp, 16-bit training:
 //

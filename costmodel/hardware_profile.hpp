@@ -78,7 +78,7 @@ struct HardwareProfile {
   double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR
   double memory_efficiency = 0.8;     // achievable fraction for streaming kernels
   // Memory-bound kernel classes slower than a vectorized stream, as fractions of
-  // the streaming rate (kernel times of the H100 profile, docs/TIME_MODEL.md):
+  // the streaming rate (kernel times of the H100 profile, docs/TIME_MODEL_CHECKS.md sec. 10):
   // PyTorch's non-vectorized elementwise path (strided, broadcast or bf16->fp32
   // converting operands) and row/column reductions (norms, softmax, bias sums).
   double strided_kernel_relative = 0.55;
@@ -157,7 +157,7 @@ struct HardwareProfile {
   // which a plan with one process on the node runs at. 0: the figure above.
   double cpu_adam_params_per_second_one_process = 0;
 
-  // --- memory the process itself takes (docs/ARCHITECTURE.md, "Overhead") ---
+  // --- memory the process itself takes (docs/MEMORY_MODEL.md, "Overhead") ---
   // What one process can allocate on the GPU, CUDA context included
   // (planner calibrate: cudaMemGetInfo after the context plus what the caching
   // allocator could really reserve); 0: the GPU spec's memory_bytes.

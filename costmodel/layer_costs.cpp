@@ -104,7 +104,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
 
   // Memory-bound kernels, as the runtime (runtime/model/transformer.cpp) launches them; bytes
   // per class (MemoryOps), checked against the H100 kernel profile
-  // (docs/TIME_MODEL.md, "Checked against the runtime on H100").
+  // (docs/TIME_MODEL_CHECKS.md, "Checked against the runtime on H100").
   using MK = MemKernel;
   const double Th = Tr * double(h);
   const double Tf = double(T) * double(f_local);

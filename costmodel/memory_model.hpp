@@ -1,6 +1,6 @@
 #pragma once
 // Per-GPU and per-host memory of one training step, by category, per pipeline
-// stage. Formulas and sources in docs/ARCHITECTURE.md ("Memory model").
+// stage. Formulas and sources in docs/MEMORY_MODEL.md ("Memory model").
 #include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>

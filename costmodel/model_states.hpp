@@ -10,7 +10,7 @@
 namespace planner {
 
 // Memory the framework needs beyond the formulas. Defaults are the values
-// measured by the runtime on the device (see docs/ARCHITECTURE.md, "Memory
+// measured by the runtime on the device (see docs/MEMORY_MODEL.md, "Memory
 // model constants"); a hardware profile may override them.
 struct MemoryConstants {
   double context_bytes = 0;                  // CUDA context, handles and kernels, outside the allocator

@@ -4,7 +4,7 @@
 // against a cost model, and returns the makespan, where each stage's time went
 // and the trace. One representative rank per pipeline stage (DP and TP replicas
 // are alike), each with a compute stream and streams for DP/ZeRO collectives,
-// pipeline sends, host copies and the CPU (offload). docs/TIME_MODEL.md
+// pipeline sends, host copies and the CPU (offload). docs/SIMULATOR.md
 // ("The simulator").
 #include <array>
 #include <cstdint>

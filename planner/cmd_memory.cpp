@@ -40,7 +40,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
   add_engine_option(cmd, o->engine);
   add_profile_options(cmd, o->profile);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
-  cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/ARCHITECTURE.md)");
+  cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/FORMATS.md)");
   cmd->callback([o, &exit_code] {
     std::vector<std::string> notes;
     PlanUse use;

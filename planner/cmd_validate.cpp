@@ -115,7 +115,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       "DIR/report.csv, DIR/plans/NAME.json, DIR/runs/NAME.json (result) and NAME.log, and with gnuplot on the\n"
       "PATH DIR/step_time.png, DIR/peak_memory.png, DIR/memory_breakdown.png and, per pipeline plan, its predicted\n"
       "and measured timelines DIR/timeline_NAME.png from DIR/runs/NAME.trace.json (script: DIR/plots.gp).\n"
-      "Sweep file format: docs/ARCHITECTURE.md, \"planner validate\". Exit 0 when the report was written,\n"
+      "Sweep file format: docs/VALIDATION.md, \"planner validate\". Exit 0 when the report was written,\n"
       "whatever the plans did; 2 for a bad sweep or option (nothing written).");
   struct Opts {
     std::string sweep, output, steps, warmup, device = "auto", only, half, timeout = "1200", gpus;

@@ -16,7 +16,7 @@
 // sweep file); "plan" a plan file (relative path) or an inline plan object.
 // Names are unique, [A-Za-z0-9._-]; "half" is "A" or "B".
 //
-// Report (DIR/report.json, schema in docs/ARCHITECTURE.md, "planner validate"):
+// Report (DIR/report.json, schema in docs/VALIDATION.md, "planner validate"):
 //   plans[]: name, half, model, gpus, world, strategy (text), seq, global_batch,
 //            status (ran | out_of_memory | failed | refused | timeout | not_run),
 //            predicted {step_seconds, per_gpu_peak_bytes, fits, tokens_per_second,

@@ -4,7 +4,7 @@
 // data, tensor, sequence and pipeline parallelism, ZeRO-1/2/3 and CPU offload;
 // one device is the dp = tp = pp = 1 list.
 //
-// Buffers, in the memory model's categories (docs/ARCHITECTURE.md):
+// Buffers, in the memory model's categories (docs/MEMORY_MODEL.md):
 //  - units (strategies/partition.hpp: embedding, each layer, head) are laid out
 //    one after another; inside a unit the matrices first (weight decay), then
 //    the vectors; each unit padded to a multiple of the optimizer's world so

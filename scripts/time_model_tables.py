@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""docs/TIME_MODEL.md's numbers that come from running the code, generated.
+"""The time-model docs' numbers that come from running the code, generated.
 
 Runs the built binaries and rewrites the blocks between these markers:
 
     <!-- generated:bench:begin --> ... <!-- generated:bench:end -->
-        sec. 7: `planner bench --json` (the pruned search) and
+        docs/SIMULATOR.md sec. 7: `planner bench --json` (the pruned search) and
         `planner bench --json --no-prune` (every fitting strategy simulated)
     <!-- generated:long_run:begin --> ... <!-- generated:long_run:end -->
-        sec. 6: the "long-run-cases {json}" lines that the extrapolation-vs-full-
+        docs/SIMULATOR.md sec. 6: the "long-run-cases {json}" lines that the extrapolation-vs-full-
         simulation cases of tests/unit/test_long_run.cpp print
     <!-- generated:published:begin --> ... <!-- generated:published:end -->
-        sec. 8: the "published-run {json}" lines that `unit_tests "[published]"`
+        docs/TIME_MODEL_CHECKS.md sec. 8: the "published-run {json}" lines that `unit_tests "[published]"`
         prints (tests/unit/test_published.cpp)
 
 Counts, the best plan, its step time and the published table's predictions are
@@ -34,7 +34,9 @@ import sys
 from docgen import block_span, replace_block, write_if_changed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOC = os.path.join(ROOT, "docs", "TIME_MODEL.md")
+# Which file holds each block (the time model's docs were split by topic).
+DOCS = {"long_run": os.path.join(ROOT, "docs", "SIMULATOR.md"), "bench": os.path.join(ROOT, "docs", "SIMULATOR.md"),
+        "published": os.path.join(ROOT, "docs", "TIME_MODEL_CHECKS.md")}
 BLOCKS = ("long_run", "bench", "published")
 LONG_RUN_TESTS = "long steps: extrapolation equals the full simulation*"
 TIMING = "\x00timing\x00"  # stands for a timing in the masked rendering
@@ -155,7 +157,7 @@ def render_published(rows):
 
 
 def block_of(text, name):
-    return block_span(text, *markers(name), "docs/TIME_MODEL.md")
+    return block_span(text, *markers(name), os.path.relpath(DOCS[name], ROOT))
 
 
 def main():
@@ -191,23 +193,26 @@ def main():
             print(f"{markers(name)[0]}\n{generated[name][0]}\n{markers(name)[1]}")
         return 0
 
-    text = open(DOC).read()
     if a.check:
         stale = 0
         for name in BLOCKS:
+            text = open(DOCS[name]).read()
             b, e = block_of(text, name)
             pattern = re.escape("\n" + generated[name][1] + "\n").replace(re.escape(TIMING), "[^\n]+?")
             if not re.fullmatch(pattern, text[b:e]):
-                print(f"docs/TIME_MODEL.md: the generated block '{name}' differs from what the code gives now "
-                      f"(timings aside): run scripts/time_model_tables.py --build {build}",
+                print(f"{os.path.relpath(DOCS[name], ROOT)}: the generated block '{name}' differs from what the code gives "
+                      f"now (timings aside): run scripts/time_model_tables.py --build {build}",
                       file=sys.stderr)
                 stale += 1
         return 1 if stale else 0
 
-    new = text
-    for name in BLOCKS:
-        new = replace_block(new, *markers(name), generated[name][0], "docs/TIME_MODEL.md")
-    write_if_changed(DOC, text, new)
+    for doc in sorted(set(DOCS.values())):
+        text = open(doc).read()
+        new = text
+        for name in BLOCKS:
+            if DOCS[name] == doc:
+                new = replace_block(new, *markers(name), generated[name][0], os.path.relpath(doc, ROOT))
+        write_if_changed(doc, text, new)
     return 0
 
 

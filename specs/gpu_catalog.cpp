@@ -332,7 +332,7 @@ std::string calibration_note(const GpuSpec& g) {
 // them; fp32 plans (0.29-0.32: the datasheet fp32 peak, the runtime's TF32)
 // and CPU-offload plans (up to 1.84) miss beyond, which the note says.
 // 5th-95th percentile of 330 held-out plans: 0.990-1.210; widened below to
-// 0.905, the lowest of the seven published A100 runs of TIME_MODEL.md section
+// 0.905, the lowest of the seven published A100 runs of TIME_MODEL_CHECKS.md section
 // 8 (Korthikanti et al. 2022, GPT-175B: published MFU 51.4%, predicted 46.5%).
 constexpr double kDatasheetLow = 0.90, kDatasheetHigh = 1.21;
 constexpr int kDatasheetPlans = 330;

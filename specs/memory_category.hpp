@@ -3,7 +3,7 @@
 // (costmodel/memory_model.hpp predicts bytes per category) and the runtime
 // (runtime/measure.hpp measures the same categories), so that prediction and
 // measurement line up field by field without the runtime knowing the cost
-// model. What each category holds: docs/ARCHITECTURE.md ("Memory model").
+// model. What each category holds: docs/MEMORY_MODEL.md ("Memory model").
 #include <array>
 #include <cstdint>
 

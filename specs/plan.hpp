@@ -1,7 +1,7 @@
 #pragma once
 // The plan file (plan.json): everything needed to predict or execute one
 // training configuration. Written by `planner plan -o`, read by every command's
-// --plan and by `planner exec`. Schema in docs/ARCHITECTURE.md ("Plan file").
+// --plan and by `planner exec`. Schema in docs/FORMATS.md ("Plan file").
 //
 //   {"format": "planner-plan", "version": 1,
 //    "model": {...ModelSpec...}, "cluster": {...ClusterSpec...},

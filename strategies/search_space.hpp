@@ -14,7 +14,7 @@
 // precision: bf16 where the GPU has it, else fp16, and fp32.
 //
 // Left out because they cost exactly the same as a listed one in the model
-// (docs/TIME_MODEL.md): fp16 where bf16 exists (same tensor-core rate, same
+// (docs/SIMULATOR.md): fp16 where bf16 exists (same tensor-core rate, same
 // bytes), GPipe and interleaved with pp = 1, zero>=1 without offload at dp = 1
 // (nothing to shard).
 #include <algorithm>

@@ -1,5 +1,5 @@
 #pragma once
-// The narrow communicator the distributed runtime uses (docs/ARCHITECTURE.md,
+// The narrow communicator the distributed runtime uses (docs/RUNTIME.md,
 // "Runtime"): one process per device, started by MPI; one Communicator per
 // process group of the RankGrid (dp, tp or pp group). Two backends behind one
 // interface:

@@ -303,7 +303,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       if (tp == 0) {
         // fp32 log-probabilities of the working-precision logits. Measured on H100: for bf16
         // input ATen first converts to fp32 in a separate copy kernel, for fp16 the softmax
-        // kernel converts itself (docs/TIME_MODEL.md, sec. 10).
+        // kernel converts itself (docs/TIME_MODEL_CHECKS.md, sec. 10).
         lp = at::log_softmax(logits.narrow(0, r0, c), 1, acc);                           // (c, V)
         loss_sum.sub_((lp.gather(1, target) * validf).sum());
         lp.exp_();                                   // softmax

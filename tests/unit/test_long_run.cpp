@@ -154,7 +154,7 @@ TEST_CASE("long steps: extrapolation equals the full simulation with the real co
     }
   CHECK(equal > 300);
   CHECK(refused == 0);  // real models settle quickly
-  // For docs/TIME_MODEL.md (scripts/time_model_tables.py).
+  // For docs/SIMULATOR.md (scripts/time_model_tables.py).
   std::printf("long-run-cases {\"costs\": \"real\", \"equal\": %d, \"refused\": %d}\n", equal, refused);
 }
 

@@ -37,7 +37,7 @@ ModelSpec gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vocab, int6
 
 struct Run {
   std::string source;      // citation
-  std::string cite;        // short citation, as docs/TIME_MODEL.md's table shows it
+  std::string cite;        // short citation, as docs/TIME_MODEL_CHECKS.md's table shows it
   std::string name;
   ModelSpec model;
   std::string gpus;        // cluster spec
@@ -119,7 +119,7 @@ std::vector<Run> runs() {
 }  // namespace
 
 // Prints a table, and one line per run, "published-run {json}", from which
-// scripts/time_model_tables.py generates docs/TIME_MODEL.md's sec. 8 table.
+// scripts/time_model_tables.py generates docs/TIME_MODEL_CHECKS.md's sec. 8 table.
 TEST_CASE("published end-to-end throughputs are predicted within 25%", "[published]") {
   std::string table = "| run | GPUs | tp/pp/dp | metric | published | predicted | error |\n|---|---|---|---|---|---|---|\n";
   std::string lines;
