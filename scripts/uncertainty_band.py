@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How far datasheet-only predictions miss on the GPUs this project calibrated
 (docs/UNCERTAINTY.md). For every plan of the held-out sets' validate reports
-(validation/*/heldout*/.../validate/report.json) that ran and has a measured
+(each report.json under a held-out folder of validation/, archive included) that ran and has a measured
 step time, predicts the plan again with its GPU's calibration mark removed
 (cluster.gpu.calibrated = ""), so the catalog's datasheet figures and
 efficiencies are used as for any uncalibrated GPU, not the measured profile;
@@ -16,7 +16,8 @@ ap.add_argument("--planner", default="build/planner")
 ap.add_argument("--json")
 a = ap.parse_args()
 
-reports = sorted(glob.glob("validation/*/heldout*/**/validate/report.json", recursive=True))
+reports = sorted(set(glob.glob("validation/*/heldout*/**/validate/report.json", recursive=True)
+                     + glob.glob("validation/archive/*/heldout*/**/validate/report.json", recursive=True)))
 rows, seen = [], set()
 with tempfile.TemporaryDirectory() as tmp:
     for rep in reports:
