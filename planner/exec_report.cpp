@@ -147,7 +147,9 @@ json comparison_json(const std::vector<Row>& rows) {
   json c = json::object();
   for (const auto& r : rows) {
     json e = {{"predicted", num_or_null(r.predicted, r.have_pred)}, {"measured", num_or_null(r.measured, r.have_meas)}};
-    const bool both = r.compare && r.have_pred && r.have_meas && r.measured > 0 && std::isfinite(r.predicted);
+    // No relative error for a zero prediction (it would read -100% against any measured crumb).
+    const bool both = r.compare && r.have_pred && r.have_meas && r.measured > 0 && r.predicted != 0 &&
+                      std::isfinite(r.predicted);
     e["error_pct"] = both ? json((r.predicted - r.measured) / r.measured * 100.0) : json(nullptr);
     c[r.name] = e;
   }
@@ -215,7 +217,10 @@ std::string render_table(const Plan& plan, const json& run, const std::vector<Ro
     if (r.name == "kernels.forward_backward") o << "kernels of one step's forward + backward (rank 0)\n";
     const std::string pv = r.have_pred ? render_value(r.name, r.predicted) : "n/a";
     const std::string mv = r.have_meas ? render_value(r.name, r.measured) : "n/a";
-    const std::string ev = error_text(r);
+    // Both shown as zero (a few bytes or nanoseconds measured against none
+    // predicted): a dash, not -100%.
+    const bool both_zero = r.have_pred && r.have_meas && r.compare && pv == render_value(r.name, 0.0) && mv == pv;
+    const std::string ev = both_zero ? "\u2014" : error_text(r);
     o << fmt::format("{:<26} {:>16} {:>16} {:>9}\n", label, pv, mv, ev);
   }
   o << "(error = (predicted - measured) / measured)\n";
