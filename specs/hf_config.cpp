@@ -66,6 +66,9 @@ ModelSpec parse_hf(const json& config, std::string name, const std::string& sour
     m.hidden = r.required("n_embd", kMaxWidth);
     m.heads = m.kv_heads = r.required("n_head", kMaxWidth);
     m.max_positions = r.optional("n_positions", 1024, kMaxPositions);
+    // n_ctx: the context length older GPT-2 configs carry beside n_positions (the
+    // same number in every published one); the position table is n_positions.
+    r.optional("n_ctx", m.max_positions, kMaxPositions);
     m.ffn = r.optional("n_inner", 4 * m.hidden, 16 * kMaxWidth);
     m.vocab = r.optional("vocab_size", 50257, kMaxVocab);
     m.mlp = activation(r, "activation_function", "gelu_new");

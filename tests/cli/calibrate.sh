@@ -60,6 +60,7 @@ expect_grep "measured on the CPU" "$TMP/err"
 expect_exit 0 $P predict --plan "$PLAN" --profile "$TMP/cpu.json" --profile-any --json
 expect_grep "profile-any" "$TMP/out"
 expect_exit 0 $P memory --plan "$PLAN" --profile "$TMP/cpu.json" --profile-any --headroom 1GiB --json
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['gpu_headroom_bytes']==2**30, j['gpu_headroom_bytes']" "$TMP/out" || fails=$((fails+1))
 # exec --device cpu (issue 28, finding 5): against the GPU prediction the times,
 # the CUDA context and the peaks are shown, not compared (no "-99.7%"); with the
 # CPU profile they are compared. Zero predicted against zero measured: a dash.
@@ -78,7 +79,6 @@ assert any("not compared" in n for n in g["measurement"]["notes"]), g["measureme
 assert c["comparison"]["step_seconds"]["error_pct"] is not None, c["comparison"]["step_seconds"]
 assert any("predicted with the CPU profile" in n for n in c["measurement"]["notes"]), c["measurement"]["notes"]
 PY
-python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['gpu_headroom_bytes']==2**30, j['gpu_headroom_bytes']" "$TMP/out" || fails=$((fails+1))
 # Re-fitting the saved measurements gives the same profile.
 expect_exit 0 $P calibrate --from "$TMP/cpu.json" -o "$TMP/refit.json" --json
 python3 - "$TMP/cpu.json" "$TMP/refit.json" <<'PY' || fails=$((fails+1))
