@@ -298,6 +298,11 @@ const std::map<std::string, std::vector<std::string>>& family_members() {
 
 }  // namespace
 
+ModelSpec llama_layout(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn,
+                       int64_t vocab, int64_t seq, int64_t published) {
+  return llama(std::move(name), layers, hidden, heads, kv_heads, ffn, vocab, seq, published);
+}
+
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
   for (const auto& m : presets()) names.push_back(m.name);

@@ -16,22 +16,9 @@ namespace {
 // Llama 3 layout (LlamaConfig): rotary, RMSNorm, SwiGLU, no biases, GQA.
 ModelSpec llama3(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, bool tied,
                  int64_t published) {
-  ModelSpec m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = 8;
-  m.ffn = ffn;
-  m.vocab = 128256;
-  m.max_positions = 0;
-  m.pos = PosEmbed::Rotary;
-  m.mlp = MlpKind::SwiGlu;
-  m.norm = NormKind::RmsNorm;
-  m.qkv_bias = m.out_bias = m.mlp_bias = false;
+  // default_seq: max_position_embeddings (rope_scaling "llama3" to 128k).
+  ModelSpec m = llama_layout(std::move(name), layers, hidden, heads, 8, ffn, 128256, 131072, published);
   m.tied_embeddings = tied;
-  m.published_params = published;
-  m.default_seq = 131072;  // max_position_embeddings (rope_scaling "llama3" to 128k)
   return m;
 }
 

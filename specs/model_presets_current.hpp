@@ -10,6 +10,10 @@
 namespace planner {
 
 void add_current_presets(std::vector<ModelSpec>& out);
+// The LLaMA layout (rotary, RMSNorm, SwiGLU, no biases, untied head), the one
+// builder both preset files use (model_presets.cpp).
+ModelSpec llama_layout(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn,
+                       int64_t vocab, int64_t seq, int64_t published);
 // The family lists ("llama-3.1", "qwen2.5", ...), smallest first.
 std::vector<std::pair<std::string, std::vector<std::string>>> current_families();
 // The refusal line of a mixture-of-experts model named `key` (normalised name),
