@@ -90,8 +90,13 @@ UseCheck check_use(const Plan& plan, const PlanUse& use) {
                             ? "and GPipe steps are not extrapolated (all forwards, then all backwards; 1f1b is)"
                             : fmt::format("and a pipeline of pp*vpp = {} stages is too deep to extrapolate its "
                                           "steady state within it", int64_t(s.pp) * s.vpp))};
+  // With the way out: the search that keeps only what this engine runs.
   if (const std::string gap = engine_gap(plan, use.engine); !gap.empty())
-    return {UseLimit::Engine, fmt::format("engine {}: {}", to_string(use.engine), gap)};
+    return {UseLimit::Engine,
+            fmt::format("engine {}: {}; planner plan --model {} --gpus {} --seq {} --global-batch {} --engine {} "
+                        "finds the best plan {} can run",
+                        to_string(use.engine), gap, plan.model.name, plan.cluster.name, plan.seq, plan.global_batch,
+                        to_string(use.engine), engine_version(use.engine))};
   return {};
 }
 

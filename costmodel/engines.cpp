@@ -45,8 +45,11 @@ namespace {
 
 // DeepSpeed 0.19.8: its ZeRO engine runs any data-parallel strategy; tensor
 // parallelism comes from AutoTP ("tensor_parallel": {"autotp_size"}), which
-// shards a whole Hugging Face model, with ZeRO 0-3 (runtime/engine.py,
-// _configure_tensor_parallel_states: "AutoTP + ZeRO stage 3 is supported");
+// shards a whole Hugging Face model, with ZeRO 0-2: DeepSpeed's AutoTP
+// training tutorial (deepspeed.ai/tutorials/autotp-training) lists stages 0,
+// 1 and 2, and DeepSpeedExamples PR #1004 (2026) runs its teacher at ZeRO-0
+// because "AutoTP+ZeRO-3 not supported", though a comment in
+// runtime/engine.py's _configure_tensor_parallel_states says otherwise;
 // pipelines from its PipelineModule, whose only schedule is its TrainSchedule
 // (1F1B), with ZeRO 0-1 (runtime/pipe/engine.py asserts it).
 std::string deepspeed_gap(const Strategy& s) {
@@ -56,6 +59,9 @@ std::string deepspeed_gap(const Strategy& s) {
   if (s.ckpt == Ckpt::Selective)
     return "DeepSpeed's activation checkpointing recomputes whole layers; it has no selective (attention-only) "
            "recomputation";
+  if (s.tp > 1 && s.zero == 3)
+    return "DeepSpeed's automatic tensor parallelism (AutoTP) trains with ZeRO stages 0-2, not 3 (its AutoTP "
+           "training tutorial); use zero<=2, or --to fsdp / --to megatron for tp>1 with sharded parameters";
   if (s.pp > 1 && s.schedule != Schedule::OneFOneB)
     return fmt::format("DeepSpeed's pipeline engine runs only its own 1F1B schedule (TrainSchedule), not {}",
                        to_string(s.schedule));

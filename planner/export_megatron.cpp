@@ -4,6 +4,8 @@
 // checked against is tests/data/megatron_core_v0.19.0_arguments.txt.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "planner/export.hpp"
 
 namespace planner {
@@ -44,6 +46,8 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
                                          ? std::max<int64_t>(m.max_positions, plan.seq)
                                          : std::max<int64_t>(m.default_seq, plan.seq));
   a.opt("--position-embedding-type", m.pos == PosEmbed::Rotary ? "rope" : "learned_absolute");
+  // Megatron reads the base as a whole number (type=int); Llama 3: 500000.
+  if (m.pos == PosEmbed::Rotary) a.opt("--rotary-base", std::llround(m.rotary_base()));
   a.opt("--normalization", m.norm == NormKind::RmsNorm ? "RMSNorm" : "LayerNorm");
   if (m.mlp == MlpKind::SwiGlu) a.flag("--swiglu");
   if (!m.mlp_bias) a.flag("--disable-bias-linear");

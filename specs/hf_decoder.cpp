@@ -35,6 +35,15 @@ int64_t ConfigReader::required(const char* key, int64_t max) const {
   return number(key, max);
 }
 
+double ConfigReader::real(const char* key, double fallback, double max) const {
+  if (!has(key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number()) fail(fmt::format("field '{}' must be a number, got {}", key, json_excerpt(v)));
+  const double x = v.get<double>();
+  if (!(x > 0) || x > max) fail(fmt::format("field '{}' = {} is out of range (0, {:g}]", key, json_excerpt(v), max));
+  return x;
+}
+
 bool ConfigReader::flag(const char* key, bool fallback) const {
   if (!has(key)) return fallback;
   if (!j.at(key).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", key, json_excerpt(j.at(key))));
@@ -195,6 +204,8 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
     r.fail(fmt::format("field '{}' = '{}' is not modelled (a gated MLP with silu or gelu)", act_key, act));
   m.pos = PosEmbed::Rotary;
   m.max_positions = 0;
+  // The rotary base: neither time nor memory, but the exports pass it on.
+  if (const double theta = r.real("rope_theta", 10000.0, 1e12); theta != 10000.0) m.rope_theta = theta;
   // RMSNorm unless the config gives LayerNorm's epsilon only.
   const bool rms = r.has("rms_norm_eps") || !r.has("layer_norm_eps");
   m.norm = rms ? NormKind::RmsNorm : NormKind::LayerNorm;

@@ -19,6 +19,7 @@ ModelSpec llama3(std::string name, int64_t layers, int64_t hidden, int64_t heads
   // default_seq: max_position_embeddings (rope_scaling "llama3" to 128k).
   ModelSpec m = llama_layout(std::move(name), layers, hidden, heads, 8, ffn, 128256, 131072, published);
   m.tied_embeddings = tied;
+  m.rope_theta = 500000;  // Llama 3's rotary base (Llama Team 2024, sec. 3.1.1)
   return m;
 }
 
@@ -32,6 +33,7 @@ ModelSpec qwen25(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.vocab = tied ? 151936 : 152064;
   m.qkv_bias = true;
   m.default_seq = seq;
+  m.rope_theta = 1e6;
   return m;
 }
 
@@ -44,6 +46,7 @@ ModelSpec qwen3(std::string name, int64_t layers, int64_t hidden, int64_t heads,
   if (hidden != heads * 128) m.head_size = 128;
   m.qk_norm = true;
   m.default_seq = 40960;
+  m.rope_theta = 1e6;
   return m;
 }
 
@@ -60,6 +63,7 @@ ModelSpec gemma2(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.gelu_gate = true;
   m.sandwich_norm = true;
   m.logit_softcap = true;
+  m.rope_theta = 0;  // 10000
   m.sliding_window = 4096;
   m.window_layers = (layers + 1) / 2;
   m.default_seq = 8192;
@@ -81,6 +85,7 @@ void add_current_presets(std::vector<ModelSpec>& v) {
     // sliding window 4096 on every layer, 32768 positions; hub size 7.24B.
     ModelSpec m = llama3("mistral-7b", 32, 4096, 32, 14336, false, 7'240'000'000);
     m.vocab = 32000;
+    m.rope_theta = 0;  // 10000 (v0.1)
     m.sliding_window = 4096;
     m.window_layers = 32;
     m.default_seq = 32768;

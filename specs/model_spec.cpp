@@ -246,6 +246,7 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
   if (m.logit_softcap) j["logit_softcap"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.window_layers > 0) j["window_layers"] = m.window_layers;
+  if (m.rope_theta > 0) j["rope_theta"] = m.rope_theta;
 }
 
 // Reads the schema that to_json writes. Only layers, hidden, heads and vocab are
@@ -264,7 +265,8 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       "vocab",    "max_positions",  "position_offset", "type_vocab",   "word_embed_dim", "pos",            "mlp",
       "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
       "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq",
-      "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers"};
+      "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers",
+      "rope_theta"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
   for (const char* req : {"layers", "hidden", "heads", "vocab"})
@@ -308,6 +310,12 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
   if (j.contains("head_size")) r.head_size = int_field(j, "head_size", who);
   if (j.contains("sliding_window")) r.sliding_window = int_field(j, "sliding_window", who);
   if (j.contains("window_layers")) r.window_layers = int_field(j, "window_layers", who);
+  if (j.contains("rope_theta")) {
+    const auto& v = j.at("rope_theta");
+    if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1e12)
+      throw InputError(fmt::format("{}: field 'rope_theta' must be a number in (0, 1e12], got {}", who, json_excerpt(v)));
+    r.rope_theta = v.get<double>() == 10000.0 ? 0 : v.get<double>();
+  }
   r.validate();
   m = std::move(r);
 }

@@ -53,6 +53,9 @@ struct ModelSpec {
   bool logit_softcap = false;       // Gemma-2: final logits pass through cap * tanh(logits / cap)
   int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
   int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
+  double rope_theta = 0;            // rotary base (HF rope_theta); 0 = 10000, RoFormer's and Llama-2's. Changes
+                                    // neither time nor memory; the exports pass it on (Megatron --rotary-base)
+  double rotary_base() const { return rope_theta > 0 ? rope_theta : 10000.0; }
   int64_t published_params = 0;     // the count its authors publish (0 when unknown)
   int64_t default_seq = 0;          // the sequence length it was trained with
 
