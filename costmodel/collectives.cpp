@@ -43,10 +43,14 @@ double hierarchical_all_reduce_seconds(double S, const AlphaBeta& intra, const A
 
 namespace {
 
-AlphaBeta flat(const GroupLink& g, double base) { return {g.size, g.seconds_per_byte, g.hop_latency_seconds, base}; }
+// The group's own launch latency where the profile measured its size.
+double base_of(const GroupLink& g, double base) { return g.base_latency_seconds >= 0 ? g.base_latency_seconds : base; }
+AlphaBeta flat(const GroupLink& g, double base) {
+  return {g.size, g.seconds_per_byte, g.hop_latency_seconds, base_of(g, base)};
+}
 // The same at an operation's own rate relative to the all-reduce's.
 AlphaBeta flat_at(const GroupLink& g, double base, double relative) {
-  return {g.size, g.seconds_per_byte / relative, g.hop_latency_seconds, base};
+  return {g.size, g.seconds_per_byte / relative, g.hop_latency_seconds, base_of(g, base)};
 }
 
 }  // namespace

@@ -283,8 +283,11 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     }
     StageCost& sc = out.stage(st);
     sc.overlap_grad_reduce = p.overlap_grad_reduce;
-    sc.compute_slowdown_beside_comm = p.compute_slowdown_beside_comm;
-    sc.comm_slowdown_beside_compute = p.comm_slowdown_beside_compute;
+    // The DP/ZeRO collectives' group size picks the slowdowns where the
+    // profile measured them per group size (collective_groups).
+    const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp);
+    sc.compute_slowdown_beside_comm = at.found ? at.value.compute_slowdown_beside_comm : p.compute_slowdown_beside_comm;
+    sc.comm_slowdown_beside_compute = at.found ? at.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
     const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);

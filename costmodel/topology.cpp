@@ -31,6 +31,8 @@ Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::
   t.rel_all_gather = p.all_gather_relative;
   t.rel_broadcast = p.broadcast_relative;
   t.rel_send_recv = p.send_recv_relative;
+  t.groups = p.collective_groups;
+  t.intra_pcie = c.intra == IntraNode::PCIe;
   const Link nv = c.gpu_link.bandwidth_Bps > 0 ? c.gpu_link : default_link(c.gpu.nvlink);
   const Link pcie = c.pcie.bandwidth_Bps > 0 ? c.pcie : default_link(c.gpu.pcie);
   const Link net = c.network.bandwidth_Bps > 0 ? c.network : default_link(LinkKind::InfiniBand);

@@ -276,7 +276,11 @@ SearchResult search_plans(const SearchRequest& req) {
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
       return std::nullopt;
     }
-    if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
+    if (req.engine != Engine::Ours) {
+      ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
+      if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty())
+        ranked.prediction.memory.notes.push_back(n);
+    }
     return ranked;
   };
   for (const auto& [t, i] : top)
@@ -324,6 +328,16 @@ SearchResult search_plans(const SearchRequest& req) {
       }
       out.families.push_back(std::move(e));
     }
+  }
+  // The shown plan with the largest collective group names the extrapolation once.
+  {
+    const RankedPlan* widest = nullptr;
+    auto width = [](const Strategy& s) { return std::max({s.dp, s.tp, s.pp > 1 ? 2 : 1}); };
+    for (const auto& rp : out.plans)
+      if (!widest || width(rp.plan.strategy) > width(widest->plan.strategy)) widest = &rp;
+    if (widest)
+      if (std::string n = collective_extrapolation_note(profile, widest->plan.strategy); !n.empty())
+        out.notes.push_back(n);
   }
   if (out.stats.engine_refused > 0)
     out.notes.push_back(fmt::format("{} of the strategies checked were skipped: {} cannot run them",

@@ -32,7 +32,7 @@ FORMAT = "planner-device-suite"
 TOP = {"format", "version", "description", "machine", "gpus", "budget_s", "replaces", "results", "build",
        "clock_log_ms", "setup", "calibrate", "predict", "sweeps", "exec", "baselines", "commands"}
 BUILD = {"targets", "tests"}
-CALIBRATE = {"one_gpu", "ranks", "budget_s", "quick"}
+CALIBRATE = {"one_gpu", "ranks", "budget_s", "measure_s", "quick"}
 SWEEP = {"name", "file", "profile", "only", "half", "gpus", "kernels", "steps", "warmup", "headroom", "timeout_s",
          "plots", "env"}
 PREDICT = {"name", "file", "profile", "gpus"}
@@ -102,6 +102,9 @@ def load(path, root):
         ranks = cal.get("ranks", 0)
         if not isinstance(ranks, int) or ranks == 1 or ranks < 0 or ranks > s["gpus"]:
             raise SuiteError("calibrate: \"ranks\" must be 0 (no mpirun) or 2 to gpus")
+        ms = cal.get("measure_s", 0)
+        if not isinstance(ms, int) or ms < 0 or ms > cal.get("budget_s", 260):
+            raise SuiteError("calibrate: \"measure_s\" (calibrate --budget) must be whole seconds within budget_s")
         if not cal.get("one_gpu", True) and not ranks:
             raise SuiteError("calibrate: nothing to measure (one_gpu false and no ranks)")
     measured = set()
@@ -160,6 +163,7 @@ def steps(s, sp):
     cal = s.get("calibrate")
     if cal is not None:
         q = " --quick" if cal.get("quick") else ""
+        q += f" --budget {cal['measure_s']}" if cal.get("measure_s") else ""
         lim = cal.get("budget_s", 260)
         if cal.get("one_gpu", True):
             out.append(("calibrate-1gpu", f"{X} calibrate{q} -o $R/calib/profile-1gpu.json",
