@@ -217,3 +217,32 @@ TEST_CASE("calibrate fits the collective table per group size from the slopes (h
   CHECK(p.calibration->at("fits").contains("collective_groups"));
   CHECK(calibration_table(p).find("   2 GPUs (nvlink): all-reduce 0.600") != std::string::npos);
 }
+
+TEST_CASE("calibrate fits the network link from send/recv between nodes (hand numbers, 2 nodes of 2 H100s)",
+          "[collective_groups]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = {{"format", "planner-calibration"}, {"device", "cuda"}, {"ranks", 4}, {"nodes", 2},
+            {"node_of_rank", {0, 0, 1, 1}}, {"quick", false}, {"created", "2026-01-01T00:00:00Z"},
+            {"machine", {{"gpu_name", "NVIDIA H100 80GB HBM3"}}}};
+  // Rank i of node 0 sends to rank i of node 1, both pairs at once, over TCP
+  // sockets at 5 GB/s each: from 64 to 256 MiB, 192 MiB / 5e9 = 40.27 ms more.
+  const double S0 = 67108864, S1 = 268435456, rate = 5e9;
+  m["collectives"] = json::array();
+  for (const double S : {S0, S1})
+    m["collectives"].push_back({{"op", "send_recv"}, {"backend", "nccl"}, {"group_size", 2}, {"groups", 2},
+                                {"nodes", 2}, {"pair", "across_nodes"}, {"bytes", S}, {"seconds", 1e-3 + S / rate}});
+  const ClusterSpec cluster = calibration_cluster(m, gpu);
+  CHECK(cluster.nodes == 2);
+  CHECK(cluster.gpus_per_node == 2);
+  const HardwareProfile p = fit_profile(m, &gpu);
+  // Each node's two pairs leave through its two 400 Gb/s NICs, one pair's
+  // worth on each: 5 GB/s of 50 is an efficiency of 0.1.
+  CHECK(p.network_efficiency == Approx(0.1).epsilon(1e-9));
+  const GroupLink gl = Topology(cluster, p).p2p({{0, 2}, {1, 3}}, 0);
+  CHECK(gl.nodes == 2);
+  CHECK(send_recv_seconds(S1, gl, 0) - send_recv_seconds(S0, gl, 0) == Approx((S1 - S0) / rate));
+  CHECK(p.calibration->at("fits").contains("network_efficiency"));
+  // No pairs across nodes: the datasheet figure stays.
+  m["collectives"] = json::array();
+  CHECK(fit_profile(m, &gpu).network_efficiency == datasheet_profile(gpu).network_efficiency);
+}
