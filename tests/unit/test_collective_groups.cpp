@@ -8,6 +8,8 @@
 #include "catch.hpp"
 #include "costmodel/calibration.hpp"
 #include "costmodel/collectives.hpp"
+#include "costmodel/compat.hpp"
+#include "costmodel/predict_detail.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/topology.hpp"
 #include "specs/cluster_spec.hpp"
@@ -245,4 +247,35 @@ TEST_CASE("calibrate fits the network link from send/recv between nodes (hand nu
   // No pairs across nodes: the datasheet figure stays.
   m["collectives"] = json::array();
   CHECK(fit_profile(m, &gpu).network_efficiency == datasheet_profile(gpu).network_efficiency);
+}
+
+TEST_CASE("a plan's step with the table equals the step with single figures set to its group size's entry",
+          "[collective_groups]") {
+  // dp=2 ZeRO-1 on 2 H100s: every collective is over the dp group of 2, so a
+  // table whose 2-GPU entry differs from the single figures must predict what
+  // the single figures set to that entry predict (rates, latency and both
+  // slowdowns), and differ from the single figures as they were.
+  PlanRequest req;
+  req.model = "gpt2-xl", req.gpus = "2xH100-SXM", req.strategy = "dp=2,zero=1,mbs=4,gas=2,precision=bf16";
+  const Plan plan = build_plan(req);
+  HardwareProfile single = default_profile(plan.cluster.gpu);
+  single.collective_groups.clear();
+  const Group e{2, false, single.nvlink_efficiency * 0.5, single.nvlink_efficiency * 0.4,
+                single.nvlink_efficiency * 0.45, single.nvlink_efficiency * 0.6, 3e-5, 1.25, 4.0};
+  HardwareProfile table = single;
+  table.collective_groups = {e};
+  HardwareProfile set = single;
+  set.nvlink_efficiency = e.all_reduce_efficiency;
+  set.reduce_scatter_relative = 0.8, set.all_gather_relative = 0.9, set.broadcast_relative = 1.2;
+  set.collective_base_latency_seconds = e.base_latency_seconds;
+  set.compute_slowdown_beside_comm = e.compute_slowdown_beside_comm;
+  set.comm_slowdown_beside_compute = e.comm_slowdown_beside_compute;
+  const double with_table = predict(plan, table).step_seconds;
+  CHECK(with_table == Approx(predict(plan, set).step_seconds).epsilon(1e-12));
+  CHECK(with_table > predict(plan, single).step_seconds);
+  // The same for tensor parallelism over the pair (its collectives between GEMMs).
+  req.model = "gpt-neo-1.3b", req.strategy = "tp=2,sp=1,mbs=4,gas=4,precision=bf16";
+  const Plan tp = build_plan(req);
+  CHECK(predict(tp, table).step_seconds == Approx(predict(tp, set).step_seconds).epsilon(1e-12));
+  CHECK(predict(tp, table).step_seconds > predict(tp, single).step_seconds);
 }
