@@ -26,7 +26,11 @@
 //  nvlink_ or pcie_efficiency, collective_base_latency_seconds  from the
 //                        largest group's all-reduce: bandwidth from the slope
 //                        between the smallest and largest size, launch latency
-//                        from the smallest size (NCCL only)
+//                        from the smallest size (NCCL only; groups inside one node)
+//  collective_groups     the same per group size inside a node, each operation
+//                        apart, with the slowdowns beside that size's collectives
+//  network_efficiency    send/recv between ranks on different nodes (when the
+//                        ranks spanned nodes): the slope over the model's
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>

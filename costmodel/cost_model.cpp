@@ -313,7 +313,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     // Loss and gradient-norm reductions: one float over a group, a tree of
     // its slowest hops (latency-bound).
     auto scalar = [&](const GroupLink& g) {
-      return g.size > 1 ? base + 2 * std::ceil(std::log2(double(g.size))) * g.hop_latency_seconds : 0.0;
+      const double launch = g.base_latency_seconds >= 0 ? g.base_latency_seconds : base;  // the group size's, if measured
+      return g.size > 1 ? launch + 2 * std::ceil(std::log2(double(g.size))) * g.hop_latency_seconds : 0.0;
     };
     sc.scalar_reduce_seconds[size_t(CommGroup::Tp)] = scalar(links.tp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Dp)] = scalar(links.dp[size_t(st)]);

@@ -12,6 +12,7 @@
 
 #include "runtime/comm/comm_detail.hpp"
 #include "runtime/comm/world_node.hpp"
+#include "strategies/errors.hpp"
 #include "runtime/exec_launch.hpp"
 
 namespace planner::rt {
@@ -101,8 +102,7 @@ WorldInfo init_world() {
     char* end = nullptr;
     const long v = std::strtol(std::getenv(node_var), &end, 10);
     if (end == std::getenv(node_var) || *end != '\0' || v < 0 || v > (1 << 30))
-      throw std::runtime_error(std::string("init_world: ") + node_var + "='" + std::getenv(node_var) +
-                               "' is not a node number");
+      throw InputError(std::string(node_var) + "='" + std::getenv(node_var) + "' is not a node number (0, 1, ...)");
     s.node_key = int(v);
     detail::check_mpi(MPI_Comm_split(MPI_COMM_WORLD, int(v), s.info.rank, &node), "init_world: MPI_Comm_split (node)");
   } else {

@@ -158,6 +158,7 @@ assert {x['pair'] for x in c['collectives'] if x['op'] == 'send_recv'} == {'same
   expect_exit_nonzero() { "$@" >"$TMP/out" 2>"$TMP/err"; [ $? -ne 0 ] || { echo "FAIL: $* exited 0"; fails=$((fails+1)); }; }
   PLANNER_NODE=x expect_exit_nonzero "${MPI[@]}" -x PLANNER_NODE $P calibrate --device cpu --quick -q -o "$TMP/bad.json"
   expect_grep "PLANNER_NODE='x' is not a node number" "$TMP/err"
+  grep -q "exit code: *2\|Exit code: *2" "$TMP/err" || { echo "FAIL: a bad PLANNER_NODE should exit 2"; fails=$((fails+1)); }
 fi
 
 # Memory at the edge: a plan predicted not to fit warns before it runs, and says so in result.json.

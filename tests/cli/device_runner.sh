@@ -34,6 +34,11 @@ for l in lines[2:4]:
 for l in lines[4:]:
     assert "--predict-only" not in l and "--kernels" in l and "validation/sets/sweep_h100" in l, l
 PY
+# calibrate.measure_s: each calibrate gets --budget (h100x4_calibrate: one GPU, then mpirun -np 4).
+expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h100x4_calibrate.json"
+expect_grep "^\[calibrate-1gpu\].*CUDA_VISIBLE_DEVICES=0 .*calibrate --budget 180 -o .R/calib/profile-1gpu.json" "$TMP/out"
+expect_grep "^\[calibrate-4gpu\].*mpirun --allow-run-as-root -np 4 .*calibrate --budget 180 -o .R/calib/profile-4gpu.json" "$TMP/out"
+bad '"calibrate": {"ranks": 2, "budget_s": 100, "measure_s": 200}' "measure_s"
 # A committed-profile suite: no calibrate, no predictions, the sweeps in order.
 expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h200x2_heldout18.json"
 expect_grep "^\[run-sweep_h200x2_heldout18\].*--profile validation/h200x2/calib18/profile-2gpu-refit.json" "$TMP/out"
