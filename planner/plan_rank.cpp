@@ -96,7 +96,10 @@ std::string tie_lines(const std::vector<RankedEntry>& ranked, const std::vector<
     size_t last = lead;
     while (last + 1 < group.size() && group[last + 1] == group[lead]) ++last;
     if (last == lead) continue;
-    const TieRule r = tie_rule(ranked[lead].plan->plan.cluster.gpu);
+    // The band's widest rule (over several clusters a pair takes the larger threshold of its GPUs).
+    TieRule r = tie_rule(ranked[lead].plan->plan.cluster.gpu);
+    for (size_t i = lead + 1; i <= last; ++i)
+      if (TieRule m = tie_rule(ranked[i].plan->plan.cluster.gpu); m.threshold_pct > r.threshold_pct) r = std::move(m);
     out += fmt::format("tied: #{} to #{} are predicted within {:.1f}% of #{}, {}: the prediction does not order them\n",
                        lead + 1, last + 1, r.threshold_pct, lead + 1, r.reason);
   }
