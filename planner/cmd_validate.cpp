@@ -307,7 +307,7 @@ void run_validate(const ValidateOpts& o, int& exit_code) {
     if (j.ranking) {
       report["question"] = j.ranking->question;
       report["search_notes"] = j.ranking->notes;
-      report["ranking"] = ranking_summary(plans);
+      report["ranking"] = ranking_summary(plans, j.ranking->tie_threshold_pct, j.ranking->tie_reason);
     }
     return report;
   };

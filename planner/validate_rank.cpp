@@ -7,6 +7,7 @@
 
 #include "costmodel/compat.hpp"
 #include "planner/cli.hpp"
+#include "planner/plan_rank.hpp"
 #include "planner/search.hpp"
 #include "specs/model_spec.hpp"
 #include "strategies/errors.hpp"
@@ -69,6 +70,9 @@ RankSweep ranking_sweep(const std::string& question, int top, const std::string&
   RankSweep out;
   out.question = question;
   out.notes = r.notes;
+  const TieRule tie = tie_rule(req.cluster.gpu);
+  out.tie_threshold_pct = tie.threshold_pct;
+  out.tie_reason = tie.reason;
   out.sweep.path = sweep_path;
   out.sweep.name = fmt::format("ranking check: top {} of planner plan {}", r.plans.size(), question);
   for (size_t i = 0; i < r.plans.size(); ++i) {
@@ -105,7 +109,7 @@ double step_of(const json& p, const char* side) {
 
 }  // namespace
 
-json ranking_summary(const json& plans) {
+json ranking_summary(const json& plans, double tie_threshold_pct, const std::string& tie_reason) {
   std::vector<size_t> ran;  // indices of plans measured
   for (size_t i = 0; i < plans.size(); ++i)
     if (std::isfinite(step_of(plans[i], "measured")) && std::isfinite(step_of(plans[i], "predicted"))) ran.push_back(i);
@@ -139,6 +143,21 @@ json ranking_summary(const json& plans) {
               {"pick_gap_pct", pick_ran ? rows[0]["gap_to_best_pct"] : json(nullptr)},
               {"kendall_tau_b", tau ? json(*tau) : json(nullptr)},
               {"rows", rows}};
+  if (tie_threshold_pct > 0) {
+    std::vector<double> predicted;
+    for (const auto& p : plans) predicted.push_back(step_of(p, "predicted"));
+    const std::vector<int> group = tie_groups(predicted, std::vector<double>(plans.size(), tie_threshold_pct));
+    json tied = json::array();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      out["rows"][i]["tie_group"] = group[i];
+      if (i > 0 && group[i] == group[0]) tied.push_back(plans[i]["name"]);
+    }
+    out["tie_threshold_pct"] = tie_threshold_pct;
+    out["tie_reason"] = tie_reason;
+    out["pick_tied_with"] = tied;
+    out["best_tied_with_pick"] =
+        by_measured.empty() ? json(nullptr) : json(group[by_measured.front()] == group[0]);
+  }
   return out;
 }
 
@@ -160,6 +179,13 @@ std::string ranking_table(const json& g) {
     o += fmt::format("pick {}: {}; measured {} from the best ({})\n", g["pick"].get<std::string>(),
                      g["pick_is_measured_best"].get<bool>() ? "the measured best" : "not the measured best",
                      cell(g["pick_gap_pct"], "{:+.1f}%"), g["measured_best"].get<std::string>());
+  }
+  if (g.contains("pick_tied_with") && !g["pick_tied_with"].empty()) {
+    std::string names;
+    for (const auto& n : g["pick_tied_with"]) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+    o += fmt::format("plan showed the pick tied with {} (within {:.1f}%, {}); the measured best {} that band\n", names,
+                     g["tie_threshold_pct"].get<double>(), g["tie_reason"].get<std::string>(),
+                     g["best_tied_with_pick"].is_boolean() && g["best_tied_with_pick"].get<bool>() ? "is in" : "is outside");
   }
   o += "Kendall's tau-b, predicted against measured step time: " +
        (g["kendall_tau_b"].is_number() ? fmt::format("{:+.2f}", g["kendall_tau_b"].get<double>())

@@ -35,6 +35,8 @@ struct RankSweep {
   Sweep sweep;
   std::string question;  // as given
   std::vector<std::string> notes;  // the search's notes
+  double tie_threshold_pct = 0;    // planner/plan_rank.hpp tie_rule of the question's GPU
+  std::string tie_reason;
 };
 RankSweep ranking_sweep(const std::string& question, int top, const std::string& sweep_path,
                         const std::function<HardwareProfile(const GpuSpec&)>& profile_of);
@@ -49,8 +51,13 @@ std::optional<double> kendall_tau_b(const std::vector<double>& x, const std::vec
 // per plan its predicted rank, predicted and measured step, measured rank and
 // gap to the measured best; the pick (predicted rank 1), whether it is the
 // measured best, its measured gap to the best in percent, and Kendall's tau-b
-// between predicted and measured step times over the plans that ran.
-nlohmann::json ranking_summary(const nlohmann::json& plans);
+// between predicted and measured step times over the plans that ran. With
+// `tie_threshold_pct` > 0, also `plan`'s tie groups (plan_rank.hpp tie_groups
+// of the predicted step times): each row's `tie_group`, the pick's
+// `pick_tied_with` and `best_tied_with_pick` (the measured best was in the
+// pick's group: `plan` showed them as tied, not as an order).
+nlohmann::json ranking_summary(const nlohmann::json& plans, double tie_threshold_pct = 0,
+                               const std::string& tie_reason = "");
 
 // The ranking's table and summary lines.
 std::string ranking_table(const nlohmann::json& ranking);

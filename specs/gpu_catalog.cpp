@@ -355,6 +355,7 @@ StepTimeBand step_time_band(const GpuSpec& g) {
              fmt::format("{} is calibrated: held-out step times were {:.1f}% off on average ({} plans, 90% "
                          "measured {:+.0f}% to {:+.0f}% of predicted)", g.name, m.mape_pct, m.plans, 100 * (m.low - 1),
                          100 * (m.high - 1))};
+        b.mape_pct = m.mape_pct, b.plans = m.plans;
         return b;
       }
     b.calibrated = true;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
+#include "planner/plan_rank.hpp"
 #include "planner/validate_rank.hpp"
 #include "test_util.hpp"
 
@@ -86,4 +87,48 @@ TEST_CASE("parse_rank_question: plan's options, nothing else", "[validate][rank]
   CHECK(contains(error_of([] { parse_rank_question("--model gpt2"); }), "needs --model and --gpus"));
   CHECK(contains(error_of([] { parse_rank_question("--model gpt2 --gpus 2xH100 --seq"); }), "has no value"));
   CHECK(contains(error_of([] { parse_rank_question("--model gpt2 --model gpt2 --gpus 1xH100"); }), "given twice"));
+}
+
+TEST_CASE("tie_groups: a band from each leader, the order unchanged", "[plan][ties]") {
+  // Step times 1.000, 1.020, 1.040, 1.060, 1.200 with a 5% threshold: #2 and
+  // #3 are 2% and 4% above #1 (tied with it); #4 is 6% above (> 5%): it leads
+  // a new group; #5 is 1.20 / 1.06 - 1 = 13.2% above #4: alone.
+  const std::vector<double> steps = {1.000, 1.020, 1.040, 1.060, 1.200};
+  CHECK(tie_groups(steps, std::vector<double>(5, 5.0)) == std::vector<int>{1, 1, 1, 2, 3});
+  // Threshold 0: every plan alone (equal values still tie: 0% <= 0%).
+  CHECK(tie_groups(steps, std::vector<double>(5, 0.0)) == std::vector<int>{1, 2, 3, 4, 5});
+  CHECK(tie_groups({2.0, 2.0}, {0.0, 0.0}) == std::vector<int>{1, 1});
+  // The pair's threshold is the larger of the two: 1.06 is within #4's 7%.
+  CHECK(tie_groups(steps, {5.0, 5.0, 5.0, 7.0, 5.0}) == std::vector<int>{1, 1, 1, 1, 2});
+  CHECK(tie_groups({}, {}).empty());
+}
+
+TEST_CASE("tie_rule: the GPU's held-out MAPE, else half its datasheet band", "[plan][ties]") {
+  const StepTimeBand h100 = step_time_band(gpu_by_name("H100"));
+  const TieRule r = tie_rule(gpu_by_name("H100"));
+  REQUIRE(h100.mape_pct > 0);
+  CHECK(r.threshold_pct == h100.mape_pct);
+  CHECK(contains(r.reason, "held-out step-time MAPE of H100-SXM"));
+  const StepTimeBand a10 = step_time_band(gpu_by_name("A10"));
+  REQUIRE(!a10.calibrated);
+  const TieRule u = tie_rule(gpu_by_name("A10"));
+  CHECK(u.threshold_pct == Approx(100 * (a10.high - a10.low) / 2));
+  CHECK(contains(u.reason, "no held-out runs"));
+}
+
+TEST_CASE("ranking_summary with plan's ties: the flip of issue 30 lies inside the pick's band", "[validate][rank][ties]") {
+  // Predicted 1.367 .. 1.400 s: 2.4% apart, inside H100's 5.1% held-out MAPE,
+  // so plan showed all four as one band; the measured best (rank4) is in it.
+  const json plans = json::array({plan("rank1", 1.367, 1.479), plan("rank2", 1.380, 1.490),
+                                  plan("rank3", 1.390, 1.500), plan("rank4", 1.400, 1.464)});
+  const json g = ranking_summary(plans, 5.1, "the held-out step-time MAPE of H100-SXM");
+  CHECK(g["pick_tied_with"] == json::array({"rank2", "rank3", "rank4"}));
+  CHECK(g["best_tied_with_pick"] == true);
+  CHECK(g["rows"][3]["tie_group"] == 1);
+  CHECK(contains(ranking_table(g), "the measured best is in that band"));
+  // With a 2% band rank4 (2.4% above the pick) leads its own group: outside.
+  const json narrow = ranking_summary(plans, 2.0, "test");
+  CHECK(narrow["pick_tied_with"] == json::array({"rank2", "rank3"}));
+  CHECK(narrow["best_tied_with_pick"] == false);
+  CHECK(narrow["rows"][3]["tie_group"] == 2);
 }
