@@ -634,6 +634,33 @@ struct Fitter {
                     c.size()));
   }
 
+  // Consecutive groups of g of the W measured ranks, as calibrate formed them.
+  static std::vector<std::vector<int>> groups_of(int W, int g) {
+    std::vector<std::vector<int>> gs;
+    for (int s = 0; s + g <= W; s += g) {
+      gs.emplace_back();
+      for (int r = s; r < s + g; ++r) gs.back().push_back(r);
+    }
+    return gs;
+  }
+  static std::vector<std::pair<int, int>> pairs_of(int W) {
+    std::vector<std::pair<int, int>> pairs;
+    for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
+    return pairs;
+  }
+
+  // The smallest and the largest message of `op` over groups of g.
+  std::pair<const json*, const json*> size_ends(const std::string& op, int g) const {
+    const json* lo = nullptr;
+    const json* hi = nullptr;
+    for (const auto& c : m["collectives"]) {
+      if (c["op"] != op || c["group_size"].get<int>() != g) continue;
+      if (!lo || c["bytes"].get<double>() < (*lo)["bytes"].get<double>()) lo = &c;
+      if (!hi || c["bytes"].get<double>() > (*hi)["bytes"].get<double>()) hi = &c;
+    }
+    return {lo, hi};
+  }
+
   void collectives() {
     if (!m.contains("collectives") || m["collectives"].empty()) return;
     if (!gpu || m["collectives"][0].value("backend", "") != "nccl") {
@@ -642,96 +669,87 @@ struct Fitter {
     }
     const int W = m.value("ranks", 1);
     const ClusterSpec cluster = parse_cluster(fmt::format("{}x{}", W, gpu->name));
-    auto groups_of = [&](int g) {
-      std::vector<std::vector<int>> gs;
-      for (int s = 0; s + g <= W; s += g) {
-        gs.emplace_back();
-        for (int r = s; r < s + g; ++r) gs.back().push_back(r);
-      }
-      return gs;
-    };
-    const bool nvlink = cluster.intra != IntraNode::PCIe;
     // The largest group's all-reduce: slope between the smallest and the largest size.
-    const json* lo = nullptr;
-    const json* hi = nullptr;
     int gmax = 0;
     for (const auto& c : m["collectives"])
       if (c["op"] == "all_reduce") gmax = std::max(gmax, c["group_size"].get<int>());
-    for (const auto& c : m["collectives"]) {
-      if (c["op"] != "all_reduce" || c["group_size"].get<int>() != gmax) continue;
-      if (!lo || c["bytes"].get<double>() < (*lo)["bytes"].get<double>()) lo = &c;
-      if (!hi || c["bytes"].get<double>() > (*hi)["bytes"].get<double>()) hi = &c;
-    }
+    const auto [lo, hi] = size_ends("all_reduce", gmax);
     if (lo && hi && lo != hi) {
-      HardwareProfile unit = p;
-      unit.nvlink_efficiency = unit.pcie_efficiency = unit.network_efficiency = 1.0;
-      const GroupLink g1 = Topology(cluster, unit).ring(groups_of(gmax), 0);
-      const double S0 = (*lo)["bytes"].get<double>(), S1 = (*hi)["bytes"].get<double>();
-      const double model_slope = all_reduce_seconds(S1, g1, 0) - all_reduce_seconds(S0, g1, 0);
-      const double meas_slope = (*hi)["seconds"].get<double>() - (*lo)["seconds"].get<double>();
-      const char* field = nvlink ? "nvlink_efficiency" : "pcie_efficiency";
-      const double eff = meas_slope > 0 ? fraction(model_slope / meas_slope, field, notes) : 0;
-      if (eff > 0) {
-        (nvlink ? p.nvlink_efficiency : p.pcie_efficiency) = eff;
-        set(field, eff,
-            fmt::format("all-reduce over {} GPUs ({}): the model's time from {:.0f} B to {:.0f} MiB at full link "
-                        "rate / the measured difference",
-                        gmax, to_string(cluster.intra), S0, S1 / double(1 << 20)));
-      }
-      const GroupLink gf = Topology(cluster, p).ring(groups_of(gmax), 0);
-      const double base = std::max(0.0, (*lo)["seconds"].get<double>() - all_reduce_seconds(S0, gf, 0));
-      p.collective_base_latency_seconds = base;
-      set("collective_base_latency_seconds", base,
-          fmt::format("the {:.0f}-byte all-reduce over {} GPUs less the model's link latency and transfer", S0, gmax));
-      // Each other operation's rate relative to the all-reduce's: the model's
-      // slope between its smallest and largest size (at the rate just fitted,
-      // relative 1) over the measured one, in the largest group (send/recv:
-      // pairs).
-      HardwareProfile rel_one = p;
-      rel_one.reduce_scatter_relative = rel_one.all_gather_relative = rel_one.broadcast_relative =
-          rel_one.send_recv_relative = 1;
-      const Topology at_one(cluster, rel_one);
-      struct Op {
-        const char* name;
-        double HardwareProfile::*field;
-      };
-      for (const Op& o : {Op{"reduce_scatter", &HardwareProfile::reduce_scatter_relative},
-                          Op{"all_gather", &HardwareProfile::all_gather_relative},
-                          Op{"broadcast", &HardwareProfile::broadcast_relative},
-                          Op{"send_recv", &HardwareProfile::send_recv_relative}}) {
-        const std::string op = o.name;
-        const int g = op == "send_recv" ? 2 : gmax;
-        const json* a = nullptr;
-        const json* b = nullptr;
-        for (const auto& c : m["collectives"]) {
-          if (c["op"] != op || c["group_size"].get<int>() != g) continue;
-          if (!a || c["bytes"].get<double>() < (*a)["bytes"].get<double>()) a = &c;
-          if (!b || c["bytes"].get<double>() > (*b)["bytes"].get<double>()) b = &c;
-        }
-        if (!a || !b || a == b) continue;
-        const double s0 = (*a)["bytes"].get<double>(), s1 = (*b)["bytes"].get<double>();
-        auto model = [&](double S) {
-          if (op == "send_recv") {
-            std::vector<std::pair<int, int>> pairs;
-            for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
-            return send_recv_seconds(S, at_one.p2p(pairs, 0), 0);
-          }
-          const GroupLink gl = at_one.ring(groups_of(g), 0);
-          return op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, 0)
-                 : op == "all_gather"   ? all_gather_seconds(S, gl, 0)
-                                        : broadcast_seconds(S, gl, 0);
-        };
-        const double meas = (*b)["seconds"].get<double>() - (*a)["seconds"].get<double>();
-        const double mod = model(s1) - model(s0);
-        if (!(meas > 0 && mod > 0)) continue;
-        const double rel = std::clamp(mod / meas, 0.2, 5.0);
-        p.*(o.field) = rel;
-        set(op + "_relative", rel,
-            fmt::format("{} over {} GPUs: the model's time from {:.0f} B to {:.0f} MiB at the all-reduce's rate / "
-                        "the measured difference",
-                        op, g, s0, s1 / double(1 << 20)));
-      }
+      fit_link(cluster, W, gmax, *lo, *hi);
+      fit_relative_rates(cluster, W, gmax);
     }
+    annotate_collectives(cluster, W);
+  }
+
+  // The link efficiency and the base latency, from the all-reduce over gmax
+  // GPUs at its smallest (lo) and largest (hi) size.
+  void fit_link(const ClusterSpec& cluster, int W, int gmax, const json& lo, const json& hi) {
+    const bool nvlink = cluster.intra != IntraNode::PCIe;
+    HardwareProfile unit = p;
+    unit.nvlink_efficiency = unit.pcie_efficiency = unit.network_efficiency = 1.0;
+    const GroupLink g1 = Topology(cluster, unit).ring(groups_of(W, gmax), 0);
+    const double S0 = lo["bytes"].get<double>(), S1 = hi["bytes"].get<double>();
+    const double model_slope = all_reduce_seconds(S1, g1, 0) - all_reduce_seconds(S0, g1, 0);
+    const double meas_slope = hi["seconds"].get<double>() - lo["seconds"].get<double>();
+    const char* field = nvlink ? "nvlink_efficiency" : "pcie_efficiency";
+    const double eff = meas_slope > 0 ? fraction(model_slope / meas_slope, field, notes) : 0;
+    if (eff > 0) {
+      (nvlink ? p.nvlink_efficiency : p.pcie_efficiency) = eff;
+      set(field, eff,
+          fmt::format("all-reduce over {} GPUs ({}): the model's time from {:.0f} B to {:.0f} MiB at full link "
+                      "rate / the measured difference",
+                      gmax, to_string(cluster.intra), S0, S1 / double(1 << 20)));
+    }
+    const GroupLink gf = Topology(cluster, p).ring(groups_of(W, gmax), 0);
+    const double base = std::max(0.0, lo["seconds"].get<double>() - all_reduce_seconds(S0, gf, 0));
+    p.collective_base_latency_seconds = base;
+    set("collective_base_latency_seconds", base,
+        fmt::format("the {:.0f}-byte all-reduce over {} GPUs less the model's link latency and transfer", S0, gmax));
+  }
+
+  // Each other operation's rate relative to the all-reduce's: the model's
+  // slope between its smallest and largest size (at the rate just fitted,
+  // relative 1) over the measured one, in the largest group (send/recv:
+  // pairs).
+  void fit_relative_rates(const ClusterSpec& cluster, int W, int gmax) {
+    HardwareProfile rel_one = p;
+    rel_one.reduce_scatter_relative = rel_one.all_gather_relative = rel_one.broadcast_relative =
+        rel_one.send_recv_relative = 1;
+    const Topology at_one(cluster, rel_one);
+    struct Rate {
+      const char* name;
+      double HardwareProfile::*field;
+    };
+    for (const Rate& o : {Rate{"reduce_scatter", &HardwareProfile::reduce_scatter_relative},
+                          Rate{"all_gather", &HardwareProfile::all_gather_relative},
+                          Rate{"broadcast", &HardwareProfile::broadcast_relative},
+                          Rate{"send_recv", &HardwareProfile::send_recv_relative}}) {
+      const std::string op = o.name;
+      const int g = op == "send_recv" ? 2 : gmax;
+      const auto [a, b] = size_ends(op, g);
+      if (!a || !b || a == b) continue;
+      const double s0 = (*a)["bytes"].get<double>(), s1 = (*b)["bytes"].get<double>();
+      auto model = [&](double S) {
+        if (op == "send_recv") return send_recv_seconds(S, at_one.p2p(pairs_of(W), 0), 0);
+        const GroupLink gl = at_one.ring(groups_of(W, g), 0);
+        return op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, 0)
+               : op == "all_gather"   ? all_gather_seconds(S, gl, 0)
+                                      : broadcast_seconds(S, gl, 0);
+      };
+      const double meas = (*b)["seconds"].get<double>() - (*a)["seconds"].get<double>();
+      const double mod = model(s1) - model(s0);
+      if (!(meas > 0 && mod > 0)) continue;
+      const double rel = std::clamp(mod / meas, 0.2, 5.0);
+      p.*(o.field) = rel;
+      set(op + "_relative", rel,
+          fmt::format("{} over {} GPUs: the model's time from {:.0f} B to {:.0f} MiB at the all-reduce's rate / "
+                      "the measured difference",
+                      op, g, s0, s1 / double(1 << 20)));
+    }
+  }
+
+  // Every measured point with the fitted model's time, its error and bus bandwidth.
+  void annotate_collectives(const ClusterSpec& cluster, int W) {
     const Topology topo(cluster, p);
     for (auto& c : m["collectives"]) {
       const int g = c["group_size"].get<int>();
@@ -740,11 +758,9 @@ struct Fitter {
       const double base = p.collective_base_latency_seconds;
       double model;
       if (op == "send_recv") {
-        std::vector<std::pair<int, int>> pairs;
-        for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
-        model = send_recv_seconds(S, topo.p2p(pairs, 0), base);
+        model = send_recv_seconds(S, topo.p2p(pairs_of(W), 0), base);
       } else {
-        const GroupLink gl = topo.ring(groups_of(g), 0);
+        const GroupLink gl = topo.ring(groups_of(W, g), 0);
         model = op == "all_reduce"       ? all_reduce_seconds(S, gl, base)
                 : op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, base)
                 : op == "all_gather"     ? all_gather_seconds(S, gl, base)
