@@ -14,6 +14,8 @@
 #include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_buffers.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -25,16 +27,36 @@ namespace {
 
 // ZeRO-2/3 unit buffers on a stage (bytes), as the runtime's executor keeps
 // them (runtime/engine.cpp, BufferPool): the embedding and the head each have
-// their own, the layers share two layer-sized slots (the unit computing and the
-// one prefetched or still reducing); gradients under ZeRO-2/3, gathered
-// parameters too under ZeRO-3.
+// their own; the layers share a pool of layer-sized slots, one per layer unit
+// that holds a buffer at once, as the stage's list of the step program says
+// (unit_buffer_peaks: gathered parameters from Gather to Release under ZeRO-3,
+// a unit's gradient from its backward to its Reduce), and two from the pool's
+// first use (runtime/engine.cpp acquire: the slot a unit just gave back may
+// still be read by its collective, so the next unit takes the other one).
+// Read off the program of at most two micro-batches: ZeRO-2/3 need pp = 1
+// (Strategy::validate), where every micro-batch runs the same actions, so
+// two hold every moment of a longer step (a micro-batch and the step from one
+// to the next). Per shape, once per thread.
 double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool head, int layers, int e) {
   if (s.zero < 2) return 0;
+  Strategy x = s;
+  x.gas = std::min(s.gas, 2);
+  using Key = std::tuple<int, int, int64_t, bool, int>;
+  thread_local std::map<Key, UnitBufferPeaks> known;
+  const Key key{x.zero, x.gas, int64_t(m.layers), m.tied_embeddings, int(x.offload)};
+  auto it = known.find(key);
+  if (it == known.end()) {
+    const StepProgram prog = build_step_program(x, m.layers, StepOptions{m.tied_embeddings});
+    it = known.emplace(key, unit_buffer_peaks(prog.stages[0], prog.partition)).first;
+  }
+  // A stage with a layer unit gets at least the pool's two slots.
+  auto slots = [&](int peak) { return layers > 0 ? std::max(2, peak) : 0; };
   const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
   const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
   const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
-  const double set = E + H + std::min(2, layers) * L;
-  return double(e) * set * (s.zero == 3 ? 2 : 1);
+  const double grads = E + H + slots(it->second.gradient_layers) * L;
+  const double gathered = s.zero == 3 ? E + H + slots(it->second.gathered_layers) * L : 0.0;
+  return double(e) * (grads + gathered);
 }
 
 }  // namespace
