@@ -81,7 +81,7 @@ class Simulator {
 
  private:
   struct StageState;
-  class Walk;  // one walk of a program, one handler per kind of action (simulator.cpp)
+  class Walk;  // one walk of a program, one handler per kind of action (simulator_walk.cpp)
   SimResult result_;
   std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_;
   std::vector<double> param_ready_, fetch_end_, grad_ready_, param_updated_;
