@@ -315,6 +315,10 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     sc.scalar_reduce_seconds[size_t(CommGroup::Tp)] = scalar(links.tp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Dp)] = scalar(links.dp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Pp)] = scalar(links.pp);
+    for (const StepAction& a : add_step_tail({}, s, layout.part, st, StepOptions{m.tied_embeddings}))
+      if (a.op == StepOp::TiedReduce || a.op == StepOp::ReplicaReduce || a.op == StepOp::LossReduce ||
+          a.op == StepOp::NormReduce)
+        sc.step_end_reductions.push_back(a);
   }
 }
 

@@ -80,18 +80,21 @@ double makespan_lower_bound(const CostModel& cost, int m) {
         td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;
       }
     }
-    // The step's end on the compute stream: the blocking reductions every
-    // program of this shape has (the loss over pp and dp, the norm over tp and
-    // pp, the tied sum where priced: it waits for the first stage, so it
-    // follows the last backward's way down). The replicated sum only on the
-    // first stage: elsewhere it may run while the last backward goes down
-    // the pipeline (tail). After the norm: the GPU
+    // The step's end on the compute stream: the stage's blocking reductions
+    // as its program has them (StageCost::step_end_reductions). From the
+    // first one across the pipeline on (TiedReduce waits for the first stage,
+    // a reduction over pp for every stage) they follow the last backward's
+    // way down (tail); those before it may run while it goes down, so only
+    // the first stage, which has no way down, counts them. After the norm: the GPU
     // optimizer, or the CPU's unit after unit; the uploads (copy stream) and
     // all-gathers (comm stream) are serial on their streams, and the last
     // unit's follow its own update.
-    const auto& q = sc.scalar_reduce_seconds;
-    const double reductions = sc.tied_grad_seconds + (s == 0 ? sc.replica_reduce_seconds : 0) +
-                              2 * q[size_t(CommGroup::Pp)] + q[size_t(CommGroup::Dp)] + q[size_t(CommGroup::Tp)];
+    double reductions = 0;
+    bool after_pipeline = s == 0;
+    for (const StepAction& a : sc.step_end_reductions) {
+      after_pipeline = after_pipeline || a.op == StepOp::TiedReduce || a.group == CommGroup::Pp;
+      if (after_pipeline) reductions += sc.reduction_seconds(a);
+    }
     const double after = (sc.cpu_optimizer ? 0 : sc.optimizer_seconds) +
                          std::max({cpu + td_last + ag_last, to_device + ag_last, all_gather});
     best = std::max(best, head + m * busy + tail + reductions + after);

@@ -349,9 +349,7 @@ class Simulator::Walk {
     const StepAction& a = prog_.stages[size_t(s)][i];
     const bool across = a.op == StepOp::TiedReduce || a.group == CommGroup::Pp;
     const int members = a.op == StepOp::TiedReduce ? std::min(pp_, 2) : across ? pp_ : 1;
-    const double seconds = a.op == StepOp::TiedReduce      ? sc.tied_grad_seconds
-                           : a.op == StepOp::ReplicaReduce ? sc.replica_reduce_seconds
-                                                           : sc.scalar_reduce_seconds[size_t(a.group)];
+    const double seconds = sc.reduction_seconds(a);
     Meet& mt = meets_[size_t(a.op) * 4 + size_t(a.group)];
     if (across) {
       if (st.meeting != int(i)) {
