@@ -97,11 +97,28 @@ struct CostContext::Impl {
   std::unordered_map<int64_t, LayerSet> layers;
   std::unordered_map<int64_t, Links> links;
   std::unordered_map<int64_t, Layout> layouts;
+  std::unordered_map<int64_t, std::vector<StepList>> step_ends;
   double host_Bps;
 
   Impl(const ModelSpec& m, const ClusterSpec& c, int64_t s, const HardwareProfile& p)
       : model(m), cluster(c), seq(s), profile(p), topo(c, p) {
     host_Bps = topo.host_copy_Bps(c.gpus_per_node);
+  }
+
+  // Each stage's step-end reductions (TiedReduce, ReplicaReduce, LossReduce,
+  // NormReduce) as add_step_tail emits them, per shape: which ones a stage has
+  // depends on pp, whether dp and tp exceed 1, sp and ZeRO-2/3 only.
+  const std::vector<StepList>& step_end_reductions(const Strategy& s, const LayerPartition& part) {
+    const int64_t key = (int64_t(s.pp) << 8) | (s.dp > 1) << 3 | (s.tp > 1) << 2 | int(s.sp) << 1 | (s.zero >= 2);
+    auto it = step_ends.find(key);
+    if (it != step_ends.end()) return it->second;
+    std::vector<StepList> out(size_t(s.pp));
+    for (int st = 0; st < s.pp; ++st)
+      for (const StepAction& a : add_step_tail({}, s, part, st, StepOptions{model.tied_embeddings}))
+        if (a.op == StepOp::TiedReduce || a.op == StepOp::ReplicaReduce || a.op == StepOp::LossReduce ||
+            a.op == StepOp::NormReduce)
+          out[size_t(st)].push_back(a);
+    return step_ends[key] = std::move(out);
   }
 
   const GroupLink& tp_link(int tp) {
@@ -319,6 +336,7 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     sc.scalar_reduce_seconds[size_t(CommGroup::Tp)] = scalar(links.tp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Dp)] = scalar(links.dp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Pp)] = scalar(links.pp);
+    sc.step_end_reductions = x.step_end_reductions(s, layout.part)[size_t(st)];
   }
 }
 
