@@ -12,6 +12,25 @@
 
 namespace planner {
 
+// Expert parallelism's model rules: ep splits routed experts, so it needs a
+// mixture of experts whose expert count it divides, and tp splits each
+// expert's inner width as it splits the dense MLP's (expert tensor
+// parallelism = tp, Megatron-core's default).
+void check_moe_compat(const ModelSpec& m, const Strategy& s) {
+  if (!m.moe.enabled()) {
+    if (s.ep > 1)
+      throw InputError(fmt::format("strategy: ep={} needs a mixture-of-experts model ({} has no experts)", s.ep, m.name));
+    return;
+  }
+  if (m.moe.experts % s.ep != 0)
+    throw InputError(fmt::format("strategy: ep={} must divide the experts ({})", s.ep, m.moe.experts));
+  if (m.moe.expert_ffn % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the experts' FFN width ({})", s.tp, m.moe.expert_ffn));
+  if (m.moe.shared_ffn % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the shared experts' FFN width ({})", s.tp, m.moe.shared_ffn));
+  throw InputError(fmt::format("model {}: mixture of experts is not priced by the cost model yet", m.name));
+}
+
 std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   const ModelSpec& m = plan.model;
   const ClusterSpec& c = plan.cluster;
@@ -27,6 +46,7 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     throw InputError(fmt::format("strategy: tp={} must divide the key/value heads ({})", s.tp, m.kv_heads));
   if (m.ffn % s.tp != 0)
     throw InputError(fmt::format("strategy: tp={} must divide the FFN width ({})", s.tp, m.ffn));
+  check_moe_compat(m, s);
   if (s.pp * s.vpp > m.layers)
     throw InputError(s.vpp > 1 ? fmt::format("strategy: pp*vpp = {} must be at most the layers ({})", s.pp * s.vpp, m.layers)
                                : fmt::format("strategy: pp={} must be at most the layers ({})", s.pp, m.layers));
