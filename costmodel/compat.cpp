@@ -28,7 +28,6 @@ void check_moe_compat(const ModelSpec& m, const Strategy& s) {
     throw InputError(fmt::format("strategy: tp={} must divide the experts' FFN width ({})", s.tp, m.moe.expert_ffn));
   if (m.moe.shared_ffn % s.tp != 0)
     throw InputError(fmt::format("strategy: tp={} must divide the shared experts' FFN width ({})", s.tp, m.moe.shared_ffn));
-  throw InputError(fmt::format("model {}: mixture of experts is not priced by the cost model yet", m.name));
 }
 
 std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
@@ -131,6 +130,14 @@ std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& give
   // What every answer models: "fine-tuning" here is full training.
   std::vector<std::string> out{"full training: AdamW on every weight (LoRA and frozen layers are not modelled)"};
   const ClusterSpec& c = p.cluster;
+  if (p.model.moe.enabled()) {
+    const MoeSpec& e = p.model.moe;
+    out.push_back(fmt::format("token imbalance {:g} ({}; --moe-imbalance to change), {} routing", e.imbalance,
+                              e.imbalance == 1.0 ? "every expert gets tokens*top_k/experts"
+                                                 : "the busiest expert gets that many times the balanced load",
+                              e.capacity_factor > 0 ? fmt::format("capacity factor {:g}", e.capacity_factor)
+                                                    : std::string("dropless")));
+  }
   if (!given.seq) {
     const int64_t trained = p.model.default_seq > 0 ? p.model.default_seq : 0;
     out.push_back(trained > p.seq ? fmt::format("seq {} (the model allows {}; --seq to change)", p.seq, trained)

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -81,7 +83,9 @@ struct Links {
 };
 
 int64_t layer_key(const Strategy& s) {
-  return ((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt);
+  // ep (at most 2^20) above the rest (below 2^40): a MoE layer's experts depend on it.
+  return ((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt) +
+         (s.ep > 1 ? int64_t(s.ep) << 40 : 0);
 }
 int64_t grid_key(const Strategy& s) { return (int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp; }
 
@@ -97,6 +101,7 @@ struct CostContext::Impl {
   std::unordered_map<int64_t, LayerSet> layers;
   std::unordered_map<int64_t, Links> links;
   std::unordered_map<int64_t, Layout> layouts;
+  std::map<std::pair<int64_t, int>, MoeLinks> moe_links_by_grid;  // mixture of experts: (grid, ep)
   double host_Bps;
 
   Impl(const ModelSpec& m, const ClusterSpec& c, int64_t s, const HardwareProfile& p)
@@ -124,9 +129,18 @@ struct CostContext::Impl {
     if (it != layers.end()) return it->second;
     const LayerShape shape{seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
     const GroupLink& l = tp_link(s.tp);
-    LayerSet set{transformer_layer_times(profile, model, shape, l), embedding_times(profile, model, shape, l),
-                 head_times(profile, model, shape, l)};
+    // A mixture of experts' mean layer (moe_costs.hpp; the dense layer itself otherwise).
+    LayerSet set{model.moe.enabled() ? moe_mean_layer_times(profile, model, shape, l, s.ep)
+                                     : transformer_layer_times(profile, model, shape, l),
+                 embedding_times(profile, model, shape, l), head_times(profile, model, shape, l)};
     return layers[key] = set;
+  }
+
+  const MoeLinks& moe_links_for(const Strategy& s) {
+    const auto key = std::make_pair(grid_key(s), s.ep);
+    auto it = moe_links_by_grid.find(key);
+    if (it != moe_links_by_grid.end()) return it->second;
+    return moe_links_by_grid[key] = moe_links(topo, s, cluster.gpus_per_node);
   }
 
   const Layout& layout(int pp, int vpp) {
@@ -242,16 +256,55 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const double P_layer = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
   const double P_emb = double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
   const double P_head = double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
+  // Mixture of experts: the mean layer's parameters, those ZeRO shards over
+  // dp and the local experts' over the expert-data-parallel group (dp/ep),
+  // whose gradients are reduced there; the all-to-all in each layer's passes.
+  const MoeLinks* moe_links = m.moe.enabled() ? &x.moe_links_for(s) : nullptr;
+  double P_layer_experts = 0;
+  double P_layer_dense = P_layer;
+  if (moe_links) {
+    const MoeLayerParams lp = moe_layer_params_per_rank(m, s.tp, s.ep);
+    const double L = double(m.layers), k = double(m.moe_layers());
+    P_layer_dense = ((L - k) * P_layer + k * double(lp.shared)) / L;
+    P_layer_experts = k * double(lp.experts) / L;
+  }
+  const int expert_dp = std::max(1, s.dp / s.ep);
   const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
+  const LayerShape shape{x.seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
+  // A MoE layer unit's additions: the dispatch and combine all-to-alls in
+  // each pass (again in a full recomputation), and its local experts'
+  // gradient reduction, ZeRO gathers, offload copies and optimizer share over
+  // the expert-data-parallel group.
+  auto add_moe_unit = [&](UnitCost& u, int st, double dense_shard) {
+    const GroupLink& el = moe_links->expert_dp[size_t(st)];
+    const double a2a = moe_all_to_all_seconds(m, shape, s.ep, moe_links->ep[size_t(st)], base);
+    const double again = s.ckpt == Ckpt::Full ? a2a : 0.0;
+    u.forward_seconds += a2a;
+    u.forward_comm_seconds += a2a;
+    u.backward_seconds += a2a + again;
+    u.backward_comm_seconds += a2a + again;
+    u.recompute_seconds += again;
+    const double Pe = P_layer_experts, shard_e = s.zero >= 1 ? Pe / expert_dp : Pe;
+    u.all_reduce_seconds += all_reduce_seconds(Pe * eg, el, base);
+    u.reduce_scatter_seconds += reduce_scatter_seconds(Pe * eg, el, base);
+    if (s.zero == 3) u.gather_seconds += all_gather_seconds(Pe * e, el, base);
+    if (s.offload == Offload::All) u.fetch_seconds += host_copy_seconds(p, Pe * e / expert_dp, x.host_Bps);
+    if (offload) {
+      u.to_host_seconds += host_copy_seconds(p, shard_e * eg, x.host_Bps);
+      u.cpu_adam_seconds = cpu_adam_seconds(p, x.cluster, dense_shard + shard_e, procs);
+    }
+    if (offload && !(s.offload == Offload::All && s.zero == 3)) u.to_device_seconds += host_copy_seconds(p, shard_e * e, x.host_Bps);
+    if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds += all_gather_seconds(Pe * e, el, base);
+  };
   for (int st = 0; st < s.pp; ++st) {
     const GroupLink& dl = links.dp[st];
-    double stage_params = 0;
+    double stage_params = 0, stage_expert_params = 0;
     for (int kind = 0; kind < kKinds; ++kind) {
       const bool here = kind == kLayer || (kind == kEmbedding && st == 0) || (kind == kHead && st == s.pp - 1);
       if (!here) continue;
       const PassTimes& t = kind == kEmbedding ? ls.embedding : kind == kHead ? ls.head : ls.layer;
-      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer;
+      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer_dense;
       UnitCost& u = out.entry(size_t(st) * kKinds + kind);
       u.forward_seconds = t.forward.total_seconds();
       u.recompute_seconds = t.recompute.total_seconds();
@@ -273,10 +326,12 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
+      if (moe_links && kind == kLayer) add_moe_unit(u, st, shard);
       if (kind == kLayer) {
         int layers = 0;  // the stage's layers over its chunks
         for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
         stage_params += layers * P;
+        stage_expert_params += layers * P_layer_experts;
       } else {
         stage_params += P;
       }
@@ -285,7 +340,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     sc.overlap_grad_reduce = p.overlap_grad_reduce;
     sc.compute_slowdown_beside_comm = p.compute_slowdown_beside_comm;
     sc.comm_slowdown_beside_compute = p.comm_slowdown_beside_compute;
-    const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
+    const double shard = s.zero >= 1 ? stage_params / s.dp + stage_expert_params / expert_dp
+                                     : stage_params + stage_expert_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
     if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {

@@ -13,6 +13,7 @@
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
 
 namespace planner {
@@ -30,7 +31,8 @@ namespace {
 // parameters too under ZeRO-3.
 double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool head, int layers, int e) {
   if (s.zero < 2) return 0;
-  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  // The largest layer: a MoE layer's non-expert and local-expert parameters (costmodel/moe_costs.hpp).
+  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp) + moe_extra_layer_params_per_rank(m, s));
   const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
   const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
   const double set = E + H + std::min(2, layers) * L;
@@ -137,8 +139,15 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     sm.last_layer = first + chunk_layers[st];
     sm.layers = layers;
     sm.params = stage_params_per_rank(m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
-    const ModelStateBytes ms = engine == Engine::Ours ? model_state_bytes(double(sm.params), s, k)
-                                                      : engine_model_state_bytes(double(sm.params), s, engine);
+    // Mixture of experts: the stage's MoE layers corrected, their local
+    // experts' states sharded over the expert-data-parallel group (dp/ep).
+    const MoeStageParams moe = moe_stage_params(m, s, st, chunk_layers, sm.params);
+    sm.params = moe.dense + moe.experts;
+    auto states = [&](double P, const Strategy& x) {
+      return engine == Engine::Ours ? model_state_bytes(P, x, k) : engine_model_state_bytes(P, x, engine);
+    };
+    ModelStateBytes ms = states(double(moe.dense), s);
+    if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
 
     auto& g = sm.gpu;
     g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
@@ -210,6 +219,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
       // fixed pool (zero_buffer_bytes).
       comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e) + pp_buffers + nccl;
     }
+    comm += moe_dispatch_buffer_bytes(m, s, plan.seq);  // all-to-all send/receive buffers of a MoE layer
     g[int(MemCategory::CommBuffers)] = saturate_bytes(comm);
 
     const double dynamic = act + g[int(MemCategory::LogitsLoss)];
