@@ -41,12 +41,21 @@ expect_bad_input $P predict "${args[@]}" --moe-imbalance 9
 expect_grep "moe.imbalance=9" "$TMP/err"
 expect_bad_input $P predict --model mistral-7b --gpus 8xH100 --strategy ep=2
 expect_grep "needs a mixture-of-experts model" "$TMP/err"
-# The Megatron export carries the MoE arguments.
+# The search plans ep; the Megatron export carries the MoE arguments.
+expect_exit 0 $P plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 8x8xH100 --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert any(",ep=" in p["strategy"] for p in j["plans"]), [p["strategy"] for p in j["plans"]]
+PY
 expect_exit 0 $P predict --model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,sp=1,ep=4,zero=1,mbs=1 --seq 4096 --global-batch 128 -o "$TMP/moe_plan.json"
 expect_exit 0 $P export "$TMP/moe_plan.json" --to megatron -o "$TMP/megatron.args"
 expect_grep "^--expert-model-parallel-size 4" "$TMP/megatron.args"
 expect_grep "^--num-experts 8" "$TMP/megatron.args"
 expect_grep "^--moe-router-topk 2" "$TMP/megatron.args"
+# ... and the table shows it.
+expect_exit 0 $P plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 8x8xH100
+expect_grep ",ep=[0-9]" "$TMP/out"
 # DeepSeek's latent attention: refused by name, in one line.
 expect_bad_input $P predict --model deepseek-ai/DeepSeek-V2-Lite --gpus 8xH100
 expect_grep "latent attention" "$TMP/err"
