@@ -260,43 +260,13 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   // dp and the local experts' over the expert-data-parallel group (dp/ep),
   // whose gradients are reduced there; the all-to-all in each layer's passes.
   const MoeLinks* moe_links = m.moe.enabled() ? &x.moe_links_for(s) : nullptr;
-  double P_layer_experts = 0;
-  double P_layer_dense = P_layer;
-  if (moe_links) {
-    const MoeLayerParams lp = moe_layer_params_per_rank(m, s.tp, s.ep);
-    const double L = double(m.layers), k = double(m.moe_layers());
-    P_layer_dense = ((L - k) * P_layer + k * double(lp.shared)) / L;
-    P_layer_experts = k * double(lp.experts) / L;
-  }
+  const MoeLayerParams mean = mean_layer_params_per_rank(m, s, int64_t(P_layer));
+  const double P_layer_dense = moe_links ? double(mean.shared) : P_layer, P_layer_experts = double(mean.experts);
   const int expert_dp = std::max(1, s.dp / s.ep);
   const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
-  const LayerShape shape{x.seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
-  // A MoE layer unit's additions: the dispatch and combine all-to-alls in
-  // each pass (again in a full recomputation), and its local experts'
-  // gradient reduction, ZeRO gathers, offload copies and optimizer share over
-  // the expert-data-parallel group.
-  auto add_moe_unit = [&](UnitCost& u, int st, double dense_shard) {
-    const GroupLink& el = moe_links->expert_dp[size_t(st)];
-    const double a2a = moe_all_to_all_seconds(m, shape, s.ep, moe_links->ep[size_t(st)], base);
-    const double again = s.ckpt == Ckpt::Full ? a2a : 0.0;
-    u.forward_seconds += a2a;
-    u.forward_comm_seconds += a2a;
-    u.backward_seconds += a2a + again;
-    u.backward_comm_seconds += a2a + again;
-    u.recompute_seconds += again;
-    const double Pe = P_layer_experts, shard_e = s.zero >= 1 ? Pe / expert_dp : Pe;
-    u.all_reduce_seconds += all_reduce_seconds(Pe * eg, el, base);
-    u.reduce_scatter_seconds += reduce_scatter_seconds(Pe * eg, el, base);
-    if (s.zero == 3) u.gather_seconds += all_gather_seconds(Pe * e, el, base);
-    if (s.offload == Offload::All) u.fetch_seconds += host_copy_seconds(p, Pe * e / expert_dp, x.host_Bps);
-    if (offload) {
-      u.to_host_seconds += host_copy_seconds(p, shard_e * eg, x.host_Bps);
-      u.cpu_adam_seconds = cpu_adam_seconds(p, x.cluster, dense_shard + shard_e, procs);
-    }
-    if (offload && !(s.offload == Offload::All && s.zero == 3)) u.to_device_seconds += host_copy_seconds(p, shard_e * e, x.host_Bps);
-    if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds += all_gather_seconds(Pe * e, el, base);
-  };
+  const MoeUnitContext moe_unit{m, s, p, x.cluster, LayerShape{x.seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt},
+                                e, eg, base, x.host_Bps};
   for (int st = 0; st < s.pp; ++st) {
     const GroupLink& dl = links.dp[st];
     double stage_params = 0, stage_expert_params = 0;
@@ -326,7 +296,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
-      if (moe_links && kind == kLayer) add_moe_unit(u, st, shard);
+      if (moe_links && kind == kLayer)
+        add_moe_unit_costs(u, moe_unit, moe_links->ep[size_t(st)], moe_links->expert_dp[size_t(st)], P_layer_experts, shard);
       if (kind == kLayer) {
         int layers = 0;  // the stage's layers over its chunks
         for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];

@@ -182,6 +182,41 @@ double moe_all_to_all_seconds(const ModelSpec& m, const LayerShape& s, int ep, c
   return share * 2 * all_to_all_seconds(bytes, ep_link, base_latency_s);
 }
 
+MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s, int64_t dense_layer) {
+  if (!m.moe.enabled()) return {dense_layer, 0};
+  const MoeLayerParams lp = moe_layer_params_per_rank(m, s.tp, s.ep);
+  const double L = double(m.layers), k = double(m.moe_layers());
+  return {int64_t(((L - k) * double(dense_layer) + k * double(lp.shared)) / L), int64_t(k * double(lp.experts) / L)};
+}
+
+void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& ep_link, const GroupLink& el,
+                        double Pe, double dense_shard) {
+  const Strategy& s = c.s;
+  const double base = c.base_latency_s, e = c.e, eg = c.eg;
+  const int expert_dp = std::max(1, s.dp / std::max(1, s.ep));
+  const bool offload = s.offload != Offload::None;
+  const double a2a = moe_all_to_all_seconds(c.m, c.shape, s.ep, ep_link, base);
+  const double again = s.ckpt == Ckpt::Full ? a2a : 0.0;
+  u.forward_seconds += a2a;
+  u.forward_comm_seconds += a2a;
+  u.backward_seconds += a2a + again;
+  u.backward_comm_seconds += a2a + again;
+  u.recompute_seconds += again;
+  const double shard_e = s.zero >= 1 ? Pe / expert_dp : Pe;
+  u.all_reduce_seconds += all_reduce_seconds(Pe * eg, el, base);
+  u.reduce_scatter_seconds += reduce_scatter_seconds(Pe * eg, el, base);
+  if (s.zero == 3) u.gather_seconds += all_gather_seconds(Pe * e, el, base);
+  if (s.offload == Offload::All) u.fetch_seconds += host_copy_seconds(c.p, Pe * e / expert_dp, c.host_Bps);
+  if (offload) {
+    u.to_host_seconds += host_copy_seconds(c.p, shard_e * eg, c.host_Bps);
+    u.cpu_adam_seconds = cpu_adam_seconds(c.p, c.cluster, dense_shard + shard_e, std::max(1, c.cluster.gpus_per_node));
+  }
+  if (offload && !(s.offload == Offload::All && s.zero == 3))
+    u.to_device_seconds += host_copy_seconds(c.p, shard_e * e, c.host_Bps);
+  if ((s.zero == 1 || s.zero == 2) && !c.p.overlap_param_gather)
+    u.all_gather_seconds += all_gather_seconds(Pe * e, el, base);
+}
+
 MoeLinks moe_links(const Topology& topo, const Strategy& s, int gpus_per_node) {
   MoeLinks out;
   const RankGrid grid(s.dp, s.pp, s.tp);

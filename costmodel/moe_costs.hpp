@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "costmodel/activations.hpp"
+#include "costmodel/cost_model.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/topology.hpp"
@@ -85,6 +86,28 @@ PassTimes moe_mean_layer_times(const HardwareProfile& p, const ModelSpec& m, con
 // ep group: the forward's, the backward's is the same.
 double moe_all_to_all_seconds(const ModelSpec& m, const LayerShape& s, int ep, const GroupLink& ep_link,
                               double base_latency_s);
+
+// The model's mean layer's parameters per rank (dense and MoE layers by their
+// counts): `shared` what ZeRO shards over dp, `experts` the local experts';
+// {dense_layer, 0} for a dense model.
+MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s, int64_t dense_layer);
+
+// What a MoE layer unit's costs need besides its links.
+struct MoeUnitContext {
+  const ModelSpec& m;
+  const Strategy& s;
+  const HardwareProfile& p;
+  const ClusterSpec& cluster;
+  LayerShape shape;
+  double e, eg, base_latency_s, host_Bps;  // element bytes, gradient-reduce bytes, launch latency, host copy rate
+};
+// A MoE layer unit's additions to its UnitCost: the dispatch and combine
+// all-to-alls in each pass (again in a full recomputation), and its local
+// experts' gradient reduction, ZeRO gathers, offload copies and optimizer
+// share over the expert-data-parallel group (`dense_shard`: the unit's
+// other parameters' optimizer shard).
+void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& ep_link, const GroupLink& expert_dp_link,
+                        double expert_params, double dense_shard);
 
 // The representative rank's expert-parallel and expert-data-parallel groups on
 // the topology, every such group with a member on its node running at once.

@@ -56,48 +56,49 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
       if (L.global_batch % dp) continue;
       const int64_t per_replica = L.global_batch / dp;
       for (int ep = 1; ep <= dp; ++ep) {
-      if (dp % ep || (ep > 1 && (L.experts == 0 || L.experts % ep))) continue;
-      s.ep = ep;
-      // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
-      // bounds the loop too, whatever the global batch (issue 11).
-      const int64_t mbs_end = std::min<int64_t>(per_replica, L.max_mbs > 0 ? std::min<int64_t>(L.max_mbs, kMaxMbs) : kMaxMbs);
-      for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
-        if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
-        const int gas = int(per_replica / mbs);
-        s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (zero >= 2 && pp > 1) continue;
-          for (int off = 0; off < 3; ++off) {
-            const Offload offload = Offload(off);
-            if (offload == Offload::Optimizer && zero < 1) continue;
-            if (offload == Offload::All && zero != 3) continue;
-            if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
-            s.zero = zero, s.offload = offload;
-            for (int ck = 0; ck < 3; ++ck) {
-              s.ckpt = Ckpt(ck);
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                s.sp = sp != 0;
-                for (int pi = 0; pi < n_prec; ++pi) {
-                  s.precision = precs[pi];
-                  s.vpp = 1;
-                  s.schedule = Schedule::OneFOneB;
-                  visit(static_cast<const Strategy&>(s));
-                  if (pp == 1) continue;
-                  s.schedule = Schedule::GPipe;
-                  visit(static_cast<const Strategy&>(s));
-                  if (gas % pp) continue;
-                  s.schedule = Schedule::Interleaved;
-                  for (int vpp = 2; vpp <= L.max_vpp && int64_t(pp) * vpp <= L.layers; ++vpp) {
-                    s.vpp = vpp;
+        if (dp % ep || (ep > 1 && (L.experts == 0 || L.experts % ep))) continue;
+        s.ep = ep;
+        // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
+        // bounds the loop too, whatever the global batch (issue 11).
+        const int64_t mbs_end =
+            std::min<int64_t>(per_replica, L.max_mbs > 0 ? std::min<int64_t>(L.max_mbs, kMaxMbs) : kMaxMbs);
+        for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
+          if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
+          const int gas = int(per_replica / mbs);
+          s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (zero >= 2 && pp > 1) continue;
+            for (int off = 0; off < 3; ++off) {
+              const Offload offload = Offload(off);
+              if (offload == Offload::Optimizer && zero < 1) continue;
+              if (offload == Offload::All && zero != 3) continue;
+              if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
+              s.zero = zero, s.offload = offload;
+              for (int ck = 0; ck < 3; ++ck) {
+                s.ckpt = Ckpt(ck);
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                  s.sp = sp != 0;
+                  for (int pi = 0; pi < n_prec; ++pi) {
+                    s.precision = precs[pi];
+                    s.vpp = 1;
+                    s.schedule = Schedule::OneFOneB;
                     visit(static_cast<const Strategy&>(s));
+                    if (pp == 1) continue;
+                    s.schedule = Schedule::GPipe;
+                    visit(static_cast<const Strategy&>(s));
+                    if (gas % pp) continue;
+                    s.schedule = Schedule::Interleaved;
+                    for (int vpp = 2; vpp <= L.max_vpp && int64_t(pp) * vpp <= L.layers; ++vpp) {
+                      s.vpp = vpp;
+                      visit(static_cast<const Strategy&>(s));
+                    }
+                    s.vpp = 1;
                   }
-                  s.vpp = 1;
                 }
               }
             }
           }
         }
-      }
       }  // ep
     }
   }
