@@ -162,3 +162,20 @@ TEST_CASE("a MoE of one expert costs what the dense layer costs, plus its router
                 << x.forward.gemm_seconds << " (" << mlp_fwd << ")");
   CHECK(x.forward.gemm_seconds > 1.5 * d.forward.gemm_seconds);
 }
+
+TEST_CASE("dense first layers are counted on the stage that holds them", "[moe][memory]") {
+  // tiny_moe over pp=3, one layer a stage: stage 0 the embedding (80) and the
+  // dense layer (656); stage 1 a MoE layer (1176); stage 2 a MoE layer, the
+  // final norm (8) and the untied head (80).
+  const MemoryReport r = estimate_memory(plan_of(tiny_moe(), "3xH100", "pp=3,mbs=1,gas=3", 16));
+  REQUIRE(r.stages.size() == 3);
+  CHECK(r.stages[0].params == 80 + 656);
+  CHECK(r.stages[1].params == 1176);
+  CHECK(r.stages[2].params == 1176 + 8 + 80);
+  CHECK(r.stages[0].params + r.stages[1].params + r.stages[2].params == tiny_moe().total_params());
+  // The same split by moe_stage_params: expert parameters only on the MoE stages.
+  const Strategy s = Strategy::parse("pp=3,mbs=1,gas=3");
+  CHECK(moe_stage_params(tiny_moe(), s, 0, {1, 1, 1}, 736).experts == 0);
+  CHECK(moe_stage_params(tiny_moe(), s, 1, {1, 1, 1}, 656).experts == 4 * 144);
+  CHECK(moe_stage_params(tiny_moe(), s, 1, {1, 1, 1}, 656).moe_layers == 1);
+}
