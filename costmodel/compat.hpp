@@ -35,6 +35,9 @@ struct PlanUse {
 // limits of `use` (check_use). Returns notes for legal but pointless choices
 // (zero>=1 with dp=1 shards nothing, sp with tp=1).
 std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use = {});
+// The mixture-of-experts rules of check_compat (ep divides the experts, tp
+// their widths; ep > 1 only for a mixture of experts). Throws InputError.
+void check_moe_compat(const ModelSpec& m, const Strategy& s);
 
 // The limits of a use alone, without throwing (the search's inner loop
 // checks its candidates, legal by construction, this way): which one the

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -81,7 +83,9 @@ struct Links {
 };
 
 int64_t layer_key(const Strategy& s) {
-  return ((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt);
+  // ep (at most 2^20) above the rest (below 2^40): a MoE layer's experts depend on it.
+  return ((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt) +
+         (s.ep > 1 ? int64_t(s.ep) << 40 : 0);
 }
 int64_t grid_key(const Strategy& s) { return (int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp; }
 
@@ -98,6 +102,7 @@ struct CostContext::Impl {
   std::unordered_map<int64_t, Links> links;
   std::unordered_map<int64_t, Layout> layouts;
   std::unordered_map<int64_t, std::vector<StepList>> step_ends;
+  std::map<std::pair<int64_t, int>, MoeLinks> moe_links_by_grid;  // mixture of experts: (grid, ep)
   double host_Bps;
 
   Impl(const ModelSpec& m, const ClusterSpec& c, int64_t s, const HardwareProfile& p)
@@ -141,9 +146,18 @@ struct CostContext::Impl {
     if (it != layers.end()) return it->second;
     const LayerShape shape{seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
     const GroupLink& l = tp_link(s.tp);
-    LayerSet set{transformer_layer_times(profile, model, shape, l), embedding_times(profile, model, shape, l),
-                 head_times(profile, model, shape, l)};
+    // A mixture of experts' mean layer (moe_costs.hpp; the dense layer itself otherwise).
+    LayerSet set{model.moe.enabled() ? moe_mean_layer_times(profile, model, shape, l, s.ep)
+                                     : transformer_layer_times(profile, model, shape, l),
+                 embedding_times(profile, model, shape, l), head_times(profile, model, shape, l)};
     return layers[key] = set;
+  }
+
+  const MoeLinks& moe_links_for(const Strategy& s) {
+    const auto key = std::make_pair(grid_key(s), s.ep);
+    auto it = moe_links_by_grid.find(key);
+    if (it != moe_links_by_grid.end()) return it->second;
+    return moe_links_by_grid[key] = moe_links(topo, s, cluster.gpus_per_node);
   }
 
   const Layout& layout(int pp, int vpp) {
@@ -259,16 +273,25 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const double P_layer = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
   const double P_emb = double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
   const double P_head = double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
+  // Mixture of experts: the mean layer's parameters, those ZeRO shards over
+  // dp and the local experts' over the expert-data-parallel group (dp/ep),
+  // whose gradients are reduced there; the all-to-all in each layer's passes.
+  const MoeLinks* moe_links = m.moe.enabled() ? &x.moe_links_for(s) : nullptr;
+  const MoeLayerParams mean = mean_layer_params_per_rank(m, s, int64_t(P_layer));
+  const double P_layer_dense = moe_links ? double(mean.shared) : P_layer, P_layer_experts = double(mean.experts);
+  const int expert_dp = std::max(1, s.dp / s.ep);
   const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
+  const MoeUnitContext moe_unit{m, s, p, x.cluster, LayerShape{x.seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt},
+                                e, eg, base, x.host_Bps};
   for (int st = 0; st < s.pp; ++st) {
     const GroupLink& dl = links.dp[st];
-    double stage_params = 0;
+    double stage_params = 0, stage_expert_params = 0;
     for (int kind = 0; kind < kKinds; ++kind) {
       const bool here = kind == kLayer || (kind == kEmbedding && st == 0) || (kind == kHead && st == s.pp - 1);
       if (!here) continue;
       const PassTimes& t = kind == kEmbedding ? ls.embedding : kind == kHead ? ls.head : ls.layer;
-      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer;
+      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer_dense;
       UnitCost& u = out.entry(size_t(st) * kKinds + kind);
       u.forward_seconds = t.forward.total_seconds();
       u.recompute_seconds = t.recompute.total_seconds();
@@ -290,10 +313,13 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
+      if (moe_links && kind == kLayer)
+        add_moe_unit_costs(u, moe_unit, moe_links->ep[size_t(st)], moe_links->expert_dp[size_t(st)], P_layer_experts, shard);
       if (kind == kLayer) {
         int layers = 0;  // the stage's layers over its chunks
         for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
         stage_params += layers * P;
+        stage_expert_params += layers * P_layer_experts;
       } else {
         stage_params += P;
       }
@@ -305,7 +331,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp);
     sc.compute_slowdown_beside_comm = at.found ? at.value.compute_slowdown_beside_comm : p.compute_slowdown_beside_comm;
     sc.comm_slowdown_beside_compute = at.found ? at.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
-    const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;
+    const double shard = s.zero >= 1 ? stage_params / s.dp + stage_expert_params / expert_dp
+                                     : stage_params + stage_expert_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
     if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {

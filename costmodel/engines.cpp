@@ -122,7 +122,29 @@ std::string fsdp_gap(const Strategy& s) {
 
 }  // namespace
 
+// Expert parallelism: Megatron-LM's --expert-model-parallel-size (with
+// sequence parallelism when tp > 1: arguments.py asserts it); DeepSpeed-MoE
+// sets ep_size in the model's code (deepspeed.moe.layer.MoE), which a
+// config-only export cannot; PyTorch FSDP has none. With ep = 1 the experts
+// are ordinary parameters of the user's model to every engine.
+std::string expert_parallel_gap(const Plan& plan, Engine engine) {
+  const Strategy& s = plan.strategy;
+  if (s.ep <= 1) return "";
+  switch (engine) {
+    case Engine::Ours: return "";
+    case Engine::Megatron:
+      return s.tp > 1 && !s.sp ? "Megatron-LM needs sequence parallelism (sp=1) for expert parallelism with tp>1" : "";
+    case Engine::DeepSpeed:
+      return "DeepSpeed-MoE sets expert parallelism in the model's code (deepspeed.moe.layer.MoE(ep_size=...)), "
+             "which this config export cannot write; use ep=1 or --to megatron";
+    case Engine::Fsdp:
+      return "PyTorch FSDP has no expert parallelism; use ep=1 or --to megatron";
+  }
+  return "";
+}
+
 std::string engine_gap(const Plan& plan, Engine engine) {
+  if (std::string g = expert_parallel_gap(plan, engine); !g.empty()) return g;
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);

@@ -1,6 +1,7 @@
 #include "costmodel/layer_costs.hpp"
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/mlp_ops.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 
@@ -39,7 +40,44 @@ void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_
   out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + weight_grad_gemm_seconds(p, k, n, T, pr);
 }
 
+// The MLP activation's memory-bound kernels over T x f_local elements (Tf).
+void add_mlp_activation_ops(MlpKind kind, double e, double Tf, MemoryOps& fm, MemoryOps& bm) {
+  using MK = MemKernel;
+  switch (kind) {
+    case MlpKind::Gelu:
+    case MlpKind::Relu:
+      fm.add(MK::Streaming, 2 * e * Tf);  // read, write
+      bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
+      break;
+    case MlpKind::SwiGlu:
+      // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
+      fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
+      // mul backward (g * up strided, g * silu), silu backward (strided), and each
+      // narrow's backward: zero-fill the full (T x 2f) gradient and copy its half
+      // in (strided), then the two full-size gradients are added.
+      bm.add(MK::Strided, 3 * e * Tf + 3 * e * Tf + 2 * (2 * e * Tf), 4);
+      bm.add(MK::Streaming, 3 * e * Tf + 2 * (2 * e * Tf) + 3 * (2 * e * Tf), 4);
+      break;
+  }
+}
+
 }  // namespace
+
+void add_linear_times(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_t k, PassTimes& out) {
+  linear(p, pr, T, n, k, out);
+}
+
+void add_mlp_times(const HardwareProfile& p, const ModelSpec& m, Precision pr, int64_t T, int64_t f_local,
+                   PassTimes& out) {
+  if (T <= 0 || f_local <= 0) return;
+  const int64_t h = m.hidden;
+  linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local, h, out);
+  linear(p, pr, T, h, f_local, out);
+  MemoryOps fm, bm;
+  add_mlp_activation_ops(m.mlp, bytes_per_element(pr), double(T) * double(f_local), fm, bm);
+  out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
+  out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
+}
 
 double exposed_tp_comm_seconds(const HardwareProfile& p, double comm, double gemm, int tp) {
   const double f = std::clamp(p.tp_comm_overlap, 0.0, 1.0);
@@ -128,22 +166,7 @@ void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& 
   bm.add(MK::Streaming, 2 * 3 * e * Th, 2);
   if (drop) bm.add(MK::Streaming, 2 * (2 * e * Th + Th), 2);
   // Activation.
-  switch (m.mlp) {
-    case MlpKind::Gelu:
-    case MlpKind::Relu:
-      fm.add(MK::Streaming, 2 * e * Tf);  // read, write
-      bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
-      break;
-    case MlpKind::SwiGlu:
-      // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
-      fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
-      // mul backward (g * up strided, g * silu), silu backward (strided), and each
-      // narrow's backward: zero-fill the full (T x 2f) gradient and copy its half
-      // in (strided), then the two full-size gradients are added.
-      bm.add(MK::Strided, 3 * e * Tf + 3 * e * Tf + 2 * (2 * e * Tf), 4);
-      bm.add(MK::Streaming, 3 * e * Tf + 2 * (2 * e * Tf) + 3 * (2 * e * Tf), 4);
-      break;
-  }
+  if (f_local > 0) add_mlp_activation_ops(m.mlp, e, Tf, fm, bm);
   // Bias gradients: a column sum over the tokens of each biased output (read
   // the output gradient); the tiny accumulation into the flat buffer is a kernel.
   const double up_cols = double((m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local);
@@ -269,8 +292,10 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down.
   linear(p, pr, T, x.q_local + 2 * x.kv_local, h, out);
   linear(p, pr, T, h, x.q_local, out);
-  linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * x.f_local, h, out);
-  linear(p, pr, T, h, x.f_local, out);
+  if (x.f_local > 0) {  // 0: a mixture-of-experts layer's attention part (costmodel/moe_costs.cpp)
+    linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * x.f_local, h, out);
+    linear(p, pr, T, h, x.f_local, out);
+  }
 
   const OpTimes core_fwd = attention_core_times(p, m, s, x, out);
   memory_kernel_times(p, m, s, x, out);

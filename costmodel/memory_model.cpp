@@ -13,6 +13,7 @@
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_buffers.hpp"
 #include "strategies/step_program.hpp"
@@ -51,7 +52,8 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
   }
   // A stage with a layer unit gets at least the pool's two slots.
   auto slots = [&](int peak) { return layers > 0 ? std::max(2, peak) : 0; };
-  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  // The largest layer: a MoE layer's non-expert and local-expert parameters (costmodel/moe_costs.hpp).
+  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp) + moe_extra_layer_params_per_rank(m, s));
   const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
   const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
   const double grads = E + H + slots(it->second.gradient_layers) * L;
@@ -238,8 +240,15 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
 StageMemory estimate_stage(const MemoryInputs& in, int st) {
   const Strategy& s = in.s;
   StageMemory sm = stage_layout(in, st);
-  const ModelStateBytes ms = in.engine == Engine::Ours ? model_state_bytes(double(sm.params), s, in.k)
-                                                       : engine_model_state_bytes(double(sm.params), s, in.engine);
+  // Mixture of experts: the stage's MoE layers corrected, their local
+  // experts' states sharded over the expert-data-parallel group (dp/ep).
+  const MoeStageParams moe = moe_stage_params(in.m, s, st, in.chunk_layers, sm.params);
+  sm.params = moe.dense + moe.experts;
+  auto states = [&](double P, const Strategy& x) {
+    return in.engine == Engine::Ours ? model_state_bytes(P, x, in.k) : engine_model_state_bytes(P, x, in.engine);
+  };
+  ModelStateBytes ms = states(double(moe.dense), s);
+  if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
   auto& g = sm.gpu;
   g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
   g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
@@ -257,7 +266,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
     act += std::max(0.0, one_layer - logits);
   }
   g[int(MemCategory::Activations)] = saturate_bytes(act);
-  g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm));
+  // + the all-to-all send/receive buffers of a MoE layer
+  g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm) + moe_dispatch_buffer_bytes(in.m, s, in.seq));
   g[int(MemCategory::Overhead)] = saturate_bytes(overhead_bytes(in, sm, act + g[int(MemCategory::LogitsLoss)]));
 
   for (auto v : g) sm.gpu_peak_bytes = saturating_add_bytes(sm.gpu_peak_bytes, v);

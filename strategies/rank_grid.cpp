@@ -40,6 +40,30 @@ std::vector<int> RankGrid::dp_group(int r) const {
 }
 
 namespace {
+void check_ep(int dp, int ep) {
+  if (ep < 1 || dp % ep != 0)
+    throw InputError(fmt::format("rank grid: ep={} must be at least 1 and divide dp={}", ep, dp));
+}
+}  // namespace
+
+std::vector<int> RankGrid::ep_group(int r, int ep) const {
+  check_ep(dp_, ep);
+  const RankCoord c = coord(r);
+  const int first = c.dp / ep * ep;  // ep consecutive dp indices
+  std::vector<int> g;
+  for (int d = first; d < first + ep; ++d) g.push_back(rank({d, c.pp, c.tp}));
+  return g;
+}
+
+std::vector<int> RankGrid::expert_dp_group(int r, int ep) const {
+  check_ep(dp_, ep);
+  const RankCoord c = coord(r);
+  std::vector<int> g;
+  for (int d = c.dp % ep; d < dp_; d += ep) g.push_back(rank({d, c.pp, c.tp}));  // dp indices equal modulo ep
+  return g;
+}
+
+namespace {
 template <class F>
 std::vector<std::vector<int>> all_groups(const RankGrid& grid, F group_of) {
   std::vector<std::vector<int>> out;
@@ -62,6 +86,14 @@ std::vector<std::vector<int>> RankGrid::all_pp_groups() const {
 }
 std::vector<std::vector<int>> RankGrid::all_dp_groups() const {
   return all_groups(*this, [this](int r) { return dp_group(r); });
+}
+std::vector<std::vector<int>> RankGrid::all_ep_groups(int ep) const {
+  check_ep(dp_, ep);
+  return all_groups(*this, [this, ep](int r) { return ep_group(r, ep); });
+}
+std::vector<std::vector<int>> RankGrid::all_expert_dp_groups(int ep) const {
+  check_ep(dp_, ep);
+  return all_groups(*this, [this, ep](int r) { return expert_dp_group(r, ep); });
 }
 
 }  // namespace planner

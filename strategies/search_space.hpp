@@ -11,7 +11,9 @@
 // optimizer (ZeRO>=1) / all (ZeRO-3); checkpointing none / selective / full;
 // GPipe, 1F1B and interleaved with every vpp up to max_vpp (pp > 1, gas a
 // multiple of pp, pp * vpp at most the layers); sequence parallelism with tp > 1;
-// precision: bf16 where the GPU has it, else fp16, and fp32.
+// precision: bf16 where the GPU has it, else fp16, and fp32; for a mixture of
+// experts, every expert-parallel degree ep dividing dp and the experts (tp
+// dividing the experts' and the shared MLP's widths too).
 //
 // Left out because they cost exactly the same as a listed one in the model
 // (docs/SIMULATOR.md): fp16 where bf16 exists (same tensor-core rate, same
@@ -29,6 +31,7 @@ struct SpaceLimits {
   int world = 1;
   int64_t global_batch = 1;
   int64_t layers = 1, heads = 1, kv_heads = 1, ffn = 1;
+  int64_t experts = 0, expert_ffn = 0, shared_ffn = 0;  // mixture of experts (experts 0: dense, ep = 1 only)
   bool bf16 = true;        // the GPU has bfloat16
   bool fp16 = true;        // the GPU has fp16 tensor cores
   bool fp32 = true;        // also search fp32 training
@@ -46,51 +49,57 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
   if (L.fp32) precs[n_prec++] = Precision::FP32;
   for (int tp = 1; tp <= L.world; ++tp) {
     if (L.world % tp || L.heads % tp || L.kv_heads % tp || L.ffn % tp) continue;
+    if (L.experts > 0 && (L.expert_ffn % tp || L.shared_ffn % tp)) continue;
     for (int pp = 1; pp <= L.world / tp && pp <= L.layers; ++pp) {
       if ((L.world / tp) % pp) continue;
       const int dp = L.world / (tp * pp);
       if (L.global_batch % dp) continue;
       const int64_t per_replica = L.global_batch / dp;
-      // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
-      // bounds the loop too, whatever the global batch (issue 11).
-      const int64_t mbs_end = std::min<int64_t>(per_replica, L.max_mbs > 0 ? std::min<int64_t>(L.max_mbs, kMaxMbs) : kMaxMbs);
-      for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
-        if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
-        const int gas = int(per_replica / mbs);
-        s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (zero >= 2 && pp > 1) continue;
-          for (int off = 0; off < 3; ++off) {
-            const Offload offload = Offload(off);
-            if (offload == Offload::Optimizer && zero < 1) continue;
-            if (offload == Offload::All && zero != 3) continue;
-            if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
-            s.zero = zero, s.offload = offload;
-            for (int ck = 0; ck < 3; ++ck) {
-              s.ckpt = Ckpt(ck);
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                s.sp = sp != 0;
-                for (int pi = 0; pi < n_prec; ++pi) {
-                  s.precision = precs[pi];
-                  s.vpp = 1;
-                  s.schedule = Schedule::OneFOneB;
-                  visit(static_cast<const Strategy&>(s));
-                  if (pp == 1) continue;
-                  s.schedule = Schedule::GPipe;
-                  visit(static_cast<const Strategy&>(s));
-                  if (gas % pp) continue;
-                  s.schedule = Schedule::Interleaved;
-                  for (int vpp = 2; vpp <= L.max_vpp && int64_t(pp) * vpp <= L.layers; ++vpp) {
-                    s.vpp = vpp;
+      for (int ep = 1; ep <= dp; ++ep) {
+        if (dp % ep || (ep > 1 && (L.experts == 0 || L.experts % ep))) continue;
+        s.ep = ep;
+        // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
+        // bounds the loop too, whatever the global batch (issue 11).
+        const int64_t mbs_end =
+            std::min<int64_t>(per_replica, L.max_mbs > 0 ? std::min<int64_t>(L.max_mbs, kMaxMbs) : kMaxMbs);
+        for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
+          if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
+          const int gas = int(per_replica / mbs);
+          s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (zero >= 2 && pp > 1) continue;
+            for (int off = 0; off < 3; ++off) {
+              const Offload offload = Offload(off);
+              if (offload == Offload::Optimizer && zero < 1) continue;
+              if (offload == Offload::All && zero != 3) continue;
+              if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
+              s.zero = zero, s.offload = offload;
+              for (int ck = 0; ck < 3; ++ck) {
+                s.ckpt = Ckpt(ck);
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                  s.sp = sp != 0;
+                  for (int pi = 0; pi < n_prec; ++pi) {
+                    s.precision = precs[pi];
+                    s.vpp = 1;
+                    s.schedule = Schedule::OneFOneB;
                     visit(static_cast<const Strategy&>(s));
+                    if (pp == 1) continue;
+                    s.schedule = Schedule::GPipe;
+                    visit(static_cast<const Strategy&>(s));
+                    if (gas % pp) continue;
+                    s.schedule = Schedule::Interleaved;
+                    for (int vpp = 2; vpp <= L.max_vpp && int64_t(pp) * vpp <= L.layers; ++vpp) {
+                      s.vpp = vpp;
+                      visit(static_cast<const Strategy&>(s));
+                    }
+                    s.vpp = 1;
                   }
-                  s.vpp = 1;
                 }
               }
             }
           }
         }
-      }
+      }  // ep
     }
   }
 }

@@ -5,7 +5,9 @@
 // Text form (keys in any order, unnamed keys take the defaults below):
 //   dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,precision=bf16
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
-//   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything).
+//   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything),
+//   ep=2 (expert parallelism: a mixture of experts' routed experts split over
+//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -45,6 +47,7 @@ struct Strategy {
   int vpp = 1;   // virtual pipeline stages per rank (interleaved only)
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
+  int ep = 1;       // expert parallelism: divides dp; the text form and JSON carry it only when it is not 1
 
   // Valid once validate() passed (dp*tp*pp <= 2^20).
   int world() const { return dp * tp * pp; }
@@ -56,7 +59,8 @@ struct Strategy {
   void validate() const;
 
   // Canonical text form with every key, e.g.
-  // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0".
+  // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0",
+  // followed by ",ep=N" when ep is not 1 (so the form of every dense plan is unchanged).
   std::string to_string() const;
 
   // Parses the text form. `given` (optional) receives the keys that were
