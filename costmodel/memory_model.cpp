@@ -12,6 +12,7 @@
 
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
+#include "costmodel/finetune.hpp"
 #include "costmodel/model_states.hpp"
 #include "strategies/schedule.hpp"
 
@@ -115,7 +116,9 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   impl.flash = megatron || profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
   const LayerActivationBytes per_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl);
-  const double layer_act = per_layer.total(s.tp, s.sp);
+  const bool ft = s.finetune.frozen_base();  // LoRA/QLoRA: costmodel/finetune.hpp
+  const double layer_act = ft ? finetune_layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl, s.tp, s.sp, s.finetune)
+                              : per_layer.total(s.tp, s.sp);
   const double sbh = double(plan.seq) * s.mbs * m.hidden;
 
   MemoryReport r;
@@ -137,8 +140,9 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     sm.last_layer = first + chunk_layers[st];
     sm.layers = layers;
     sm.params = stage_params_per_rank(m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
-    const ModelStateBytes ms = engine == Engine::Ours ? model_state_bytes(double(sm.params), s, k)
-                                                      : engine_model_state_bytes(double(sm.params), s, engine);
+    const ModelStateBytes ms = ft ? finetune_model_state_bytes(m, s, k, double(sm.params), layers)
+                               : engine == Engine::Ours ? model_state_bytes(double(sm.params), s, k)
+                                                        : engine_model_state_bytes(double(sm.params), s, engine);
 
     auto& g = sm.gpu;
     g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
@@ -192,7 +196,9 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
     // peak is the larger of the two moments.
     if (s.ckpt == Ckpt::Full) {
-      const double one_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
+      const double one_layer =
+          ft ? finetune_layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl, s.tp, s.sp, s.finetune)
+             : layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
       act += std::max(0.0, one_layer - logits);
     }
     g[int(MemCategory::Activations)] = saturate_bytes(act);
@@ -217,7 +223,8 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     // The other engines' optimizers work on their fp32 partitions in place.
     const double work = s.precision == Precision::FP32 || s.offload != Offload::None || engine != Engine::Ours
                             ? 0.0
-                            : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
+                            : std::min(k.optimizer_work_bytes, 4.0 * trainable_params_per_rank(m, s, double(sm.params), layers) /
+                                                                  (s.zero >= 1 ? s.dp : 1));
     // Fragmentation of the caching allocator: PyTorch's default segments keep
     // a fraction of the memory that comes and goes (the other engines); this
     // runtime uses expandable segments (runtime/device.hpp), which keep

@@ -91,7 +91,15 @@ int parse_degree(const std::string& key, const std::string& v, bool allow_zero =
 }
 
 const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
-                                        "schedule", "vpp", "precision", "sp"};
+                                        "schedule", "vpp", "precision", "sp", "finetune", "lora_r", "lora_alpha",
+                                        "lora_targets"};
+
+// lora_* keys without finetune=lora|qlora say nothing: refused, not ignored.
+void check_lora_keys(const Strategy& s, const std::vector<std::string>& keys) {
+  bool lora = false;
+  for (const auto& k : keys) lora = lora || (is_finetune_key(k) && k != "finetune");
+  validate_finetune(s.finetune, lora);
+}
 
 void set_key(Strategy& s, const std::string& key, const std::string& value) {
   if (key == "dp") s.dp = parse_degree(key, value);
@@ -106,8 +114,9 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
   else if (key == "vpp") s.vpp = parse_degree(key, value);
   else if (key == "precision") s.precision = parse_precision(value);
   else if (key == "sp") s.sp = parse_bool(key, value);
+  else if (is_finetune_key(key)) set_finetune_key(s.finetune, key, value);
   else
-    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp zero offload ckpt mbs gas schedule vpp precision sp)",
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp zero offload ckpt mbs gas schedule vpp precision sp finetune lora_r lora_alpha lora_targets)",
                                  key, nearest(key, kKeys)));
 }
 
@@ -144,12 +153,26 @@ void Strategy::validate() const {
   }
   if (zero >= 2 && pp > 1)
     throw InputError(fmt::format("strategy: zero={} with pp={} is not supported: gradient partitioning conflicts with pipeline accumulation (DeepSpeed allows only ZeRO-1 with PP)", zero, pp));
+  if (finetune.frozen_base()) {
+    validate_finetune(finetune, false);
+    // Only the adapters train: ZeRO shards their optimizer states (zero=1);
+    // the frozen base is replicated, as PEFT under DDP keeps it. Sharding the
+    // base (ZeRO-3/FSDP) and offloading adapters' tiny states are not modelled.
+    if (zero >= 2)
+      throw InputError(fmt::format("strategy: zero={} with finetune={} is not modelled: only the adapters train (their "
+                                   "states are a small fraction of the model) and the frozen base is not sharded; use zero=0 or 1",
+                                   zero, planner::to_string(finetune.mode)));
+    if (offload != Offload::None)
+      throw InputError(fmt::format("strategy: offload={} with finetune={} is not modelled (only the adapters have optimizer "
+                                   "states); use offload=none", planner::to_string(offload), planner::to_string(finetune.mode)));
+  }
 }
 
 std::string Strategy::to_string() const {
   return fmt::format("dp={},tp={},pp={},zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
                      dp, tp, pp, zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
-                     planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
+                     planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0) +
+         finetune.text_suffix();
 }
 
 Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given) {
@@ -169,6 +192,7 @@ Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given)
     set_key(s, key, value);
     seen.push_back(key);
   }
+  check_lora_keys(s, seen);
   if (given) *given = seen;
   return s;
 }
@@ -182,6 +206,13 @@ void to_json(nlohmann::json& j, const Strategy& s) {
                      {"schedule", to_string(s.schedule)},
                      {"vpp", s.vpp},       {"precision", to_string(s.precision)},
                      {"sp", s.sp},         {"text", s.to_string()}};
+  // Only when not full training, so full-training JSON is unchanged.
+  if (s.finetune.frozen_base()) {
+    j["finetune"] = to_string(s.finetune.mode);
+    j["lora_r"] = s.finetune.r;
+    j["lora_alpha"] = s.finetune.alpha;
+    j["lora_targets"] = targets_to_string(s.finetune.targets);
+  }
 }
 
 void from_json(const nlohmann::json& j, Strategy& s) {
@@ -191,6 +222,7 @@ void from_json(const nlohmann::json& j, Strategy& s) {
   }
   if (!j.is_object()) throw InputError("strategy: expected a JSON object or a text form string");
   s = Strategy{};
+  std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "text") continue;
     const auto& v = it.value();
@@ -200,7 +232,9 @@ void from_json(const nlohmann::json& j, Strategy& s) {
     else if (v.is_number_integer()) value = std::to_string(v.get<int64_t>());
     else throw InputError(fmt::format("strategy: '{}' has a value of the wrong type ({})", it.key(), json_excerpt(v)));
     set_key(s, to_lower(it.key()), value);
+    keys.push_back(to_lower(it.key()));
   }
+  check_lora_keys(s, keys);
 }
 
 }  // namespace planner

@@ -6,11 +6,15 @@
 //   dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,precision=bf16
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
 //   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything).
+//   finetune=full|lora|qlora with lora_r, lora_alpha, lora_targets
+//   (strategies/finetune.hpp; full training prints no finetune key).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "strategies/finetune.hpp"
 
 namespace planner {
 
@@ -45,6 +49,7 @@ struct Strategy {
   int vpp = 1;   // virtual pipeline stages per rank (interleaved only)
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
+  Finetune finetune{};  // full training (default), LoRA or QLoRA on a frozen base
 
   // Valid once validate() passed (dp*tp*pp <= 2^20).
   int world() const { return dp * tp * pp; }
