@@ -150,7 +150,11 @@ SearchResult search_plans(const SearchRequest& req) {
   cands.reserve(size_t(count_strategies(L)));
   CostContext ctx(req.model, req.cluster, req.seq, profile);
   TableCostModel table;
-  for_each_strategy(L, [&](const Strategy& s) {
+  for_each_strategy(L, [&](const Strategy& full) {
+    // Fine-tuning: the same space less what it does not model (Strategy::validate).
+    if (req.finetune.frozen_base() && (full.zero >= 2 || full.offload != Offload::None)) return;
+    Strategy s = full;
+    s.finetune = req.finetune;
     ctx.build(s, table);
     cands.push_back({makespan_lower_bound(table, s.gas), s, families_of(s)});
     if (req.progress && (cands.size() & 0xFFFF) == 0) req.progress(0.5 * cands.size() / cands.capacity(), "bounding");
