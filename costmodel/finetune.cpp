@@ -174,7 +174,7 @@ double finetune_flops_adjustment(const ModelSpec& m, const Finetune& f, int64_t 
 
 std::string finetune_assumed(const Strategy& s) {
   const Finetune& f = s.finetune;
-  if (!f.frozen_base()) return "full training: AdamW on every weight (LoRA and frozen layers are not modelled)";
+  if (!f.frozen_base()) return "full training: AdamW on every weight (finetune=lora|qlora: adapters on a frozen base)";
   return fmt::format("{}: adapters of rank {} (alpha {}) on {} of every layer, AdamW on them only; base frozen in {}, "
                      "embedding and LM head without adapters, no adapter dropout",
                      to_string(f.mode), f.r, f.alpha, targets_to_string(f.targets),
