@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "costmodel/finetune.hpp"
 #include "costmodel/long_run.hpp"
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
@@ -133,7 +134,7 @@ int64_t pretrain_batch(int64_t seq, int64_t multiple_of) {
 
 std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& given) {
   // What every answer models: "fine-tuning" here is full training.
-  std::vector<std::string> out{"full training: AdamW on every weight (LoRA and frozen layers are not modelled)"};
+  std::vector<std::string> out{finetune_assumed(p.strategy)};
   const ClusterSpec& c = p.cluster;
   if (p.model.moe.enabled()) {
     const MoeSpec& e = p.model.moe;

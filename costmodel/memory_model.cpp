@@ -12,6 +12,7 @@
 
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
+#include "costmodel/finetune.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
@@ -226,7 +227,9 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // The other engines' optimizers work on their fp32 partitions in place.
   const double work = s.precision == Precision::FP32 || s.offload != Offload::None || in.engine != Engine::Ours
                           ? 0.0
-                          : std::min(in.k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
+                          : std::min(in.k.optimizer_work_bytes,
+                                     4.0 * trainable_params_per_rank(in.m, s, double(sm.params), sm.layers) /
+                                         (s.zero >= 1 ? s.dp : 1));
   // Fragmentation of the caching allocator: PyTorch's default segments keep
   // a fraction of the memory that comes and goes (the other engines); this
   // runtime uses expandable segments (runtime/device.hpp), which keep
@@ -249,6 +252,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   };
   ModelStateBytes ms = states(double(moe.dense), s);
   if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
+  // LoRA/QLoRA: a frozen base, the adapters' gradients and states (ep = 1 under fine-tuning).
+  if (s.finetune.frozen_base()) ms = finetune_model_state_bytes(in.m, s, in.k, double(sm.params), sm.layers);
   auto& g = sm.gpu;
   g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
   g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
@@ -262,7 +267,10 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
   // peak is the larger of the two moments.
   if (s.ckpt == Ckpt::Full) {
-    const double one_layer = layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
+    const double one_layer =
+        s.finetune.frozen_base()
+            ? finetune_layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl, s.tp, s.sp, s.finetune)
+            : layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
     act += std::max(0.0, one_layer - logits);
   }
   g[int(MemCategory::Activations)] = saturate_bytes(act);
@@ -318,7 +326,10 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   AttentionImpl impl{};
   impl.flash = megatron || profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
-  const double layer_act = layer_activation_bytes(padded, plan.seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
+  const bool ft = s.finetune.frozen_base();  // LoRA/QLoRA: costmodel/finetune.hpp
+  const double layer_act =
+      ft ? finetune_layer_activation_bytes(padded, plan.seq, s.mbs, e, s.ckpt, impl, s.tp, s.sp, s.finetune)
+         : layer_activation_bytes(padded, plan.seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
   const MemoryInputs in{padded,   s, engine, megatron, plan.seq, constants_of(c, profile), e,
                         partition_layers(padded, s.pp * s.vpp), impl, layer_act,
                         double(plan.seq) * s.mbs * padded.hidden};

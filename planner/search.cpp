@@ -144,7 +144,11 @@ std::vector<Candidate> bound_candidates(const SearchRequest& req, const SpaceLim
                                         TableCostModel& table) {
   std::vector<Candidate> cands;
   cands.reserve(size_t(count_strategies(L)));
-  for_each_strategy(L, [&](const Strategy& s) {
+  for_each_strategy(L, [&](const Strategy& full) {
+    // Fine-tuning: the same space less what it does not model (Strategy::validate).
+    if (req.finetune.frozen_base() && (full.zero >= 2 || full.offload != Offload::None || full.ep > 1)) return;
+    Strategy s = full;
+    s.finetune = req.finetune;
     ctx.build(s, table);
     cands.push_back({makespan_lower_bound(table, s.gas), s, families_of(s)});
     if (req.progress && (cands.size() & 0xFFFF) == 0) req.progress(0.5 * cands.size() / cands.capacity(), "bounding");

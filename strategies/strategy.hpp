@@ -7,12 +7,16 @@
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
 //   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything),
 //   ep=2 (expert parallelism: a mixture of experts' routed experts split over
-//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size).
+//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size),
+//   finetune=full|lora|qlora with lora_r, lora_alpha, lora_targets
+//   (strategies/finetune.hpp; full training prints no finetune key).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "strategies/finetune.hpp"
 
 namespace planner {
 
@@ -48,6 +52,7 @@ struct Strategy {
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
   int ep = 1;       // expert parallelism: divides dp; the text form and JSON carry it only when it is not 1
+  Finetune finetune{};  // full training (default), LoRA or QLoRA on a frozen base
 
   // Valid once validate() passed (dp*tp*pp <= 2^20).
   int world() const { return dp * tp * pp; }

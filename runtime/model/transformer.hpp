@@ -205,6 +205,10 @@ class TransformerModel {
   // Called (when set) after the last layer's forward and before the head: the
   // trainer reads the allocator there to split activations from logits memory.
   std::function<void()> before_head;
+  // LoRA/QLoRA (runtime/model/lora.hpp): when set, the layers' linear layers
+  // ask it first; an undefined result means "not adapted, compute as usual".
+  std::function<at::Tensor(const at::Tensor& x, int w, int b)> linear_hook;
+  const LayerIds& layer_ids(int64_t i) const { return layers_.at(size_t(i)); }
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
 
