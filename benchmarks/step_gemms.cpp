@@ -125,18 +125,19 @@ int main(int argc, char** argv) {
   c.cuda = true;
   c.device = dev;
   c.progress = false;
-  TrainConfig cfg;
-  cfg.precision = prec == "bf16" ? Precision::BF16 : prec == "fp16" ? Precision::FP16 : Precision::FP32;
-  cfg.mbs = mbs, cfg.gas = 1, cfg.seq = seq;
+  Strategy st;
+  st.precision = prec == "bf16" ? Precision::BF16 : prec == "fp16" ? Precision::FP16 : Precision::FP32;
+  st.mbs = int(mbs), st.gas = 1;
+  const RunConfig cfg = make_run_config(spec, st, seq);
   json out = {{"model", model}, {"layers", layers}, {"precision", prec}, {"mbs", mbs}, {"seq", seq}};
   json phases = json::array();
   auto phase = [&](const std::string& name) { phases.push_back({{"phase", name}, {"unix", now_unix()}}); };
 
-  Trainer tr(spec, cfg, dev, std::make_shared<SyntheticTokens>(spec.vocab, cfg.seed));
+  Trainer tr(cfg, dev, std::make_shared<SyntheticTokens>(spec.vocab, cfg.options.seed));
   tr.step(0);
   tr.step(1);
   synchronize(true);
-  const double mult = tr.loss_scale() / double(cfg.gas);
+  const double mult = tr.loss_scale() / double(st.gas);
 
   // Runs fn unrecorded for --seconds (the sustained state).
   auto sustain = [&](const std::function<void()>& fn) {

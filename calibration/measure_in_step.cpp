@@ -218,11 +218,11 @@ json measure_in_step(const Ctx& c) {
       int64_t done_layers = 0;  // the depth of the row before (a smaller GPU halves them)
       for (int64_t depth : depths_of(pr)) {
         Family fam = base;
-        TrainConfig cfg;
-        cfg.precision = pr;
-        cfg.mbs = c.quick ? 2 : 4;
-        cfg.gas = 1;
-        cfg.seq = c.quick ? 32 : 2048;
+        Strategy st;
+        st.precision = pr;
+        st.mbs = c.quick ? 2 : 4;
+        st.gas = 1;
+        const int64_t seq = c.quick ? 32 : 2048;
         Captured cap;
         cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
         std::vector<double> paused_gemm, paused_attention, paused_memory;
@@ -235,17 +235,18 @@ json measure_in_step(const Ctx& c) {
           sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
           cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
           try {
-            Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
+            const RunConfig cfg = make_run_config(fam.spec, st, seq);
+            Trainer tr(cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.options.seed));
             tr.step(0);
             tr.step(1);
             synchronize(c.cuda);
-            const double mult = tr.loss_scale() / double(cfg.gas);
+            const double mult = tr.loss_scale() / double(st.gas);
             int64_t micro = 0;
             // One forward and backward (the layer model's pass has no
             // zeroing: where the gradients are zeroed, it is outside the
             // recorded passes).
             auto pass = [&] {
-              auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
+              auto [ids, labels] = tr.batch(2, micro++ % 4, st.mbs);
               tr.forward_backward(ids, labels, mult);
             };
             // The passes back to back, as a training step runs its
@@ -360,9 +361,9 @@ json measure_in_step(const Ctx& c) {
         json row = {{"precision", p},
                     {"model", fam.label},
                     {"layers", fam.spec.layers},
-                    {"tokens", cfg.mbs * cfg.seq},
-                    {"mbs", cfg.mbs},
-                    {"seq", cfg.seq},
+                    {"tokens", st.mbs * seq},
+                    {"mbs", st.mbs},
+                    {"seq", seq},
                     {"spec", fam.spec},
                     {"gemms", calls},
                     {"shapes", shapes},

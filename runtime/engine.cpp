@@ -22,6 +22,15 @@
 
 namespace planner::rt {
 
+at::ScalarType working_dtype(Precision p) {
+  switch (p) {
+    case Precision::FP32: return at::kFloat;
+    case Precision::FP16: return at::kHalf;
+    case Precision::BF16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
 namespace {
 int64_t key(int mb, int u) { return int64_t(mb) * 1000003 + u; }
 }  // namespace
@@ -157,12 +166,14 @@ void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
 
 }  // namespace
 
-Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
-               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp, Communicator* tp)
-    : spec_(spec), st_(s), cfg_(cfg), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
-      pp_(pp), tp_(s.tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
-      program_(build_step_program(s, spec.layers, StepOptions{spec.tied_embeddings})),
+Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
+               Communicator* pp, Communicator* tp)
+    : cfg_(config), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
+      pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
+      program_(build_step_program(config.strategy(), config.model().layers, StepOptions{config.model().tied_embeddings})),
       impl_(std::make_unique<Impl>()) {
+  const Strategy& s = st_;
+  const ModelSpec& spec = spec_;
   if (s.tp > 1) {
     if (!tp || tp->size() != s.tp)
       throw std::invalid_argument("Engine: the plan has tp=" + std::to_string(s.tp) + " but the tp group has " +
@@ -185,13 +196,13 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   I.mixed = I.dt != at::kFloat;
   I.offload = s.offload != Offload::None;
   I.master_is_param = !I.mixed && !I.offload;
-  loss_scale_ = s.precision == Precision::FP16 ? cfg_.fp16_init_scale : 1.0;
+  loss_scale_ = s.precision == Precision::FP16 ? cfg_.options.optim.fp16_init_scale : 1.0;
   if (I.offload && cuda_) I.copy = std::make_unique<SideStream>(true);
   else I.copy = std::make_unique<SideStream>(false);
 
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
-  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq, tp_, s.sp);
+  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   model_->prepare(device_, I.dt);
@@ -303,7 +314,7 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
 
   // Initial values, unit by unit in declaration order (the order of
   // TransformerModel::materialize, so the values are the same as one process's).
-  at::manual_seed(cfg_.seed);
+  at::manual_seed(cfg_.options.seed);
   {
     at::NoGradGuard ng;
     at::Tensor tied_init;
@@ -457,7 +468,7 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   if (u == 0) {
     std::vector<int64_t> scratch;
     const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
-    auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
+    auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
                                     device_, scratch);
     if (program_.partition.owner(head).first == stage_) I.labels[mb] = labels;
     I.out[key(mb, 0)] = model_->embed(ids);
@@ -478,7 +489,7 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
     if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
       std::vector<int64_t> scratch;
       const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
-      I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
+      I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
                                 device_, scratch).second;
     }
     const double mult = loss_scale_ / double(st_.gas * st_.dp);
@@ -530,7 +541,7 @@ void Engine::recv_b(int mb, int chunk) {
 }
 
 // The sequence length of what stages exchange: a shard under sequence parallelism.
-int64_t Engine::stage_seq() const { return st_.sp && st_.tp > 1 ? cfg_.seq / st_.tp : cfg_.seq; }
+int64_t Engine::stage_seq() const { return st_.sp && st_.tp > 1 ? cfg_.seq() / st_.tp : cfg_.seq(); }
 
 at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
 
@@ -757,7 +768,7 @@ void Engine::clip() {
   at::NoGradGuard ng;
   at::Tensor nrm = I.norm_sq.sqrt();
   if (st_.precision == Precision::FP16) {
-    // Dynamic loss scaling (Micikevicius et al. 2018), as Trainer: one host sync.
+    // Dynamic loss scaling (Micikevicius et al. 2018): one host sync.
     if (!nrm.isfinite().item<bool>()) {
       loss_scale_ = std::max(1.0, loss_scale_ * 0.5);
       good_steps_ = 0;
@@ -769,8 +780,8 @@ void Engine::clip() {
   // The divisor uses the loss scale the gradients were made with; a doubling
   // applies from the next step on.
   const double made_with = loss_scale_;
-  if (st_.precision == Precision::FP16 && ++good_steps_ >= cfg_.fp16_scale_window) loss_scale_ *= 2.0, good_steps_ = 0;
-  if (cfg_.grad_clip > 0) I.divisor = ((nrm / made_with + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * made_with;
+  if (st_.precision == Precision::FP16 && ++good_steps_ >= cfg_.options.optim.fp16_scale_window) loss_scale_ *= 2.0, good_steps_ = 0;
+  if (cfg_.options.optim.grad_clip > 0) I.divisor = ((nrm / made_with + 1e-6) / cfg_.options.optim.grad_clip).clamp_min(1.0) * made_with;
   else I.divisor = at::full({}, made_with, nrm.options());
   if (I.offload) I.divisor_host = I.divisor.item<double>();
 }
@@ -802,7 +813,10 @@ void Engine::reduce_replicated() {
 
 namespace {
 
-AdamHyper hyper(const TrainConfig& c) { return {c.lr, c.beta1, c.beta2, c.weight_decay, c.eps}; }
+AdamHyper hyper(const RunConfig& c) {
+  const OptimizerSettings& o = c.options.optim;
+  return {o.lr, o.beta1, o.beta2, o.weight_decay, o.eps};
+}
 
 }  // namespace
 

@@ -7,27 +7,19 @@
 #include <cstring>
 
 #include "runtime/batch.hpp"
+#include "runtime/engine.hpp"
 #include "strategies/errors.hpp"
 
 namespace planner::rt {
 
-at::ScalarType working_dtype(Precision p) {
-  switch (p) {
-    case Precision::FP32: return at::kFloat;
-    case Precision::FP16: return at::kHalf;
-    case Precision::BF16: return at::kBFloat16;
-  }
-  return at::kFloat;
-}
-
-Trainer::Trainer(const ModelSpec& spec, const TrainConfig& cfg, at::Device device, std::shared_ptr<TokenSource> tokens)
+Trainer::Trainer(const RunConfig& cfg, at::Device device, std::shared_ptr<TokenSource> tokens)
     : cfg_(cfg), device_(device), tokens_(std::move(tokens)) {
-  if (cfg_.mbs <= 0 || cfg_.gas <= 0) throw InputError("mbs and gas must be positive");
+  if (cfg_.strategy().mbs <= 0 || cfg_.strategy().gas <= 0) throw InputError("mbs and gas must be positive");
   if (!tokens_) throw std::invalid_argument("Trainer needs a token source");
-  model_ = std::make_unique<TransformerModel>(spec, cfg_.seq);
-  const at::ScalarType dt = working_dtype(cfg_.precision);
+  model_ = std::make_unique<TransformerModel>(cfg_.model(), cfg_.seq());
+  const at::ScalarType dt = working_dtype(cfg_.strategy().precision);
   mixed_ = dt != at::kFloat;
-  at::Tensor init = model_->materialize(device_, dt, cfg_.seed);
+  at::Tensor init = model_->materialize(device_, dt, cfg_.options.seed);
   const int64_t n = model_->store().numel();
   auto f32 = at::TensorOptions().device(device_).dtype(at::kFloat);
   // Optimizer state: the fp32 master copy is the initial fp32 values (mixed) or
@@ -38,7 +30,7 @@ Trainer::Trainer(const ModelSpec& spec, const TrainConfig& cfg, at::Device devic
   step_count_ = at::zeros({}, f32);
   chunk_ = std::min<int64_t>(n, int64_t(1) << 26);
   if (mixed_) work_ = at::empty({chunk_}, f32);
-  loss_scale_ = cfg_.precision == Precision::FP16 ? cfg_.fp16_init_scale : 1.0;
+  loss_scale_ = cfg_.strategy().precision == Precision::FP16 ? cfg_.options.optim.fp16_init_scale : 1.0;
 }
 
 Trainer::~Trainer() = default;
@@ -58,12 +50,12 @@ void Trainer::zero_grad() {
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::batch(int64_t step, int64_t micro, int64_t rows) {
-  return make_batch(*tokens_, model_->spec(), cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, rows, device_,
+  return make_batch(*tokens_, model_->spec(), cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, rows, device_,
                     host_batch_);
 }
 
 at::Tensor Trainer::forward_backward(const at::Tensor& ids, const at::Tensor& labels, double grad_multiplier) {
-  at::Tensor loss = model_->loss(ids, labels, cfg_.ckpt, grad_multiplier);
+  at::Tensor loss = model_->loss(ids, labels, cfg_.strategy().ckpt, grad_multiplier);
   torch::autograd::backward({loss * grad_multiplier});
   return loss.detach();
 }
@@ -74,7 +66,7 @@ bool Trainer::optimizer_step() {
   const at::Tensor& g = store.grads;
   // Global L2 norm of the (loss-scaled) gradients, accumulated in fp32.
   at::Tensor norm = at::linalg_vector_norm(g, 2, std::nullopt, false, at::kFloat);
-  if (cfg_.precision == Precision::FP16) {
+  if (cfg_.strategy().precision == Precision::FP16) {
     // Dynamic loss scaling (Micikevicius et al. 2018): one host sync per step.
     const bool finite = norm.isfinite().item<bool>();
     if (!finite) {
@@ -87,15 +79,15 @@ bool Trainer::optimizer_step() {
   // grad_scale of the fused kernel divides the gradients: loss scale times the
   // clipping factor max(1, ||g|| / clip) (torch.nn.utils.clip_grad_norm_'s 1e-6).
   at::Tensor divisor;
-  if (cfg_.grad_clip > 0) {
+  if (cfg_.options.optim.grad_clip > 0) {
     at::Tensor true_norm = norm / loss_scale_;
-    divisor = ((true_norm + 1e-6) / cfg_.grad_clip).clamp_min(1.0) * loss_scale_;
+    divisor = ((true_norm + 1e-6) / cfg_.options.optim.grad_clip).clamp_min(1.0) * loss_scale_;
   } else {
     divisor = at::full({}, loss_scale_, norm.options());
   }
   // A doubling of the loss scale applies from the next step on: this step's
   // gradients were made with the scale above.
-  if (cfg_.precision == Precision::FP16 && ++good_steps_ >= cfg_.fp16_scale_window) {
+  if (cfg_.strategy().precision == Precision::FP16 && ++good_steps_ >= cfg_.options.optim.fp16_scale_window) {
     loss_scale_ *= 2.0;
     good_steps_ = 0;
   }
@@ -112,8 +104,8 @@ bool Trainer::optimizer_step() {
       if (len == 0) continue;
       at::Tensor p = master_.narrow(0, o + a, len), gg = gc.narrow(0, a, len);
       at::Tensor m = exp_avg_.narrow(0, o + a, len), v = exp_avg_sq_.narrow(0, o + a, len);
-      at::_fused_adamw_({p}, {gg}, {m}, {v}, {}, {step_count_}, cfg_.lr, cfg_.beta1, cfg_.beta2,
-                        part == 0 ? cfg_.weight_decay : 0.0, cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
+      at::_fused_adamw_({p}, {gg}, {m}, {v}, {}, {step_count_}, cfg_.options.optim.lr, cfg_.options.optim.beta1, cfg_.options.optim.beta2,
+                        part == 0 ? cfg_.options.optim.weight_decay : 0.0, cfg_.options.optim.eps, /*amsgrad=*/false, /*maximize=*/false,
                         divisor, /*found_inf=*/std::nullopt);
     }
     if (mixed_) store.params.narrow(0, o, c).copy_(master_.narrow(0, o, c));
@@ -124,14 +116,14 @@ bool Trainer::optimizer_step() {
 at::Tensor Trainer::step(int64_t step) {
   zero_grad();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
-  const double mult = loss_scale_ / static_cast<double>(cfg_.gas);
-  for (int64_t micro = 0; micro < cfg_.gas; ++micro) {
-    auto [ids, labels] = batch(step, micro, cfg_.mbs);
+  const double mult = loss_scale_ / static_cast<double>(cfg_.strategy().gas);
+  for (int64_t micro = 0; micro < cfg_.strategy().gas; ++micro) {
+    auto [ids, labels] = batch(step, micro, cfg_.strategy().mbs);
     loss_sum.add_(forward_backward(ids, labels, mult));
   }
   if (after_backward) after_backward();
   optimizer_step();
-  return loss_sum / static_cast<double>(cfg_.gas);
+  return loss_sum / static_cast<double>(cfg_.strategy().gas);
 }
 
 }  // namespace planner::rt

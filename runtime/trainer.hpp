@@ -24,34 +24,15 @@
 #include "specs/model_spec.hpp"
 #include "runtime/data.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/run_config.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::rt {
 
-struct TrainConfig {
-  Precision precision = Precision::FP32;
-  Ckpt ckpt = Ckpt::None;
-  int64_t mbs = 1;
-  int64_t gas = 1;
-  int64_t seq = 0;
-  // AdamW (Loshchilov & Hutter 2019) with GPT-3's settings; constant learning rate.
-  double lr = 3e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;  // on matrices and embeddings only
-  double grad_clip = 1.0;     // global L2 norm; <= 0 turns clipping off
-  uint64_t seed = 1234;       // weights (and the synthetic tokens, through the TokenSource)
-  double fp16_init_scale = 65536.0;
-  int fp16_scale_window = 1000;
-  double mlm_mask_fraction = 0.15;  // encoders: fraction of positions masked for the MLM loss
-};
-
-at::ScalarType working_dtype(Precision p);
 
 class Trainer {
  public:
-  Trainer(const ModelSpec& spec, const TrainConfig& cfg, at::Device device, std::shared_ptr<TokenSource> tokens);
+  Trainer(const RunConfig& cfg, at::Device device, std::shared_ptr<TokenSource> tokens);
   ~Trainer();
 
   // One optimizer step (index `step` selects the batches). Returns the mean loss
@@ -70,7 +51,7 @@ class Trainer {
   std::pair<at::Tensor, at::Tensor> batch(int64_t step, int64_t micro, int64_t rows);
 
   TransformerModel& model() { return *model_; }
-  const TrainConfig& config() const { return cfg_; }
+  const RunConfig& config() const { return cfg_; }
   at::Device device() const { return device_; }
   const at::Tensor& params() const { return model_->store().params; }
   const at::Tensor& grads() const { return model_->store().grads; }
@@ -86,7 +67,7 @@ class Trainer {
   std::function<void()> after_backward;
 
  private:
-  TrainConfig cfg_;
+  RunConfig cfg_;
   at::Device device_;
   std::shared_ptr<TokenSource> tokens_;
   std::unique_ptr<TransformerModel> model_;
