@@ -402,12 +402,25 @@ int64_t Engine::optimizer_work_bytes() const { return impl_->work.defined() ? im
 
 // ---- the walk ----------------------------------------------------------------
 
+void Engine::zero_grad() {
+  Impl& I = *impl_;
+  if (!I.grads.defined()) return;
+  at::NoGradGuard ng;
+  I.grads.zero_();
+}
+
+void Engine::compute_pass(int64_t step, int mb) {
+  if (st_.world() > 1 || st_.zero >= 2)
+    throw std::logic_error("Engine::compute_pass: one process with ZeRO-0/1 only, got " + st_.to_string());
+  Impl& I = *impl_;
+  if (!I.loss_sum.defined()) I.loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  for (const StepAction& a : program_.stages[size_t(stage_)])
+    if (is_compute(a.op) && a.microbatch == mb) run_action(a, step);
+}
+
 at::Tensor Engine::step(int64_t step) {
   Impl& I = *impl_;
-  if (I.grads.defined()) {
-    at::NoGradGuard ng;
-    I.grads.zero_();
-  }
+  zero_grad();
   std::fill(I.reduces_done.begin(), I.reduces_done.end(), 0);
   I.loss_sum = at::zeros({}, at::TensorOptions().device(device_).dtype(at::kFloat));
   I.skip = false;

@@ -88,6 +88,15 @@ class Engine {
   // One optimizer step: walks the step program. Returns the mean loss over the
   // whole global batch (all dp ranks) as a device scalar.
   at::Tensor step(int64_t step);
+  // Zeroes the flat gradient buffer (ZeRO-0/1), as step() does first.
+  void zero_grad();
+  // Walks only the forward and backward actions of micro-batch `mb` of this
+  // stage's list (step `step`'s tokens): no gradient zeroing, no reduction,
+  // no optimizer; the gradients accumulate. What `planner calibrate` records
+  // as one pass of a training step (calibration/measure_in_step.cpp). One
+  // process (dp = tp = pp = 1) with ZeRO-0/1 only: elsewhere the passes
+  // would leave collectives or gathered units behind (std::logic_error).
+  void compute_pass(int64_t step, int mb);
 
   // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
   // layout of one process's flat buffer), gathered from all ranks under ZeRO and tp

@@ -1,8 +1,8 @@
 #pragma once
 // Runs k optimizer steps of a strategy with the Engine (runtime/engine.hpp) and
 // the same global batch with the plain single-process Trainer
-// (runtime/trainer.hpp: one flat buffer, its own accumulation loop, no step
-// program), and returns what the tests compare: the loss of every step and
+// (tests/reference_trainer.hpp: one flat buffer, its own accumulation loop, no
+// step program), and returns what the tests compare: the loss of every step and
 // every parameter after the last step (fp32, in ParamStore's layout).
 #include <ATen/ATen.h>
 
@@ -13,7 +13,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/trainer.hpp"
+#include "reference_trainer.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::test {
@@ -33,7 +33,7 @@ inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, 
   Strategy one = s;
   one.gas = s.gas * s.dp, one.dp = 1;
   const rt::RunConfig c = run_config(m, one, seq);
-  rt::Trainer t(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed));
+  Trainer t(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed));
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(t.step(k).item<double>());
   r.params = t.params().to(at::kFloat).clone();

@@ -11,7 +11,7 @@
 #include "specs/model_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/trainer.hpp"
+#include "reference_trainer.hpp"
 #include "tiny_models.hpp"
 
 using namespace planner;
