@@ -272,6 +272,9 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // (makespan_lower_bound counts every priced one).
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
+      // Hidden under the next forward with overlap_param_gather (the program's
+      // option, which the simulator reads too): priced 0 here as well, so
+      // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
       if (kind == kLayer) {
         int layers = 0;  // the stage's layers over its chunks
@@ -282,7 +285,6 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       }
     }
     StageCost& sc = out.stage(st);
-    sc.overlap_grad_reduce = p.overlap_grad_reduce;
     sc.compute_slowdown_beside_comm = p.compute_slowdown_beside_comm;
     sc.comm_slowdown_beside_compute = p.comm_slowdown_beside_compute;
     const double shard = s.zero >= 1 ? stage_params / s.dp : stage_params;

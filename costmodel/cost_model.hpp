@@ -56,7 +56,6 @@ struct StageCost {
   // LossReduce and NormReduce: an all-reduce of one float over the group
   // (indexed by CommGroup; latency-bound, a tree of the group's hops).
   std::array<double, 4> scalar_reduce_seconds{};
-  bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
   // A forward or backward pass runs this factor longer for the part of it that
   // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).
   double compute_slowdown_beside_comm = 1.0;

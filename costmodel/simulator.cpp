@@ -288,11 +288,11 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
             emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", a, int(i));
             break;
           case StepOp::Reduce:
-            if (sc.overlap_grad_reduce) reduce(i, 0);
+            if (prog.options.overlap_grad_reduce) reduce(i, 0);
             else st.deferred.push_back(i);
             break;
           case StepOp::ToHost:
-            if (sc.overlap_grad_reduce) to_host(i, 0);
+            if (prog.options.overlap_grad_reduce) to_host(i, 0);
             else st.deferred.push_back(i);
             break;
           case StepOp::Sync: {
@@ -376,7 +376,7 @@ const SimResult& Simulator::run(const StepProgram& prog, const CostModel& cost, 
           }
           case StepOp::AllGather: {
             const double t0 = std::max(st.comm_free, param_updated_[size_t(a.unit)]);
-            st.comm_free = t0 + cost.unit(a.unit).all_gather_seconds;
+            st.comm_free = t0 + (prog.options.overlap_param_gather ? 0.0 : cost.unit(a.unit).all_gather_seconds);
             emit(s, Stream::Comm, t0, st.comm_free, "all-gather", a, int(i));
             break;
           }

@@ -190,6 +190,9 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     check_headroom(o->headroom);
     HardwareProfile profile = load_profile(o->profile, checked.cluster.gpu);
     if (!o->headroom.empty()) apply_headroom(o->headroom, profile);
+    // The run executes the program the prediction simulates (its overlap options).
+    e.overlap_grad_reduce = profile.overlap_grad_reduce;
+    e.overlap_param_gather = profile.overlap_param_gather;
     exit_code = run_exec_and_report(e, checked, profile);
 #else
     (void)o;

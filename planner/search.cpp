@@ -90,7 +90,11 @@ double overcommit(const MemoryReport& m) {
 // simulates many strategies of one shape (tp, mbs, ckpt, precision vary).
 class ProgramCache {
  public:
-  ProgramCache(int64_t layers, bool tied) : layers_(layers) { opt_.tied_embeddings = tied; }
+  ProgramCache(int64_t layers, bool tied, const HardwareProfile& p) : layers_(layers) {
+    opt_.tied_embeddings = tied;
+    opt_.overlap_grad_reduce = p.overlap_grad_reduce;
+    opt_.overlap_param_gather = p.overlap_param_gather;
+  }
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
@@ -170,7 +174,7 @@ SearchResult search_plans(const SearchRequest& req) {
   use.engine = req.engine;
   use.simulate = true;
   Simulator sim;
-  ProgramCache programs(req.model.layers, req.model.tied_embeddings);
+  ProgramCache programs(req.model.layers, req.model.tied_embeddings, profile);
   std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
   std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
   std::array<double, kFamilies> fam_best;

@@ -35,6 +35,17 @@ namespace {
 int64_t key(int mb, int u) { return int64_t(mb) * 1000003 + u; }
 }  // namespace
 
+namespace {
+// The program's options: the model's tied embeddings and the run's overlap choices.
+StepOptions step_options(const RunConfig& c) {
+  StepOptions o;
+  o.tied_embeddings = c.model().tied_embeddings;
+  o.overlap_grad_reduce = c.options.overlap_grad_reduce;
+  o.overlap_param_gather = c.options.overlap_param_gather;
+  return o;
+}
+}  // namespace
+
 struct Engine::Unit {
   int64_t numel = 0, padded = 0, chunk = 0;  // chunk = padded / optimizer world
   int64_t decay = 0;                         // decayed elements at the unit's start
@@ -81,6 +92,7 @@ struct Engine::Impl {
   // for the next unit's prefetch queued behind it).
   std::vector<SideStream::Mark> gather_mark;
   std::vector<int> reduces_done;
+  std::vector<StepAction> deferred;  // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
   std::vector<WorkPtr> pending;
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
@@ -170,7 +182,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
                Communicator* pp, Communicator* tp)
     : cfg_(config), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
       pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
-      program_(build_step_program(config.strategy(), config.model().layers, StepOptions{config.model().tied_embeddings})),
+      program_(build_step_program(config.strategy(), config.model().layers, step_options(config))),
       impl_(std::make_unique<Impl>()) {
   const Strategy& s = st_;
   const ModelSpec& spec = spec_;
@@ -454,8 +466,12 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Backward: return backward(a.microbatch, a.unit, a.chunk);
     case StepOp::Gather: return gather(a.unit);
     case StepOp::Release: return release(a.unit);
-    case StepOp::Reduce: return reduce(a.unit, a.scatter);
-    case StepOp::ToHost: return to_host(a.unit);
+    case StepOp::Reduce:
+      if (!program_.options.overlap_grad_reduce) return impl_->deferred.push_back(a);
+      return reduce(a.unit, a.scatter);
+    case StepOp::ToHost:
+      if (!program_.options.overlap_grad_reduce) return impl_->deferred.push_back(a);
+      return to_host(a.unit);
     case StepOp::Sync: return sync();
     case StepOp::TiedReduce: return tied_reduce();
     case StepOp::ReplicaReduce: return reduce_replicated();
@@ -715,8 +731,29 @@ void Engine::to_host(int u) {
   I.keep.push_back(src);
 }
 
+// overlap_grad_reduce off: the reductions and copies to the host held for
+// the Sync, issued now in program order. A unit reduced after every backward
+// (ZeRO-2/3 with accumulation) is reduced once, for its last: its unit
+// gradient kept accumulating in its buffer meanwhile, so the one
+// reduce-scatter leaves the step's sum (as the simulator prices it: each
+// Reduce at the Sync).
+void Engine::issue_deferred() {
+  std::vector<StepAction> d;
+  d.swap(impl_->deferred);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i].op == StepOp::ToHost) {
+      to_host(d[i].unit);
+      continue;
+    }
+    bool later = false;
+    for (size_t j = i + 1; j < d.size() && !later; ++j) later = d[j].op == StepOp::Reduce && d[j].unit == d[i].unit;
+    if (!later) reduce(d[i].unit, d[i].scatter);
+  }
+}
+
 void Engine::sync() {
   Impl& I = *impl_;
+  issue_deferred();
   for (auto& w : I.pending) w->wait();
   I.pending.clear();
   std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
@@ -908,13 +945,13 @@ void Engine::all_gather(int u) {
   const Unit& un = I.units[size_t(u)];
   at::Tensor full = I.params.narrow(0, un.base, un.padded);
   at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
-  if (I.offload) {
-    WorkPtr w;
-    I.copy->run([&] { w = dp_->all_gather(mine, full); });  // after the unit's copy to the device
-    I.pending.push_back(w);
-  } else {
-    I.pending.push_back(dp_->all_gather(mine, full));
-  }
+  WorkPtr w;
+  if (I.offload) I.copy->run([&] { w = dp_->all_gather(mine, full); });  // after the unit's copy to the device
+  else w = dp_->all_gather(mine, full);
+  // overlap_param_gather: the step ends without it; the unit's next forward
+  // (or backward) waits for it, as for a ZeRO-3 Gather.
+  if (program_.options.overlap_param_gather) I.gather_work[size_t(u)] = w;
+  else I.pending.push_back(w);
 }
 
 // ---- inspection ----------------------------------------------------------------
@@ -943,6 +980,8 @@ int64_t Engine::transient_bytes() const {
 
 at::Tensor Engine::full_params_fp32() {
   Impl& I = *impl_;
+  for (WorkPtr& w : I.gather_work)  // overlap_param_gather: the last step's all-gathers
+    if (w) w->wait(), w = nullptr;
   at::NoGradGuard ng;
   const ParamStore& store = model_->store();
   at::Tensor out = at::zeros({store.numel()}, at::TensorOptions().device(device_).dtype(at::kFloat));

@@ -156,6 +156,7 @@ class Engine {
   void reduce(int u, bool scatter);
   void to_host(int u);
   void sync();
+  void issue_deferred();
   void tied_reduce();
   void loss_reduce(CommGroup g);
   void norm();

@@ -41,6 +41,11 @@ struct RunOptions {
   bool time_actions = true;             // time each action of the step program (exposed communication)
   bool trace = false;                   // record the last timed step's action spans on every rank
   bool kernels = false;                 // GPU: one more step whose forward/backward kernels are recorded
+  // The step program's overlap options (strategies/step_program.hpp
+  // StepOptions), which the Engine honours; `planner exec` takes them from
+  // the hardware profile its prediction uses, so the run is the program predicted.
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = false;
 };
 
 // The plan and the options of one run.
