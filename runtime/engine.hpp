@@ -70,7 +70,7 @@ class Engine {
   // interleaved 1F1B). The constructor makes the send/receive links
   // (runtime/comm/pipe_links.hpp) from it, and for tied embeddings the
   // first-and-last-stage group, collectives over the world. With tied
-  // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
+  // embeddings the last stage keeps a copy of the word matrix (engine_layout.cpp).
   // `tp`: the tensor-parallel communicator (null when strategy.tp == 1). The
   // model holds this rank's parts of the split parameters (runtime/model/transformer.hpp,
   // runtime/model/tensor_parallel.hpp); units, ZeRO chunks and the optimizer work on those local
@@ -143,6 +143,11 @@ class Engine {
  private:
   struct Unit;
   struct Impl;
+  // Construction (engine_layout.cpp).
+  int64_t lay_out_units();
+  void replicated_ranges();
+  void allocate_buffers(int64_t full);
+  void initial_values();
   void run_action(const StepAction& a, int64_t step);
   void forward(int mb, int u, int chunk, int64_t step);
   void backward(int mb, int u, int chunk);
