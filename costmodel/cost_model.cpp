@@ -323,6 +323,9 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // (makespan_lower_bound counts every priced one).
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
+      // Hidden under the next forward with overlap_param_gather (the program's
+      // option, which the simulator reads too): priced 0 here as well, so
+      // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
       if (moe_links && kind == kLayer)
         add_moe_unit_costs(u, moe_unit, moe_links->ep[size_t(st)], moe_links->expert_dp[size_t(st)], P_layer_experts, shard);
@@ -336,7 +339,6 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       }
     }
     StageCost& sc = out.stage(st);
-    sc.overlap_grad_reduce = p.overlap_grad_reduce;
     // The DP/ZeRO collectives' group size picks the slowdowns where the
     // profile measured them per group size (collective_groups).
     const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp);

@@ -73,6 +73,8 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   opt.record_trace = record_trace;
   StepOptions so;
   so.tied_embeddings = plan.model.tied_embeddings;
+  so.overlap_grad_reduce = profile.overlap_grad_reduce;
+  so.overlap_param_gather = profile.overlap_param_gather;
   std::optional<StepProgram> program;
   auto program_for = [&](int microbatches) -> const StepProgram& {
     Strategy s = plan.strategy;

@@ -90,7 +90,11 @@ double overcommit(const MemoryReport& m) {
 // simulates many strategies of one shape (tp, mbs, ckpt, precision vary).
 class ProgramCache {
  public:
-  ProgramCache(int64_t layers, bool tied) : layers_(layers) { opt_.tied_embeddings = tied; }
+  ProgramCache(int64_t layers, bool tied, const HardwareProfile& p) : layers_(layers) {
+    opt_.tied_embeddings = tied;
+    opt_.overlap_grad_reduce = p.overlap_grad_reduce;
+    opt_.overlap_param_gather = p.overlap_param_gather;
+  }
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
@@ -200,7 +204,7 @@ struct Searcher {
   Ranking rank() {
     Ranking k;
     Simulator sim;
-    ProgramCache programs(req.model.layers, req.model.tied_embeddings);
+    ProgramCache programs(req.model.layers, req.model.tied_embeddings, profile);
     std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
     for (const auto& c : cands)
       for (int f = 0; f < kFamilies; ++f) k.fam_count[f] += (c.families >> f) & 1;

@@ -3,7 +3,7 @@
 // LM) or a BERT-style encoder with an MLM head. Written functionally over ATen
 // ops (no torch::nn modules), so that every parameter is a view into ONE flat
 // buffer in the working precision and every gradient a view into ONE flat
-// gradient buffer (llm.c's layout). The optimizer (trainer.hpp) and, later, ZeRO
+// gradient buffer (llm.c's layout). The Engine's optimizer and ZeRO (engine.hpp)
 // work on those flat buffers with whole-buffer operations.
 //
 // Parameters: exactly the tensors that ModelSpec's layer_params(),
