@@ -254,6 +254,25 @@ const HardwareProfile& CostContext::profile() const { return impl_->profile; }
 const Topology& CostContext::topology() const { return impl_->topo; }
 const PassTimes& CostContext::layer_times(const Strategy& s) { return impl_->layer_set(s).layer; }
 
+namespace {
+
+// The parameters every tp rank of a stage holds whole under sequence
+// parallelism (stage_params_per_rank): a layer's norms and row-parallel
+// biases, the embedding's position tables on the first stage, the final norm
+// on the last.
+double replicated_params(const ModelSpec& m, int layers, bool first, bool last) {
+  int64_t repl = (m.parallel_block ? 1 : 2) * m.norm_params();
+  if (m.out_bias) repl += m.hidden;
+  if (m.mlp_bias) repl += m.hidden;
+  double params = double(layers) * double(repl);
+  const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+  if (first) params += double(m.embedding_params() - m.vocab * width);
+  if (last) params += double(m.norm_params());
+  return params;
+}
+
+}  // namespace
+
 void CostContext::build(const Strategy& s, TableCostModel& out) {
   Impl& x = *impl_;
   const HardwareProfile& p = x.profile;
@@ -358,13 +377,7 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     if (!ft && s.sp && s.tp > 1) {  // norms and biases are frozen under fine-tuning
       int layers = 0;
       for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
-      int64_t repl = (m.parallel_block ? 1 : 2) * m.norm_params();
-      if (m.out_bias) repl += m.hidden;
-      if (m.mlp_bias) repl += m.hidden;
-      double params = double(layers) * double(repl);
-      const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
-      if (st == 0) params += double(m.embedding_params() - m.vocab * width);
-      if (st == s.pp - 1) params += double(m.norm_params());
+      const double params = replicated_params(m, layers, st == 0, st == s.pp - 1);
       sc.replica_reduce_seconds = all_reduce_seconds(params * eg, links.tp[size_t(st)], base);
     }
     // Loss and gradient-norm reductions: one float over a group, a tree of
