@@ -52,6 +52,9 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file);
 std::string peft_gap(const Plan& plan);
 ExportResult export_peft(const Plan& plan, const std::string& file);
 
+// The torch dtype name of a working precision ("bfloat16", "float16", "float32").
+const char* torch_dtype(Precision p);
+
 // "torchrun --nproc-per-node 8 [--nnodes N --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port 29500]"
 std::string torchrun_prefix(const ClusterSpec& c);
 

@@ -12,18 +12,6 @@
 
 namespace planner {
 
-namespace {
-
-const char* torch_dtype(Precision p) {
-  switch (p) {
-    case Precision::BF16: return "bfloat16";
-    case Precision::FP16: return "float16";
-    case Precision::FP32: return "float32";
-  }
-  return "float32";
-}
-
-}  // namespace
 
 std::string peft_gap(const Plan& plan) {
   const Strategy& s = plan.strategy;
