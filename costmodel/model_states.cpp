@@ -12,7 +12,7 @@ MemoryConstants memory_constants(const ClusterSpec& /*c*/) {
   // handles), and about 64 MiB of workspaces and small buffers inside it.
   k.context_bytes = 0.75 * (1 << 30);
   k.static_buffer_bytes = 64.0 * (1 << 20);
-  // The runtime's buffers (runtime/trainer.hpp, runtime/model/transformer.hpp): the
+  // The runtime's buffers (runtime/engine.hpp, runtime/model/transformer.hpp): the
   // optimizer converts gradients to fp32 2^26 elements at a time, the
   // cross-entropy works on fp32 chunks of about 256 MiB.
   k.optimizer_work_bytes = 4.0 * (1 << 26);
