@@ -1,5 +1,7 @@
 #include "costmodel/memory_model.hpp"
 
+#include "costmodel/cp_costs.hpp"
+
 #include "strategies/checked.hpp"
 
 #include <fmt/format.h>
@@ -41,14 +43,14 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
 
 // NCCL's own buffers on a rank of `stage`, as the runtime makes its
 // communicators (runtime/measure.cpp, runtime/engine.cpp): one per group used
-// for collectives (dp, tp, pp; the first and last stage of a tied model with
+// for collectives (dp-cp, tp, pp, the cp ring; the first and last stage of a tied model with
 // pp > 2 one more for the word matrix's gradient), and the pipeline's
 // send/receive links (runtime/comm/pipe_links.hpp), one per neighbour and
 // direction of travel: two on the first and the last stage, four on the
 // others and on every stage of the interleaved schedule's ring.
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k) {
   const bool ends = stage == 0 || stage == s.pp - 1;
-  const int collectives = (s.dp > 1) + (s.tp > 1) + (s.pp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
+  const int collectives = (s.dp_cp() > 1) + (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
   const bool ring = s.schedule == Schedule::Interleaved && s.vpp > 1;
   const int links = s.pp < 2 ? 0 : (ring || !ends) ? 4 : 2;
   return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link;
@@ -114,9 +116,15 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   AttentionImpl impl{};
   impl.flash = megatron || profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
-  const LayerActivationBytes per_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, s.ckpt, impl);
-  const double layer_act = per_layer.total(s.tp, s.sp);
-  const double sbh = double(plan.seq) * s.mbs * m.hidden;
+  // Context parallelism: a rank holds the activations and logits of its
+  // seq/cp tokens (its two chunks of the sequence).
+  const int64_t seq = plan.seq / s.cp;
+  const LayerActivationBytes per_layer = layer_activation_bytes(m, seq, s.mbs, e, s.ckpt, impl);
+  double layer_act = per_layer.total(s.tp, s.sp);
+  // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
+  // log-sum-exp per head and token, as flash without recomputation does.
+  if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(m.heads) * double(seq) * s.mbs / s.tp;
+  const double sbh = double(seq) * s.mbs * m.hidden;
 
   MemoryReport r;
   r.engine = engine;
@@ -153,7 +161,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     if (megatron && sm.has_embedding) {
       // Megatron's embedding dropout mask (sbh bytes) and the token ids (8sb)
       // of each micro-batch in flight (theoretical_memory_usage.py counts both).
-      act += sm.inflight_microbatches * (sbh / (s.sp ? s.tp : 1) + 8.0 * plan.seq * s.mbs);
+      act += sm.inflight_microbatches * (sbh / (s.sp ? s.tp : 1) + 8.0 * seq * s.mbs);
     }
 
     double logits = 0;
@@ -173,7 +181,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
       // ceil(vocab / tp) rows, padded to 64.
       const double vp = double(padded_vocab_columns(m, s.tp));
       const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
-      const double tokens = double(plan.seq) * s.mbs;
+      const double tokens = double(seq) * s.mbs;
       if (megatron) {
         // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
         // cross_entropy.py) turns the logits to fp32 and saves their exponentials
@@ -192,14 +200,15 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
     // peak is the larger of the two moments.
     if (s.ckpt == Ckpt::Full) {
-      const double one_layer = layer_activation_bytes(m, plan.seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
+      const double one_layer = layer_activation_bytes(m, seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
       act += std::max(0.0, one_layer - logits);
     }
     g[int(MemCategory::Activations)] = saturate_bytes(act);
 
     // Pipeline send/receive: one activation and one gradient, double-buffered.
     const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
-    const double nccl = nccl_bytes(m, s, sm.stage, k);
+    // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
+    const double nccl = nccl_bytes(m, s, sm.stage, k) + cp_ring_buffer_bytes(m, plan.seq, s);
     double comm;
     if (engine != Engine::Ours) {
       comm = engine_comm_bytes(m, s, engine, double(sm.params), pp_buffers) + nccl;
@@ -217,7 +226,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
     // The other engines' optimizers work on their fp32 partitions in place.
     const double work = s.precision == Precision::FP32 || s.offload != Offload::None || engine != Engine::Ours
                             ? 0.0
-                            : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp : 1));
+                            : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp_cp() : 1));
     // Fragmentation of the caching allocator: PyTorch's default segments keep
     // a fraction of the memory that comes and goes (the other engines); this
     // runtime uses expandable segments (runtime/device.hpp), which keep

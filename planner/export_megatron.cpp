@@ -58,6 +58,9 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
   a.opt("--pipeline-model-parallel-size", s.pp);
   if (s.pp > 1 && s.schedule == Schedule::Interleaved) a.opt("--num-virtual-stages-per-pipeline-rank", s.vpp);
   if (s.sp && s.tp > 1) a.flag("--sequence-parallel");
+  // Context parallelism: Megatron's ring attention (Transformer Engine's
+  // p2p communication type, the default) over cp ranks.
+  if (s.cp > 1) a.opt("--context-parallel-size", s.cp);
   a.opt("--micro-batch-size", s.mbs);
   a.opt("--global-batch-size", plan.global_batch);  // Megatron derives the accumulation: global / (mbs x dp)
   // Recomputation (Korthikanti et al. 2022, as Megatron implements it).

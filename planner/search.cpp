@@ -37,7 +37,7 @@ constexpr const char* kFamilyDef[kFamilies] = {
 
 uint8_t families_of(const Strategy& s) {
   uint8_t f = 0;
-  if (s.tp == 1 && s.pp == 1 && s.zero == 0 && s.offload == Offload::None) f |= 1 << kPureDP;
+  if (s.tp == 1 && s.pp == 1 && s.cp == 1 && s.zero == 0 && s.offload == Offload::None) f |= 1 << kPureDP;
   if (s.zero == 3 && s.offload == Offload::None) f |= 1 << kZero3;
   if (s.tp > 1 && s.pp == 1) f |= 1 << kTP;
   if (s.pp > 1) f |= 1 << kPP;
@@ -94,8 +94,8 @@ class ProgramCache {
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
-    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp > 1, int(s.schedule), s.tp > 1,
-                                     s.sp && s.tp > 1);
+    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp_cp() > 1, int(s.schedule), s.tp > 1,
+                                     s.sp && s.tp > 1, s.cp > 1);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_.emplace(key, build_step_program(s, layers_, opt_)).first->second;
@@ -104,7 +104,7 @@ class ProgramCache {
  private:
   int64_t layers_;
   StepOptions opt_;
-  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool>, StepProgram> cache_;
+  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool>, StepProgram> cache_;
 };
 
 }  // namespace
@@ -112,13 +112,13 @@ class ProgramCache {
 // Settings that change nothing on their plan: ZeRO without data parallelism to
 // shard over, SP without TP.
 static int needless(const Strategy& s) {
-  return (s.dp == 1 ? s.zero : 0) + (s.tp == 1 && s.sp ? 1 : 0);
+  return (s.dp_cp() == 1 ? s.zero : 0) + (s.tp == 1 && s.sp ? 1 : 0);
 }
 
 // `s` with those settings at their least (ZeRO at dp=1 to 0, or 1 where
 // offload needs it; SP at tp=1 off): two strategies equal so differ only there.
 static Strategy normalized(Strategy s) {
-  if (s.dp == 1) s.zero = s.offload == Offload::None ? 0 : s.offload == Offload::All ? 3 : 1;
+  if (s.dp_cp() == 1) s.zero = s.offload == Offload::None ? 0 : s.offload == Offload::All ? 3 : 1;
   if (s.tp == 1) s.sp = false;
   return s;
 }
@@ -144,6 +144,11 @@ SearchResult search_plans(const SearchRequest& req) {
   L.fp16 = req.cluster.gpu.peak_fp16 > 0;
   L.fp32 = req.search_fp32;
   L.max_vpp = req.max_vpp;
+  // Context parallelism is searched at long sequences only (seq >= 8192,
+  // kCpSearchMinSeq): below, attention is a small share of a layer and cp only
+  // adds ring traffic, so the space stays as it was (and as fast).
+  L.seq = req.seq;
+  if (req.seq >= kCpSearchMinSeq) L.max_cp = L.world;
 
   // Phase 1: a lower bound for every candidate.
   std::vector<Candidate> cands;
@@ -198,8 +203,9 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
     // check_compat's rule from the runtime: sp splits the sequence over tp.
-    if (c.strategy.sp && c.strategy.tp > 1 && req.seq % c.strategy.tp != 0) continue;
+    if (c.strategy.sp && c.strategy.tp > 1 && c.strategy.cp == 1 && req.seq % c.strategy.tp != 0) continue;
     plan.strategy = c.strategy;
+    if (c.strategy.cp > 1 && !context_parallel_problem(plan).empty()) continue;
     // The rules every plan obeys hold by construction (search_space.hpp); the
     // limits of simulating it and of the engine are check_compat's (check_use).
     auto skip_too_long = [&] {

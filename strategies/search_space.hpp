@@ -34,6 +34,10 @@ struct SpaceLimits {
   bool fp32 = true;        // also search fp32 training
   int max_vpp = 8;         // interleaved: virtual stages per rank to try
   int64_t max_mbs = 0;     // 0: every divisor of the per-replica batch
+  // Context parallelism: cp from 1 to max_cp dividing the GPUs left by tp,
+  // with seq a multiple of 2*cp (causal load balancing). 1: none searched.
+  int max_cp = 1;
+  int64_t seq = 0;
 };
 
 template <class F>
@@ -46,9 +50,12 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
   if (L.fp32) precs[n_prec++] = Precision::FP32;
   for (int tp = 1; tp <= L.world; ++tp) {
     if (L.world % tp || L.heads % tp || L.kv_heads % tp || L.ffn % tp) continue;
-    for (int pp = 1; pp <= L.world / tp && pp <= L.layers; ++pp) {
-      if ((L.world / tp) % pp) continue;
-      const int dp = L.world / (tp * pp);
+    for (int cp = 1; cp <= L.world / tp && cp <= L.max_cp; ++cp) {
+    if ((L.world / tp) % cp || (cp > 1 && L.seq % (2 * int64_t(cp)))) continue;
+    const int rest = L.world / (tp * cp);
+    for (int pp = 1; pp <= rest && pp <= L.layers; ++pp) {
+      if (rest % pp) continue;
+      const int dp = rest / pp;
       if (L.global_batch % dp) continue;
       const int64_t per_replica = L.global_batch / dp;
       // mbs at most kMaxMbs and gas at most kMaxDegree (Strategy::validate):
@@ -57,14 +64,14 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
       for (int64_t mbs = 1; mbs <= mbs_end; ++mbs) {
         if (per_replica % mbs || per_replica / mbs > kMaxDegree) continue;
         const int gas = int(per_replica / mbs);
-        s.dp = dp, s.tp = tp, s.pp = pp, s.mbs = int(mbs), s.gas = gas;
+        s.dp = dp, s.tp = tp, s.pp = pp, s.cp = cp, s.mbs = int(mbs), s.gas = gas;
         for (int zero = 0; zero <= 3; ++zero) {
           if (zero >= 2 && pp > 1) continue;
           for (int off = 0; off < 3; ++off) {
             const Offload offload = Offload(off);
             if (offload == Offload::Optimizer && zero < 1) continue;
             if (offload == Offload::All && zero != 3) continue;
-            if (dp == 1 && zero >= 1 && offload == Offload::None) continue;
+            if (dp * cp == 1 && zero >= 1 && offload == Offload::None) continue;  // ZeRO shards over dp-cp
             s.zero = zero, s.offload = offload;
             for (int ck = 0; ck < 3; ++ck) {
               s.ckpt = Ckpt(ck);
@@ -92,6 +99,7 @@ void for_each_strategy(const SpaceLimits& L, F&& visit) {
         }
       }
     }
+    }  // cp
   }
 }
 

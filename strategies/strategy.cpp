@@ -91,7 +91,7 @@ int parse_degree(const std::string& key, const std::string& v, bool allow_zero =
 }
 
 const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
-                                        "schedule", "vpp", "precision", "sp"};
+                                        "schedule", "vpp", "precision", "sp", "cp"};
 
 void set_key(Strategy& s, const std::string& key, const std::string& value) {
   if (key == "dp") s.dp = parse_degree(key, value);
@@ -106,8 +106,9 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
   else if (key == "vpp") s.vpp = parse_degree(key, value);
   else if (key == "precision") s.precision = parse_precision(value);
   else if (key == "sp") s.sp = parse_bool(key, value);
+  else if (key == "cp") s.cp = parse_degree(key, value);
   else
-    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp zero offload ckpt mbs gas schedule vpp precision sp)",
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp)",
                                  key, nearest(key, kKeys)));
 }
 
@@ -120,12 +121,15 @@ void Strategy::validate() const {
   in_range("dp", dp, 1);
   in_range("tp", tp, 1);
   in_range("pp", pp, 1);
+  in_range("cp", cp, 1);
   in_range("vpp", vpp, 1);
   in_range("gas", gas, 1);
   if (mbs < 1 || mbs > kMaxMbs) throw InputError(fmt::format("strategy: mbs={} must be between 1 and {}", mbs, kMaxMbs));
-  const int64_t w = checked_product({dp, tp, pp}, "strategy: dp*tp*pp");
+  const int64_t w = checked_product({dp, tp, pp, cp}, "strategy: dp*tp*pp*cp");
   if (w > kMaxDegree)
-    throw InputError(fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} is more than {} GPUs", dp, tp, pp, w, kMaxDegree));
+    throw InputError(cp == 1 ? fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} is more than {} GPUs", dp, tp, pp, w, kMaxDegree)
+                             : fmt::format("strategy: dp*tp*pp*cp = {}*{}*{}*{} = {} is more than {} GPUs", dp, tp, pp,
+                                           cp, w, kMaxDegree));
   const int64_t stages = checked_mul(pp, vpp, "strategy: pp*vpp");
   if (stages > kMaxDegree)
     throw InputError(fmt::format("strategy: pp*vpp = {}*{} = {} is more than {} pipeline stages", pp, vpp, stages, kMaxDegree));
@@ -147,8 +151,8 @@ void Strategy::validate() const {
 }
 
 std::string Strategy::to_string() const {
-  return fmt::format("dp={},tp={},pp={},zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
-                     dp, tp, pp, zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
+  return fmt::format("dp={},tp={},pp={},{}zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
+                     dp, tp, pp, cp > 1 ? fmt::format("cp={},", cp) : std::string(), zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
                      planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
 }
 
@@ -182,6 +186,7 @@ void to_json(nlohmann::json& j, const Strategy& s) {
                      {"schedule", to_string(s.schedule)},
                      {"vpp", s.vpp},       {"precision", to_string(s.precision)},
                      {"sp", s.sp},         {"text", s.to_string()}};
+  if (s.cp > 1) j["cp"] = s.cp;  // absent at 1: the JSON of plans without context parallelism is unchanged
 }
 
 void from_json(const nlohmann::json& j, Strategy& s) {
