@@ -1,5 +1,7 @@
 #include "runtime/engine.hpp"
 
+#include "runtime/model/context_parallel.hpp"
+
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -158,7 +160,8 @@ void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
 }  // namespace
 
 Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg, at::Device device,
-               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp, Communicator* tp)
+               std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp, Communicator* tp,
+               Communicator* cp)
     : spec_(spec), st_(s), cfg_(cfg), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
       pp_(pp), tp_(s.tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(s, spec.layers, StepOptions{spec.tied_embeddings})),
@@ -173,13 +176,16 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
       throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
                                   std::to_string(pp ? pp->size() : 1) + " ranks");
   }
-  if (s.dp > 1 && (!dp || dp->size() != s.dp))
-    throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
+  if (s.dp_cp() > 1 && (!dp || dp->size() != s.dp_cp()))
+    throw std::invalid_argument("Engine: the plan has dp*cp=" + std::to_string(s.dp_cp()) + " but the dp group has " +
                                 std::to_string(dp ? dp->size() : 1) + " ranks");
+  if (s.cp > 1 && (!cp || cp->size() != s.cp))
+    throw std::invalid_argument("Engine: the plan has cp=" + std::to_string(s.cp) + " but the cp group has " +
+                                std::to_string(cp ? cp->size() : 1) + " ranks");
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;
-  I.ow = s.zero >= 1 ? s.dp : 1;
+  I.ow = s.zero >= 1 ? s.dp_cp() : 1;
   I.orank = s.zero >= 1 ? I.dp_rank : 0;
   I.dt = working_dtype(s.precision);
   I.mixed = I.dt != at::kFloat;
@@ -195,6 +201,10 @@ Engine::Engine(const ModelSpec& spec, const Strategy& s, const TrainConfig& cfg,
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   model_->prepare(device_, I.dt);
+  if (s.cp > 1) {
+    cp_ = std::make_unique<ContextParallel>(cp, cfg_.seq);
+    model_->set_context_parallel(cp_.get());
+  }
 
   // Units and their layout: decayed tensors first, declaration order within each class.
   const int U = program_.partition.units();
@@ -439,6 +449,9 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Norm: return norm();
     case StepOp::NormReduce: return norm_reduce(a.group);
     case StepOp::Clip: return clip();
+    case StepOp::CpRingF:
+    case StepOp::CpRingB: return;  // cp: the ring runs inside the attention of the F/B that follows
+                                   // (runtime/model/context_parallel.cpp); the action carries its price
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);
     case StepOp::AllGather: return all_gather(a.unit);
@@ -456,9 +469,10 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   const int head = program_.partition.head_unit();
   if (u == 0) {
     std::vector<int64_t> scratch;
-    const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+    const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
     auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
                                     device_, scratch);
+    if (cp_) ids = cp_->shard(ids), labels = cp_->shard(labels);  // this cp rank's two chunks
     if (program_.partition.owner(head).first == stage_) I.labels[mb] = labels;
     I.out[key(mb, 0)] = model_->embed(ids);
     return;
@@ -477,11 +491,12 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
     if (before_head) before_head();
     if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
       std::vector<int64_t> scratch;
-      const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+      const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
       I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq, cfg_.seed, cfg_.mlm_mask_fraction, step, micro, st_.mbs,
                                 device_, scratch).second;
+      if (cp_) I.labels[mb] = cp_->shard(I.labels[mb]);
     }
-    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
     at::Tensor loss = model_->head_loss(x, I.labels.at(mb), mult);
     I.loss_sum.add_(loss.detach());
     I.out[key(mb, u)] = loss;
@@ -530,7 +545,10 @@ void Engine::recv_b(int mb, int chunk) {
 }
 
 // The sequence length of what stages exchange: a shard under sequence parallelism.
-int64_t Engine::stage_seq() const { return st_.sp && st_.tp > 1 ? cfg_.seq / st_.tp : cfg_.seq; }
+int64_t Engine::stage_seq() const {
+  const int64_t seq = cfg_.seq / st_.cp;  // cp: this rank's two chunks
+  return st_.sp && st_.tp > 1 ? seq / st_.tp : seq;
+}
 
 at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
 
@@ -556,7 +574,7 @@ void Engine::backward(int mb, int u, int chunk) {
   const auto [first, last] = program_.partition.units_of(stage_, chunk);
   at::Tensor y = I.out.at(key(mb, u));
   if (u == head) {
-    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
     torch::autograd::backward({y * mult});
   } else if (u == last - 1) {  // the gradient of the stage's output, received from the next stage (RecvB)
     torch::autograd::backward({y}, {I.recv.at(key(mb, -1 - u))});
@@ -590,12 +608,12 @@ void Engine::gather(int u) {
     WorkPtr w;
     I.copy->run([&] {
       mine.copy_(src, /*non_blocking=*/true);
-      if (dp_ && st_.dp > 1) w = dp_->all_gather(mine, buf);
+      if (dp_ && st_.dp_cp() > 1) w = dp_->all_gather(mine, buf);
     });
     I.keep.push_back(src);
     if (w) I.gather_work[size_t(u)] = w;
     else I.gather_mark[size_t(u)] = I.copy->mark();
-  } else if (dp_ && st_.dp > 1) {
+  } else if (dp_ && st_.dp_cp() > 1) {
     I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
   } else {
     mine.copy_(src);
@@ -619,7 +637,7 @@ void Engine::reduce(int u, bool scatter) {
   const Unit& un = I.units[size_t(u)];
   at::NoGradGuard ng;
   if (!scatter) {
-    if (dp_ && st_.dp > 1) {
+    if (dp_ && st_.dp_cp() > 1) {
       I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
       I.pending.push_back(I.reduce_work[size_t(u)]);
     }
@@ -643,7 +661,7 @@ void Engine::reduce(int u, bool scatter) {
   }
   // Finished collectives hold nothing worth keeping.
   I.reap();
-  if (dp_ && st_.dp > 1) {
+  if (dp_ && st_.dp_cp() > 1) {
     I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
     I.pending.push_back(I.reduce_work[size_t(u)]);
   } else {
@@ -653,7 +671,7 @@ void Engine::reduce(int u, bool scatter) {
   bind_unit_grad(u, at::Tensor());
   I.ugrad[size_t(u)] = at::Tensor();
   give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(),
-            dp_ && st_.dp > 1 ? I.reduce_work[size_t(u)] : nullptr);
+            dp_ && st_.dp_cp() > 1 ? I.reduce_work[size_t(u)] : nullptr);
 }
 
 // The gradient of this stage's copy of the tied word matrix (the first stage's
@@ -720,7 +738,7 @@ void Engine::loss_reduce(CommGroup g) {
   if (g == CommGroup::Pp && pp_) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
   if (g == CommGroup::Dp && dp_) {
     dp_->all_reduce(I.loss_sum)->wait();
-    I.loss_sum.div_(double(st_.dp));
+    I.loss_sum.div_(double(st_.dp_cp()));
   }
 }
 
@@ -877,7 +895,7 @@ void Engine::to_device(int u) {
 
 void Engine::all_gather(int u) {
   Impl& I = *impl_;
-  if (I.skip || !dp_ || st_.dp < 2) return;
+  if (I.skip || !dp_ || st_.dp_cp() < 2) return;
   const Unit& un = I.units[size_t(u)];
   at::Tensor full = I.params.narrow(0, un.base, un.padded);
   at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
@@ -928,7 +946,7 @@ at::Tensor Engine::full_params_fp32() {
     } else {
       unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
       at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
-      if (dp_ && st_.dp > 1) dp_->all_gather(src, unit)->wait();
+      if (dp_ && st_.dp_cp() > 1) dp_->all_gather(src, unit)->wait();
       else unit.copy_(src);
     }
     for (size_t k = 0; k < un.ids.size(); ++k) {

@@ -169,15 +169,17 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
   // as the growth of memory outside the caching allocator across their set-up
   // and a first collective.
   // The pipeline's send/receive links are made by the Engine (runtime/comm/pipe_links.hpp).
-  std::unique_ptr<Communicator> dpc, ppc, tpc, worldc;
-  const RankGrid grid(st.dp, st.pp, st.tp);
+  std::unique_ptr<Communicator> dpc, ppc, tpc, cpc, worldc;
+  const RankGrid grid(st.dp, st.pp, st.tp, st.cp);
   const int64_t outside0 = world > 1 ? memory_outside_allocator(cuda) : 0;
   if (world > 1) {
     const auto timeout = std::chrono::seconds(opt.comm_timeout_seconds);
     std::vector<int> all(static_cast<size_t>(world));
     for (int i = 0; i < world; ++i) all[size_t(i)] = i;
     worldc = make_communicator(std::vector<std::vector<int>>{all}, "world", at::Device(at::kCPU), timeout);
-    if (st.dp > 1) dpc = make_communicator(grid.all_dp_groups(), "dp", device, timeout);
+    // The gradients' group: dp-cp (the dp group when cp = 1).
+    if (st.dp_cp() > 1) dpc = make_communicator(grid.all_dp_cp_groups(), "dp", device, timeout);
+    if (st.cp > 1) cpc = make_communicator(grid.all_cp_groups(), "cp", device, timeout);
     if (st.pp > 1) ppc = make_communicator(grid.all_pp_groups(), "pp", device, timeout);
     if (st.tp > 1) tpc = make_communicator(grid.all_tp_groups(), "tp", device, timeout);
   }
@@ -195,7 +197,7 @@ Measurement run_training(const Plan& plan, const RunOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     reset_peak_memory(cuda);
     const MemStats before = memory_stats(cuda);
-    Engine engine(plan.model, st, cfg, device, tokens, dpc.get(), ppc.get(), tpc.get());
+    Engine engine(plan.model, st, cfg, device, tokens, dpc.get(), ppc.get(), tpc.get(), cpc.get());
     synchronize(cuda);
     empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
     r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -43,9 +43,10 @@ inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, 
 }
 
 inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, rt::Communicator* dp,
-                            rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr) {
+                            rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr,
+                            rt::Communicator* cp = nullptr) {
   rt::TrainConfig c = train_config(s, seq);
-  rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), dp, pp, tp);
+  rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), dp, pp, tp, cp);
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(e.step(k).item<double>());
   r.params = e.full_params_fp32().to(at::kFloat);
