@@ -17,6 +17,7 @@
 #include "specs/plan.hpp"
 #include "calibration/measure_detail.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/comm/world_node.hpp"
 #include "runtime/device.hpp"
 #include "strategies/errors.hpp"
 
@@ -148,6 +149,89 @@ double estimated_calibration_seconds(bool cuda, bool quick) {
   return 60;
 }
 
+namespace {
+
+// Seconds kept out of --budget for the collectives part under mpirun (it runs
+// after rank 0's single-device parts and is not cut short): per group size,
+// the collectives, send/recv and the two contention loops; plus NCCL's
+// communicators and the node's CPU AdamW.
+double collectives_reserve_seconds(bool cuda, bool quick, int world) {
+  if (world < 2) return 0;
+  const double per_size = cuda && !quick ? 25 : 3;
+  return (cuda && !quick ? 20 : 2) + per_size * double(calib::calibrated_group_sizes(world).size());
+}
+
+// The node of every rank: the ranks' node keys gathered over `world`,
+// numbered in the order they first appear.
+std::vector<int> gather_nodes(Communicator& world, int64_t key) {
+  at::Tensor in = at::tensor(std::vector<int64_t>{key}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor all = at::empty({int64_t(world.size())}, in.options());
+  world.all_gather(in, all)->wait();
+  std::vector<int64_t> keys(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  std::vector<int64_t> seen;
+  std::vector<int> out;
+  for (int64_t k : keys) {
+    auto it = std::find(seen.begin(), seen.end(), k);
+    if (it == seen.end()) seen.push_back(k), it = seen.end() - 1;
+    out.push_back(int(it - seen.begin()));
+  }
+  return out;
+}
+
+// Rank 0's single-device parts, in order, each skipped once `budget_s` (0:
+// none) is spent since t0. One failing part (a kernel this GPU lacks, out of
+// memory) costs its points and a note, not the rest of the calibration.
+void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes, double budget_s,
+                         std::chrono::steady_clock::time_point t0, std::pair<int64_t, int64_t> after_context) {
+  const bool cuda = c.cuda;
+  auto part = [&](const char* key, const std::function<json()>& fn) {
+    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (budget_s > 0 && spent >= budget_s) {
+      notes.push_back(std::string(key) + ": not measured (--budget: " + calib::fmt_num(budget_s, 3) +
+                      " s for the single-GPU parts spent)");
+      calib::say(c, std::string(key) + " skipped: the budget is spent");
+      return;
+    }
+    try {
+      m[key] = fn();
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      msg = msg.substr(0, msg.find('\n'));
+      notes.push_back(std::string(key) + ": failed, not measured (" + msg + ")");
+      calib::say(c, std::string(key) + " failed: " + msg);
+      empty_cache(cuda);
+    }
+  };
+  part("gemm", [&] { return calib::measure_gemms(c); });
+  part("attention", [&] { return calib::measure_attention(c); });
+  part("memory_kernels", [&] { return calib::measure_memory_kernels(c); });
+  part("kernel_overhead_seconds", [&] { return json(calib::measure_kernel_overhead(c)); });
+  if (cuda) part("host_copies", [&] { return calib::measure_host_copies(c); });
+  else notes.push_back("host<->device copies: no GPU, not measured");
+  part("host_memcpy", [&] { return calib::measure_host_memcpy(c); });
+  part("cpu_adam", [&] { return calib::measure_cpu_adam(c); });
+  if (cuda) part("memory", [&] { return measure_device_memory(c, after_context); });
+  else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
+  // After the memory part: its Trainers load kernels (AdamW, the loss) whose
+  // code would count as memory outside the allocator there.
+  part("in_step", [&] { return calib::measure_in_step(c); });
+}
+
+// Every rank: the collectives and the node's CPU AdamW (under mpirun).
+void multi_rank_parts(const Ctx& c, Communicator& worldc, const WorldInfo& wi, json& m,
+                      std::vector<std::string>& notes) {
+  worldc.barrier();
+  calib::measure_collectives(c, worldc, m);
+  worldc.barrier();
+  if (wi.local_size > 1) {
+    json node = calib::measure_cpu_adam_node(c, worldc, wi.local_size);
+    if (!node.is_null()) m["cpu_adam_node"] = std::move(node);
+    else notes.push_back("CPU AdamW on every rank at once: failed on a rank, not measured");
+  }
+}
+
+}  // namespace
+
 CalibrateRun run_calibration(const CalibrateOptions& o) {
   if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
     throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
@@ -202,61 +286,29 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
     std::vector<int> all(size_t(wi.size));
     for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
     worldc = make_communicator({all}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
+    c.node_of_rank = gather_nodes(*worldc, world_node_key());
+    m["nodes"] = *std::max_element(c.node_of_rank.begin(), c.node_of_rank.end()) + 1;
+    m["node_of_rank"] = c.node_of_rank;
   }
+  // Under mpirun the budget keeps room for the collectives, which follow.
+  const double reserve = collectives_reserve_seconds(cuda, c.quick, wi.size);
+  const double single_budget = o.budget_seconds > 0 ? std::max(1.0, o.budget_seconds - reserve) : 0;
   if (wi.rank == 0) {
     calib::say(c, std::string("on ") + (cuda ? m["machine"]["gpu_name"].get<std::string>() : "the CPU (" +
                                                                                                m["machine"]["cpu"].get<std::string>() + ")") +
                       (o.quick ? ", quick sizes" : cuda ? "" : ", CPU-sized shapes (no GPU)") + "; " +
                       std::to_string(wi.size) + " rank(s); about " +
-                      calib::fmt_num(estimated_calibration_seconds(cuda, c.quick), 2) + " s" +
-                      (o.budget_seconds > 0 ? ", at most " + calib::fmt_num(o.budget_seconds, 3) + " s (--budget)" : ""));
-    // One failing part (a kernel this GPU lacks, out of memory) costs its
-    // points and a note, not the rest of the calibration.
-    auto part = [&](const char* key, const std::function<json()>& fn) {
-      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (o.budget_seconds > 0 && spent >= o.budget_seconds) {
-        notes.push_back(std::string(key) + ": not measured (--budget " + calib::fmt_num(o.budget_seconds, 3) +
-                        " s spent)");
-        calib::say(c, std::string(key) + " skipped: the budget is spent");
-        return;
-      }
-      try {
-        m[key] = fn();
-      } catch (const std::exception& e) {
-        std::string msg = e.what();
-        msg = msg.substr(0, msg.find('\n'));
-        notes.push_back(std::string(key) + ": failed, not measured (" + msg + ")");
-        calib::say(c, std::string(key) + " failed: " + msg);
-        empty_cache(cuda);
-      }
-    };
-    part("gemm", [&] { return calib::measure_gemms(c); });
-    part("attention", [&] { return calib::measure_attention(c); });
-    part("memory_kernels", [&] { return calib::measure_memory_kernels(c); });
-    part("kernel_overhead_seconds", [&] { return json(calib::measure_kernel_overhead(c)); });
-    if (cuda) part("host_copies", [&] { return calib::measure_host_copies(c); });
-    else notes.push_back("host<->device copies: no GPU, not measured");
-    part("host_memcpy", [&] { return calib::measure_host_memcpy(c); });
-    part("cpu_adam", [&] { return calib::measure_cpu_adam(c); });
-    if (cuda) part("memory", [&] { return measure_device_memory(c, after_context); });
-    else notes.push_back("GPU memory (context, workspaces, what a process can allocate): no GPU, not measured");
-    // After the memory part: its Trainers load kernels (AdamW, the loss) whose
-    // code would count as memory outside the allocator there.
-    part("in_step", [&] { return calib::measure_in_step(c); });
+                      calib::fmt_num(estimated_calibration_seconds(cuda, c.quick) + reserve, 2) + " s" +
+                      (o.budget_seconds > 0 ? ", at most " + calib::fmt_num(single_budget, 3) +
+                                                  " s for the single-GPU parts (--budget " +
+                                                  calib::fmt_num(o.budget_seconds, 3) + " less " +
+                                                  calib::fmt_num(reserve, 3) + " s kept for the collectives)"
+                                            : ""));
+    single_device_parts(c, m, notes, single_budget, t0, after_context);
   }
   at::set_num_threads(threads_before);
-  if (worldc) {
-    worldc->barrier();
-    calib::measure_collectives(c, *worldc, m);
-    worldc->barrier();
-    if (wi.local_size > 1) {
-      json node = calib::measure_cpu_adam_node(c, *worldc, wi.local_size);
-      if (!node.is_null()) m["cpu_adam_node"] = std::move(node);
-      else notes.push_back("CPU AdamW on every rank at once: failed on a rank, not measured");
-    }
-  } else {
-    notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");
-  }
+  if (worldc) multi_rank_parts(c, *worldc, wi, m, notes);
+  else notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");
   m["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m["notes"] = notes;
   CalibrateRun r;

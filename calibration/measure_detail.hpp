@@ -22,6 +22,10 @@ struct Ctx {
   at::Device device{at::kCPU};
   int rank = 0, world = 1;
   std::vector<std::string>* notes = nullptr;
+  // The node of every world rank (0, 1, ... in the order the nodes first
+  // appear among the ranks), from the environment as the runtime reads it
+  // (runtime/comm/world.cpp); empty: one node.
+  std::vector<int> node_of_rank;
   double target_seconds() const { return quick ? 0.002 : 0.02; }  // one timed batch of calls
 };
 
@@ -106,9 +110,26 @@ nlohmann::json measure_cpu_adam(const Ctx& c);
 // node_params_per_second (the mean per process times local_size)}, or null if
 // a rank failed.
 nlohmann::json measure_cpu_adam_node(const Ctx& c, Communicator& world, int local_size);
-// Every rank: the collectives of the runtime's Communicator over sizes and group
-// sizes; `world` is the CPU (MPI) communicator of all ranks. Fills
-// "collectives" and "nccl_communicator_bytes" of `out` (rank 0).
+// calibration/measure_contention.cpp, every rank of `comm` at once:
+// compute beside its collectives both ways ([{op, bytes, calls, group_size,
+// compute_alone_seconds, compute_beside_seconds, collectives_alone_seconds,
+// slowdown, and on the GPU collectives_beside_seconds, comm_slowdown}]), and
+// its tensor-parallel collectives between GEMMs ([{op, bytes, group_size,
+// calls, chain_seconds, gemms_seconds, collectives_seconds, extra_seconds}]).
+nlohmann::json measure_contention(const Ctx& c, Communicator& comm);
+nlohmann::json measure_tp_chain(const Ctx& c, Communicator& comm);
+
+// calibration/measure_collectives.cpp
+// The group sizes calibrate measures on `world` ranks: 2, 4, ... and world,
+// each dividing it (the sizes a plan's dp/tp groups take on these GPUs).
+std::vector<int> calibrated_group_sizes(int world);
+// Every rank: the collectives of the runtime's Communicator over sizes, for
+// every group size (the world split into contiguous blocks, all at once),
+// send/recv per pair class (same node; across nodes when the ranks span
+// several), compute beside the collectives both ways per group size, the
+// tensor-parallel chain over the smallest groups and NCCL's memory; `world`
+// is the CPU (MPI) communicator of all ranks. Fills "collectives",
+// "compute_beside_comm", "tp_chain" and the nccl_*_bytes of `out` (rank 0).
 void measure_collectives(const Ctx& c, Communicator& world, nlohmann::json& out);
 
 }  // namespace planner::rt::calib

@@ -1,11 +1,13 @@
 #include "costmodel/activations.hpp"
 
+#include "costmodel/moe_costs.hpp"
+
 namespace planner {
 
 LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, int64_t b_in, int e, Ckpt ckpt,
                                             const AttentionImpl& impl) {
   const double s = double(s_in), b = double(b_in), h = double(m.hidden), a = double(m.heads);
-  const double kv = double(m.kv_dim()), q = double(m.q_dim()), f = double(m.ffn);
+  const double kv = double(m.kv_dim()), q = double(m.q_dim());
   const double sbh = s * b * h;
   LayerActivationBytes out;
   if (ckpt == Ckpt::Full) {
@@ -32,17 +34,14 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
   if (m.pos == PosEmbed::Rotary) out.split += e * s * b * (q + kv);
   // Input of the attention output projection (row-parallel), split.
   out.split += e * (s * b * q);
-  // MLP: activation-function input(s) and the second GEMM's input, split.
-  if (m.mlp == MlpKind::SwiGlu) {
-    out.split += 4 * e * s * b * f;  // gate, up, silu(gate), and their product (input of down_proj)
-  } else if (m.mlp == MlpKind::Relu) {
-    // ReLU's backward needs only its output, which is also the second GEMM's
-    // input: one tensor saved (measured on H100, OPT-1.3B: 18.12 GiB against
-    // 24.17 when counted twice, 18.17 once).
-    out.split += e * s * b * f;
-  } else {
-    out.split += 2 * e * s * b * f;  // GeLU input and the second GEMM's input (GeLU's output)
-  }
+  // MLP: activation-function input(s) and the second GEMM's input, split
+  // (ReLU's backward needs only its output, which is also the second GEMM's
+  // input: one tensor saved; measured on H100, OPT-1.3B: 18.12 GiB against
+  // 24.17 when counted twice, 18.17 once). A mixture of experts' mean layer:
+  // its router, dispatched tokens and experts (costmodel/moe_costs.cpp).
+  const LayerActivationBytes mlp = mlp_activation_bytes(m, s, b, double(e));
+  out.replicated += mlp.replicated;
+  out.split += mlp.split;
   if (impl.dropout) {
     // One-byte masks after the attention projection and after the MLP.
     out.replicated += 2 * sbh;

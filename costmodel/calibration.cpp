@@ -634,6 +634,26 @@ struct Fitter {
                     c.size()));
   }
 
+  // After collectives() and contention(): the per-group-size table.
+  void collective_table() {
+    if (!gpu || !m.contains("collectives") || m["collectives"].empty() ||
+        m["collectives"][0].value("backend", "") != "nccl")
+      return;
+    std::string how;
+    if (const double net = fit_network_efficiency(m, *gpu, p, notes, how); net > 0) {
+      p.network_efficiency = net;
+      set("network_efficiency", net, how);
+    }
+    p.collective_groups = fit_collective_groups(m, *gpu, p, notes);
+    if (!p.collective_groups.empty())
+      fits["collective_groups"] = {
+          {"value", collective_groups_to_json(p.collective_groups)},
+          {"from", "per group size: each operation's model time between its smallest and largest size at the link's "
+                   "datasheet rate / the measured difference; latency from the smallest all-reduce; slowdowns the "
+                   "medians beside that group's collectives"}};
+    annotate_collectives();
+  }
+
   void collectives() {
     if (!m.contains("collectives") || m["collectives"].empty()) return;
     if (!gpu || m["collectives"][0].value("backend", "") != "nccl") {
@@ -641,7 +661,7 @@ struct Fitter {
       return;
     }
     const int W = m.value("ranks", 1);
-    const ClusterSpec cluster = parse_cluster(fmt::format("{}x{}", W, gpu->name));
+    const ClusterSpec cluster = calibration_cluster(m, *gpu);
     auto groups_of = [&](int g) {
       std::vector<std::vector<int>> gs;
       for (int s = 0; s + g <= W; s += g) {
@@ -655,10 +675,12 @@ struct Fitter {
     const json* lo = nullptr;
     const json* hi = nullptr;
     int gmax = 0;
+    // Groups inside one node: the link efficiency is the node's link's (across
+    // nodes, the network's: fitted from send/recv between nodes below).
     for (const auto& c : m["collectives"])
-      if (c["op"] == "all_reduce") gmax = std::max(gmax, c["group_size"].get<int>());
+      if (c["op"] == "all_reduce" && c.value("nodes", 1) == 1) gmax = std::max(gmax, c["group_size"].get<int>());
     for (const auto& c : m["collectives"]) {
-      if (c["op"] != "all_reduce" || c["group_size"].get<int>() != gmax) continue;
+      if (c["op"] != "all_reduce" || c["group_size"].get<int>() != gmax || c.value("nodes", 1) != 1) continue;
       if (!lo || c["bytes"].get<double>() < (*lo)["bytes"].get<double>()) lo = &c;
       if (!hi || c["bytes"].get<double>() > (*hi)["bytes"].get<double>()) hi = &c;
     }
@@ -705,6 +727,7 @@ struct Fitter {
         const json* b = nullptr;
         for (const auto& c : m["collectives"]) {
           if (c["op"] != op || c["group_size"].get<int>() != g) continue;
+          if (c.value("pair", "same_node") == "across_nodes") continue;  // across nodes: the network link, not this figure
           if (!a || c["bytes"].get<double>() < (*a)["bytes"].get<double>()) a = &c;
           if (!b || c["bytes"].get<double>() > (*b)["bytes"].get<double>()) b = &c;
         }
@@ -732,7 +755,22 @@ struct Fitter {
                         op, g, s0, s1 / double(1 << 20)));
       }
     }
+  }
+
+  // The model's time for every measured point at the fitted profile (its
+  // table and network efficiency included), with its error and bus rate.
+  void annotate_collectives() {
+    const int W = m.value("ranks", 1);
+    const ClusterSpec cluster = calibration_cluster(m, *gpu);
     const Topology topo(cluster, p);
+    auto blocks = [&](int g) {
+      std::vector<std::vector<int>> gs;
+      for (int s = 0; s + g <= W; s += g) {
+        gs.emplace_back();
+        for (int r = s; r < s + g; ++r) gs.back().push_back(r);
+      }
+      return gs;
+    };
     for (auto& c : m["collectives"]) {
       const int g = c["group_size"].get<int>();
       const double S = c["bytes"].get<double>();
@@ -741,10 +779,16 @@ struct Fitter {
       double model;
       if (op == "send_recv") {
         std::vector<std::pair<int, int>> pairs;
-        for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
+        if (c.value("pair", "") == "across_nodes" && cluster.nodes > 1) {
+          const int per = cluster.gpus_per_node;
+          for (int n = 0; n + 1 < cluster.nodes; n += 2)
+            for (int i = 0; i < per; ++i) pairs.push_back({n * per + i, (n + 1) * per + i});
+        } else {
+          for (int s = 0; s + 1 < W; s += 2) pairs.push_back({s, s + 1});
+        }
         model = send_recv_seconds(S, topo.p2p(pairs, 0), base);
       } else {
-        const GroupLink gl = topo.ring(groups_of(g), 0);
+        const GroupLink gl = topo.ring(blocks(g), 0);
         model = op == "all_reduce"       ? all_reduce_seconds(S, gl, base)
                 : op == "reduce_scatter" ? reduce_scatter_seconds(S, gl, base)
                 : op == "all_gather"     ? all_gather_seconds(S, gl, base)
@@ -808,6 +852,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.collectives();
   f.contention();
   f.tp_chain();
+  f.collective_table();
   if (!gpu && f.p.peak_fp32_flops <= 1e12 && !f.fits.contains("peak_fp32_flops"))
     f.notes.push_back("CPU: no fp32 GEMM measured; peak_fp32_flops is a placeholder");
   const json mach = measured.value("machine", json::object());
@@ -831,6 +876,17 @@ std::string calibration_table(const HardwareProfile& p) {
   out += fmt::format("{:<34} {:>14}  {}\n", "field", "value", "from");
   const json fits = c.value("fits", json::object());
   for (const auto& [k, v] : fits.items()) {
+    if (k == "collective_groups" && v.contains("value") && v["value"].is_array()) {
+      out += fmt::format("{:<34} {:>14}  {}\n", k, fmt::format("{} sizes", v["value"].size()), v.value("from", ""));
+      for (const auto& r : v["value"])
+        out += fmt::format("  {:>4} GPUs ({}): all-reduce {:.3f}, reduce-scatter {:.3f}, all-gather {:.3f}, broadcast "
+                           "{:.3f} of the link; latency {:.1f} us; compute beside {:.3f}x, collectives beside {:.3f}x\n",
+                           r.value("group_size", 0), r.value("link", ""), r.value("all_reduce_efficiency", 0.0),
+                           r.value("reduce_scatter_efficiency", 0.0), r.value("all_gather_efficiency", 0.0),
+                           r.value("broadcast_efficiency", 0.0), r.value("base_latency_seconds", 0.0) * 1e6,
+                           r.value("compute_slowdown_beside_comm", 1.0), r.value("comm_slowdown_beside_compute", 1.0));
+      continue;
+    }
     if (v.contains("value") && v["value"].is_array()) {  // a table: one line per point
       out += fmt::format("{:<34} {:>14}  {}\n", k, fmt::format("{} points", v["value"].size()), v.value("from", ""));
       for (const auto& r : v["value"])

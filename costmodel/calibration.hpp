@@ -26,7 +26,11 @@
 //  nvlink_ or pcie_efficiency, collective_base_latency_seconds  from the
 //                        largest group's all-reduce: bandwidth from the slope
 //                        between the smallest and largest size, launch latency
-//                        from the smallest size (NCCL only)
+//                        from the smallest size (NCCL only; groups inside one node)
+//  collective_groups     the same per group size inside a node, each operation
+//                        apart, with the slowdowns beside that size's collectives
+//  network_efficiency    send/recv between ranks on different nodes (when the
+//                        ranks spanned nodes): the slope over the model's
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -47,6 +51,26 @@ std::optional<GpuSpec> match_gpu(const std::string& device_name);
 // peak (a CPU has no datasheet here). Throws InputError when `measured` is not
 // a calibration document.
 HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu);
+
+// The per-group-size table (HardwareProfile::collective_groups) from the
+// collectives measured over NCCL on `gpu` under mpirun: for each group size,
+// each operation's rate from the slope between its smallest and largest size
+// over the model's at the link's datasheet rate, the launch latency from the
+// smallest all-reduce, and the slowdowns measured beside that group's
+// collectives (`fitted`'s single figures where a size has none). Empty when
+// no NCCL all-reduce was measured. Sizes it cannot fit are noted and left out.
+std::vector<HardwareProfile::CollectiveGroup> fit_collective_groups(const nlohmann::json& measured, const GpuSpec& gpu,
+                                                                    const HardwareProfile& fitted,
+                                                                    std::vector<std::string>& notes);
+
+// The cluster calibrate ran on: "N x GPU", or "nodes x per-node x GPU" when its
+// ranks spanned nodes (the measurement's "nodes").
+ClusterSpec calibration_cluster(const nlohmann::json& measured, const GpuSpec& gpu);
+// network_efficiency from send/recv between ranks on different nodes (the
+// slope between the smallest and largest size over the model's at the network
+// link's full rate); 0 when no such pairs were measured. `how` says from what.
+double fit_network_efficiency(const nlohmann::json& measured, const GpuSpec& gpu, const HardwareProfile& fitted,
+                              std::vector<std::string>& notes, std::string& how);
 
 // The human summary calibrate prints: each fitted field, its value and source.
 std::string calibration_table(const HardwareProfile& p);

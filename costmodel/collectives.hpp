@@ -37,5 +37,10 @@ double reduce_scatter_seconds(double bytes, const GroupLink& g, double base_late
 double all_gather_seconds(double bytes, const GroupLink& g, double base_latency_s);
 double broadcast_seconds(double bytes, const GroupLink& g, double base_latency_s);
 double send_recv_seconds(double bytes, const GroupLink& g, double base_latency_s);
+// All-to-all of `bytes` per member (each sends bytes/n to every member): the
+// mixture of experts' token dispatch and combine over the ep group.
+//   all-to-all           (n-1) a + (n-1)/n S / B   (across nodes: the share
+//                        bound for other nodes over the network rate)
+double all_to_all_seconds(double bytes, const GroupLink& g, double base_latency_s);
 
 }  // namespace planner

@@ -42,6 +42,24 @@ std::string context_parallel_problem(const Plan& plan) {
   return "";
 }
 
+// Expert parallelism's model rules: ep splits routed experts, so it needs a
+// mixture of experts whose expert count it divides, and tp splits each
+// expert's inner width as it splits the dense MLP's (expert tensor
+// parallelism = tp, Megatron-core's default).
+void check_moe_compat(const ModelSpec& m, const Strategy& s) {
+  if (!m.moe.enabled()) {
+    if (s.ep > 1)
+      throw InputError(fmt::format("strategy: ep={} needs a mixture-of-experts model ({} has no experts)", s.ep, m.name));
+    return;
+  }
+  if (m.moe.experts % s.ep != 0)
+    throw InputError(fmt::format("strategy: ep={} must divide the experts ({})", s.ep, m.moe.experts));
+  if (m.moe.expert_ffn % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the experts' FFN width ({})", s.tp, m.moe.expert_ffn));
+  if (m.moe.shared_ffn % s.tp != 0)
+    throw InputError(fmt::format("strategy: tp={} must divide the shared experts' FFN width ({})", s.tp, m.moe.shared_ffn));
+}
+
 std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   const ModelSpec& m = plan.model;
   const ClusterSpec& c = plan.cluster;
@@ -60,6 +78,7 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     throw InputError(fmt::format("strategy: tp={} must divide the key/value heads ({})", s.tp, m.kv_heads));
   if (m.ffn % s.tp != 0)
     throw InputError(fmt::format("strategy: tp={} must divide the FFN width ({})", s.tp, m.ffn));
+  check_moe_compat(m, s);
   if (s.pp * s.vpp > m.layers)
     throw InputError(s.vpp > 1 ? fmt::format("strategy: pp*vpp = {} must be at most the layers ({})", s.pp * s.vpp, m.layers)
                                : fmt::format("strategy: pp={} must be at most the layers ({})", s.pp, m.layers));
@@ -127,8 +146,13 @@ UseCheck check_use(const Plan& plan, const PlanUse& use) {
                             ? "and GPipe steps are not extrapolated (all forwards, then all backwards; 1f1b is)"
                             : fmt::format("and a pipeline of pp*vpp = {} stages is too deep to extrapolate its "
                                           "steady state within it", int64_t(s.pp) * s.vpp))};
+  // With the way out: the search that keeps only what this engine runs.
   if (const std::string gap = engine_gap(plan, use.engine); !gap.empty())
-    return {UseLimit::Engine, fmt::format("engine {}: {}", to_string(use.engine), gap)};
+    return {UseLimit::Engine,
+            fmt::format("engine {}: {}; planner plan --model {} --gpus {} --seq {} --global-batch {} --engine {} "
+                        "finds the best plan {} can run",
+                        to_string(use.engine), gap, plan.model.name, plan.cluster.name, plan.seq, plan.global_batch,
+                        to_string(use.engine), engine_version(use.engine))};
   return {};
 }
 
@@ -148,6 +172,14 @@ std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& give
   // What every answer models: "fine-tuning" here is full training.
   std::vector<std::string> out{"full training: AdamW on every weight (LoRA and frozen layers are not modelled)"};
   const ClusterSpec& c = p.cluster;
+  if (p.model.moe.enabled()) {
+    const MoeSpec& e = p.model.moe;
+    out.push_back(fmt::format("token imbalance {:g} ({}; --moe-imbalance to change), {} routing", e.imbalance,
+                              e.imbalance == 1.0 ? "every expert gets tokens*top_k/experts"
+                                                 : "the busiest expert gets that many times the balanced load",
+                              e.capacity_factor > 0 ? fmt::format("capacity factor {:g}", e.capacity_factor)
+                                                    : std::string("dropless")));
+  }
   if (!given.seq) {
     const int64_t trained = p.model.default_seq > 0 ? p.model.default_seq : 0;
     out.push_back(trained > p.seq ? fmt::format("seq {} (the model allows {}; --seq to change)", p.seq, trained)

@@ -41,6 +41,9 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use = {})
 // sliding windows, and the runtime's rules under sp. The message, or "" when
 // the plan obeys them (check_compat throws it; the search skips the plan).
 std::string context_parallel_problem(const Plan& plan);
+// The mixture-of-experts rules of check_compat (ep divides the experts, tp
+// their widths; ep > 1 only for a mixture of experts). Throws InputError.
+void check_moe_compat(const ModelSpec& m, const Strategy& s);
 
 // The limits of a use alone, without throwing (the search's inner loop
 // checks its candidates, legal by construction, this way): which one the

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -83,8 +85,11 @@ struct Links {
   GroupLink pp;                    // the representatives' pipeline group (alone: it carries one float)
 };
 
-int64_t layer_key(const Strategy& s) {
-  return (((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt)) * 1024 + s.cp;
+// The layer times depend on mbs, tp, sp, precision and ckpt (first), and on
+// cp and ep (second: each at most 2^20, so both fit without overlap).
+std::pair<int64_t, int64_t> layer_key(const Strategy& s) {
+  return {((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt),
+          (int64_t(s.cp) << 21) | s.ep};
 }
 int64_t grid_key(const Strategy& s) { return ((int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp) * 1024 + s.cp; }
 
@@ -97,14 +102,32 @@ struct CostContext::Impl {
   HardwareProfile profile;
   Topology topo;
   std::unordered_map<int, GroupLink> tp_links;
-  std::unordered_map<int64_t, LayerSet> layers;
+  std::map<std::pair<int64_t, int64_t>, LayerSet> layers;
   std::unordered_map<int64_t, Links> links;
   std::unordered_map<int64_t, Layout> layouts;
+  std::unordered_map<int64_t, std::vector<StepList>> step_ends;
+  std::map<std::pair<int64_t, int>, MoeLinks> moe_links_by_grid;  // mixture of experts: (grid, ep)
   double host_Bps;
 
   Impl(const ModelSpec& m, const ClusterSpec& c, int64_t s, const HardwareProfile& p)
       : model(m), cluster(c), seq(s), profile(p), topo(c, p) {
     host_Bps = topo.host_copy_Bps(c.gpus_per_node);
+  }
+
+  // Each stage's step-end reductions (TiedReduce, ReplicaReduce, LossReduce,
+  // NormReduce) as add_step_tail emits them, per shape: which ones a stage has
+  // depends on pp, whether dp and tp exceed 1, sp and ZeRO-2/3 only.
+  const std::vector<StepList>& step_end_reductions(const Strategy& s, const LayerPartition& part) {
+    const int64_t key = (int64_t(s.pp) << 8) | (s.dp_cp() > 1) << 3 | (s.tp > 1) << 2 | int(s.sp) << 1 | (s.zero >= 2);
+    auto it = step_ends.find(key);
+    if (it != step_ends.end()) return it->second;
+    std::vector<StepList> out(size_t(s.pp));
+    for (int st = 0; st < s.pp; ++st)
+      for (const StepAction& a : add_step_tail({}, s, part, st, StepOptions{model.tied_embeddings}))
+        if (a.op == StepOp::TiedReduce || a.op == StepOp::ReplicaReduce || a.op == StepOp::LossReduce ||
+            a.op == StepOp::NormReduce)
+          out[size_t(st)].push_back(a);
+    return step_ends[key] = std::move(out);
   }
 
   const GroupLink& tp_link(int tp) {
@@ -122,20 +145,29 @@ struct CostContext::Impl {
   }
 
   const LayerSet& layer_set(const Strategy& s) {
-    const int64_t key = layer_key(s);
+    const auto key = layer_key(s);
     auto it = layers.find(key);
     if (it != layers.end()) return it->second;
     // Context parallelism: each rank computes seq/cp tokens (its two chunks),
     // and its attention is cp blocks of that size (costmodel/cp_costs.hpp).
     const LayerShape shape{seq / s.cp, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
     const GroupLink& l = tp_link(s.tp);
-    LayerSet set{transformer_layer_times(profile, model, shape, l), embedding_times(profile, model, shape, l),
-                 head_times(profile, model, shape, l), {}};
+    // A mixture of experts' mean layer (moe_costs.hpp; the dense layer itself otherwise).
+    LayerSet set{model.moe.enabled() ? moe_mean_layer_times(profile, model, shape, l, s.ep)
+                                     : transformer_layer_times(profile, model, shape, l),
+                 embedding_times(profile, model, shape, l), head_times(profile, model, shape, l), {}};
     if (s.cp > 1) {
       set.layer_block = set.layer;
       scale_attention_for_cp(set.layer, s.cp);
     }
     return layers[key] = set;
+  }
+
+  const MoeLinks& moe_links_for(const Strategy& s) {
+    const auto key = std::make_pair(grid_key(s), s.ep);
+    auto it = moe_links_by_grid.find(key);
+    if (it != moe_links_by_grid.end()) return it->second;
+    return moe_links_by_grid[key] = moe_links(topo, s, cluster.gpus_per_node);
   }
 
   const Layout& layout(int pp, int vpp) {
@@ -249,6 +281,36 @@ const HardwareProfile& CostContext::profile() const { return impl_->profile; }
 const Topology& CostContext::topology() const { return impl_->topo; }
 const PassTimes& CostContext::layer_times(const Strategy& s) { return impl_->layer_set(s).layer; }
 
+namespace {
+
+// The parameters every tp rank of a stage holds whole under sequence
+// parallelism (stage_params_per_rank): a layer's norms and row-parallel
+// biases, the embedding's position tables on the first stage, the final norm
+// on the last.
+double replicated_params(const ModelSpec& m, int layers, bool first, bool last) {
+  int64_t repl = (m.parallel_block ? 1 : 2) * m.norm_params();
+  if (m.out_bias) repl += m.hidden;
+  if (m.mlp_bias) repl += m.hidden;
+  double params = double(layers) * double(repl);
+  const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+  if (first) params += double(m.embedding_params() - m.vocab * width);
+  if (last) params += double(m.norm_params());
+  return params;
+}
+
+// Pipeline sends, per virtual stage: one micro-batch's activation of
+// `act_bytes` to the next virtual stage and its gradient back.
+void price_sends(const Strategy& s, int chunks, double act_bytes, const Links& links, double base, TableCostModel& out) {
+  for (int v = 0; v < chunks; ++v) {
+    const int st = v % s.pp, c = v / s.pp;
+    SendCost& sc = out.send(st, c);
+    sc.forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, links.next[st], base) : 0;
+    sc.backward_seconds = v > 0 ? send_recv_seconds(act_bytes, links.next[(st + s.pp - 1) % s.pp], base) : 0;
+  }
+}
+
+}  // namespace
+
 void CostContext::build(const Strategy& s, TableCostModel& out) {
   Impl& x = *impl_;
   const HardwareProfile& p = x.profile;
@@ -263,31 +325,33 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const Layout& layout = x.layout(s.pp, vpp);
   out.reset_shared(layout.part, size_t(s.pp) * kKinds, layout.entry);
 
-  // Pipeline sends, per virtual stage.
-  // Megatron scatter/gather: 1/t per rank; a cp rank sends its seq/cp tokens.
-  const double act_bytes = e * double(x.seq / s.cp) * s.mbs * m.hidden / s.tp;
-  for (int v = 0; v < chunks; ++v) {
-    const int st = v % s.pp, c = v / s.pp;
-    SendCost& sc = out.send(st, c);
-    sc.forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, links.next[st], base) : 0;
-    sc.backward_seconds = v > 0 ? send_recv_seconds(act_bytes, links.next[(st + s.pp - 1) % s.pp], base) : 0;
-  }
+  // Pipeline sends. Megatron scatter/gather: 1/t per rank; a cp rank sends its seq/cp tokens.
+  price_sends(s, chunks, e * double(x.seq / s.cp) * s.mbs * m.hidden / s.tp, links, base, out);
 
   // Parameters per rank of each kind of unit (their sum over a stage's units is
   // stage_params_per_rank of the stage).
   const double P_layer = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
   const double P_emb = double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
   const double P_head = double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
+  // Mixture of experts: the mean layer's parameters, those ZeRO shards over
+  // dp-cp and the local experts' over the expert-data-parallel group (dp/ep x cp),
+  // whose gradients are reduced there; the all-to-all in each layer's passes.
+  const MoeLinks* moe_links = m.moe.enabled() ? &x.moe_links_for(s) : nullptr;
+  const MoeLayerParams mean = mean_layer_params_per_rank(m, s, int64_t(P_layer));
+  const double P_layer_dense = moe_links ? double(mean.shared) : P_layer, P_layer_experts = double(mean.experts);
+  const int expert_dp = std::max(1, s.dp / s.ep) * s.cp;  // the cp ranks hold the same experts
   const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
+  const MoeUnitContext moe_unit{m, s, p, x.cluster, LayerShape{x.seq / s.cp, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt},
+                                e, eg, base, x.host_Bps};
   for (int st = 0; st < s.pp; ++st) {
     const GroupLink& dl = links.dp[st];
-    double stage_params = 0;
+    double stage_params = 0, stage_expert_params = 0;
     for (int kind = 0; kind < kKinds; ++kind) {
       const bool here = kind == kLayer || (kind == kEmbedding && st == 0) || (kind == kHead && st == s.pp - 1);
       if (!here) continue;
       const PassTimes& t = kind == kEmbedding ? ls.embedding : kind == kHead ? ls.head : ls.layer;
-      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer;
+      const double P = kind == kEmbedding ? P_emb : kind == kHead ? P_head : P_layer_dense;
       UnitCost& u = out.entry(size_t(st) * kKinds + kind);
       u.forward_seconds = t.forward.total_seconds();
       u.recompute_seconds = t.recompute.total_seconds();
@@ -314,19 +378,26 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
         u.cp_ring_forward_seconds = ring.forward;
         u.cp_ring_backward_seconds = ring.backward;
       }
+      if (moe_links && kind == kLayer)
+        add_moe_unit_costs(u, moe_unit, moe_links->ep[size_t(st)], moe_links->expert_dp[size_t(st)], P_layer_experts, shard);
       if (kind == kLayer) {
         int layers = 0;  // the stage's layers over its chunks
         for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
         stage_params += layers * P;
+        stage_expert_params += layers * P_layer_experts;
       } else {
         stage_params += P;
       }
     }
     StageCost& sc = out.stage(st);
     sc.overlap_grad_reduce = p.overlap_grad_reduce;
-    sc.compute_slowdown_beside_comm = p.compute_slowdown_beside_comm;
-    sc.comm_slowdown_beside_compute = p.comm_slowdown_beside_compute;
-    const double shard = s.zero >= 1 ? stage_params / s.dp_cp() : stage_params;
+    // The DP/ZeRO collectives' group size (the dp-cp group) picks the
+    // slowdowns where the profile measured them per group size (collective_groups).
+    const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp_cp());
+    sc.compute_slowdown_beside_comm = at.found ? at.value.compute_slowdown_beside_comm : p.compute_slowdown_beside_comm;
+    sc.comm_slowdown_beside_compute = at.found ? at.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
+    const double shard = s.zero >= 1 ? stage_params / s.dp_cp() + stage_expert_params / expert_dp
+                                     : stage_params + stage_expert_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
     if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {
@@ -339,23 +410,19 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
     if (s.sp && s.tp > 1) {
       int layers = 0;
       for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
-      int64_t repl = (m.parallel_block ? 1 : 2) * m.norm_params();
-      if (m.out_bias) repl += m.hidden;
-      if (m.mlp_bias) repl += m.hidden;
-      double params = double(layers) * double(repl);
-      const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
-      if (st == 0) params += double(m.embedding_params() - m.vocab * width);
-      if (st == s.pp - 1) params += double(m.norm_params());
+      const double params = replicated_params(m, layers, st == 0, st == s.pp - 1);
       sc.replica_reduce_seconds = all_reduce_seconds(params * eg, links.tp[size_t(st)], base);
     }
     // Loss and gradient-norm reductions: one float over a group, a tree of
     // its slowest hops (latency-bound).
     auto scalar = [&](const GroupLink& g) {
-      return g.size > 1 ? base + 2 * std::ceil(std::log2(double(g.size))) * g.hop_latency_seconds : 0.0;
+      const double launch = g.base_latency_seconds >= 0 ? g.base_latency_seconds : base;  // the group size's, if measured
+      return g.size > 1 ? launch + 2 * std::ceil(std::log2(double(g.size))) * g.hop_latency_seconds : 0.0;
     };
     sc.scalar_reduce_seconds[size_t(CommGroup::Tp)] = scalar(links.tp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Dp)] = scalar(links.dp[size_t(st)]);
     sc.scalar_reduce_seconds[size_t(CommGroup::Pp)] = scalar(links.pp);
+    sc.step_end_reductions = x.step_end_reductions(s, layout.part)[size_t(st)];
   }
 }
 

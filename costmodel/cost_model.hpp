@@ -19,6 +19,7 @@
 #include "costmodel/layer_costs.hpp"
 #include "specs/plan.hpp"
 #include "strategies/partition.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -58,6 +59,17 @@ struct StageCost {
   // LossReduce and NormReduce: an all-reduce of one float over the group
   // (indexed by CommGroup; latency-bound, a tree of the group's hops).
   std::array<double, 4> scalar_reduce_seconds{};
+  // The stage's step-end reductions (TiedReduce, ReplicaReduce, LossReduce,
+  // NormReduce) in the order the program has them (add_step_tail), which
+  // makespan_lower_bound reads. CostContext::build fills it; a table filled
+  // by hand may leave it empty (the bound then counts none of them).
+  StepList step_end_reductions;
+  // The duration of one of those reductions on this stage.
+  double reduction_seconds(const StepAction& a) const {
+    return a.op == StepOp::TiedReduce      ? tied_grad_seconds
+           : a.op == StepOp::ReplicaReduce ? replica_reduce_seconds
+                                           : scalar_reduce_seconds[size_t(a.group)];
+  }
   bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
   // A forward or backward pass runs this factor longer for the part of it that
   // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).

@@ -45,8 +45,11 @@ namespace {
 
 // DeepSpeed 0.19.8: its ZeRO engine runs any data-parallel strategy; tensor
 // parallelism comes from AutoTP ("tensor_parallel": {"autotp_size"}), which
-// shards a whole Hugging Face model, with ZeRO 0-3 (runtime/engine.py,
-// _configure_tensor_parallel_states: "AutoTP + ZeRO stage 3 is supported");
+// shards a whole Hugging Face model, with ZeRO 0-2: DeepSpeed's AutoTP
+// training tutorial (deepspeed.ai/tutorials/autotp-training) lists stages 0,
+// 1 and 2, and DeepSpeedExamples PR #1004 (2026) runs its teacher at ZeRO-0
+// because "AutoTP+ZeRO-3 not supported", though a comment in
+// runtime/engine.py's _configure_tensor_parallel_states says otherwise;
 // pipelines from its PipelineModule, whose only schedule is its TrainSchedule
 // (1F1B), with ZeRO 0-1 (runtime/pipe/engine.py asserts it).
 std::string deepspeed_gap(const Strategy& s) {
@@ -59,6 +62,9 @@ std::string deepspeed_gap(const Strategy& s) {
   if (s.ckpt == Ckpt::Selective)
     return "DeepSpeed's activation checkpointing recomputes whole layers; it has no selective (attention-only) "
            "recomputation";
+  if (s.tp > 1 && s.zero == 3)
+    return "DeepSpeed's automatic tensor parallelism (AutoTP) trains with ZeRO stages 0-2, not 3 (its AutoTP "
+           "training tutorial); use zero<=2, or --to fsdp / --to megatron for tp>1 with sharded parameters";
   if (s.pp > 1 && s.schedule != Schedule::OneFOneB)
     return fmt::format("DeepSpeed's pipeline engine runs only its own 1F1B schedule (TrainSchedule), not {}",
                        to_string(s.schedule));
@@ -122,7 +128,29 @@ std::string fsdp_gap(const Strategy& s) {
 
 }  // namespace
 
+// Expert parallelism: Megatron-LM's --expert-model-parallel-size (with
+// sequence parallelism when tp > 1: arguments.py asserts it); DeepSpeed-MoE
+// sets ep_size in the model's code (deepspeed.moe.layer.MoE), which a
+// config-only export cannot; PyTorch FSDP has none. With ep = 1 the experts
+// are ordinary parameters of the user's model to every engine.
+std::string expert_parallel_gap(const Plan& plan, Engine engine) {
+  const Strategy& s = plan.strategy;
+  if (s.ep <= 1) return "";
+  switch (engine) {
+    case Engine::Ours: return "";
+    case Engine::Megatron:
+      return s.tp > 1 && !s.sp ? "Megatron-LM needs sequence parallelism (sp=1) for expert parallelism with tp>1" : "";
+    case Engine::DeepSpeed:
+      return "DeepSpeed-MoE sets expert parallelism in the model's code (deepspeed.moe.layer.MoE(ep_size=...)), "
+             "which this config export cannot write; use ep=1 or --to megatron";
+    case Engine::Fsdp:
+      return "PyTorch FSDP has no expert parallelism; use ep=1 or --to megatron";
+  }
+  return "";
+}
+
 std::string engine_gap(const Plan& plan, Engine engine) {
+  if (std::string g = expert_parallel_gap(plan, engine); !g.empty()) return g;
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);

@@ -285,13 +285,14 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                    {"forward_relative", r.forward}, {"backward_relative", r.backward}});
     j["attention_rates"] = t;
   }
+  if (!p.collective_groups.empty()) j["collective_groups"] = collective_groups_to_json(p.collective_groups);
   if (p.calibration) j["calibration"] = *p.calibration;
   return j;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile& base) {
   if (!j.is_object()) throw InputError("profile: expected a JSON object");
-  std::vector<std::string> known{"format", "calibration", "attention_rates"};
+  std::vector<std::string> known{"format", "calibration", "attention_rates", "collective_groups"};
 #define X(f) known.push_back(#f);
   PLANNER_PROFILE_FIELDS(X)
 #undef X
@@ -345,6 +346,15 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
         e.at("backward_relative").get_to(r.backward);
         p.attention_rates.push_back(r);
       }
+    }
+    if (j.contains("collective_groups")) {
+      p.collective_groups = collective_groups_from_json(j.at("collective_groups"));
+    } else if (j.contains("nvlink_efficiency") || j.contains("pcie_efficiency") ||
+               j.contains("collective_base_latency_seconds")) {
+      // A profile with its own collective figures and no table (one measured
+      // before the table was): its figures stand for every group size, as
+      // they did, not a base's table.
+      p.collective_groups.clear();
     }
     if (j.contains("calibration")) {
       if (!j.at("calibration").is_object()) throw InputError("profile: 'calibration' must be an object");

@@ -140,6 +140,27 @@ struct HardwareProfile {
   // otherwise: the same calibrate loop, timing the collectives' end beside it
   // (comm_slowdown_from, costmodel/simulator.hpp). 1: no slowdown.
   double comm_slowdown_beside_compute = 1.0;
+  // The collective figures per group size (planner calibrate under mpirun -np
+  // N measures groups of 2, 4, ... N): each operation's bus rate over the
+  // datasheet rate of the link the group's ring crosses inside a node (NVLink,
+  // or PCIe where the node has none), the launch latency, and the two
+  // slowdowns above for that group's collectives. A group of a size between
+  // two entries takes each field linearly in log2(size); below the smallest,
+  // the smallest's; above the largest, the largest's (extrapolated: every
+  // answer says so, collective_extrapolation_note). Empty (profiles measured
+  // before it was): the single figures above for every group size.
+  struct CollectiveGroup {
+    int group_size = 0;
+    bool pcie = false;  // the efficiencies are of PCIe (a node without NVLink), else NVLink
+    double all_reduce_efficiency = 0, reduce_scatter_efficiency = 0, all_gather_efficiency = 0,
+           broadcast_efficiency = 0;
+    double base_latency_seconds = 0;
+    double compute_slowdown_beside_comm = 1, comm_slowdown_beside_compute = 1;
+    friend bool operator==(const CollectiveGroup&, const CollectiveGroup&) = default;
+  };
+  std::vector<CollectiveGroup> collective_groups;  // ascending group_size, sizes distinct
+  // The largest group_size measured; 0 without a table.
+  int largest_measured_group() const { return collective_groups.empty() ? 0 : collective_groups.back().group_size; }
   static constexpr double kMaxCommSlowdown = 50;  // a profile above it is refused; calibrate caps at it
   double host_copy_efficiency = 0.86;   // pinned host<->device copy over PCIe rate
   double host_memory_efficiency = 0.7;  // STREAM-like fraction of the DRAM peak
@@ -201,6 +222,25 @@ struct HardwareProfile {
   double memory_Bps() const { return memory_bandwidth_Bps * memory_efficiency; }
   void validate() const;  // throws InputError
 };
+
+// The table's figures for a group of `group_size` (HardwareProfile::
+// collective_groups): interpolated in log2(size) between measured sizes, held
+// at the nearest outside them. `extrapolated`: the size is above the largest
+// measured. `found` is false (and the value default) when the table is empty.
+struct CollectiveGroupAt {
+  HardwareProfile::CollectiveGroup value;
+  bool found = false, extrapolated = false;
+};
+CollectiveGroupAt collective_group_at(const std::vector<HardwareProfile::CollectiveGroup>& table, int group_size);
+// One line for a plan whose largest collective group (dp, tp or a pipeline
+// pair) is above the profile's largest measured group; empty otherwise and
+// for a profile without the table.
+std::string collective_extrapolation_note(const HardwareProfile& p, const Strategy& s);
+
+// collective_groups as JSON (an array of objects, one per group size) and
+// back; the reader checks every entry (InputError naming the entry and key).
+nlohmann::json collective_groups_to_json(const std::vector<HardwareProfile::CollectiveGroup>& t);
+std::vector<HardwareProfile::CollectiveGroup> collective_groups_from_json(const nlohmann::json& j);
 
 // Defaults for a GPU of the catalog: the datasheet profile, overlaid, for the
 // GPUs this project measured (costmodel/profiles/NAME.json, compiled in), with

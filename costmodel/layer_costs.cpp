@@ -1,6 +1,7 @@
 #include "costmodel/layer_costs.hpp"
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/mlp_ops.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 
@@ -39,7 +40,44 @@ void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_
   out.backward.gemm_seconds += gemm_seconds(p, T, k, n, pr) + weight_grad_gemm_seconds(p, k, n, T, pr);
 }
 
+// The MLP activation's memory-bound kernels over T x f_local elements (Tf).
+void add_mlp_activation_ops(MlpKind kind, double e, double Tf, MemoryOps& fm, MemoryOps& bm) {
+  using MK = MemKernel;
+  switch (kind) {
+    case MlpKind::Gelu:
+    case MlpKind::Relu:
+      fm.add(MK::Streaming, 2 * e * Tf);  // read, write
+      bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
+      break;
+    case MlpKind::SwiGlu:
+      // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
+      fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
+      // mul backward (g * up strided, g * silu), silu backward (strided), and each
+      // narrow's backward: zero-fill the full (T x 2f) gradient and copy its half
+      // in (strided), then the two full-size gradients are added.
+      bm.add(MK::Strided, 3 * e * Tf + 3 * e * Tf + 2 * (2 * e * Tf), 4);
+      bm.add(MK::Streaming, 3 * e * Tf + 2 * (2 * e * Tf) + 3 * (2 * e * Tf), 4);
+      break;
+  }
+}
+
 }  // namespace
+
+void add_linear_times(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_t k, PassTimes& out) {
+  linear(p, pr, T, n, k, out);
+}
+
+void add_mlp_times(const HardwareProfile& p, const ModelSpec& m, Precision pr, int64_t T, int64_t f_local,
+                   PassTimes& out) {
+  if (T <= 0 || f_local <= 0) return;
+  const int64_t h = m.hidden;
+  linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local, h, out);
+  linear(p, pr, T, h, f_local, out);
+  MemoryOps fm, bm;
+  add_mlp_activation_ops(m.mlp, bytes_per_element(pr), double(T) * double(f_local), fm, bm);
+  out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
+  out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
+}
 
 double exposed_tp_comm_seconds(const HardwareProfile& p, double comm, double gemm, int tp) {
   const double f = std::clamp(p.tp_comm_overlap, 0.0, 1.0);
@@ -54,25 +92,30 @@ double exposed_tp_comm_seconds(const HardwareProfile& p, double comm, double gem
   return (1 - f) * comm + f * pipelined;
 }
 
-PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s,
-                                  const GroupLink& tp_link) {
-  PassTimes out;
+namespace {
+
+// One rank's share of a layer's dimensions.
+struct LayerDims {
+  double e;                 // bytes per element
+  int64_t t, T, h, d;       // tp, tokens, hidden, head_dim
+  int64_t f_local, heads_local, kv_local, q_local;
+  double Tr;                // tokens of the replicated (norm/residual) ops
+  LayerDims(const ModelSpec& m, const LayerShape& s)
+      : e(bytes_per_element(s.precision)), t(s.tp), T(s.seq * s.mbs), h(m.hidden), d(m.head_dim()),
+        f_local(m.ffn / t), heads_local(m.heads / t), kv_local(m.kv_dim() / t), q_local(m.q_dim() / t),
+        Tr(s.sp ? double(T) / t : double(T)) {}
+};
+
+// The attention core over b * a/t heads: its forward (returned: selective
+// recomputation repeats it), and its backward added to `out`.
+OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const LayerDims& x,
+                             PassTimes& out) {
   const Precision pr = s.precision;
-  const double e = bytes_per_element(pr);
-  const int64_t t = s.tp, T = s.seq * s.mbs, h = m.hidden, d = m.head_dim();
-  const int64_t f_local = m.ffn / t, heads_local = m.heads / t, kv_local = m.kv_dim() / t, q_local = m.q_dim() / t;
-  const double Tr = s.sp ? double(T) / t : double(T);  // tokens of the replicated (norm/residual) ops
+  const double e = x.e;
+  const int64_t d = x.d;
   const bool drop = p.dropout;
   const bool causal = m.arch == Arch::Decoder;
-
-  // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down.
-  linear(p, pr, T, q_local + 2 * kv_local, h, out);
-  linear(p, pr, T, h, q_local, out);
-  linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local, h, out);
-  linear(p, pr, T, h, f_local, out);
-
-  // Attention core over b * a/t heads.
-  const int64_t bh = s.mbs * heads_local;
+  const int64_t bh = s.mbs * x.heads_local;
   OpTimes core_fwd;
   // The fused kernels as a training pass runs them (HardwareProfile::attention_in_step_factor).
   const double attn_in_step = p.attention_in_step_factor;
@@ -101,15 +144,17 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
                                    (drop ? memory_bound_seconds(p, (2 * e + 1) * scores) : 0);
   }
   out.forward += core_fwd;
+  return core_fwd;
+}
 
-  // Memory-bound kernels, as the runtime (runtime/model/transformer.cpp) launches them; bytes
-  // per class (MemoryOps), checked against the H100 kernel profile
-  // (docs/TIME_MODEL_CHECKS.md, "Checked against the runtime on H100").
+// Norms, residual adds, the MLP's activation and the bias gradients.
+void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& x, bool drop, MemoryOps& fm,
+                      MemoryOps& bm) {
   using MK = MemKernel;
+  const double e = x.e, Tr = x.Tr;
+  const int64_t t = x.t, T = x.T, h = x.h, f_local = x.f_local, q_local = x.q_local, kv_local = x.kv_local;
   const double Th = Tr * double(h);
   const double Tf = double(T) * double(f_local);
-  const double Tq = double(T) * double(q_local), Tkv = double(T) * double(kv_local);
-  MemoryOps fm, bm;
   const int norms = m.norms_per_layer();
   // Norms: forward reads x, writes y; backward is two kernels, the input gradient
   // (read x, dy; write dx) and the weight/bias gradient (read x, dy again).
@@ -121,22 +166,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   bm.add(MK::Streaming, 2 * 3 * e * Th, 2);
   if (drop) bm.add(MK::Streaming, 2 * (2 * e * Th + Th), 2);
   // Activation.
-  switch (m.mlp) {
-    case MlpKind::Gelu:
-    case MlpKind::Relu:
-      fm.add(MK::Streaming, 2 * e * Tf);  // read, write
-      bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
-      break;
-    case MlpKind::SwiGlu:
-      // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
-      fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
-      // mul backward (g * up strided, g * silu), silu backward (strided), and each
-      // narrow's backward: zero-fill the full (T x 2f) gradient and copy its half
-      // in (strided), then the two full-size gradients are added.
-      bm.add(MK::Strided, 3 * e * Tf + 3 * e * Tf + 2 * (2 * e * Tf), 4);
-      bm.add(MK::Streaming, 3 * e * Tf + 2 * (2 * e * Tf) + 3 * (2 * e * Tf), 4);
-      break;
-  }
+  if (f_local > 0) add_mlp_activation_ops(m.mlp, e, Tf, fm, bm);
   // Bias gradients: a column sum over the tokens of each biased output (read
   // the output gradient); the tiny accumulation into the flat buffer is a kernel.
   const double up_cols = double((m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local);
@@ -155,6 +185,13 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     const int row_biases = (m.out_bias ? 1 : 0) + (m.mlp_bias ? 1 : 0);
     if (row_biases > 0) fm.add(MK::Strided, row_biases * 2 * e * Th, row_biases);
   }
+}
+
+// The fused QKV output's split, Qwen3's q and k norms, rotary embeddings.
+void qkv_memory_ops(const ModelSpec& m, const LayerDims& x, MemoryOps& fm, MemoryOps& bm) {
+  using MK = MemKernel;
+  const double e = x.e;
+  const double Tq = double(x.T) * double(x.q_local), Tkv = double(x.T) * double(x.kv_local);
   // The fused QKV output is split into q, k, v; the split's backward concatenates
   // the three gradients (read, write).
   bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
@@ -177,6 +214,21 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
     bm.add(MK::Strided, 7 * X, 5 * 2);
     bm.add(MK::Streaming, 2 * X + 6 * X, 4 * 2);
   }
+}
+
+// Memory-bound kernels, as the runtime (runtime/model/transformer.cpp) launches them; bytes
+// per class (MemoryOps), checked against the H100 kernel profile
+// (docs/TIME_MODEL_CHECKS.md, "Checked against the runtime on H100").
+void memory_kernel_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const LayerDims& x,
+                         PassTimes& out) {
+  using MK = MemKernel;
+  const double e = x.e;
+  const double Tq = double(x.T) * double(x.q_local), Tkv = double(x.T) * double(x.kv_local);
+  const int64_t kv_local = x.kv_local, q_local = x.q_local;
+  const double attn_in_step = p.attention_in_step_factor;
+  MemoryOps fm, bm;
+  block_memory_ops(m, s, x, p.dropout, fm, bm);
+  qkv_memory_ops(m, x, fm, bm);
   // Attention backward's memory-bound kernels around the fused kernel (FlashAttention-2
   // and cuDNN alike): D = rowsum(dO * O) (read dO, O) and the fp32 dQ accumulator
   // converted to the working precision (read 4, write e), priced at their
@@ -196,16 +248,19 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   // As a sustained training pass runs them (HardwareProfile::memory_in_step_factor).
   out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
   out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
+}
 
-  // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
-  // runtime/model/tensor_parallel.hpp): without sp an all-reduce after attention and after the MLP,
-  // forward and backward; GPT-J's parallel block sums the two branches' partial
-  // outputs first and needs one each way. With sp each column-parallel GEMM
-  // (qkv, fc1) all-gathers its input, gathers it again in the backward and
-  // reduce-scatters its input gradient; each region's output is
-  // reduce-scattered (all-gathered in the backward): forward 2 AG + 2 RS,
-  // backward 4 AG + 2 RS (parallel block: 2 AG + 1 RS, 3 AG + 2 RS).
-  const double act_bytes = e * double(T) * double(h);
+// Tensor parallelism, as the runtime communicates (TransformerModel::layer,
+// runtime/model/tensor_parallel.hpp): without sp an all-reduce after attention and after the MLP,
+// forward and backward; GPT-J's parallel block sums the two branches' partial
+// outputs first and needs one each way. With sp each column-parallel GEMM
+// (qkv, fc1) all-gathers its input, gathers it again in the backward and
+// reduce-scatters its input gradient; each region's output is
+// reduce-scattered (all-gathered in the backward): forward 2 AG + 2 RS,
+// backward 4 AG + 2 RS (parallel block: 2 AG + 1 RS, 3 AG + 2 RS).
+void tp_comm_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const GroupLink& tp_link,
+                   const LayerDims& x, PassTimes& out) {
+  const double act_bytes = x.e * double(x.T) * double(x.h);
   if (tp_link.size > 1) {
     const double base = p.collective_base_latency_seconds;
     const int outs = m.parallel_block ? 1 : 2;
@@ -223,6 +278,28 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
       out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
     }
   }
+}
+
+}  // namespace
+
+PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s,
+                                  const GroupLink& tp_link) {
+  PassTimes out;
+  const Precision pr = s.precision;
+  const LayerDims x(m, s);
+  const int64_t T = x.T, h = x.h;
+
+  // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down.
+  linear(p, pr, T, x.q_local + 2 * x.kv_local, h, out);
+  linear(p, pr, T, h, x.q_local, out);
+  if (x.f_local > 0) {  // 0: a mixture-of-experts layer's attention part (costmodel/moe_costs.cpp)
+    linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * x.f_local, h, out);
+    linear(p, pr, T, h, x.f_local, out);
+  }
+
+  const OpTimes core_fwd = attention_core_times(p, m, s, x, out);
+  memory_kernel_times(p, m, s, x, out);
+  tp_comm_times(p, m, s, tp_link, x, out);
 
   // Recomputation inside the backward (Korthikanti et al. 2022, sec. 5): full
   // repeats the forward, its collectives included; selective repeats the

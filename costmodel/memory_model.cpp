@@ -15,7 +15,10 @@
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
 #include "costmodel/model_states.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_buffers.hpp"
+#include "strategies/step_program.hpp"
 
 namespace planner {
 
@@ -27,16 +30,37 @@ namespace {
 
 // ZeRO-2/3 unit buffers on a stage (bytes), as the runtime's executor keeps
 // them (runtime/engine.cpp, BufferPool): the embedding and the head each have
-// their own, the layers share two layer-sized slots (the unit computing and the
-// one prefetched or still reducing); gradients under ZeRO-2/3, gathered
-// parameters too under ZeRO-3.
+// their own; the layers share a pool of layer-sized slots, one per layer unit
+// that holds a buffer at once, as the stage's list of the step program says
+// (unit_buffer_peaks: gathered parameters from Gather to Release under ZeRO-3,
+// a unit's gradient from its backward to its Reduce), and two from the pool's
+// first use (runtime/engine.cpp acquire: the slot a unit just gave back may
+// still be read by its collective, so the next unit takes the other one).
+// Read off the program of at most two micro-batches: ZeRO-2/3 need pp = 1
+// (Strategy::validate), where every micro-batch runs the same actions, so
+// two hold every moment of a longer step (a micro-batch and the step from one
+// to the next). Per shape, once per thread.
 double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool head, int layers, int e) {
   if (s.zero < 2) return 0;
-  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  Strategy x = s;
+  x.gas = std::min(s.gas, 2);
+  using Key = std::tuple<int, int, int64_t, bool, int>;
+  thread_local std::map<Key, UnitBufferPeaks> known;
+  const Key key{x.zero, x.gas, int64_t(m.layers), m.tied_embeddings, int(x.offload)};
+  auto it = known.find(key);
+  if (it == known.end()) {
+    const StepProgram prog = build_step_program(x, m.layers, StepOptions{m.tied_embeddings});
+    it = known.emplace(key, unit_buffer_peaks(prog.stages[0], prog.partition)).first;
+  }
+  // A stage with a layer unit gets at least the pool's two slots.
+  auto slots = [&](int peak) { return layers > 0 ? std::max(2, peak) : 0; };
+  // The largest layer: a MoE layer's non-expert and local-expert parameters (costmodel/moe_costs.hpp).
+  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp) + moe_extra_layer_params_per_rank(m, s));
   const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
   const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
-  const double set = E + H + std::min(2, layers) * L;
-  return double(e) * set * (s.zero == 3 ? 2 : 1);
+  const double grads = E + H + slots(it->second.gradient_layers) * L;
+  const double gathered = s.zero == 3 ? E + H + slots(it->second.gathered_layers) * L : 0.0;
+  return double(e) * (grads + gathered);
 }
 
 }  // namespace
@@ -86,161 +110,178 @@ int inflight(const Strategy& s, int stage) {
 
 }  // namespace
 
-MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProfile* profile_in) {
-  std::optional<HardwareProfile> own;
-  if (!profile_in) own = default_profile(plan.cluster.gpu);
-  const HardwareProfile& profile = profile_in ? *profile_in : *own;
-  const bool megatron = engine == Engine::Megatron;
-  // Megatron-LM builds its embedding and output layer over a padded vocabulary.
-  ModelSpec padded = plan.model;
-  if (megatron) padded.vocab = megatron_padded_vocab(padded.vocab, plan.strategy.tp);
-  const ModelSpec& m = padded;
-  const ClusterSpec& c = plan.cluster;
-  const Strategy& s = plan.strategy;
+namespace {
+
+// What every stage of one estimate shares.
+struct MemoryInputs {
+  const ModelSpec& m;  // Megatron: over its padded vocabulary
+  const Strategy& s;
+  Engine engine;
+  bool megatron;
+  int64_t seq;  // tokens of one sequence on a rank: seq/cp (context parallelism)
+  MemoryConstants k;
+  int e;                         // bytes per element of the working precision
+  std::vector<int> chunk_layers;  // layers of each chunk (virtual stage)
+  AttentionImpl impl;
+  double layer_act;  // one layer's saved activations of one micro-batch on one rank
+  double sbh;        // seq * mbs * hidden
+  int64_t plan_seq;  // the whole sequence (the cp ring's K/V chunks are sized from it)
+  double sp_split() const { return s.sp ? s.tp : 1; }
+};
+
+// The constants, with what the process itself takes from the profile
+// (measured by planner calibrate on the GPU, else the constants' own).
+MemoryConstants constants_of(const ClusterSpec& c, const HardwareProfile& profile) {
   MemoryConstants k = memory_constants(c);
-  // What the process itself takes, from the profile (measured by planner
-  // calibrate on the GPU, else the constants above).
   k.context_bytes = double(profile.context_bytes);
   k.static_buffer_bytes = double(profile.workspace_bytes);
   k.nccl_bytes_per_communicator = double(profile.nccl_communicator_bytes);
   if (profile.nccl_pipe_link_bytes > 0) k.nccl_bytes_per_pipe_link = double(profile.nccl_pipe_link_bytes);
-  const int e = bytes_per_element(s.precision);
-  const int chunks = s.pp * s.vpp;
-  const std::vector<int> chunk_layers = partition_layers(m, chunks);
-  // The attention kernel and dropout are the profile's (the runtime: fused
-  // attention, no dropout; the DeepSpeed and FSDP exports run the user's model
-  // code, assumed to match the profile too). Megatron's GPT keeps its default
-  // --hidden-dropout and --attention-dropout of 0.1 (arguments.py), which the
-  // export leaves as they are: two one-byte masks per layer, whatever the
-  // profile says; its attention backend is fused/flash (--attention-backend auto).
-  AttentionImpl impl{};
-  impl.flash = megatron || profile.flash_attention;
-  impl.dropout = megatron || profile.dropout;
-  // Context parallelism: a rank holds the activations and logits of its
-  // seq/cp tokens (its two chunks of the sequence).
-  const int64_t seq = plan.seq / s.cp;
-  const LayerActivationBytes per_layer = layer_activation_bytes(m, seq, s.mbs, e, s.ckpt, impl);
-  double layer_act = per_layer.total(s.tp, s.sp);
-  // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
-  // log-sum-exp per head and token, as flash without recomputation does.
-  if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(m.heads) * double(seq) * s.mbs / s.tp;
-  const double sbh = double(seq) * s.mbs * m.hidden;
+  return k;
+}
 
-  MemoryReport r;
-  r.engine = engine;
-  r.gpu_capacity_bytes = profile.capacity_bytes(c.gpu);
-  r.gpu_headroom_bytes = profile.headroom_bytes(r.gpu_capacity_bytes);
-  r.capacity_source = profile.gpu_memory_bytes > 0 ? "profile (measured by planner calibrate)" : "GPU spec (" + c.gpu.name + ")";
-  r.host_capacity_bytes = c.host_memory_bytes;
-  for (int st = 0; st < s.pp; ++st) {
-    StageMemory sm;
-    sm.stage = st;
-    sm.has_embedding = st == 0;
-    sm.has_head = st == s.pp - 1;
-    int layers = 0;
-    for (int v = 0; v < s.vpp; ++v) layers += chunk_layers[v * s.pp + st];
-    int first = 0;
-    for (int i = 0; i < st; ++i) first += chunk_layers[i];
-    sm.first_layer = first;  // for vpp > 1 the stage's layers are not contiguous; this is chunk 0's
-    sm.last_layer = first + chunk_layers[st];
-    sm.layers = layers;
-    sm.params = stage_params_per_rank(m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
-    const ModelStateBytes ms = engine == Engine::Ours ? model_state_bytes(double(sm.params), s, k)
-                                                      : engine_model_state_bytes(double(sm.params), s, engine);
+// The stage's layers, ends and parameters.
+StageMemory stage_layout(const MemoryInputs& in, int st) {
+  const Strategy& s = in.s;
+  StageMemory sm;
+  sm.stage = st;
+  sm.has_embedding = st == 0;
+  sm.has_head = st == s.pp - 1;
+  int layers = 0;
+  for (int v = 0; v < s.vpp; ++v) layers += in.chunk_layers[v * s.pp + st];
+  int first = 0;
+  for (int i = 0; i < st; ++i) first += in.chunk_layers[i];
+  sm.first_layer = first;  // for vpp > 1 the stage's layers are not contiguous; this is chunk 0's
+  sm.last_layer = first + in.chunk_layers[st];
+  sm.layers = layers;
+  sm.params = stage_params_per_rank(in.m, layers, sm.has_embedding, sm.has_head, s.pp, s.tp);
+  return sm;
+}
 
-    auto& g = sm.gpu;
-    g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
-    g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
-    g[int(MemCategory::OptimizerStates)] = saturate_bytes(ms.gpu_optimizer);
-
-    // Activations: each in-flight chunk of a micro-batch holds its layers'
-    // saved tensors. A stage's chunks have equal layers up to one; use the mean.
-    sm.inflight_microbatches = inflight(s, st);
-    double act = sm.inflight_microbatches * layer_act * (double(layers) / s.vpp);
-    if (sm.has_head) act += 2.0 * e * sbh / (s.sp ? s.tp : 1);  // final-norm input and LM-head input
-    if (megatron && sm.has_embedding) {
-      // Megatron's embedding dropout mask (sbh bytes) and the token ids (8sb)
-      // of each micro-batch in flight (theoretical_memory_usage.py counts both).
-      act += sm.inflight_microbatches * (sbh / (s.sp ? s.tp : 1) + 8.0 * seq * s.mbs);
-    }
-
-    double logits = 0;
-    if (sm.has_head) {
-      // The loss as the runtime computes it (runtime/model/transformer.hpp): logits over the
-      // vocabulary padded to a multiple of 64 (vocab-parallel under TP) in the
-      // working precision; a chunked fp32 cross-entropy turns them into their
-      // gradient during the forward, so each micro-batch waiting for its backward
-      // keeps e bytes per logit, and the one being computed holds its logits and
-      // their gradient, one fp32 chunk of at most 256 MiB and, where the rank's
-      // rows need padding, a padded copy of the output matrix with its gradient
-      // (runtime/model/transformer.cpp LinearAccum; a vocabulary that is already a multiple
-      // of 64, such as Llama's 32000 and 128256, is read in place and its
-      // gradient added into the flat buffer, with no copy). Measured on H100
-      // (validation/h100/): gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71
-      // GiB from this formula. Under TP each rank's GEMM covers its
-      // ceil(vocab / tp) rows, padded to 64.
-      const double vp = double(padded_vocab_columns(m, s.tp));
-      const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
-      const double tokens = double(seq) * s.mbs;
-      if (megatron) {
-        // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
-        // cross_entropy.py) turns the logits to fp32 and saves their exponentials
-        // for the backward: 4 bytes per logit for every micro-batch waiting, and
-        // the 16-bit logits beside them while one is computed
-        // (theoretical_memory_usage.py: 4sbh(1 + V/h) with the LM-head input).
-        const double lg = tokens * double(m.vocab) / s.tp;
-        logits = 4.0 * lg * sm.inflight_microbatches + e * lg;
-      } else {
-        logits = e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(k.loss_chunk_bytes, 4.0 * tokens * vp) +
-                 (lm_head_padded(m, s.tp) ? 2.0 * e * vp * width : 0.0);
-      }
-      g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
-    }
-    // Full recomputation re-materialises one layer during its backward
-    // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
-    // peak is the larger of the two moments.
-    if (s.ckpt == Ckpt::Full) {
-      const double one_layer = layer_activation_bytes(m, seq, s.mbs, e, Ckpt::None, impl).total(s.tp, s.sp);
-      act += std::max(0.0, one_layer - logits);
-    }
-    g[int(MemCategory::Activations)] = saturate_bytes(act);
-
-    // Pipeline send/receive: one activation and one gradient, double-buffered.
-    const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * e * sbh / (s.sp ? s.tp : 1) : 0.0;
-    // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
-    const double nccl = nccl_bytes(m, s, sm.stage, k) + cp_ring_buffer_bytes(m, plan.seq, s);
-    double comm;
-    if (engine != Engine::Ours) {
-      comm = engine_comm_bytes(m, s, engine, double(sm.params), pp_buffers) + nccl;
-    } else {
-      // Buffers as the runtime's executor holds them (runtime/engine.hpp):
-      // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
-      // ZeRO-2/3 keep unit gradient buffers (and ZeRO-3 gathered units) in a
-      // fixed pool (zero_buffer_bytes).
-      comm = zero_buffer_bytes(m, s, sm.has_embedding, sm.has_head, layers, e) + pp_buffers + nccl;
-    }
-    g[int(MemCategory::CommBuffers)] = saturate_bytes(comm);
-
-    const double dynamic = act + g[int(MemCategory::LogitsLoss)];
-    // The optimizer converts 16-bit gradients to fp32 in one reused chunk.
-    // The other engines' optimizers work on their fp32 partitions in place.
-    const double work = s.precision == Precision::FP32 || s.offload != Offload::None || engine != Engine::Ours
-                            ? 0.0
-                            : std::min(k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp_cp() : 1));
-    // Fragmentation of the caching allocator: PyTorch's default segments keep
-    // a fraction of the memory that comes and goes (the other engines); this
-    // runtime uses expandable segments (runtime/device.hpp), which keep
-    // 0.13-0.16 GiB reserved and unused whatever the plan, already within what
-    // calibrate measures as workspace with no tensor alive
-    // (validation/archive/h200x2/alloc).
-    const double frag = engine == Engine::Ours ? 0.0 : k.fragmentation * dynamic;
-    g[int(MemCategory::Overhead)] = saturate_bytes(k.context_bytes + k.static_buffer_bytes + work + frag);
-
-    for (auto v : g) sm.gpu_peak_bytes = saturating_add_bytes(sm.gpu_peak_bytes, v);
-    sm.host_bytes = saturate_bytes(ms.host_bytes);
-    r.stages.push_back(sm);
+// Activations: each in-flight chunk of a micro-batch holds its layers'
+// saved tensors. A stage's chunks have equal layers up to one; use the mean.
+double activation_bytes(const MemoryInputs& in, const StageMemory& sm) {
+  const Strategy& s = in.s;
+  double act = sm.inflight_microbatches * in.layer_act * (double(sm.layers) / s.vpp);
+  if (sm.has_head) act += 2.0 * in.e * in.sbh / in.sp_split();  // final-norm input and LM-head input
+  if (in.megatron && sm.has_embedding) {
+    // Megatron's embedding dropout mask (sbh bytes) and the token ids (8sb)
+    // of each micro-batch in flight (theoretical_memory_usage.py counts both).
+    act += sm.inflight_microbatches * (in.sbh / in.sp_split() + 8.0 * double(in.seq) * s.mbs);
   }
+  return act;
+}
 
+// The logits and the loss on the last stage (0 elsewhere).
+double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
+  if (!sm.has_head) return 0;
+  const ModelSpec& m = in.m;
+  const Strategy& s = in.s;
+  // The loss as the runtime computes it (runtime/model/transformer.hpp): logits over the
+  // vocabulary padded to a multiple of 64 (vocab-parallel under TP) in the
+  // working precision; a chunked fp32 cross-entropy turns them into their
+  // gradient during the forward, so each micro-batch waiting for its backward
+  // keeps e bytes per logit, and the one being computed holds its logits and
+  // their gradient, one fp32 chunk of at most 256 MiB and, where the rank's
+  // rows need padding, a padded copy of the output matrix with its gradient
+  // (runtime/model/transformer.cpp LinearAccum; a vocabulary that is already a multiple
+  // of 64, such as Llama's 32000 and 128256, is read in place and its
+  // gradient added into the flat buffer, with no copy). Measured on H100
+  // (validation/h100/): gpt-neo-1.3b seq 2048 mbs 8, 3.63 GiB against 3.71
+  // GiB from this formula. Under TP each rank's GEMM covers its
+  // ceil(vocab / tp) rows, padded to 64.
+  const double vp = double(padded_vocab_columns(m, s.tp));
+  const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
+  const double tokens = double(in.seq) * s.mbs;
+  if (in.megatron) {
+    // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
+    // cross_entropy.py) turns the logits to fp32 and saves their exponentials
+    // for the backward: 4 bytes per logit for every micro-batch waiting, and
+    // the 16-bit logits beside them while one is computed
+    // (theoretical_memory_usage.py: 4sbh(1 + V/h) with the LM-head input).
+    const double lg = tokens * double(m.vocab) / s.tp;
+    return 4.0 * lg * sm.inflight_microbatches + in.e * lg;
+  }
+  return in.e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) +
+         (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
+}
+
+// Communication buffers: pipeline send/receive, NCCL's own, and the
+// engine's reduction buffers.
+double comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
+  const Strategy& s = in.s;
+  // Pipeline send/receive: one activation and one gradient, double-buffered.
+  const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * in.e * in.sbh / in.sp_split() : 0.0;
+  // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
+  const double nccl = nccl_bytes(in.m, s, sm.stage, in.k) + cp_ring_buffer_bytes(in.m, in.plan_seq, s);
+  if (in.engine != Engine::Ours) return engine_comm_bytes(in.m, s, in.engine, double(sm.params), pp_buffers) + nccl;
+  // Buffers as the runtime's executor holds them (runtime/engine.hpp):
+  // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
+  // ZeRO-2/3 keep unit gradient buffers (and ZeRO-3 gathered units) in a
+  // fixed pool (zero_buffer_bytes).
+  return zero_buffer_bytes(in.m, s, sm.has_embedding, sm.has_head, sm.layers, in.e) + pp_buffers + nccl;
+}
+
+// The process itself, the optimizer's work chunk and the allocator's slack
+// over the `dynamic` bytes (activations and logits).
+double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dynamic) {
+  const Strategy& s = in.s;
+  // The optimizer converts 16-bit gradients to fp32 in one reused chunk.
+  // The other engines' optimizers work on their fp32 partitions in place.
+  const double work = s.precision == Precision::FP32 || s.offload != Offload::None || in.engine != Engine::Ours
+                          ? 0.0
+                          : std::min(in.k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp_cp() : 1));
+  // Fragmentation of the caching allocator: PyTorch's default segments keep
+  // a fraction of the memory that comes and goes (the other engines); this
+  // runtime uses expandable segments (runtime/device.hpp), which keep
+  // 0.13-0.16 GiB reserved and unused whatever the plan, already within what
+  // calibrate measures as workspace with no tensor alive
+  // (validation/archive/h200x2/alloc).
+  const double frag = in.engine == Engine::Ours ? 0.0 : in.k.fragmentation * dynamic;
+  return in.k.context_bytes + in.k.static_buffer_bytes + work + frag;
+}
+
+StageMemory estimate_stage(const MemoryInputs& in, int st) {
+  const Strategy& s = in.s;
+  StageMemory sm = stage_layout(in, st);
+  // Mixture of experts: the stage's MoE layers corrected, their local
+  // experts' states sharded over the expert-data-parallel group (dp/ep x cp:
+  // expert_data_parallel keeps cp, and the states shard over dp_cp()).
+  const MoeStageParams moe = moe_stage_params(in.m, s, st, in.chunk_layers, sm.params);
+  sm.params = moe.dense + moe.experts;
+  auto states = [&](double P, const Strategy& x) {
+    return in.engine == Engine::Ours ? model_state_bytes(P, x, in.k) : engine_model_state_bytes(P, x, in.engine);
+  };
+  ModelStateBytes ms = states(double(moe.dense), s);
+  if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
+  auto& g = sm.gpu;
+  g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
+  g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
+  g[int(MemCategory::OptimizerStates)] = saturate_bytes(ms.gpu_optimizer);
+
+  sm.inflight_microbatches = inflight(s, st);
+  double act = activation_bytes(in, sm);
+  const double logits = logits_bytes(in, sm);
+  if (sm.has_head) g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
+  // Full recomputation re-materialises one layer during its backward
+  // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
+  // peak is the larger of the two moments.
+  if (s.ckpt == Ckpt::Full) {
+    const double one_layer = layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
+    act += std::max(0.0, one_layer - logits);
+  }
+  g[int(MemCategory::Activations)] = saturate_bytes(act);
+  // + the all-to-all send/receive buffers of a MoE layer
+  g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm) + moe_dispatch_buffer_bytes(in.m, s, in.seq));
+  g[int(MemCategory::Overhead)] = saturate_bytes(overhead_bytes(in, sm, act + g[int(MemCategory::LogitsLoss)]));
+
+  for (auto v : g) sm.gpu_peak_bytes = saturating_add_bytes(sm.gpu_peak_bytes, v);
+  sm.host_bytes = saturate_bytes(ms.host_bytes);
+  return sm;
+}
+
+// The peak stage, the host's need and what binds.
+void summarize(MemoryReport& r, const ClusterSpec& c, const MemoryConstants& k) {
   for (const auto& sm : r.stages)
     if (sm.gpu_peak_bytes > r.stages[r.peak_stage].gpu_peak_bytes) r.peak_stage = sm.stage;
   r.per_gpu_peak_bytes = r.stages[r.peak_stage].gpu_peak_bytes;
@@ -258,6 +299,49 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   for (int i = 1; i < kMemCategories; ++i)
     if (peak[i] > peak[best]) best = i;
   r.binding = static_cast<MemCategory>(best);
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProfile* profile_in) {
+  std::optional<HardwareProfile> own;
+  if (!profile_in) own = default_profile(plan.cluster.gpu);
+  const HardwareProfile& profile = profile_in ? *profile_in : *own;
+  const bool megatron = engine == Engine::Megatron;
+  // Megatron-LM builds its embedding and output layer over a padded vocabulary.
+  ModelSpec padded = plan.model;
+  if (megatron) padded.vocab = megatron_padded_vocab(padded.vocab, plan.strategy.tp);
+  const ClusterSpec& c = plan.cluster;
+  const Strategy& s = plan.strategy;
+  const int e = bytes_per_element(s.precision);
+  // The attention kernel and dropout are the profile's (the runtime: fused
+  // attention, no dropout; the DeepSpeed and FSDP exports run the user's model
+  // code, assumed to match the profile too). Megatron's GPT keeps its default
+  // --hidden-dropout and --attention-dropout of 0.1 (arguments.py), which the
+  // export leaves as they are: two one-byte masks per layer, whatever the
+  // profile says; its attention backend is fused/flash (--attention-backend auto).
+  AttentionImpl impl{};
+  impl.flash = megatron || profile.flash_attention;
+  impl.dropout = megatron || profile.dropout;
+  // Context parallelism: a rank holds the activations and logits of its
+  // seq/cp tokens (its two chunks of the sequence).
+  const int64_t seq = plan.seq / s.cp;
+  double layer_act = layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
+  // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
+  // log-sum-exp per head and token, as flash without recomputation does.
+  if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;
+  const MemoryInputs in{padded,   s, engine, megatron, seq, constants_of(c, profile), e,
+                        partition_layers(padded, s.pp * s.vpp), impl, layer_act,
+                        double(seq) * s.mbs * padded.hidden, plan.seq};
+
+  MemoryReport r;
+  r.engine = engine;
+  r.gpu_capacity_bytes = profile.capacity_bytes(c.gpu);
+  r.gpu_headroom_bytes = profile.headroom_bytes(r.gpu_capacity_bytes);
+  r.capacity_source = profile.gpu_memory_bytes > 0 ? "profile (measured by planner calibrate)" : "GPU spec (" + c.gpu.name + ")";
+  r.host_capacity_bytes = c.host_memory_bytes;
+  for (int st = 0; st < s.pp; ++st) r.stages.push_back(estimate_stage(in, st));
+  summarize(r, c, in.k);
   return r;
 }
 

@@ -88,6 +88,9 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   p.rank0_fb_seconds = sim.critical_stage == 0 && plan.strategy.tp == 1 ? p.compute_seconds
                                                                         : p.compute_by_class_rank0.total_seconds();
   p.memory = estimate_memory(plan, Engine::Ours, &profile);
+  // A group larger than any the profile measured (collective_groups): said
+  // in every answer that carries this prediction.
+  if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty()) p.memory.notes.push_back(n);
   if (sim_out) *sim_out = sim;
   return p;
 }

@@ -81,6 +81,7 @@ class Simulator {
 
  private:
   struct StageState;
+  class Walk;  // one walk of a program, one handler per kind of action (simulator_walk.cpp)
   SimResult result_;
   std::vector<double> fwd_end_, bwd_end_, fwd_arrive_, bwd_arrive_;
   std::vector<double> param_ready_, fetch_end_, grad_ready_, param_updated_;
@@ -103,11 +104,11 @@ double comm_slowdown_from(double pass, double alone, double end);
 // A lower bound on the makespan that needs no simulation: the busiest stage's
 // compute stream, plus the forward of micro-batch 0 through the stages before
 // it and the backward of the last micro-batch through them, plus its step-end
-// reductions (two over pp, one over dp and one over tp: the loss's and the
-// norm's; the tied and replicated sums), its optimizer and the copies and
-// all-gathers after it (every priced cost counts: a table prices them only
-// where the program has those actions). Never above the simulated makespan, so the search
-// may prune with it.
+// reductions as its program has them (StageCost::step_end_reductions: from the
+// first across the pipeline on, all of them on the first stage), its optimizer
+// and the copies and all-gathers after it (every priced cost counts: a table
+// prices them only where the program has those actions). Never above the
+// simulated makespan, so the search may prune with it.
 double makespan_lower_bound(const CostModel& cost, int microbatches);
 
 }  // namespace planner

@@ -19,6 +19,47 @@ using Graph = topology_detail::Graph;
 // between sockets (Intel datasheets); AMD xGMI is similar.
 constexpr double kSocketLink_Bps = 62e9;
 
+// Units and the classes of sources (see Impl): a GPU's or NIC's class is its
+// unit's socket, GPU count and NIC count; without PCIe switches (under 4
+// GPUs) every source is its own class.
+void classify_sources(Topology::Impl& t, int switches, int sockets, const std::vector<int>& sw, int nics) {
+  t.unit_of.assign(size_t(t.vertices), -1);
+  t.slot_of.assign(size_t(t.vertices), -1);
+  t.rep.resize(size_t(t.vertices));
+  for (int v = 0; v < t.vertices; ++v) t.rep[size_t(v)] = v;
+  t.units.resize(size_t(switches));
+  for (int s = 0; s < switches; ++s) t.units[s].sw = sw[s], t.unit_of[size_t(sw[s])] = s;
+  if (switches > 0) {
+    for (int i = 0; i < t.g; ++i) {
+      Topology::Impl::Unit& u = t.units[size_t(i / 2)];
+      t.unit_of[size_t(i)] = i / 2, t.slot_of[size_t(i)] = int(u.gpu.size());
+      u.gpu.push_back(i);
+    }
+    for (int k = 0; k < nics; ++k) {
+      const int s = k * switches / nics, v = t.nic_vertex[size_t(k)];
+      Topology::Impl::Unit& u = t.units[size_t(s)];
+      t.unit_of[size_t(v)] = s, t.slot_of[size_t(v)] = int(u.nic.size());
+      u.nic.push_back(v);
+    }
+    std::map<std::array<int, 3>, std::array<int, 2>> first;  // class -> (first GPU, first NIC)
+    auto cls = [&](int s) {
+      return std::array<int, 3>{s * sockets / switches, int(t.units[size_t(s)].gpu.size()), int(t.units[size_t(s)].nic.size())};
+    };
+    for (int s = 0; s < switches; ++s) first.emplace(cls(s), std::array<int, 2>{-1, -1});
+    for (int i = 0; i < t.g; ++i) {
+      int& r = first[cls(i / 2)][0];
+      if (r < 0) r = i;
+      t.rep[size_t(i)] = r;
+    }
+    for (int k = 0; k < nics; ++k) {
+      const int v = t.nic_vertex[size_t(k)];
+      int& r = first[cls(t.unit_of[size_t(v)])][1];
+      if (r < 0) r = v;
+      t.rep[size_t(v)] = r;
+    }
+  }
+}
+
 }  // namespace
 
 Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::make_unique<Impl>()) {
@@ -31,6 +72,8 @@ Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::
   t.rel_all_gather = p.all_gather_relative;
   t.rel_broadcast = p.broadcast_relative;
   t.rel_send_recv = p.send_recv_relative;
+  t.groups = p.collective_groups;
+  t.intra_pcie = c.intra == IntraNode::PCIe;
   const Link nv = c.gpu_link.bandwidth_Bps > 0 ? c.gpu_link : default_link(c.gpu.nvlink);
   const Link pcie = c.pcie.bandwidth_Bps > 0 ? c.pcie : default_link(c.gpu.pcie);
   const Link net = c.network.bandwidth_Bps > 0 ? c.network : default_link(LinkKind::InfiniBand);
@@ -87,44 +130,7 @@ Topology::Topology(const ClusterSpec& c, const HardwareProfile& p) : impl_(std::
   for (auto& o : t.out) std::sort(o.begin(), o.end());
   for (auto& o : t.in) std::sort(o.begin(), o.end());
 
-  // Units and the classes of sources (see Impl): a GPU's or NIC's class is its
-  // unit's socket, GPU count and NIC count; without PCIe switches (under 4
-  // GPUs) every source is its own class.
-  t.unit_of.assign(size_t(t.vertices), -1);
-  t.slot_of.assign(size_t(t.vertices), -1);
-  t.rep.resize(size_t(t.vertices));
-  for (int v = 0; v < t.vertices; ++v) t.rep[size_t(v)] = v;
-  t.units.resize(size_t(switches));
-  for (int s = 0; s < switches; ++s) t.units[s].sw = sw[s], t.unit_of[size_t(sw[s])] = s;
-  if (switches > 0) {
-    for (int i = 0; i < t.g; ++i) {
-      Impl::Unit& u = t.units[size_t(i / 2)];
-      t.unit_of[size_t(i)] = i / 2, t.slot_of[size_t(i)] = int(u.gpu.size());
-      u.gpu.push_back(i);
-    }
-    for (int k = 0; k < nics; ++k) {
-      const int s = k * switches / nics, v = t.nic_vertex[size_t(k)];
-      Impl::Unit& u = t.units[size_t(s)];
-      t.unit_of[size_t(v)] = s, t.slot_of[size_t(v)] = int(u.nic.size());
-      u.nic.push_back(v);
-    }
-    std::map<std::array<int, 3>, std::array<int, 2>> first;  // class -> (first GPU, first NIC)
-    auto cls = [&](int s) {
-      return std::array<int, 3>{s * sockets / switches, int(t.units[size_t(s)].gpu.size()), int(t.units[size_t(s)].nic.size())};
-    };
-    for (int s = 0; s < switches; ++s) first.emplace(cls(s), std::array<int, 2>{-1, -1});
-    for (int i = 0; i < t.g; ++i) {
-      int& r = first[cls(i / 2)][0];
-      if (r < 0) r = i;
-      t.rep[size_t(i)] = r;
-    }
-    for (int k = 0; k < nics; ++k) {
-      const int v = t.nic_vertex[size_t(k)];
-      int& r = first[cls(t.unit_of[size_t(v)])][1];
-      if (r < 0) r = v;
-      t.rep[size_t(v)] = r;
-    }
-  }
+  classify_sources(t, switches, sockets, sw, nics);
   t.pred_arc.resize(size_t(t.vertices));
   t.nearest_nics.resize(size_t(t.g));
   t.exits.resize(size_t(t.g));

@@ -36,6 +36,10 @@ struct GroupLink {
   // inside one node (HardwareProfile::reduce_scatter_relative and the rest);
   // 1 across nodes.
   double reduce_scatter_relative = 1, all_gather_relative = 1, broadcast_relative = 1, send_recv_relative = 1;
+  // The launch latency of this group's collectives where the profile
+  // measured it for the group's size (collective_groups); < 0: the profile's
+  // collective_base_latency_seconds, which the caller passes.
+  double base_latency_seconds = -1;
   double bandwidth_Bps() const { return seconds_per_byte > 0 ? 1.0 / seconds_per_byte : 0; }
 };
 

@@ -59,6 +59,26 @@ std::pair<int, int> ring_flows(const Topology& topo, const Topology::Impl& t, co
   return {nodes, k};
 }
 
+// A ring inside one node at the profile's figures for its group size
+// (HardwareProfile::collective_groups), where it has them for this node's
+// link: the all-reduce rate scales the ring's bytes-per-second (the graph
+// priced the ring's link at the profile's single efficiency), each other
+// operation keeps its rate relative to the all-reduce's, the launch latency
+// is the group size's.
+void apply_group_table(const Topology::Impl& t, GroupLink& out) {
+  const CollectiveGroupAt at = collective_group_at(t.groups, out.size);
+  if (!at.found || at.value.pcie != t.intra_pcie) return;
+  const HardwareProfile::CollectiveGroup& v = at.value;
+  const double single = t.intra_pcie ? t.eff_pcie : t.eff_nvlink;
+  const double scale = v.all_reduce_efficiency / single;
+  out.seconds_per_byte /= scale;
+  out.intra_seconds_per_byte /= scale;
+  out.reduce_scatter_relative = v.reduce_scatter_efficiency / v.all_reduce_efficiency;
+  out.all_gather_relative = v.all_gather_efficiency / v.all_reduce_efficiency;
+  out.broadcast_relative = v.broadcast_efficiency / v.all_reduce_efficiency;
+  out.base_latency_seconds = v.base_latency_seconds;
+}
+
 }  // namespace
 
 GroupLink Topology::ring(const std::vector<std::vector<int>>& groups, int rep) const {
@@ -101,6 +121,7 @@ GroupLink Topology::ring(const std::vector<std::vector<int>>& groups, int rep) c
     out.reduce_scatter_relative = t.rel_reduce_scatter;
     out.all_gather_relative = t.rel_all_gather;
     out.broadcast_relative = t.rel_broadcast;
+    apply_group_table(t, out);
   }
   return out;
 }

@@ -43,6 +43,10 @@ struct Topology::Impl {
   int g = 1;
   double eff_nvlink = 1, eff_pcie = 1, eff_net = 1;
   double rel_reduce_scatter = 1, rel_all_gather = 1, rel_broadcast = 1, rel_send_recv = 1;  // inside a node
+  // The profile's figures per group size (HardwareProfile::collective_groups)
+  // for rings inside a node, and whether the node's GPUs talk over PCIe only.
+  std::vector<HardwareProfile::CollectiveGroup> groups;
+  bool intra_pcie = false;
   std::vector<Arc> arcs;
   int vertices = 0, fabric = -1;
   std::vector<int> gpu_cpu;                   // socket vertex of each GPU

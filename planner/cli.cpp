@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,26 @@
 
 namespace planner {
 
+namespace {
+std::string& moe_imbalance_text() {
+  static std::string text;
+  return text;
+}
+// --moe-imbalance: the model's assumed token imbalance (refused for a dense
+// model; ModelSpec::validate bounds it to 1..experts/top_k).
+void apply_moe_imbalance(const std::string& text, ModelSpec& m) {
+  if (text.empty()) return;
+  if (!m.moe.enabled()) throw InputError(fmt::format("--moe-imbalance: {} is not a mixture of experts", m.name));
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    throw InputError(fmt::format("--moe-imbalance: '{}' is not a number", clip(text)));
+  m.moe.imbalance = v;
+  m.validate();
+}
+}  // namespace
+
 void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
   cmd->add_option("--plan", o.plan_path, "plan.json (replaces --model, --gpus, --strategy, --seq, --global-batch)");
   cmd->add_option("--model,-m", o.model, "model preset (gpt2-xl, llama-2-7b, ...) or a Hugging Face config.json");
@@ -28,6 +50,9 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
   cmd->add_option("--seq", o.seq, "sequence length (default: the model's training length)");
   cmd->add_option("--global-batch", o.global_batch, "sequences per step (default: dp*mbs*gas; sets gas when gas is not given)");
   cmd->add_option("--host-memory", o.host_memory, "host memory per node, e.g. 128GiB (default per GPU type)");
+  // Process-wide, as --ignore-unmodelled (one command runs per process).
+  cmd->add_option("--moe-imbalance", moe_imbalance_text(),
+                  "mixture of experts: the busiest expert's tokens over the balanced load (default 1: balanced)");
   add_ignore_unmodelled_flag(cmd);
 }
 
@@ -39,6 +64,13 @@ void add_ignore_unmodelled_flag(CLI::App* cmd) {
 }
 
 Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::string>* notes, const PlanUse& use) {
+  if (const std::string imbalance = std::exchange(moe_imbalance_text(), ""); !imbalance.empty()) {
+    Plan p = resolve_plan(o, with_strategy, notes, use);
+    apply_moe_imbalance(imbalance, p.model);
+    auto n = check_compat(p, use);
+    if (notes) *notes = n;
+    return p;
+  }
   if (!o.plan_path.empty()) {
     if (!o.model.empty() || !o.gpus.empty() || !o.strategy.empty() || !o.seq.empty() || !o.global_batch.empty())
       throw InputError("--plan replaces --model, --gpus, --strategy, --seq and --global-batch; give one or the other");

@@ -44,14 +44,17 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "Examples:\n"
       "  planner calibrate -o h100.json                 # one GPU: a few minutes\n"
       "  mpirun -np 2 planner calibrate -o h200x2.json  # also NCCL collectives and send/recv over 2 GPUs\n"
+      "  mpirun -np 4 planner calibrate -o h100x4.json  # every group size a 4-GPU plan uses (2 and 4)\n"
       "  planner calibrate --device cpu --quick -o cpu.json\n"
       "  planner calibrate --from h100.json --gpu H100-SXM -o refit.json   # re-fit saved measurements\n"
       "  planner predict --plan plan.json --profile h100.json\n"
       "Measures GEMMs over transformer shapes per precision, fused attention forward/backward, the memory-bound\n"
       "kernel classes, kernel launch cost, host<->device copies, host memcpy, the CPU AdamW of the offload path,\n"
-      "the CUDA context, workspaces and what a process can allocate, and (under mpirun) the collectives. Each\n"
-      "fitted field is a measured rate over the GPU's datasheet figure; the points and the model's time for each\n"
-      "are kept in the profile's \"calibration\". Progress on stderr.");
+      "the CUDA context, workspaces and what a process can allocate, and (under mpirun) the collectives per group\n"
+      "size, send/recv inside a node and across nodes (the node from PLANNER_NODE or SLURM_NODEID), and compute\n"
+      "beside collectives both ways per group size. Each fitted field is a measured rate over the GPU's datasheet\n"
+      "figure; the points and the model's time for each are kept in the profile's \"calibration\". Progress on\n"
+      "stderr.");
   struct Opts {
     std::string output, device = "auto", gpu, from, budget;
     bool quick = false, json = false, quiet = false;

@@ -50,6 +50,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
     MemoryReport r = estimate_memory(plan, engine, &profile);
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
+    if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty()) notes.push_back(std::move(n));
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
     const std::vector<std::string> assumed = assumed_defaults(plan, given_inputs(o->plan));
     // A way out: the cheapest single changes that fit, with their step time.

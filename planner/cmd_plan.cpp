@@ -20,6 +20,134 @@
 
 namespace planner {
 
+namespace {
+
+struct PlanCmdOpts {
+  PlanOptions plan;
+  TrainCostCli cost;
+  ProfileCli profile;
+  std::string top = "5", output, rank, engine, objective = "throughput";
+  bool explain = false, json = false, quiet = false;
+};
+
+// Checks every option before the first search and before anything is written;
+// the request (all but the cluster and batch) and the parsed choices.
+struct PlanSetup {
+  SearchRequest req;
+  std::vector<ClusterSpec> clusters;
+  int64_t top = 5, rank = 1;
+  Objective objective = Objective::Throughput;
+  TrainCostOptions cost;
+};
+
+PlanSetup plan_setup(const PlanCmdOpts& o) {
+  PlanSetup ps;
+  SearchRequest& req = ps.req;
+  req.model = resolve_model(o.plan.model);
+  ps.clusters = resolve_clusters(o.plan.gpus, o.plan.host_memory);
+  req.seq = o.plan.seq.empty() ? default_seq(req.model) : parse_seq(o.plan.seq);
+  if (ps.clusters.size() > 1 && o.plan.global_batch.empty())
+    throw InputError("several --gpus clusters need one --global-batch, so that every plan trains alike");
+  if (ps.clusters.size() > 1 && o.explain) throw InputError("--explain takes one --gpus cluster");
+  ps.top = parse_capped(o.top, "--top", 1000);
+  ps.rank = o.rank.empty() ? 1 : parse_capped(o.rank, "--rank", 1000);
+  if (!o.rank.empty() && o.output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
+  req.engine = o.engine.empty() ? Engine::Ours : parse_engine(o.engine);
+  ps.objective = parse_objective(o.objective);
+  ps.cost = parse_train_cost_options(o.cost.tokens, o.cost.price, o.cost.prices);
+  check_objective(ps.objective, ps.cost, ps.clusters);
+  if (!o.output.empty()) check_writable(o.output);
+  req.top_k = int(std::max(ps.top, ps.rank));
+  req.explain = o.explain;
+  req.profile_path = o.profile.profile;
+  req.profile_any = o.profile.any;
+  check_headroom(o.profile.headroom);
+  req.headroom = o.profile.headroom;
+  if (!o.quiet) {
+    // Progress only once the search has run for half a second: quick searches stay quiet.
+    req.progress = [last = -1, start = std::chrono::steady_clock::now()](double fraction,
+                                                                          std::string_view phase) mutable {
+      const int pct = int(fraction * 100);
+      if (pct / 10 == last / 10) return;
+      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500)) return;
+      last = pct;
+      std::cerr << fmt::format("planner: {} {}%\n", phase, pct) << std::flush;
+    };
+  }
+  return ps;
+}
+
+void run_plan_command(const PlanCmdOpts& o, int& exit_code) {
+  PlanSetup ps = plan_setup(o);
+  SearchRequest& req = ps.req;
+  const auto& clusters = ps.clusters;
+  const int64_t top = ps.top, rank = ps.rank;
+  const Objective objective = ps.objective;
+  const TrainCostOptions& cost = ps.cost;
+  // The default batch: about 2M tokens per step for a pretraining question
+  // (--tokens), else one sequence per GPU; either way listed as assumed.
+  const bool pretrain = !o.cost.tokens.empty();
+  GivenInputs given = given_inputs(o.plan);
+  given.global_batch_rule = pretrain ? fmt::format("about {} tokens per step for pretraining, a multiple of the GPUs",
+                                                   format_count(double(kPretrainTokensPerStep)))
+                                     : "one sequence per GPU";
+  std::vector<ClusterSearch> searches;
+  std::vector<std::string> assumed;
+  for (const auto& c : clusters) {
+    req.cluster = c;
+    req.global_batch = !o.plan.global_batch.empty() ? parse_global_batch(o.plan.global_batch)
+                       : pretrain                     ? pretrain_batch(req.seq, c.world())
+                                                      : c.world();
+    for (auto& a : assumed_defaults(Plan{req.model, c, Strategy{}, req.seq, req.global_batch}, given))
+      if (std::find(assumed.begin(), assumed.end(), a) == assumed.end()) assumed.push_back(std::move(a));
+    searches.push_back({c, search_plans(req)});
+    if (const std::string n = cluster_notation_note(c); !n.empty()) searches.back().result.notes.push_back(n);
+  }
+  // Nothing fits on one cluster: name the smallest one that does.
+  std::string way_out;
+  if (searches.size() == 1 && searches.front().result.plans.empty()) {
+    req.cluster = clusters.front();
+    const int64_t per_gpu = o.plan.global_batch.empty() && !pretrain ? 1 : 0;
+    way_out = larger_cluster_text(req, smallest_cluster_that_fits(req, per_gpu));
+  }
+  std::vector<RankedEntry> ranked = rank_by_objective(searches, objective, cost);
+  if (!o.output.empty()) {
+    if (ranked.empty()) throw std::runtime_error("plan: no strategy fits, so no plan was written");
+    if (size_t(rank) > ranked.size())
+      throw std::runtime_error(fmt::format("plan: only {} plan(s) fit; --rank {} does not exist, nothing written",
+                                           ranked.size(), rank));
+    save_plan(ranked[size_t(rank) - 1].plan->plan, o.output);
+  }
+  // The tables show --top plans even when --rank asked the search for more.
+  std::vector<ClusterSearch> shown = searches;
+  for (auto& s : shown)
+    if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
+  const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
+  // Each GPU's calibration: its held-out error, or the band of an uncalibrated GPU.
+  std::vector<std::string> calibration;
+  for (const auto& c : clusters)
+    if (std::string t = step_time_band(c.gpu).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
+      calibration.push_back(std::move(t));
+  if (o.json) {
+    nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
+    j["calibration_notes"] = calibration;
+    j["assumed"] = assumed;
+    if (!way_out.empty()) j["way_out"] = way_out.substr(0, way_out.size() - 1);
+    emit_report(o.output, j.dump(2) + "\n");
+  } else {
+    std::string text = assumed_line(assumed) + ranked_table(shown, shown_ranked, objective, size_t(top), o.explain);
+    text += way_out;
+    for (const auto& note : calibration) text += "note: " + note + "\n";
+    emit_report(o.output, text);
+  }
+  if (!o.output.empty() && o.output != "-" && !o.json)
+    std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
+                                                                      : fmt::format("#{}", rank), o.output);
+  exit_code = 0;
+}
+
+}  // namespace
+
 CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("plan", "Search every strategy, drop what does not fit, rank the rest by throughput, time or cost");
   cmd->footer(
@@ -40,14 +168,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
       "several clusters given as --gpus A,B,C (searched one by one, ranked in one list; needs --global-batch).\n"
       "--engine keeps the strategies that engine can run, judged by the memory it allocates.\n"
       "-o writes the best plan, or the --rank K-th of the list.");
-  struct Opts {
-    PlanOptions plan;
-    TrainCostCli cost;
-    ProfileCli profile;
-    std::string top = "5", output, rank, engine, objective = "throughput";
-    bool explain = false, json = false, quiet = false;
-  };
-  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
+  auto o = std::make_shared<PlanCmdOpts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->plan.model, "model preset or Hugging Face config.json")->required();
   cmd->add_option("--gpus,-g", o->plan.gpus,
                   "GPUs: NxTYPE or NODESxNxTYPE, or a cluster JSON; several clusters separated by commas")
@@ -67,101 +188,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
-  cmd->callback([o, &exit_code] {
-    // Every option is checked before the first search and before anything is written.
-    SearchRequest req;
-    req.model = resolve_model(o->plan.model);
-    const std::vector<ClusterSpec> clusters = resolve_clusters(o->plan.gpus, o->plan.host_memory);
-    req.seq = o->plan.seq.empty() ? default_seq(req.model) : parse_seq(o->plan.seq);
-    if (clusters.size() > 1 && o->plan.global_batch.empty())
-      throw InputError("several --gpus clusters need one --global-batch, so that every plan trains alike");
-    if (clusters.size() > 1 && o->explain) throw InputError("--explain takes one --gpus cluster");
-    const int64_t top = parse_capped(o->top, "--top", 1000);
-    const int64_t rank = o->rank.empty() ? 1 : parse_capped(o->rank, "--rank", 1000);
-    if (!o->rank.empty() && o->output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
-    req.engine = o->engine.empty() ? Engine::Ours : parse_engine(o->engine);
-    const Objective objective = parse_objective(o->objective);
-    const TrainCostOptions cost = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);
-    check_objective(objective, cost, clusters);
-    if (!o->output.empty()) check_writable(o->output);
-    req.top_k = int(std::max(top, rank));
-    req.explain = o->explain;
-    req.profile_path = o->profile.profile;
-    req.profile_any = o->profile.any;
-    check_headroom(o->profile.headroom);
-    req.headroom = o->profile.headroom;
-    if (!o->quiet) {
-      // Progress only once the search has run for half a second: quick searches stay quiet.
-      req.progress = [last = -1, start = std::chrono::steady_clock::now()](double fraction,
-                                                                            std::string_view phase) mutable {
-        const int pct = int(fraction * 100);
-        if (pct / 10 == last / 10) return;
-        if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500)) return;
-        last = pct;
-        std::cerr << fmt::format("planner: {} {}%\n", phase, pct) << std::flush;
-      };
-    }
-    // The default batch: about 2M tokens per step for a pretraining question
-    // (--tokens), else one sequence per GPU; either way listed as assumed.
-    const bool pretrain = !o->cost.tokens.empty();
-    GivenInputs given = given_inputs(o->plan);
-    given.global_batch_rule = pretrain ? fmt::format("about {} tokens per step for pretraining, a multiple of the GPUs",
-                                                     format_count(double(kPretrainTokensPerStep)))
-                                       : "one sequence per GPU";
-    std::vector<ClusterSearch> searches;
-    std::vector<std::string> assumed;
-    for (const auto& c : clusters) {
-      req.cluster = c;
-      req.global_batch = !o->plan.global_batch.empty() ? parse_global_batch(o->plan.global_batch)
-                         : pretrain                     ? pretrain_batch(req.seq, c.world())
-                                                        : c.world();
-      for (auto& a : assumed_defaults(Plan{req.model, c, Strategy{}, req.seq, req.global_batch}, given))
-        if (std::find(assumed.begin(), assumed.end(), a) == assumed.end()) assumed.push_back(std::move(a));
-      searches.push_back({c, search_plans(req)});
-      if (const std::string n = cluster_notation_note(c); !n.empty()) searches.back().result.notes.push_back(n);
-    }
-    // Nothing fits on one cluster: name the smallest one that does.
-    std::string way_out;
-    if (searches.size() == 1 && searches.front().result.plans.empty()) {
-      req.cluster = clusters.front();
-      const int64_t per_gpu = o->plan.global_batch.empty() && !pretrain ? 1 : 0;
-      way_out = larger_cluster_text(req, smallest_cluster_that_fits(req, per_gpu));
-    }
-    std::vector<RankedEntry> ranked = rank_by_objective(searches, objective, cost);
-    if (!o->output.empty()) {
-      if (ranked.empty()) throw std::runtime_error("plan: no strategy fits, so no plan was written");
-      if (size_t(rank) > ranked.size())
-        throw std::runtime_error(fmt::format("plan: only {} plan(s) fit; --rank {} does not exist, nothing written",
-                                             ranked.size(), rank));
-      save_plan(ranked[size_t(rank) - 1].plan->plan, o->output);
-    }
-    // The tables show --top plans even when --rank asked the search for more.
-    std::vector<ClusterSearch> shown = searches;
-    for (auto& s : shown)
-      if (s.result.plans.size() > size_t(top)) s.result.plans.resize(size_t(top));
-    const std::vector<RankedEntry> shown_ranked = rank_by_objective(shown, objective, cost);
-    // Each GPU's calibration: its held-out error, or the band of an uncalibrated GPU.
-    std::vector<std::string> calibration;
-    for (const auto& c : clusters)
-      if (std::string t = step_time_band(c.gpu).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
-        calibration.push_back(std::move(t));
-    if (o->json) {
-      nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
-      j["calibration_notes"] = calibration;
-      j["assumed"] = assumed;
-      if (!way_out.empty()) j["way_out"] = way_out.substr(0, way_out.size() - 1);
-      emit_report(o->output, j.dump(2) + "\n");
-    } else {
-      std::string text = assumed_line(assumed) + ranked_table(shown, shown_ranked, objective, size_t(top), o->explain);
-      text += way_out;
-      for (const auto& note : calibration) text += "note: " + note + "\n";
-      emit_report(o->output, text);
-    }
-    if (!o->output.empty() && o->output != "-" && !o->json)
-      std::cout << fmt::format("Wrote the {} plan to {}\n", rank == 1 ? std::string("best")
-                                                                        : fmt::format("#{}", rank), o->output);
-    exit_code = 0;
-  });
+  cmd->callback([o, &exit_code] { run_plan_command(*o, exit_code); });
   return cmd;
 }
 

@@ -147,6 +147,13 @@ std::string compare_table(const CompareResult& r) {
     const std::string t = step_time_band(w.cluster.gpu).text;
     if (std::find(notes.begin(), notes.end(), t) == notes.end()) notes.push_back(t);
   }
+  // A best plan whose collective group is above the profile's measured ones
+  // (collective_extrapolation_note, carried in its prediction's notes).
+  for (const auto& w : r.rows)
+    if (w.best)
+      for (const auto& n : w.best->prediction.memory.notes)
+        if (n.rfind("collectives extrapolated", 0) == 0 && std::find(notes.begin(), notes.end(), n) == notes.end())
+          notes.push_back(n);
   for (const auto& note : notes) out += "note: " + note + "\n";
   for (size_t i = 0; i < r.rows.size(); ++i)
     for (size_t k = i + 1; k < r.rows.size(); ++k) {

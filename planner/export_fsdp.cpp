@@ -66,11 +66,38 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file) {
       j["grad_scaler"] = "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler";
   }
   if (s.tp > 1) {
-    nlohmann::json plan_styles = {{"attention.q/k/v", "ColwiseParallel"}, {"attention.out", "RowwiseParallel"},
-                                  {"mlp.up/gate", "ColwiseParallel"},    {"mlp.down", "RowwiseParallel"},
-                                  {"embedding", "RowwiseParallel"},      {"lm_head", "ColwiseParallel"}};
-    if (s.sp) plan_styles["norms"] = "SequenceParallel";
+    // torch.distributed.tensor.parallel styles with the layouts between them
+    // written out: without them the default Replicate output of a row-wise
+    // layer meets a sequence-sharded residual under sp and the add fails on
+    // its shapes. Under sp the residual stream stays sharded on the sequence
+    // (Shard(1)); each block gathers it in front of its column-wise layers and
+    // its row-wise layers reduce-scatter back (Korthikanti et al. 2022, sec. 4.2.2).
+    const char* seq_sharded = "Shard(1)";
+    nlohmann::json plan_styles;
+    if (s.sp) {
+      plan_styles = {
+          {"embedding", fmt::format("RowwiseParallel(input_layouts=Replicate(), output_layouts={})", seq_sharded)},
+          {"norms", "SequenceParallel()"},
+          {"attention", fmt::format("PrepareModuleInput(input_layouts=({},), desired_input_layouts=(Replicate(),))",
+                                    seq_sharded)},
+          {"attention.q/k/v", "ColwiseParallel()"},
+          {"attention.out", fmt::format("RowwiseParallel(output_layouts={})", seq_sharded)},
+          {"mlp", fmt::format("PrepareModuleInput(input_layouts=({},), desired_input_layouts=(Replicate(),))",
+                              seq_sharded)},
+          {"mlp.up/gate", "ColwiseParallel()"},
+          {"mlp.down", fmt::format("RowwiseParallel(output_layouts={})", seq_sharded)},
+          {"lm_head", fmt::format("ColwiseParallel(input_layouts={}, output_layouts=Replicate())", seq_sharded)}};
+    } else {
+      plan_styles = {{"embedding", "RowwiseParallel(input_layouts=Replicate())"},
+                     {"attention.q/k/v", "ColwiseParallel()"},
+                     {"attention.out", "RowwiseParallel()"},
+                     {"mlp.up/gate", "ColwiseParallel()"},
+                     {"mlp.down", "RowwiseParallel()"},
+                     {"lm_head", "ColwiseParallel(output_layouts=Replicate())"}};
+    }
     j["tensor_parallel"] = {{"size", s.tp}, {"sequence_parallel", s.sp}, {"parallelize_module_plan", plan_styles}};
+    r.notes.push_back("tensor_parallel: attention modules must use the local head count (heads / tp) when they "
+                      "reshape q, k and v");
   }
   j["activation_checkpointing"] = s.ckpt == Ckpt::Full        ? "full"
                                   : s.ckpt == Ckpt::Selective ? "selective"

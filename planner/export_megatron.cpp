@@ -4,6 +4,8 @@
 // checked against is tests/data/megatron_core_v0.19.0_arguments.txt.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "planner/export.hpp"
 
 namespace planner {
@@ -44,6 +46,8 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
                                          ? std::max<int64_t>(m.max_positions, plan.seq)
                                          : std::max<int64_t>(m.default_seq, plan.seq));
   a.opt("--position-embedding-type", m.pos == PosEmbed::Rotary ? "rope" : "learned_absolute");
+  // Megatron reads the base as a whole number (type=int); Llama 3: 500000.
+  if (m.pos == PosEmbed::Rotary) a.opt("--rotary-base", std::llround(m.rotary_base()));
   a.opt("--normalization", m.norm == NormKind::RmsNorm ? "RMSNorm" : "LayerNorm");
   if (m.mlp == MlpKind::SwiGlu) a.flag("--swiglu");
   if (!m.mlp_bias) a.flag("--disable-bias-linear");
@@ -61,6 +65,27 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
   // Context parallelism: Megatron's ring attention (Transformer Engine's
   // p2p communication type, the default) over cp ranks.
   if (s.cp > 1) a.opt("--context-parallel-size", s.cp);
+  if (m.moe.enabled()) {
+    // Mixture of experts (megatron/core/transformer/moe/): the experts split
+    // over ep ranks of the dp group and each by tp, as the cost model has it;
+    // the all-to-all dispatcher and grouped GEMMs; the auxiliary
+    // load-balancing loss (Megatron's default coefficient 0 would leave the
+    // router unbalanced, which the balanced prediction does not assume).
+    a.opt("--num-experts", m.moe.experts);
+    a.opt("--moe-router-topk", m.moe.top_k);
+    a.opt("--moe-ffn-hidden-size", m.moe.expert_ffn);
+    a.opt("--expert-model-parallel-size", s.ep);
+    a.opt("--expert-tensor-parallel-size", s.tp);
+    if (m.moe.shared_ffn > 0) a.opt("--moe-shared-expert-intermediate-size", m.moe.shared_ffn);
+    if (m.moe.shared_gate) a.flag("--moe-shared-expert-gate");
+    if (m.moe.dense_layers > 0)
+      a.opt("--moe-layer-freq", fmt::format("([0]*{}+[1]*{})", m.moe.dense_layers, m.moe_layers()));
+    if (m.moe.capacity_factor > 0) a.opt("--moe-expert-capacity-factor", m.moe.capacity_factor);
+    a.opt("--moe-token-dispatcher-type", "alltoall");
+    a.flag("--moe-grouped-gemm");
+    a.opt("--moe-router-load-balancing-type", "aux_loss");
+    a.opt("--moe-aux-loss-coeff", "1e-2");
+  }
   a.opt("--micro-batch-size", s.mbs);
   a.opt("--global-batch-size", plan.global_batch);  // Megatron derives the accumulation: global / (mbs x dp)
   // Recomputation (Korthikanti et al. 2022, as Megatron implements it).

@@ -50,6 +50,64 @@ std::string money(const std::optional<TrainCost>& t) { return t && t->cost ? fmt
 
 }  // namespace
 
+TieRule tie_rule(const GpuSpec& gpu) {
+  const StepTimeBand b = step_time_band(gpu);
+  if (b.mape_pct > 0)
+    return {b.mape_pct, fmt::format("the held-out step-time MAPE of {} ({} plans, docs/UNCERTAINTY.md)", gpu.name, b.plans)};
+  const double half = 100 * (b.high - b.low) / 2;
+  return {half, fmt::format("half the width of {}'s step-time band ({:+.0f}% to {:+.0f}%): {} has no held-out runs of its own",
+                            gpu.name, 100 * (b.low - 1), 100 * (b.high - 1), gpu.name)};
+}
+
+std::vector<int> tie_groups(const std::vector<double>& values, const std::vector<double>& threshold_pct) {
+  std::vector<int> group(values.size(), 0);
+  int id = 0;
+  for (size_t lead = 0; lead < values.size(); ++lead) {
+    if (group[lead]) continue;
+    group[lead] = ++id;
+    for (size_t i = lead + 1; i < values.size(); ++i) {
+      const double t = std::max(threshold_pct[lead], threshold_pct[i]);
+      if (group[i] || !(values[lead] > 0) || (values[i] / values[lead] - 1) * 100 > t) break;
+      group[i] = id;
+    }
+  }
+  return group;
+}
+
+std::vector<int> tie_groups(const std::vector<RankedEntry>& ranked, Objective o, size_t n) {
+  std::vector<double> values, thresholds;
+  for (size_t i = 0; i < std::min(n, ranked.size()); ++i) {
+    // Smaller is better: seconds per token for throughput (and time without
+    // --tokens), days or money with them.
+    const double key = objective_key(ranked[i], o);
+    values.push_back(key < 0 ? -1.0 / key : key);
+    thresholds.push_back(tie_rule(ranked[i].plan->plan.cluster.gpu).threshold_pct);
+  }
+  return tie_groups(values, thresholds);
+}
+
+namespace {
+
+// "tied: #1, #2 and #3 are predicted within 5.1% of #1 (...): ..." for every group of two or more.
+std::string tie_lines(const std::vector<RankedEntry>& ranked, const std::vector<int>& group) {
+  std::string out;
+  for (size_t lead = 0; lead < group.size(); ++lead) {
+    if (lead > 0 && group[lead] == group[lead - 1]) continue;
+    size_t last = lead;
+    while (last + 1 < group.size() && group[last + 1] == group[lead]) ++last;
+    if (last == lead) continue;
+    // The band's widest rule (over several clusters a pair takes the larger threshold of its GPUs).
+    TieRule r = tie_rule(ranked[lead].plan->plan.cluster.gpu);
+    for (size_t i = lead + 1; i <= last; ++i)
+      if (TieRule m = tie_rule(ranked[i].plan->plan.cluster.gpu); m.threshold_pct > r.threshold_pct) r = std::move(m);
+    out += fmt::format("tied: #{} to #{} are predicted within {:.1f}% of #{}, {}: the prediction does not order them\n",
+                       lead + 1, last + 1, r.threshold_pct, lead + 1, r.reason);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<RankedEntry> rank_by_objective(const std::vector<ClusterSearch>& searches, Objective o,
                                            const TrainCostOptions& cost) {
   std::vector<RankedEntry> out;
@@ -66,8 +124,12 @@ std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::
                          Objective o, size_t top, bool explain) {
   const size_t n = std::min(top, ranked.size());
   std::string out;
+  const std::string ties = tie_lines(ranked, tie_groups(ranked, o, n));
   if (searches.size() == 1) {
     out = search_result_table(searches.front().result, explain);
+    // The tie bands right under the plans' table, before its memory lines.
+    if (const size_t at = out.find("\nbest plan, memory per GPU"); !ties.empty() && at != std::string::npos)
+      out.insert(at, ties);
     if (n > 0 && ranked.front().train) {
       out += fmt::format("\nTo train {} tokens:\n{:>3}  {:>10} {:>12} {:>12} {:>10}\n",
                          format_tokens(ranked.front().train->tokens), "#", "days", "GPU-hours", "cost", "per GPU-h");
@@ -104,16 +166,27 @@ std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::
                        e.train ? fmt::format("{:.0f}", e.train->gpu_hours) : "-", money(e.train));
   }
   if (ranked.empty()) out += "nothing fits on any of the clusters\n";
-  return out;
+  return out + ties;
 }
 
 nlohmann::json ranked_json(const std::vector<ClusterSearch>& searches, const std::vector<RankedEntry>& ranked,
                            Objective o, size_t top) {
   const size_t n = std::min(top, ranked.size());
+  const std::vector<int> group = tie_groups(ranked, o, n);
   nlohmann::json plans = nlohmann::json::array();
+  nlohmann::json ties = nlohmann::json::object();
   for (size_t i = 0; i < n; ++i) {
     nlohmann::json p = ranked_plan_json(*ranked[i].plan, int(i) + 1);
     if (ranked[i].train) p["train"] = train_cost_json(*ranked[i].train);
+    p["tie_group"] = group[i];
+    p["tied_with"] = nlohmann::json::array();
+    for (size_t k = 0; k < n; ++k)
+      if (k != i && group[k] == group[i]) p["tied_with"].push_back(k + 1);
+    const GpuSpec& gpu = ranked[i].plan->plan.cluster.gpu;
+    if (!ties.contains(gpu.name)) {
+      const TieRule r = tie_rule(gpu);
+      ties[gpu.name] = {{"threshold_pct", r.threshold_pct}, {"reason", r.reason}};
+    }
     plans.push_back(p);
   }
   nlohmann::json j;
@@ -130,6 +203,7 @@ nlohmann::json ranked_json(const std::vector<ClusterSearch>& searches, const std
     }
   }
   j["objective"] = to_string(o);
+  j["ties"] = ties;
   j["plans"] = plans;
   return j;
 }

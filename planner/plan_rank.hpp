@@ -42,13 +42,37 @@ struct RankedEntry {
 std::vector<RankedEntry> rank_by_objective(const std::vector<ClusterSearch>& searches, Objective o,
                                            const TrainCostOptions& cost);
 
+// Ties (issue 30): two plans predicted closer than the model's own measured
+// error are not ordered by the prediction. `threshold_pct` is the GPU's
+// held-out step-time MAPE (docs/UNCERTAINTY.md, StepTimeBand::mape_pct); a GPU
+// without held-out runs has half its datasheet band's width instead. `reason`
+// says which, for the tables.
+struct TieRule {
+  double threshold_pct = 0;
+  std::string reason;
+};
+TieRule tie_rule(const GpuSpec& gpu);
+
+// The tie group (1-based) of each of the first `n` plans of `ranked`: a group
+// starts at the best plan not yet in one (its leader) and holds the plans after
+// it that are at most the larger of the two GPUs' thresholds worse than the
+// leader by `o` (slower for throughput and time: leader tokens/s over theirs,
+// less one; dearer for cost). A plan alone is a group of one. The order of
+// `ranked` is never changed.
+std::vector<int> tie_groups(const std::vector<RankedEntry>& ranked, Objective o, size_t n);
+// The same over plain values where smaller is better (step seconds): `values`
+// in rank order, one threshold per value.
+std::vector<int> tie_groups(const std::vector<double>& values, const std::vector<double>& threshold_pct);
+
 // Human output. One cluster: the search's table, then (with --tokens) the days,
 // GPU-hours and cost of each plan. Several: one summary line per cluster and
 // one table of the first `top` plans over all of them.
 std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::vector<RankedEntry>& ranked,
                          Objective o, size_t top, bool explain);
 
-// One cluster: search_result_json plus "objective" and, per plan, "train".
+// One cluster: search_result_json plus "objective", "ties" ({"threshold_pct",
+// "reason"} per GPU type) and, per plan, "train", "tie_group" and "tied_with"
+// (the ranks of the other plans of its group).
 // Several: {"objective", "clusters": [{"cluster", search stats...}], "plans":
 // [{"rank", "cluster", ..., "train"?}]} over the first `top` plans.
 nlohmann::json ranked_json(const std::vector<ClusterSearch>& searches, const std::vector<RankedEntry>& ranked,

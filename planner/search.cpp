@@ -123,23 +123,15 @@ static Strategy normalized(Strategy s) {
   return s;
 }
 
-SearchResult search_plans(const SearchRequest& req) {
-  const auto t0 = Clock::now();
-  if (req.seq < 1) throw InputError("plan: seq must be at least 1");
-  if (req.global_batch < 1) throw InputError("plan: the global batch must be at least 1");
-  if (req.top_k < 1) throw InputError("plan: --top must be at least 1");
-  req.model.validate();
-  req.cluster.validate();
-  HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
-  const std::string profile_note = req.profile ? "" : check_profile_gpu(profile, req.cluster.gpu, req.profile_any);
-  if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
-  SearchResult out;
-  if (!profile_note.empty()) out.notes.push_back(profile_note);
+namespace {
 
+// The search space's limits: the GPUs, the batch and the model's divisibility.
+SpaceLimits space_limits(const SearchRequest& req) {
   SpaceLimits L;
   L.world = req.cluster.world();
   L.global_batch = req.global_batch;
   L.layers = req.model.layers, L.heads = req.model.heads, L.kv_heads = req.model.kv_heads, L.ffn = req.model.ffn;
+  L.experts = req.model.moe.experts, L.expert_ffn = req.model.moe.expert_ffn, L.shared_ffn = req.model.moe.shared_ffn;
   L.bf16 = req.cluster.gpu.supports_bf16();
   L.fp16 = req.cluster.gpu.peak_fp16 > 0;
   L.fp32 = req.search_fp32;
@@ -149,123 +141,149 @@ SearchResult search_plans(const SearchRequest& req) {
   // adds ring traffic, so the space stays as it was (and as fast).
   L.seq = req.seq;
   if (req.seq >= kCpSearchMinSeq) L.max_cp = L.world;
+  return L;
+}
 
-  // Phase 1: a lower bound for every candidate.
+// Phase 1: a lower bound for every candidate, sorted by it.
+std::vector<Candidate> bound_candidates(const SearchRequest& req, const SpaceLimits& L, CostContext& ctx,
+                                        TableCostModel& table) {
   std::vector<Candidate> cands;
   cands.reserve(size_t(count_strategies(L)));
-  CostContext ctx(req.model, req.cluster, req.seq, profile);
-  TableCostModel table;
   for_each_strategy(L, [&](const Strategy& s) {
     ctx.build(s, table);
     cands.push_back({makespan_lower_bound(table, s.gas), s, families_of(s)});
     if (req.progress && (cands.size() & 0xFFFF) == 0) req.progress(0.5 * cands.size() / cands.capacity(), "bounding");
   });
-  out.stats.enumerated = int64_t(cands.size());
-  if (cands.empty()) {
-    out.notes.push_back(fmt::format("no legal strategy: {} GPUs, global batch {}, {} heads, {} layers",
-                                    L.world, L.global_batch, L.heads, L.layers));
-    out.stats.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    return out;
-  }
   std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
+  return cands;
+}
+
+// What phase 2 keeps: the top plans and, per family (--explain), its fastest
+// fitting member and its least over-committed one.
+struct Ranking {
+  std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
+  std::array<double, kFamilies> fam_best, fam_small;
+  std::array<size_t, kFamilies> fam_best_idx{}, fam_small_idx{};
+  std::array<int64_t, kFamilies> fam_count{};
+  Ranking() {
+    fam_best.fill(kInf);
+    fam_small.fill(kInf);
+  }
+};
+
+// One search's shared state for phase 2 and the winners.
+struct Searcher {
+  const SearchRequest& req;
+  const HardwareProfile& profile;
+  const std::vector<Candidate>& cands;
+  CostContext& ctx;
+  TableCostModel& table;
+  SearchResult& out;
+  Plan plan;
+  PlanUse use;
+
+  Searcher(const SearchRequest& r, const HardwareProfile& p, const std::vector<Candidate>& c, CostContext& x,
+           TableCostModel& t, SearchResult& o)
+      : req(r), profile(p), cands(c), ctx(x), table(t), out(o),
+        plan{r.model, r.cluster, Strategy{}, r.seq, r.global_batch} {
+    use.engine = r.engine;
+    use.simulate = true;
+  }
+
+  void skip_too_long() {
+    if (out.stats.too_long++ == 0)
+      out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
+                                      "micro-batch chunks that could not be extrapolated within it",
+                                      kMaxSimulatedChunks));
+  }
 
   // Phase 2: in increasing bound, memory check and simulate while the bound can still win.
-  Plan plan{req.model, req.cluster, Strategy{}, req.seq, req.global_batch};
-  PlanUse use;
-  use.engine = req.engine;
-  use.simulate = true;
-  Simulator sim;
-  ProgramCache programs(req.model.layers, req.model.tied_embeddings);
-  std::vector<std::pair<double, size_t>> top;  // (step seconds, candidate), sorted
-  std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
-  std::array<double, kFamilies> fam_best;
-  fam_best.fill(kInf);
-  std::array<size_t, kFamilies> fam_best_idx{}, fam_small_idx{};
-  std::array<double, kFamilies> fam_small;
-  fam_small.fill(kInf);
-  std::array<int64_t, kFamilies> fam_count{};
-  for (const auto& c : cands)
-    for (int f = 0; f < kFamilies; ++f) fam_count[f] += (c.families >> f) & 1;
-
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const Candidate& c = cands[i];
-    const double threshold = top.size() < size_t(req.top_k) ? kInf : top.back().first;
-    bool needed = !req.prune || c.bound < threshold;
-    if (!needed && req.explain)
-      for (int f = 0; f < kFamilies && !needed; ++f) needed = ((c.families >> f) & 1) && c.bound < fam_best[f];
-    if (!needed) {
-      ++out.stats.pruned;
-      if (!req.explain) {  // sorted by bound: nothing after this can win either
-        out.stats.pruned += int64_t(cands.size() - i - 1);
-        break;
+  Ranking rank() {
+    Ranking k;
+    Simulator sim;
+    ProgramCache programs(req.model.layers, req.model.tied_embeddings);
+    std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
+    for (const auto& c : cands)
+      for (int f = 0; f < kFamilies; ++f) k.fam_count[f] += (c.families >> f) & 1;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Candidate& c = cands[i];
+      const double threshold = k.top.size() < size_t(req.top_k) ? kInf : k.top.back().first;
+      bool needed = !req.prune || c.bound < threshold;
+      if (!needed && req.explain)
+        for (int f = 0; f < kFamilies && !needed; ++f) needed = ((c.families >> f) & 1) && c.bound < k.fam_best[f];
+      if (!needed) {
+        ++out.stats.pruned;
+        if (!req.explain) {  // sorted by bound: nothing after this can win either
+          out.stats.pruned += int64_t(cands.size() - i - 1);
+          break;
+        }
+        continue;
       }
-      continue;
+      if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
+      // check_compat's rule from the runtime: sp splits the sequence over tp.
+      if (c.strategy.sp && c.strategy.tp > 1 && c.strategy.cp == 1 && req.seq % c.strategy.tp != 0) continue;
+      plan.strategy = c.strategy;
+      if (c.strategy.cp > 1 && !context_parallel_problem(plan).empty()) continue;
+      // The rules every plan obeys hold by construction (search_space.hpp); the
+      // limits of simulating it and of the engine are check_compat's (check_use).
+      if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
+        skip_too_long();
+        continue;
+      } else if (u.broken != UseLimit::None) {
+        ++out.stats.engine_refused;
+        continue;
+      }
+      const MemoryReport mem = estimate_memory(plan, req.engine, &profile);
+      ++out.stats.memory_checked;
+      if (!mem.fits()) {
+        ++out.stats.not_fitting;
+        const double over = overcommit(mem);
+        for (int f = 0; f < kFamilies; ++f)
+          if (((c.families >> f) & 1) && over < k.fam_small[f]) k.fam_small[f] = over, k.fam_small_idx[f] = i;
+        continue;
+      }
+      ctx.build(c.strategy, table);
+      SimResult r;
+      try {
+        r = simulate_step(c.strategy, table, [&](int m) -> const StepProgram& {
+          Strategy s = c.strategy;
+          s.gas = m;
+          return programs.get(s);
+        }, sim);
+      } catch (const InputError&) {  // no periodic regime within the budget (long_run.hpp)
+        skip_too_long();
+        continue;
+      }
+      ++out.stats.simulated;
+      if (r.deadlock) continue;
+      keep(k, peaks, i, r.makespan_seconds, mem.per_gpu_peak_bytes);
     }
-    if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
-    // check_compat's rule from the runtime: sp splits the sequence over tp.
-    if (c.strategy.sp && c.strategy.tp > 1 && c.strategy.cp == 1 && req.seq % c.strategy.tp != 0) continue;
-    plan.strategy = c.strategy;
-    if (c.strategy.cp > 1 && !context_parallel_problem(plan).empty()) continue;
-    // The rules every plan obeys hold by construction (search_space.hpp); the
-    // limits of simulating it and of the engine are check_compat's (check_use).
-    auto skip_too_long = [&] {
-      if (out.stats.too_long++ == 0)
-        out.notes.push_back(fmt::format("skipped strategies with pp*vpp*gas above the simulator's limit of {} "
-                                        "micro-batch chunks that could not be extrapolated within it",
-                                        kMaxSimulatedChunks));
-    };
-    if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
-      skip_too_long();
-      continue;
-    } else if (u.broken != UseLimit::None) {
-      ++out.stats.engine_refused;
-      continue;
-    }
-    const MemoryReport mem = estimate_memory(plan, req.engine, &profile);
-    ++out.stats.memory_checked;
-    if (!mem.fits()) {
-      ++out.stats.not_fitting;
-      const double over = overcommit(mem);
-      for (int f = 0; f < kFamilies; ++f)
-        if (((c.families >> f) & 1) && over < fam_small[f]) fam_small[f] = over, fam_small_idx[f] = i;
-      continue;
-    }
-    ctx.build(c.strategy, table);
-    SimResult r;
-    try {
-      r = simulate_step(c.strategy, table, [&](int m) -> const StepProgram& {
-        Strategy s = c.strategy;
-        s.gas = m;
-        return programs.get(s);
-      }, sim);
-    } catch (const InputError&) {  // no periodic regime within the budget (long_run.hpp)
-      skip_too_long();
-      continue;
-    }
-    ++out.stats.simulated;
-    if (r.deadlock) continue;
-    const double t = r.makespan_seconds;
-    // Distinct plans only (issue 28): one whose time coincides with a kept
-    // one's and whose memory does too, or which differs from it only on an axis
-    // without effect here (zero=1..3 at dp=1, sp at tp=1), is the same plan;
-    // the one with fewer such settings stays.
-    auto same = std::find_if(top.begin(), top.end(), [&](const auto& e) {
-      return std::abs(e.first - t) <= 1e-9 * t &&
-             (peaks[e.second] == mem.per_gpu_peak_bytes || normalized(cands[e.second].strategy) == normalized(c.strategy));
-    });
-    peaks[i] = mem.per_gpu_peak_bytes;
-    if (same != top.end()) {
-      if (needless(c.strategy) < needless(cands[same->second].strategy)) same->second = i;
-    } else if (top.size() < size_t(req.top_k) || t < top.back().first) {
-      top.insert(std::upper_bound(top.begin(), top.end(), std::make_pair(t, i)), {t, i});
-      if (top.size() > size_t(req.top_k)) top.pop_back();
-    }
-    for (int f = 0; f < kFamilies; ++f)
-      if (((c.families >> f) & 1) && t < fam_best[f]) fam_best[f] = t, fam_best_idx[f] = i;
+    return k;
   }
 
-  // The winners, predicted in full (memory, breakdown) and checked against the rules.
-  auto full = [&](size_t i) -> std::optional<RankedPlan> {
+  // Distinct plans only (issue 28): one whose time coincides with a kept
+  // one's and whose memory does too, or which differs from it only on an axis
+  // without effect here (zero=1..3 at dp=1, sp at tp=1), is the same plan;
+  // the one with fewer such settings stays.
+  void keep(Ranking& k, std::vector<int64_t>& peaks, size_t i, double t, int64_t peak) {
+    const Candidate& c = cands[i];
+    auto same = std::find_if(k.top.begin(), k.top.end(), [&](const auto& e) {
+      return std::abs(e.first - t) <= 1e-9 * t &&
+             (peaks[e.second] == peak || normalized(cands[e.second].strategy) == normalized(c.strategy));
+    });
+    peaks[i] = peak;
+    if (same != k.top.end()) {
+      if (needless(c.strategy) < needless(cands[same->second].strategy)) same->second = i;
+    } else if (k.top.size() < size_t(req.top_k) || t < k.top.back().first) {
+      k.top.insert(std::upper_bound(k.top.begin(), k.top.end(), std::make_pair(t, i)), {t, i});
+      if (k.top.size() > size_t(req.top_k)) k.top.pop_back();
+    }
+    for (int f = 0; f < kFamilies; ++f)
+      if (((c.families >> f) & 1) && t < k.fam_best[f]) k.fam_best[f] = t, k.fam_best_idx[f] = i;
+  }
+
+  // A winner, predicted in full (memory, breakdown) and checked against the rules.
+  std::optional<RankedPlan> full(size_t i) {
     plan.strategy = cands[i].strategy;
     try {
       check_compat(plan, use);
@@ -282,54 +300,99 @@ SearchResult search_plans(const SearchRequest& req) {
       out.notes.push_back(fmt::format("rejected {}: {}", plan.strategy.to_string(), e.what()));
       return std::nullopt;
     }
-    if (req.engine != Engine::Ours) ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
+    if (req.engine != Engine::Ours) {
+      ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
+      if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty())
+        ranked.prediction.memory.notes.push_back(n);
+    }
     return ranked;
-  };
-  for (const auto& [t, i] : top)
-    if (auto p = full(i)) out.plans.push_back(std::move(*p));
+  }
 
-  if (req.explain) {
+  // --explain: each family's best member, or why it has none.
+  void explain(const Ranking& k, const SpaceLimits& L) {
     const Strategy* winner = out.plans.empty() ? nullptr : &out.plans.front().plan.strategy;
     for (int f = 0; f < kFamilies; ++f) {
       FamilyExplanation e;
       e.family = kFamilyName[f];
       e.definition = kFamilyDef[f];
-      e.candidates = fam_count[f];
-      if (fam_count[f] == 0) {
-        switch (f) {
-          case kTP:
-            e.reason = fmt::format("no strategy: tp>1 must divide the GPUs ({}), the heads ({}), the kv-heads ({}) "
-                                   "and the FFN width ({})", L.world, L.heads, L.kv_heads, L.ffn);
-            break;
-          case kPP:
-            e.reason = fmt::format("no strategy: pp>1 must divide the GPUs ({}) with dp dividing the global batch ({})",
-                                   L.world, L.global_batch);
-            break;
-          case kZero3:  // the search leaves out ZeRO where it shards nothing
-            if (L.world == 1) {
-              e.reason = "no strategy: zero=3 without offload shards over data-parallel ranks and there is one GPU "
-                         "(zero with offload is the offload family)";
-              break;
-            }
-            [[fallthrough]];
-          default:
-            e.reason = fmt::format("no strategy of this family for {} GPUs and a global batch of {}", L.world,
-                                   L.global_batch);
-        }
-      } else if (fam_best[f] < kInf) {
+      e.candidates = k.fam_count[f];
+      if (k.fam_count[f] == 0) {
+        e.reason = empty_family_reason(f, L);
+      } else if (k.fam_best[f] < kInf) {
         e.fits = true;
-        e.best = full(fam_best_idx[f]);
+        e.best = full(k.fam_best_idx[f]);
         e.is_winner = winner && (families_of(*winner) >> f & 1) && e.best && e.best->plan.strategy == *winner;
         if (e.is_winner) e.reason = "holds the best plan";
         else if (e.best && !out.plans.empty()) e.reason = gap_reason(e.best->prediction, out.plans.front().prediction);
-      } else if (fam_small[f] < kInf) {
-        e.smallest = full(fam_small_idx[f]);
+      } else if (k.fam_small[f] < kInf) {
+        e.smallest = full(k.fam_small_idx[f]);
         if (e.smallest) e.reason = no_fit_reason(*e.smallest);
       } else {
         e.reason = "no member was needed to decide";
       }
       out.families.push_back(std::move(e));
     }
+  }
+
+  static std::string empty_family_reason(int f, const SpaceLimits& L) {
+    switch (f) {
+      case kTP:
+        return fmt::format("no strategy: tp>1 must divide the GPUs ({}), the heads ({}), the kv-heads ({}) "
+                           "and the FFN width ({})", L.world, L.heads, L.kv_heads, L.ffn);
+      case kPP:
+        return fmt::format("no strategy: pp>1 must divide the GPUs ({}) with dp dividing the global batch ({})",
+                           L.world, L.global_batch);
+      case kZero3:  // the search leaves out ZeRO where it shards nothing
+        if (L.world == 1)
+          return "no strategy: zero=3 without offload shards over data-parallel ranks and there is one GPU "
+                 "(zero with offload is the offload family)";
+        [[fallthrough]];
+      default:
+        return fmt::format("no strategy of this family for {} GPUs and a global batch of {}", L.world, L.global_batch);
+    }
+  }
+};
+
+}  // namespace
+
+SearchResult search_plans(const SearchRequest& req) {
+  const auto t0 = Clock::now();
+  if (req.seq < 1) throw InputError("plan: seq must be at least 1");
+  if (req.global_batch < 1) throw InputError("plan: the global batch must be at least 1");
+  if (req.top_k < 1) throw InputError("plan: --top must be at least 1");
+  req.model.validate();
+  req.cluster.validate();
+  HardwareProfile profile = req.profile ? *req.profile : load_profile(req.profile_path, req.cluster.gpu);
+  const std::string profile_note = req.profile ? "" : check_profile_gpu(profile, req.cluster.gpu, req.profile_any);
+  if (!req.headroom.empty()) apply_headroom(req.headroom, profile);
+  SearchResult out;
+  if (!profile_note.empty()) out.notes.push_back(profile_note);
+
+  const SpaceLimits L = space_limits(req);
+  CostContext ctx(req.model, req.cluster, req.seq, profile);
+  TableCostModel table;
+  const std::vector<Candidate> cands = bound_candidates(req, L, ctx, table);
+  out.stats.enumerated = int64_t(cands.size());
+  if (cands.empty()) {
+    out.notes.push_back(fmt::format("no legal strategy: {} GPUs, global batch {}, {} heads, {} layers",
+                                    L.world, L.global_batch, L.heads, L.layers));
+    out.stats.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return out;
+  }
+  Searcher searcher(req, profile, cands, ctx, table, out);
+  const Ranking k = searcher.rank();
+  for (const auto& [t, i] : k.top)
+    if (auto p = searcher.full(i)) out.plans.push_back(std::move(*p));
+  if (req.explain) searcher.explain(k, L);
+  // The shown plan with the largest collective group names the extrapolation once.
+  {
+    const RankedPlan* widest = nullptr;
+    auto width = [](const Strategy& s) { return std::max({s.dp_cp(), s.tp, s.pp > 1 ? 2 : 1}); };
+    for (const auto& rp : out.plans)
+      if (!widest || width(rp.plan.strategy) > width(widest->plan.strategy)) widest = &rp;
+    if (widest)
+      if (std::string n = collective_extrapolation_note(profile, widest->plan.strategy); !n.empty())
+        out.notes.push_back(n);
   }
   if (out.stats.engine_refused > 0)
     out.notes.push_back(fmt::format("{} of the strategies checked were skipped: {} cannot run them",

@@ -38,6 +38,7 @@ std::string short_strategy(const Strategy& s) {
   if (s.pp > 1) out += fmt::format(",schedule={}", to_string(s.schedule));
   if (s.vpp > 1) out += fmt::format(",vpp={}", s.vpp);
   if (s.sp) out += ",sp=1";
+  if (s.ep > 1) out += fmt::format(",ep={}", s.ep);
   if (s.precision != Precision::BF16) out += fmt::format(",precision={}", to_string(s.precision));
   return out;
 }

@@ -92,8 +92,11 @@ json pct(double predicted, double measured) {
 
 std::string gib(double b) { return format_bytes(b); }
 
+
+}  // namespace
+
 // The strategy without the fields at their defaults.
-std::string short_strategy(const std::string& text) {
+std::string short_strategy_text(const std::string& text) {
   std::string out;
   for (const auto& kv : split(text, ',')) {
     if (kv == "tp=1" || kv == "pp=1" || kv == "zero=0" || kv == "offload=none" || kv == "ckpt=none" || kv == "vpp=1" ||
@@ -103,8 +106,6 @@ std::string short_strategy(const std::string& text) {
   }
   return out;
 }
-
-}  // namespace
 
 Sweep load_sweep(const std::string& path, const std::string& gpus) {
   const json j = read_json_file(path, "sweep");
@@ -417,7 +418,7 @@ std::string report_table(const json& report) {
     const std::string fit = pr.is_null() ? "?" : pr["fits"].get<bool>() ? "fits" : "no fit";
     o += fmt::format("{:<30} {:>1} {:>2}  {:<42} {:>9} {:>9} {:>7}  {:>10} {:>10} {:>7}  {:<14}\n",
                      p["name"].get<std::string>().substr(0, 30), p["half"].get<std::string>(), p["world"].get<int>(),
-                     short_strategy(p["strategy"].get<std::string>()).substr(0, 42),
+                     short_strategy_text(p["strategy"].get<std::string>()).substr(0, 42),
                      pr.is_null() ? "-" : cell(pr["step_seconds"], "{:.4f}"),
                      me.is_null() ? "-" : cell(me["step_seconds"], "{:.4f}"), cell(e["step_seconds_pct"], "{:+.1f}%"),
                      pr.is_null() ? "-" : gib(pr["per_gpu_peak_bytes"].get<double>()),

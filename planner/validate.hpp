@@ -82,6 +82,8 @@ nlohmann::json plan_record(const SweepEntry& e, const std::optional<StepPredicti
 nlohmann::json summarize(const nlohmann::json& plans, const std::string& held_out);
 
 std::string report_table(const nlohmann::json& report);
+// A strategy's text form without the fields at their defaults (tp=1, zero=0, ...).
+std::string short_strategy_text(const std::string& text);
 std::string report_csv(const nlohmann::json& report);
 
 // The gnuplot script that draws DIR/step_time.png, DIR/peak_memory.png and

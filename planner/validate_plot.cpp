@@ -38,7 +38,9 @@ std::string esc(const std::string& s) {  // a gnuplot double-quoted string
   std::string o;
   for (char c : s) {
     if (c == '"' || c == '\\') o += '\\';
-    o += c == '_' ? '-' : c;  // enhanced text would subscript after '_'
+    // '_' would subscript in enhanced text; a backquote would run a shell
+    // command (gnuplot substitutes `...` inside double-quoted strings).
+    o += c == '_' ? '-' : c == '`' ? '\'' : c;
   }
   return o;
 }
@@ -239,6 +241,31 @@ void timeline_plot(const std::string& plan, const json& trace, PlotFiles& out, s
   out.pngs.push_back(png);
 }
 
+// The ranking check (validate --rank-question): each plan's predicted and
+// measured step time against its predicted rank; a measured line that is not
+// rising left to right is an order the prediction got wrong.
+void ranking_plot(const json& ranking, const std::string& name, PlotFiles& out, std::string& g) {
+  std::string data = "# predicted_rank predicted_step_s measured_step_s (NaN: did not run)\n";
+  int n = 0;
+  for (const auto& r : ranking["rows"]) {
+    if (!r["predicted_step_seconds"].is_number()) continue;
+    data += fmt::format("{} {:.9g} {}\n", r["predicted_rank"].get<int>(), r["predicted_step_seconds"].get<double>(),
+                        r["measured_step_seconds"].is_number() ? fmt::format("{:.9g}", r["measured_step_seconds"].get<double>())
+                                                               : std::string("NaN"));
+    ++n;
+  }
+  if (n == 0) return;
+  out.data.push_back({"ranking.dat", data});
+  g += fmt::format(
+      "\nunset logscale\nset size noratio 1,1\nset key top left box\nset grid\nset terminal pngcairo size 900,600 "
+      "font \"sans,10\"\nset output \"ranking.png\"\nset title \"Ranking check: step time by predicted rank\\n{}\"\n"
+      "set xlabel \"predicted rank (1 = plan's pick)\"\nset ylabel \"s\"\nset xrange [0.5:{}.5]\nset xtics 1\n"
+      "set autoscale y\nplot \"ranking.dat\" using 1:2 with linespoints pt 7 title \"predicted\", \\\n"
+      "     \"ranking.dat\" using 1:3 with linespoints pt 5 title \"measured\"\n",
+      esc(name), n);
+  out.pngs.push_back("ranking.png");
+}
+
 }  // namespace
 
 PlotFiles plot_files(const json& report, const std::map<std::string, json>& traces) {
@@ -321,6 +348,7 @@ PlotFiles plot_files(const json& report, const std::map<std::string, json>& trac
     const auto it = traces.find(p["name"].get<std::string>());
     if (it != traces.end()) timeline_plot(it->first, it->second, out, g);
   }
+  if (report.contains("ranking") && report["ranking"].is_object()) ranking_plot(report["ranking"], name, out, g);
   out.script = g;
   return out;
 }

@@ -1,5 +1,6 @@
 #include "runtime/exec_launch.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -156,6 +157,22 @@ pid_t start_group(const std::vector<std::string>& cmd, int err_w, int err_r) {
   return pid;
 }
 
+// Removes the relay folder (flat: one file per rank and stdout) with POSIX
+// calls. Not std::filesystem::remove_all: linked beside the CUDA build of
+// LibTorch, that symbol resolves to libtorch.so's own copy, which called a null
+// pointer and killed the launching process with SIGSEGV after every multi-GPU
+// run (cuda-gdb backtrace in validation/h100x4/two_nodes/diag-launcher-gdb.txt).
+void remove_relay_dir(const fs::path& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") unlink((dir / name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
 }  // namespace
 
 std::string relay_dir() {
@@ -182,10 +199,7 @@ int run_ranks(const std::vector<std::string>& cmd, int world, const std::string&
   const fs::path dir = tmpl;
   struct Cleanup {
     fs::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
+    ~Cleanup() { remove_relay_dir(d); }
   } cleanup{dir};
   setenv(kRelayEnv, dir.c_str(), 1);
   int err[2];
@@ -229,8 +243,7 @@ int run_ranks(const std::vector<std::string>& cmd, int world, const std::string&
   if (const int sig = g_signal) {
     // Die of the signal that ended the job (the shell reports 130/143), after
     // the temporary folder is gone.
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    remove_relay_dir(dir);
     signal(sig, SIG_DFL);
     raise(sig);
   }

@@ -8,7 +8,7 @@ is the entry point; the suite format is in validation/suites/README.md.
 Order of a run: machine facts; build; setup commands; calibrate (one GPU,
 then mpirun -np RANKS); the predictions of every sweep that uses a profile
 measured here (and of `predict`), all written before any plan runs; the
-sweeps (`planner validate`); the single runs (`planner exec`); the PyTorch
+sweeps (`planner validate`); the ranking checks (`planner validate --rank-question`); the single runs (`planner exec`); the PyTorch
 baselines; the closing commands. Each step gets at most what is left of the
 call's budget (budget_s, default 560 s: the device tool ends a command at
 600 s); once under 40 s are left, the remaining steps are skipped and named
@@ -30,12 +30,14 @@ import time
 
 FORMAT = "planner-device-suite"
 TOP = {"format", "version", "description", "machine", "gpus", "budget_s", "replaces", "results", "build",
-       "clock_log_ms", "setup", "calibrate", "predict", "sweeps", "exec", "baselines", "commands"}
+       "clock_log_ms", "setup", "calibrate", "predict", "sweeps", "rankings", "exec", "baselines", "commands",
+       "pending"}
 BUILD = {"targets", "tests"}
-CALIBRATE = {"one_gpu", "ranks", "budget_s", "quick"}
+CALIBRATE = {"one_gpu", "ranks", "budget_s", "measure_s", "quick"}
 SWEEP = {"name", "file", "profile", "only", "half", "gpus", "kernels", "steps", "warmup", "headroom", "timeout_s",
          "plots", "env"}
 PREDICT = {"name", "file", "profile", "gpus"}
+RANKING = {"name", "question", "top", "profile", "steps", "warmup", "headroom", "timeout_s", "plots", "env"}
 EXEC = {"name", "plan", "gpu", "steps", "warmup", "profile", "trace", "kernels", "headroom", "args", "env", "timeout_s"}
 BASELINE = {"name", "plan", "mode", "nproc", "reshard_after_forward", "steps", "warmup", "args", "timeout_s"}
 COMMAND = {"name", "run", "timeout_s"}
@@ -67,11 +69,12 @@ def name_of(e, where, seen):
     return n
 
 
-def repo_file(path, where, root):
-    """A file the suite names must exist (relative to the repository root) unless it is made during the run ($R/...)."""
+def repo_file(path, where, root, pending=()):
+    """A file the suite names must exist (relative to the repository root) unless it is made during the run ($R/...)
+    or the suite lists it under "pending" (committed before the run; a real run refuses while it is missing)."""
     if not isinstance(path, str) or not path:
         raise SuiteError(f"{where} must be a file path")
-    if path.startswith("$R/"):
+    if path.startswith("$R/") or path in pending:
         return path
     if not os.path.isfile(os.path.join(root, path)):
         raise SuiteError(f"{where}: no file {path}")
@@ -89,6 +92,10 @@ def load(path, root):
     if not isinstance(s.get("gpus"), int) or s["gpus"] < 1:
         raise SuiteError(f"suite {path}: \"gpus\" (the GPUs it needs) must be a positive whole number")
     seen = set()
+    pending = s.get("pending", [])
+    if not isinstance(pending, list) or not all(isinstance(x, str) and x and not x.startswith("$R/") for x in pending):
+        raise SuiteError(f"suite {path}: \"pending\" must be a list of repository paths")
+    s["pending"] = pending
     b = s.get("build", {"targets": ["planner"]})
     if b is not False:
         keys(b, BUILD, "build")
@@ -102,6 +109,9 @@ def load(path, root):
         ranks = cal.get("ranks", 0)
         if not isinstance(ranks, int) or ranks == 1 or ranks < 0 or ranks > s["gpus"]:
             raise SuiteError("calibrate: \"ranks\" must be 0 (no mpirun) or 2 to gpus")
+        ms = cal.get("measure_s", 0)
+        if not isinstance(ms, int) or ms < 0 or ms > cal.get("budget_s", 260):
+            raise SuiteError("calibrate: \"measure_s\" (calibrate --budget) must be whole seconds within budget_s")
         if not cal.get("one_gpu", True) and not ranks:
             raise SuiteError("calibrate: nothing to measure (one_gpu false and no ranks)")
     measured = set()
@@ -117,10 +127,10 @@ def load(path, root):
             if p not in measured:
                 raise SuiteError(f"{where}: profile '{p}' is not measured by this suite's calibrate")
             return p
-        return repo_file(p, f"{where}: profile", root)
+        return repo_file(p, f"{where}: profile", root, pending)
 
     for sec, allowed, fields in (("setup", COMMAND, ()), ("predict", PREDICT, ("file",)), ("sweeps", SWEEP, ("file",)),
-                                 ("exec", EXEC, ("plan",)), ("baselines", BASELINE, ("plan",)),
+                                 ("rankings", RANKING, ()), ("exec", EXEC, ("plan",)), ("baselines", BASELINE, ("plan",)),
                                  ("commands", COMMAND, ())):
         items = s.get(sec, [])
         if not isinstance(items, list):
@@ -133,6 +143,11 @@ def load(path, root):
                 repo_file(e.get(f), f"{where}: {f}", root)
             if "profile" in allowed:
                 e["profile"] = profile(e.get("profile"), where)
+            if sec == "rankings" and not (isinstance(e.get("question"), str) and "--model" in e["question"]
+                                          and "--gpus" in e["question"]):
+                raise SuiteError(f"{where}: \"question\" must be a `planner plan` question with --model and --gpus")
+            if sec == "rankings" and not (isinstance(e.get("top", 5), int) and 2 <= e.get("top", 5) <= 100):
+                raise SuiteError(f"{where}: \"top\" must be 2 to 100 plans")
             if "run" in allowed and not isinstance(e.get("run"), str):
                 raise SuiteError(f"{where}: \"run\" must be a shell command")
             if sec == "baselines" and e.get("mode", "eager") not in ("eager", "ddp", "fsdp2"):
@@ -141,7 +156,7 @@ def load(path, root):
                 if k in e and not (isinstance(e[k], dict) and all(isinstance(v, str) for v in e[k].values())):
                     raise SuiteError(f"{where}: \"env\" must map names to strings")
         s[sec] = items
-    if not any(s[k] for k in ("setup", "predict", "sweeps", "exec", "baselines", "commands")) and cal is None:
+    if not any(s[k] for k in ("setup", "predict", "sweeps", "rankings", "exec", "baselines", "commands")) and cal is None:
         raise SuiteError(f"suite {path}: nothing to run")
     return s
 
@@ -160,6 +175,7 @@ def steps(s, sp):
     cal = s.get("calibrate")
     if cal is not None:
         q = " --quick" if cal.get("quick") else ""
+        q += f" --budget {cal['measure_s']}" if cal.get("measure_s") else ""
         lim = cal.get("budget_s", 260)
         if cal.get("one_gpu", True):
             out.append(("calibrate-1gpu", f"{X} calibrate{q} -o $R/calib/profile-1gpu.json",
@@ -177,8 +193,10 @@ def steps(s, sp):
     # measured in this call, and the suite's own `predict` list.
     pre = [(f"predicted-{w['name']}", w) for w in s["sweeps"] if re.fullmatch(r"\d+gpu", w["profile"])]
     pre += [(p["name"], p) for p in s["predict"]]
+    pre += [(f"predicted-{w['name']}", w) for w in s["rankings"] if re.fullmatch(r"\d+gpu", w["profile"])]
     for n, w in pre:
-        a = f"{X} validate {w['file']} -o $R/{n} --predict-only --no-plots --headroom {w.get('headroom', '0')}"
+        what = w["file"] if "file" in w else f"--rank-question {shlex.quote(w['question'])} --top {w.get('top', 5)}"
+        a = f"{X} validate {what} -o $R/{n} --predict-only --no-plots --headroom {w.get('headroom', '0')}"
         a += f" --profile {prof(w['profile'])}" if w["profile"] else ""
         a += f" --gpus {w['gpus']}" if w.get("gpus") else ""
         out.append((n, a, {}, 60))
@@ -188,6 +206,15 @@ def steps(s, sp):
         for k in ("only", "gpus", "half", "steps", "warmup"):
             a += f" --{k} {shlex.quote(str(w[k]))}" if k in w else ""
         a += " --kernels" if w.get("kernels") else ""
+        a += " --no-plots" if w.get("plots") is False else ""
+        out.append((w["name"], a, w.get("env", {}), 600))
+    # Ranking checks: the top plans of a `planner plan` question, run as a sweep.
+    for w in s["rankings"]:
+        a = (f"{X} validate --rank-question {shlex.quote(w['question'])} --top {w.get('top', 5)} -o $R/{w['name']} "
+             f"--headroom {w.get('headroom', '0')} --timeout {w.get('timeout_s', 200)}")
+        a += f" --profile {prof(w['profile'])}" if w["profile"] else ""
+        for k in ("steps", "warmup"):
+            a += f" --{k} {shlex.quote(str(w[k]))}" if k in w else ""
         a += " --no-plots" if w.get("plots") is False else ""
         out.append((w["name"], a, w.get("env", {}), 600))
     for e in s["exec"]:
@@ -250,6 +277,10 @@ def run(s, suite_path, out_dir, budget):
         subprocess.run("nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv; "
                        "nvidia-smi topo -m; nproc; free -g; git log -1 --format='commit %H' 2>/dev/null || true",
                        shell=True, stdout=log, stderr=subprocess.STDOUT)
+        missing = [p for p in s["pending"] if not os.path.isfile(p)]
+        if missing:
+            say(f"pending files are not committed yet: {', '.join(missing)}")
+            return 2
         found = subprocess.run("nvidia-smi -L 2>/dev/null | grep -c '^GPU'", shell=True, capture_output=True, text=True)
         have = int(found.stdout.strip() or 0)
         if have < s["gpus"]:
@@ -277,7 +308,7 @@ def run(s, suite_path, out_dir, budget):
                 subprocess.run(f"grep -E 'error|Error' {shlex.quote(os.path.join(R, 'build.txt'))} | head -30",
                                shell=True)
                 return 1
-            summary = subprocess.run(["grep", "-hE", "^half|^all:|^fit verdicts|failed|error",
+            summary = subprocess.run(["grep", "-hE", "^half|^all:|^fit verdicts|^pick |^Kendall|failed|error",
                                       os.path.join(R, f"{name}.txt")], capture_output=True, text=True).stdout
             for line in summary.splitlines()[-6:]:
                 print("   " + line, flush=True)
@@ -314,6 +345,9 @@ def main(argv):
     budget = budget or s.get("budget_s", 560)
     if dry:
         print(f"# {args[0]}: {s.get('machine', '?')}, {s['gpus']} GPU(s), budget {budget} s; results in $OUT/r")
+        for p in s["pending"]:
+            state = "present" if os.path.isfile(os.path.join(root, p)) else "missing: a real run refuses until it is committed"
+            print(f"# pending {p} ({state})")
         for st in steps(s, "$SITE_PACKAGES"):
             print(show(*st))
         return 0

@@ -97,6 +97,8 @@ struct StepTimeBand {
   double low = 1, high = 1;
   bool calibrated = false;
   std::string text;
+  double mape_pct = 0;  // calibrated with held-out runs: their step-time MAPE (0: none)
+  int plans = 0;        // ... over this many plans
 };
 StepTimeBand step_time_band(const GpuSpec& g);
 // Appends g's note to `notes` unless it is empty or already there (one note per

@@ -10,7 +10,16 @@ int64_t matmul_params(const ModelSpec& m) {
   int64_t head = width * m.vocab;  // output projection onto the vocabulary
   if (m.word_embed_dim > 0 && m.word_embed_dim != h) head += h * m.word_embed_dim;  // project_out
   if (m.mlm_head) head += h * h;  // BERT MLM transform
-  return m.layers * (attn + mlp) + head;
+  if (!m.moe.enabled()) return m.layers * (attn + mlp) + head;
+  // Mixture of experts: a MoE layer multiplies each token by top_k routed
+  // experts and the shared MLP, the activated parameters, as Megatron-LM's
+  // num_floating_point_operations counts them (training.py: moe_router_topk
+  // x moe_ffn_hidden_size + the shared experts' width; the router's hidden x
+  // experts, under 0.1% of a layer, left out as there).
+  const int64_t gated = m.mlp == MlpKind::SwiGlu ? 3 : 2;
+  const int64_t moe_mlp = gated * h * (m.moe.top_k * m.moe.expert_ffn + m.moe.shared_ffn);
+  const int64_t dense_layers = m.layers - m.moe_layers();
+  return dense_layers * (attn + mlp) + m.moe_layers() * (attn + moe_mlp) + head;
 }
 
 double attention_flops_per_token(const ModelSpec& m, int64_t seq) {

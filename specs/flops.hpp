@@ -16,7 +16,8 @@ namespace planner {
 
 // Parameters that take part in matrix multiplies (every weight matrix,
 // including the LM head / tied embedding used as the output projection; not
-// biases, norms or the input embedding lookup).
+// biases, norms or the input embedding lookup). A mixture of experts counts
+// the activated ones: top_k routed experts and the shared MLP per MoE layer.
 int64_t matmul_params(const ModelSpec& m);
 
 // Forward FLOPs of the attention scores and their product with V (QK^T and

@@ -41,13 +41,11 @@ constexpr int64_t GiB = int64_t{1} << 30;  // GPU memory: "80 GB" HBM is 80 GiB 
 
 double efficiency(double measured, double peak) { return std::min(0.95, measured / peak); }
 
-std::vector<GpuSpec> build_catalog() {
-  std::vector<GpuSpec> c;
-
-  // --- Volta: NVIDIA Tesla V100 datasheet (SXM2): 15.7 TF fp32, 125 TF tensor
-  // (fp16, fp32 accumulate), no bf16/tf32, 900 GB/s HBM2, NVLink2 300 GB/s total
-  // (150 per direction), PCIe Gen3. DGX-1: 8 GPUs in a hybrid cube-mesh, over
-  // which NCCL builds rings at near full NVLink bandwidth (modelled as NVSwitch).
+// --- Volta: NVIDIA Tesla V100 datasheet (SXM2): 15.7 TF fp32, 125 TF tensor
+// (fp16, fp32 accumulate), no bf16/tf32, 900 GB/s HBM2, NVLink2 300 GB/s total
+// (150 per direction), PCIe Gen3. DGX-1: 8 GPUs in a hybrid cube-mesh, over
+// which NCCL builds rings at near full NVLink bandwidth (modelled as NVSwitch).
+void add_volta(std::vector<GpuSpec>& c) {
   for (int mem : {16, 32}) {
     GpuSpec g;
     g.name = fmt::format("V100-{}GB", mem);
@@ -68,12 +66,14 @@ std::vector<GpuSpec> build_catalog() {
     g.source = "NVIDIA Tesla V100 datasheet (SXM2); efficiencies: Mu Li, transformers-benchmarks micro_bench";
     c.push_back(g);
   }
+}
 
-  // --- Ampere datacenter: NVIDIA A100 Tensor Core GPU datasheet (2021): fp32
-  // 19.5, tf32 156, bf16/fp16 312 TF dense; HBM 1555 GB/s (40GB), 2039 GB/s
-  // (80GB SXM), 1935 GB/s (80GB PCIe); NVLink3 600 GB/s total (300 per
-  // direction; PCIe cards: NVLink bridge for 2 GPUs at 600 GB/s); PCIe Gen4.
-  // HGX A100: 8 GPUs on NVSwitch.
+// --- Ampere datacenter: NVIDIA A100 Tensor Core GPU datasheet (2021): fp32
+// 19.5, tf32 156, bf16/fp16 312 TF dense; HBM 1555 GB/s (40GB), 2039 GB/s
+// (80GB SXM), 1935 GB/s (80GB PCIe); NVLink3 600 GB/s total (300 per
+// direction; PCIe cards: NVLink bridge for 2 GPUs at 600 GB/s); PCIe Gen4.
+// HGX A100: 8 GPUs on NVSwitch.
+void add_ampere_datacenter(std::vector<GpuSpec>& c) {
   struct A100 { const char* name; int mem; double bw; bool sxm; std::vector<std::string> aliases; };
   for (const A100& a : {A100{"A100-80GB-SXM", 80, 2039, true, {"a100", "a100-80gb", "a100-sxm", "a100-sxm4-80gb", "a100-80gb-sxm4"}},
                         A100{"A100-40GB-SXM", 40, 1555, true, {"a100-40gb", "a100-sxm4-40gb", "a100-40gb-sxm4"}},
@@ -101,38 +101,40 @@ std::vector<GpuSpec> build_catalog() {
                "); efficiencies: Mu Li, transformers-benchmarks micro_bench" + (a.sxm ? "" : " (gemm: assumption)");
     c.push_back(g);
   }
+}
 
-  // --- NVIDIA RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s, fp32 38.7 TF; dense
-  // tensor rates from the NVIDIA Ampere GA102 whitepaper (Appendix, RTX A6000):
-  // tf32 77.4, fp16/bf16 with fp32 accumulate 154.8 TF (309.7 is with sparsity).
-  // NVLink bridge: 112.5 GB/s total (56.25 per direction), pairs. PCIe Gen4.
-  {
-    GpuSpec g;
-    g.name = "A6000";
-    g.aliases = {"rtx-a6000", "rtxa6000", "a6000-48gb"};
-    g.memory_bytes = datasheet_capacity(48);
-    g.memory_bandwidth_Bps = 768 * GB;
-    g.peak_fp32 = 38.7 * TF;
-    g.peak_tf32 = 77.4 * TF;
-    g.peak_fp16 = g.peak_bf16 = 154.8 * TF;
-    g.gemm_efficiency = efficiency(95 * TF, g.peak_fp16);  // 0.61
-    g.memory_efficiency = 656.0 / 768.0;                   // 0.85
-    g.has_nvlink = true;
-    g.nvlink = LinkKind::NVLink3;
-    g.nvlink_bandwidth_Bps = 56.25 * GB;
-    g.pcie = LinkKind::PCIe4;
-    g.default_intra = IntraNode::NVLinkPairs;
-    g.default_gpus_per_node = 2;
-    g.source = "NVIDIA RTX A6000 datasheet, NVIDIA Ampere GA102 GPU architecture whitepaper; efficiencies: Mu Li, "
-               "transformers-benchmarks micro_bench";
-    c.push_back(g);
-  }
+// --- NVIDIA RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s, fp32 38.7 TF; dense
+// tensor rates from the NVIDIA Ampere GA102 whitepaper (Appendix, RTX A6000):
+// tf32 77.4, fp16/bf16 with fp32 accumulate 154.8 TF (309.7 is with sparsity).
+// NVLink bridge: 112.5 GB/s total (56.25 per direction), pairs. PCIe Gen4.
+void add_a6000(std::vector<GpuSpec>& c) {
+  GpuSpec g;
+  g.name = "A6000";
+  g.aliases = {"rtx-a6000", "rtxa6000", "a6000-48gb"};
+  g.memory_bytes = datasheet_capacity(48);
+  g.memory_bandwidth_Bps = 768 * GB;
+  g.peak_fp32 = 38.7 * TF;
+  g.peak_tf32 = 77.4 * TF;
+  g.peak_fp16 = g.peak_bf16 = 154.8 * TF;
+  g.gemm_efficiency = efficiency(95 * TF, g.peak_fp16);  // 0.61
+  g.memory_efficiency = 656.0 / 768.0;                   // 0.85
+  g.has_nvlink = true;
+  g.nvlink = LinkKind::NVLink3;
+  g.nvlink_bandwidth_Bps = 56.25 * GB;
+  g.pcie = LinkKind::PCIe4;
+  g.default_intra = IntraNode::NVLinkPairs;
+  g.default_gpus_per_node = 2;
+  g.source = "NVIDIA RTX A6000 datasheet, NVIDIA Ampere GA102 GPU architecture whitepaper; efficiencies: Mu Li, "
+             "transformers-benchmarks micro_bench";
+  c.push_back(g);
+}
 
-  // --- GeForce Ampere: NVIDIA Ampere GA102 whitepaper, Appendix A. RTX 3090:
-  // fp32 35.6 TF, tf32 35.6, fp16/bf16 tensor with fp32 accumulate 71 TF dense
-  // (142 with fp16 accumulate), 24 GB GDDR6X at 936 GB/s. RTX 3090 Ti: fp32 40,
-  // tf32 40, fp16/bf16 fp32-accumulate 80 TF dense, 1008 GB/s. Both: NVLink
-  // bridge 112.5 GB/s total (56.25 per direction), PCIe Gen4.
+// --- GeForce Ampere: NVIDIA Ampere GA102 whitepaper, Appendix A. RTX 3090:
+// fp32 35.6 TF, tf32 35.6, fp16/bf16 tensor with fp32 accumulate 71 TF dense
+// (142 with fp16 accumulate), 24 GB GDDR6X at 936 GB/s. RTX 3090 Ti: fp32 40,
+// tf32 40, fp16/bf16 fp32-accumulate 80 TF dense, 1008 GB/s. Both: NVLink
+// bridge 112.5 GB/s total (56.25 per direction), PCIe Gen4.
+void add_geforce_ampere(std::vector<GpuSpec>& c) {
   struct GeForce { const char* name; double fp32, tensor, bw, gemm_measured, vector_GBps; std::vector<std::string> aliases; };
   for (const GeForce& a : {GeForce{"RTX3090", 35.6, 71, 936, 66, 800, {"3090", "rtx-3090", "geforce-rtx-3090", "rtx3090-24gb"}},
                            GeForce{"RTX3090Ti", 40, 80, 1008, 81, 856, {"3090ti", "3090-ti", "rtx-3090-ti", "rtx3090-ti", "geforce-rtx-3090-ti"}}}) {
@@ -159,54 +161,56 @@ std::vector<GpuSpec> build_catalog() {
                "transformers-benchmarks micro_bench";
     c.push_back(g);
   }
+}
 
-  // --- NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090;
-  // rechecked for issue 13: fp16/bf16 fp32-accumulate 165.2 dense, 330.4 sparse):
-  // fp32 82.6 TF, tf32 82.6, fp16/bf16 tensor with fp32 accumulate 165.2 TF
-  // dense, 24 GB GDDR6X at 1008 GB/s, no NVLink, PCIe Gen4.
-  {
-    GpuSpec g;
-    g.name = "RTX4090";
-    g.aliases = {"4090", "rtx-4090", "geforce-rtx-4090"};
-    g.memory_bytes = datasheet_capacity(24);
-    g.memory_bandwidth_Bps = 1008 * GB;
-    g.peak_fp32 = g.peak_tf32 = 82.6 * TF;
-    g.peak_fp16 = g.peak_bf16 = 165.2 * TF;
-    g.gemm_efficiency = 0.7;    // assumption: no published measurement at hand
-    g.memory_efficiency = 0.8;  // assumption
-    g.pcie = LinkKind::PCIe4;
-    g.default_intra = IntraNode::PCIe;
-    g.default_gpus_per_node = 2;
-    g.source = "NVIDIA Ada GPU architecture whitepaper, Appendix A; efficiencies assumed";
-    c.push_back(g);
-  }
+// --- NVIDIA Ada GPU architecture whitepaper, Appendix A (GeForce RTX 4090;
+// rechecked for issue 13: fp16/bf16 fp32-accumulate 165.2 dense, 330.4 sparse):
+// fp32 82.6 TF, tf32 82.6, fp16/bf16 tensor with fp32 accumulate 165.2 TF
+// dense, 24 GB GDDR6X at 1008 GB/s, no NVLink, PCIe Gen4.
+void add_rtx4090(std::vector<GpuSpec>& c) {
+  GpuSpec g;
+  g.name = "RTX4090";
+  g.aliases = {"4090", "rtx-4090", "geforce-rtx-4090"};
+  g.memory_bytes = datasheet_capacity(24);
+  g.memory_bandwidth_Bps = 1008 * GB;
+  g.peak_fp32 = g.peak_tf32 = 82.6 * TF;
+  g.peak_fp16 = g.peak_bf16 = 165.2 * TF;
+  g.gemm_efficiency = 0.7;    // assumption: no published measurement at hand
+  g.memory_efficiency = 0.8;  // assumption
+  g.pcie = LinkKind::PCIe4;
+  g.default_intra = IntraNode::PCIe;
+  g.default_gpus_per_node = 2;
+  g.source = "NVIDIA Ada GPU architecture whitepaper, Appendix A; efficiencies assumed";
+  c.push_back(g);
+}
 
-  // --- NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, fp32 91.6 TF, tf32 183,
-  // bf16/fp16 362.05 TF dense (733 with sparsity), no NVLink, PCIe Gen4.
-  {
-    GpuSpec g;
-    g.name = "L40S";
-    g.aliases = {"l40s-48gb"};
-    g.memory_bytes = datasheet_capacity(48);
-    g.memory_bandwidth_Bps = 864 * GB;
-    g.peak_fp32 = 91.6 * TF;
-    g.peak_tf32 = 183 * TF;
-    g.peak_fp16 = g.peak_bf16 = 362.05 * TF;
-    g.gemm_efficiency = 0.7;    // assumption
-    g.memory_efficiency = 0.8;  // assumption
-    g.pcie = LinkKind::PCIe4;
-    g.default_intra = IntraNode::PCIe;
-    g.default_gpus_per_node = 4;
-    g.source = "NVIDIA L40S datasheet; efficiencies assumed";
-    c.push_back(g);
-  }
+// --- NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, fp32 91.6 TF, tf32 183,
+// bf16/fp16 362.05 TF dense (733 with sparsity), no NVLink, PCIe Gen4.
+void add_l40s(std::vector<GpuSpec>& c) {
+  GpuSpec g;
+  g.name = "L40S";
+  g.aliases = {"l40s-48gb"};
+  g.memory_bytes = datasheet_capacity(48);
+  g.memory_bandwidth_Bps = 864 * GB;
+  g.peak_fp32 = 91.6 * TF;
+  g.peak_tf32 = 183 * TF;
+  g.peak_fp16 = g.peak_bf16 = 362.05 * TF;
+  g.gemm_efficiency = 0.7;    // assumption
+  g.memory_efficiency = 0.8;  // assumption
+  g.pcie = LinkKind::PCIe4;
+  g.default_intra = IntraNode::PCIe;
+  g.default_gpus_per_node = 4;
+  g.source = "NVIDIA L40S datasheet; efficiencies assumed";
+  c.push_back(g);
+}
 
-  // --- Hopper: NVIDIA H100 Tensor Core GPU datasheet. SXM: 80 GB HBM3 at 3.35
-  // TB/s, fp32 67, tf32 494.5, bf16/fp16 989.5 TF dense (989/1979 with
-  // sparsity), NVLink4 900 GB/s total (450 per direction), PCIe Gen5. PCIe: 80
-  // GB at 2.0 TB/s, fp32 51, tf32 378, bf16/fp16 756 TF dense, NVLink bridge 600
-  // GB/s total for pairs. NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s,
-  // compute and NVLink as H100 SXM. HGX: 8 GPUs on NVSwitch.
+// --- Hopper: NVIDIA H100 Tensor Core GPU datasheet. SXM: 80 GB HBM3 at 3.35
+// TB/s, fp32 67, tf32 494.5, bf16/fp16 989.5 TF dense (989/1979 with
+// sparsity), NVLink4 900 GB/s total (450 per direction), PCIe Gen5. PCIe: 80
+// GB at 2.0 TB/s, fp32 51, tf32 378, bf16/fp16 756 TF dense, NVLink bridge 600
+// GB/s total for pairs. NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s,
+// compute and NVLink as H100 SXM. HGX: 8 GPUs on NVSwitch.
+void add_hopper(std::vector<GpuSpec>& c) {
   struct Hopper { const char* name; double mem_gib, bw_TBps, fp32, tf32, bf16, nvlink_GBps; bool sxm; double gemm, mem_eff;
                   std::vector<std::string> aliases; const char* src; };
   for (const Hopper& h :
@@ -250,6 +254,14 @@ std::vector<GpuSpec> build_catalog() {
     if (std::string_view(h.name) == "H200") g.calibrated = "validation/h200/kernels";
     c.push_back(g);
   }
+}
+
+// One function per vendor generation, in the catalog's order (the order
+// `planner list` shows), then the GPUs known from datasheets only.
+std::vector<GpuSpec> build_catalog() {
+  std::vector<GpuSpec> c;
+  for (auto add : {add_volta, add_ampere_datacenter, add_a6000, add_geforce_ampere, add_rtx4090, add_l40s, add_hopper})
+    add(c);
   add_datasheet_gpus(c);  // gpu_catalog_datasheet.cpp
   return c;
 }
@@ -355,6 +367,7 @@ StepTimeBand step_time_band(const GpuSpec& g) {
              fmt::format("{} is calibrated: held-out step times were {:.1f}% off on average ({} plans, 90% "
                          "measured {:+.0f}% to {:+.0f}% of predicted)", g.name, m.mape_pct, m.plans, 100 * (m.low - 1),
                          100 * (m.high - 1))};
+        b.mape_pct = m.mape_pct, b.plans = m.plans;
         return b;
       }
     b.calibrated = true;

@@ -38,6 +38,8 @@ struct ConfigReader {
   int64_t required(const char* key, int64_t max) const;
   int64_t optional(const char* key, int64_t fallback, int64_t max) const { return has(key) ? number(key, max) : fallback; }
   bool flag(const char* key, bool fallback) const;
+  // A positive real in (0, max], or `fallback` when absent.
+  double real(const char* key, double fallback, double max) const;
   std::string text(const char* key, const std::string& fallback) const;
   // The first of `keys` present (marking all of them read), or "" when none.
   std::string first_of(std::initializer_list<const char*> keys) const;

@@ -35,6 +35,15 @@ int64_t ConfigReader::required(const char* key, int64_t max) const {
   return number(key, max);
 }
 
+double ConfigReader::real(const char* key, double fallback, double max) const {
+  if (!has(key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number()) fail(fmt::format("field '{}' must be a number, got {}", key, json_excerpt(v)));
+  const double x = v.get<double>();
+  if (!(x > 0) || x > max) fail(fmt::format("field '{}' = {} is out of range (0, {:g}]", key, json_excerpt(v), max));
+  return x;
+}
+
 bool ConfigReader::flag(const char* key, bool fallback) const {
   if (!has(key)) return fallback;
   if (!j.at(key).is_boolean()) fail(fmt::format("field '{}' must be true or false, got {}", key, json_excerpt(j.at(key))));
@@ -62,14 +71,13 @@ struct Unmodelled {
   const char* key;
   const char* what;
 };
+// Mixture of experts is modelled (read_moe below) in the layouts of Mixtral,
+// Qwen2-MoE/Qwen3-MoE and DeepSeek-V2/V3; experts placed otherwise are refused.
 constexpr Unmodelled kRefused[] = {
-    {"num_local_experts", "mixture of experts"},  // Mixtral, PhiMoE
-    {"num_experts", "mixture of experts"},        // Qwen2-MoE, Qwen3-MoE, OLMoE
-    {"n_routed_experts", "mixture of experts"},   // DeepSeek-V2/V3
-    {"moe_num_experts", "mixture of experts"},
-    {"num_experts_per_tok", "mixture of experts"},
-    {"n_shared_experts", "mixture of experts"},
-    {"moe_intermediate_size", "mixture of experts"},
+    {"moe_num_experts", "a mixture of experts in a layout the loader does not know"},  // JetMoE, DBRX-style
+    {"decoder_sparse_step", "experts on every n-th layer only"},                        // Qwen2-MoE when > 1
+    {"mlp_only_layers", "dense layers among the MoE layers"},                           // Qwen2/3-MoE when listed
+    {"moe_layer_freq", "experts on every n-th layer only"},                             // DeepSeek when > 1
     {"kv_lora_rank", "multi-head latent attention (DeepSeek's compressed KV)"},
     {"q_lora_rank", "multi-head latent attention (DeepSeek's compressed queries)"},
     {"is_encoder_decoder", "an encoder-decoder"},
@@ -77,9 +85,13 @@ constexpr Unmodelled kRefused[] = {
 
 // A field is "in use" when present with a value that switches it on: a
 // positive number, true, or a non-empty string/array/object.
-bool switched_on(const json& v) {
+bool switched_on(const json& v, const char* key = "") {
   if (v.is_null()) return false;
   if (v.is_boolean()) return v.get<bool>();
+  // decoder_sparse_step and moe_layer_freq are the period of the MoE layers:
+  // 1 (every layer) is the modelled layout, only a longer period is not.
+  const std::string_view k = key;
+  if (v.is_number() && (k == "decoder_sparse_step" || k == "moe_layer_freq")) return v.get<double>() > 1;
   if (v.is_number()) return v.get<double>() > 0;
   if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
   return true;
@@ -91,7 +103,7 @@ void refuse_unmodelled(const ConfigReader& r, const ModelLoadOptions& opts, std:
   for (const auto& u : kRefused) {
     if (!r.j.contains(u.key)) continue;
     r.used.insert(u.key);
-    if (!switched_on(r.j.at(u.key))) continue;
+    if (!switched_on(r.j.at(u.key), u.key)) continue;
     found += fmt::format("{}{}={}", found.empty() ? "" : ", ", u.key, json_excerpt(r.j.at(u.key)));
     if (what.find(u.what) == std::string::npos) what += (what.empty() ? "" : " and ") + std::string(u.what);
   }
@@ -101,7 +113,7 @@ void refuse_unmodelled(const ConfigReader& r, const ModelLoadOptions& opts, std:
                        "--ignore-unmodelled plans the model without it",
                        found, what));
   notes.push_back(fmt::format("{} ignored (--ignore-unmodelled): {} is not modelled, so this is the prediction of "
-                              "the dense model without it, not of the model the config describes",
+                              "the model without it, not of the model the config describes",
                               found, what));
 }
 
@@ -121,8 +133,9 @@ struct Family {
 // a Llama-shaped decoder, with a note saying so.
 bool family_of(const std::string& type, Family& f) {
   if (type == "llama" || type == "mistral" || type == "phi3" || type == "mixtral") return true;
-  if (type == "qwen2") return f.qkv_bias_fixed = f.window_opt_in = true;
-  if (type == "qwen3") return f.qk_norm = f.window_opt_in = true;
+  if (type == "qwen2" || type == "qwen2_moe") return f.qkv_bias_fixed = f.window_opt_in = true;
+  if (type == "qwen3" || type == "qwen3_moe") return f.qk_norm = f.window_opt_in = true;
+  if (type == "deepseek_v2" || type == "deepseek_v3") return true;  // Llama-shaped apart from MLA (refused) and MoE
   if (type == "gemma") {
     f.tied = true, f.act = "gelu_pytorch_tanh", f.head_dim = 256;
     return true;
@@ -165,6 +178,41 @@ void read_window(const ConfigReader& r, const Family& fam, ModelSpec& m) {
   m.window_layers = windowed;
 }
 
+// A mixture of experts by its fields: the routed experts' count
+// (num_local_experts: MixtralConfig; num_experts: Qwen2MoeConfig,
+// Qwen3MoeConfig; n_routed_experts: DeepseekV2Config), top-k
+// (num_experts_per_tok), one expert's width (moe_intermediate_size; Mixtral's
+// experts have intermediate_size), the shared MLP (Qwen2-MoE:
+// shared_expert_intermediate_size, one shared expert with a sigmoid gate;
+// DeepSeek: n_shared_experts experts of moe_intermediate_size, no gate) and
+// the dense first layers (DeepSeek's first_k_dense_replace). Routing is
+// dropless, as in the transformers modules. Router settings that change
+// neither time nor memory (aux-loss coefficient, top-k normalisation) are left
+// to the note of unread fields.
+void read_moe(const ConfigReader& r, ModelSpec& m) {
+  const std::string key = r.first_of({"num_local_experts", "num_experts", "n_routed_experts"});
+  if (key.empty()) return;
+  const json& v = r.j.at(key);
+  if (v.is_number() && v.get<double>() == 0) return;  // 0 experts: dense
+  MoeSpec& e = m.moe;
+  e.experts = r.number(key.c_str(), 1 << 16);
+  e.top_k = r.required("num_experts_per_tok", e.experts);
+  e.expert_ffn = r.has("moe_intermediate_size") ? r.number("moe_intermediate_size", 16 * kMaxWidth) : m.ffn;
+  if (r.has("shared_expert_intermediate_size")) {
+    e.shared_experts = 1;
+    e.shared_ffn = r.number("shared_expert_intermediate_size", 16 * kMaxWidth);
+    e.shared_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate
+  } else if (r.has("n_shared_experts") && switched_on(r.j.at("n_shared_experts"))) {
+    e.shared_experts = r.number("n_shared_experts", 1024);
+    e.shared_ffn = e.shared_experts * e.expert_ffn;  // DeepseekV2MoE: one MLP of n_shared x moe_intermediate_size
+  }
+  if (r.has("first_k_dense_replace") && switched_on(r.j.at("first_k_dense_replace")))
+    e.dense_layers = r.number("first_k_dense_replace", kMaxLayers);
+  if (e.top_k > e.experts || e.dense_layers >= m.layers)
+    r.fail(fmt::format("num_experts_per_tok={} and first_k_dense_replace={} must be below {}={} and num_hidden_layers={}",
+                       e.top_k, e.dense_layers, key, e.experts, m.layers));
+}
+
 }  // namespace
 
 ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoadOptions& opts,
@@ -195,6 +243,8 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
     r.fail(fmt::format("field '{}' = '{}' is not modelled (a gated MLP with silu or gelu)", act_key, act));
   m.pos = PosEmbed::Rotary;
   m.max_positions = 0;
+  // The rotary base: neither time nor memory, but the exports pass it on.
+  if (const double theta = r.real("rope_theta", 10000.0, 1e12); theta != 10000.0) m.rope_theta = theta;
   // RMSNorm unless the config gives LayerNorm's epsilon only.
   const bool rms = r.has("rms_norm_eps") || !r.has("layer_norm_eps");
   m.norm = rms ? NormKind::RmsNorm : NormKind::LayerNorm;
@@ -211,6 +261,7 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
   m.logit_softcap = r.has("final_logit_softcapping") && switched_on(r.j.at("final_logit_softcapping"));
   m.default_seq = r.optional("max_position_embeddings", 2048, kMaxPositions);
   read_window(r, fam, m);
+  read_moe(r, m);
   return m;
 }
 

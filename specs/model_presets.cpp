@@ -180,8 +180,12 @@ const std::vector<ModelSpec>& presets() {
     v.push_back(llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 69'000'000'000));
     // Llama 3 (Meta-Llama-3-8B / -70B configs: vocab 128256, GQA with 8 KV
     // heads, 8192 context). Hub sizes 8.03B and 70.6B.
-    v.push_back(llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8'030'000'000));
-    v.push_back(llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 70'600'000'000));
+    // Rotary base 500000 (rope_theta of both configs).
+    for (auto m : {llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8'030'000'000),
+                   llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 70'600'000'000)}) {
+      m.rope_theta = 500000;
+      v.push_back(m);
+    }
     add_current_presets(v);
     return v;
   }();

@@ -19,6 +19,7 @@ ModelSpec llama3(std::string name, int64_t layers, int64_t hidden, int64_t heads
   // default_seq: max_position_embeddings (rope_scaling "llama3" to 128k).
   ModelSpec m = llama_layout(std::move(name), layers, hidden, heads, 8, ffn, 128256, 131072, published);
   m.tied_embeddings = tied;
+  m.rope_theta = 500000;  // Llama 3's rotary base (Llama Team 2024, sec. 3.1.1)
   return m;
 }
 
@@ -32,6 +33,7 @@ ModelSpec qwen25(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.vocab = tied ? 151936 : 152064;
   m.qkv_bias = true;
   m.default_seq = seq;
+  m.rope_theta = 1e6;
   return m;
 }
 
@@ -44,6 +46,7 @@ ModelSpec qwen3(std::string name, int64_t layers, int64_t hidden, int64_t heads,
   if (hidden != heads * 128) m.head_size = 128;
   m.qk_norm = true;
   m.default_seq = 40960;
+  m.rope_theta = 1e6;
   return m;
 }
 
@@ -60,13 +63,57 @@ ModelSpec gemma2(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.gelu_gate = true;
   m.sandwich_norm = true;
   m.logit_softcap = true;
+  m.rope_theta = 0;  // 10000
   m.sliding_window = 4096;
   m.window_layers = (layers + 1) / 2;
   m.default_seq = 8192;
   return m;
 }
 
+// Mixtral (MixtralConfig; Jiang et al. 2024, "Mixtral of Experts"): Mistral's
+// layout with every MLP replaced by 8 experts of the same width, top 2; no
+// sliding window (the configs' sliding_window is null).
+ModelSpec mixtral(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, int64_t seq,
+                  int64_t published) {
+  ModelSpec m = llama3(std::move(name), layers, hidden, heads, ffn, false, published);
+  m.vocab = 32000;
+  m.default_seq = seq;
+  m.moe.experts = 8, m.moe.top_k = 2, m.moe.expert_ffn = ffn;
+  return m;
+}
+
+// Qwen MoE (Qwen2MoeConfig, Qwen3MoeConfig): fine-grained experts of width
+// moe_intermediate_size; Qwen1.5-MoE adds one shared expert with a sigmoid gate
+// and has Qwen2's q/k/v biases, Qwen3-MoE has Qwen3's q/k norms and head_dim
+// 128. `ffn` is the configs' intermediate_size (the dense MLP no layer uses).
+ModelSpec qwen_moe(std::string name, bool qwen3_layout, int64_t layers, int64_t hidden, int64_t heads, int64_t kv,
+                   int64_t ffn, int64_t experts, int64_t top_k, int64_t expert_ffn, int64_t shared_ffn, int64_t seq,
+                   int64_t published) {
+  ModelSpec m = qwen3_layout ? qwen3(std::move(name), layers, hidden, heads, ffn, false, published)
+                             : qwen25(std::move(name), layers, hidden, heads, kv, ffn, false, seq, published);
+  m.kv_heads = kv;
+  m.vocab = 151936;
+  m.default_seq = seq;
+  m.moe.experts = experts, m.moe.top_k = top_k, m.moe.expert_ffn = expert_ffn;
+  if (shared_ffn > 0) m.moe.shared_experts = 1, m.moe.shared_ffn = shared_ffn, m.moe.shared_gate = true;
+  return m;
+}
+
 }  // namespace
+
+void add_moe_presets(std::vector<ModelSpec>& v) {
+  // Mixtral-8x7B-v0.1: the hub's 46,702,792,704 parameters (12.9B active);
+  // Mixtral-8x22B-v0.1: 141B (39B active) as Mistral AI publishes them.
+  v.push_back(mixtral("mixtral-8x7b", 32, 4096, 32, 14336, 32768, 46'702'792'704));
+  v.push_back(mixtral("mixtral-8x22b", 56, 6144, 48, 16384, 65536, 141'000'000'000));
+  // Qwen1.5-MoE-A2.7B: 60 experts of 1408, top 4, a shared expert of 5632;
+  // the hub's 14,315,784,192 parameters (2.7B activated).
+  v.push_back(qwen_moe("qwen1.5-moe-a2.7b", false, 24, 2048, 16, 16, 5632, 60, 4, 1408, 5632, 8192, 14'315'784'192));
+  // Qwen3-30B-A3B and Qwen3-235B-A22B: 128 experts, top 8; cards 30.5B (3.3B
+  // activated) and 235B (22B activated).
+  v.push_back(qwen_moe("qwen3-30b-a3b", true, 48, 2048, 32, 4, 6144, 128, 8, 768, 0, 40960, 30'500'000'000));
+  v.push_back(qwen_moe("qwen3-235b-a22b", true, 94, 4096, 64, 4, 12288, 128, 8, 1536, 0, 40960, 235'000'000'000));
+}
 
 void add_current_presets(std::vector<ModelSpec>& v) {
   // Llama 3.1 (meta-llama/Llama-3.1-*): hub sizes 8.03B and 70.6B; Meta's 405B.
@@ -81,6 +128,7 @@ void add_current_presets(std::vector<ModelSpec>& v) {
     // sliding window 4096 on every layer, 32768 positions; hub size 7.24B.
     ModelSpec m = llama3("mistral-7b", 32, 4096, 32, 14336, false, 7'240'000'000);
     m.vocab = 32000;
+    m.rope_theta = 0;  // 10000 (v0.1)
     m.sliding_window = 4096;
     m.window_layers = 32;
     m.default_seq = 32768;
@@ -112,6 +160,7 @@ void add_current_presets(std::vector<ModelSpec>& v) {
   v.push_back(gemma2("gemma-2-2b", 26, 2304, 8, 4, 256, 9216, 2'614'341'888));
   v.push_back(gemma2("gemma-2-9b", 42, 3584, 16, 8, 256, 14336, 9'241'705'984));
   v.push_back(gemma2("gemma-2-27b", 46, 4608, 32, 16, 128, 36864, 27'227'128'320));
+  add_moe_presets(v);
 }
 
 std::vector<std::pair<std::string, std::vector<std::string>>> current_families() {
@@ -125,18 +174,17 @@ std::vector<std::pair<std::string, std::vector<std::string>>> current_families()
 }
 
 std::string moe_refusal(const std::string& key) {
-  // Published shapes: total and active parameters as their cards give them.
-  static const std::map<std::string, std::string> moe = {
-      {"mixtral-8x7b", "8 experts, 2 active per token; 46.7B parameters, 12.9B active"},
-      {"mixtral-8x22b", "8 experts, 2 active per token; 141B parameters, 39B active"},
-      {"qwen3-30b-a3b", "128 experts, 8 active per token; 30.5B parameters, 3.3B active"},
-      {"qwen3-235b-a22b", "128 experts, 8 active per token; 235B parameters, 22B active"},
-      {"deepseek-v2-lite", "64 routed + 2 shared experts, 6 active per token, latent attention; 15.7B parameters, 2.4B active"},
+  // Mixture-of-experts models whose attention is not modelled: published
+  // shapes, total and active parameters as their cards give them.
+  static const std::map<std::string, std::string> unmodelled = {
+      {"deepseek-v2-lite", "64 routed + 2 shared experts, 6 active per token; 15.7B parameters, 2.4B active"},
+      {"deepseek-v2", "160 routed + 2 shared experts, 6 active per token; 236B parameters, 21B active"},
+      {"deepseek-v3", "256 routed + 1 shared expert, 8 active per token; 671B parameters, 37B active"},
   };
-  auto it = moe.find(key);
-  if (it == moe.end()) return "";
-  return fmt::format("model '{}' is a mixture of experts ({}): mixture of experts is not modelled yet, so it has no "
-                     "preset",
+  auto it = unmodelled.find(key);
+  if (it == unmodelled.end()) return "";
+  return fmt::format("model '{}' ({}) uses multi-head latent attention (compressed keys and values), which is not "
+                     "modelled yet, so it has no preset",
                      key, it->second);
 }
 

@@ -88,6 +88,7 @@ std::string runtime_model_gap(const ModelSpec& m) {
   if (m.gelu_gate) gaps.push_back("a GELU-gated MLP");
   if (m.logit_softcap) gaps.push_back("logit soft-capping");
   if (m.window_layers > 0) gaps.push_back("sliding-window attention");
+  if (m.moe.enabled()) gaps.push_back("mixture-of-experts layers");
   std::string out;
   for (const auto& g : gaps) out += (out.empty() ? "" : ", ") + g;
   return out.empty() ? out : "the runtime does not build " + out;
@@ -113,7 +114,10 @@ int64_t ModelSpec::head_params() const {
   return p;
 }
 
-int64_t ModelSpec::total_params() const { return embedding_params() + layers * layer_params() + head_params(); }
+int64_t ModelSpec::total_params() const {
+  const int64_t dense = layers - moe_layers();
+  return embedding_params() + dense * layer_params() + moe_layers() * moe_layer_params() + head_params();
+}
 
 void ModelSpec::validate() const {
   const std::string who = name.empty() ? std::string("model") : fmt::format("model '{}'", name);
@@ -157,6 +161,29 @@ void ModelSpec::validate() const {
     throw InputError(fmt::format("{}: gelu_gate needs the gated MLP (mlp=swiglu)", who));
   if (window_layers > 0 && arch != Arch::Decoder)
     throw InputError(fmt::format("{}: a sliding window is modelled for causal decoders only", who));
+  if (moe.experts != 0 || moe.top_k != 0 || moe.expert_ffn != 0 || moe.shared_ffn != 0 || moe.dense_layers != 0 ||
+      moe.shared_experts != 0 || moe.shared_gate || moe.capacity_factor != 0 || moe.imbalance != 1.0) {
+    positive(moe.experts, "moe.experts", 1 << 16);
+    if (moe.top_k < 1 || moe.top_k > moe.experts)
+      throw InputError(fmt::format("{}: moe.top_k={} must be between 1 and moe.experts={}", who, moe.top_k, moe.experts));
+    positive(moe.expert_ffn, "moe.expert_ffn", 16 * kMaxWidth);
+    if (moe.shared_ffn < 0 || moe.shared_ffn > 16 * kMaxWidth)
+      throw InputError(fmt::format("{}: moe.shared_ffn={} is out of range 0..{}", who, moe.shared_ffn, 16 * kMaxWidth));
+    if (moe.shared_experts < 0 || moe.shared_experts > 1024 || (moe.shared_experts > 0) != (moe.shared_ffn > 0))
+      throw InputError(fmt::format("{}: moe.shared_experts={} and moe.shared_ffn={} go together (both 0, or both positive)",
+                                   who, moe.shared_experts, moe.shared_ffn));
+    if (moe.shared_gate && moe.shared_ffn == 0)
+      throw InputError(fmt::format("{}: moe.shared_gate needs a shared MLP (moe.shared_ffn > 0)", who));
+    if (moe.dense_layers < 0 || moe.dense_layers >= layers)
+      throw InputError(fmt::format("{}: moe.dense_layers={} is out of range 0..layers-1={}", who, moe.dense_layers, layers - 1));
+    if (!(moe.capacity_factor == 0 || (moe.capacity_factor >= 1.0 / double(moe.top_k) && moe.capacity_factor <= 1024)))
+      throw InputError(fmt::format("{}: moe.capacity_factor={} must be 0 (dropless) or between 1/top_k and 1024", who,
+                                   moe.capacity_factor));
+    if (!(moe.imbalance >= 1.0 && moe.imbalance <= double(moe.experts) / double(moe.top_k)))
+      throw InputError(fmt::format("{}: moe.imbalance={} must be between 1 (balanced) and experts/top_k = {}", who,
+                                   moe.imbalance, double(moe.experts) / double(moe.top_k)));
+    if (arch != Arch::Decoder) throw InputError(fmt::format("{}: mixture of experts is modelled for decoders only", who));
+  }
   if (published_params < 0) throw InputError(fmt::format("{}: published_params must not be negative", who));
   if (pooler && arch != Arch::Encoder)
     throw InputError(fmt::format("{}: a pooler only exists on encoders (arch=encoder)", who));
@@ -246,7 +273,51 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
   if (m.logit_softcap) j["logit_softcap"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.window_layers > 0) j["window_layers"] = m.window_layers;
+  if (m.rope_theta > 0) j["rope_theta"] = m.rope_theta;
+  if (m.moe.enabled()) {
+    nlohmann::json e{{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn}};
+    if (m.moe.shared_ffn > 0) e["shared_experts"] = m.moe.shared_experts, e["shared_ffn"] = m.moe.shared_ffn;
+    if (m.moe.shared_gate) e["shared_gate"] = true;
+    if (m.moe.dense_layers > 0) e["dense_layers"] = m.moe.dense_layers;
+    if (m.moe.capacity_factor > 0) e["capacity_factor"] = m.moe.capacity_factor;
+    if (m.moe.imbalance != 1.0) e["imbalance"] = m.moe.imbalance;
+    j["moe"] = std::move(e);
+  }
 }
+
+namespace {
+// The "moe" object of a model's JSON form (the keys to_json writes; unknown
+// keys are errors, as for the model).
+MoeSpec moe_from_json(const nlohmann::json& j, const std::string& who) {
+  if (!j.is_object()) throw InputError(fmt::format("{}: field 'moe' must be an object, got {}", who, json_excerpt(j)));
+  static const std::set<std::string> known = {"experts",      "top_k",        "expert_ffn",     "shared_experts",
+                                              "shared_ffn",   "shared_gate",  "dense_layers",   "capacity_factor",
+                                              "imbalance"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key)) throw InputError(fmt::format("{}: unknown field 'moe.{}'", who, key));
+  for (const char* req : {"experts", "top_k", "expert_ffn"})
+    if (!j.contains(req)) throw InputError(fmt::format("{}: missing required field 'moe.{}'", who, req));
+  MoeSpec e;
+  e.experts = int_field(j, "experts", who);
+  e.top_k = int_field(j, "top_k", who);
+  e.expert_ffn = int_field(j, "expert_ffn", who);
+  if (j.contains("shared_experts")) e.shared_experts = int_field(j, "shared_experts", who);
+  if (j.contains("shared_ffn")) e.shared_ffn = int_field(j, "shared_ffn", who);
+  if (j.contains("shared_gate")) e.shared_gate = bool_field(j, "shared_gate", who);
+  if (j.contains("dense_layers")) e.dense_layers = int_field(j, "dense_layers", who);
+  if (j.contains("capacity_factor")) {
+    const auto& v = j.at("capacity_factor");
+    if (!v.is_number()) throw InputError(fmt::format("{}: field 'moe.capacity_factor' must be a number, got {}", who, json_excerpt(v)));
+    e.capacity_factor = v.get<double>();
+  }
+  if (j.contains("imbalance")) {
+    const auto& v = j.at("imbalance");
+    if (!v.is_number()) throw InputError(fmt::format("{}: field 'moe.imbalance' must be a number, got {}", who, json_excerpt(v)));
+    e.imbalance = v.get<double>();
+  }
+  return e;
+}
+}  // namespace
 
 // Reads the schema that to_json writes. Only layers, hidden, heads and vocab are
 // required; kv_heads defaults to heads, ffn to 4 * hidden, the rest to the
@@ -264,7 +335,8 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       "vocab",    "max_positions",  "position_offset", "type_vocab",   "word_embed_dim", "pos",            "mlp",
       "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
       "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq",
-      "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers"};
+      "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers",
+      "rope_theta", "moe"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
   for (const char* req : {"layers", "hidden", "heads", "vocab"})
@@ -308,6 +380,13 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
   if (j.contains("head_size")) r.head_size = int_field(j, "head_size", who);
   if (j.contains("sliding_window")) r.sliding_window = int_field(j, "sliding_window", who);
   if (j.contains("window_layers")) r.window_layers = int_field(j, "window_layers", who);
+  if (j.contains("rope_theta")) {
+    const auto& v = j.at("rope_theta");
+    if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1e12)
+      throw InputError(fmt::format("{}: field 'rope_theta' must be a number in (0, 1e12], got {}", who, json_excerpt(v)));
+    r.rope_theta = v.get<double>() == 10000.0 ? 0 : v.get<double>();
+  }
+  if (j.contains("moe")) r.moe = moe_from_json(j.at("moe"), who);
   r.validate();
   m = std::move(r);
 }

@@ -18,6 +18,38 @@ enum class PosEmbed { Learned, Rotary };
 enum class MlpKind { Gelu, Relu, SwiGlu };          // SwiGLU has three matrices (LLaMA)
 enum class NormKind { LayerNorm, RmsNorm };         // LayerNorm has weight+bias, RMSNorm weight only
 
+// Mixture of experts (absent when experts == 0): the MLP of every layer past
+// the first `dense_layers` is replaced by a router (hidden -> experts, no
+// bias), `experts` routed MLPs of inner width `expert_ffn` of which each token
+// uses `top_k`, and optionally a shared MLP every token uses. Shapes as in
+// Mixtral (Jiang et al. 2024: 8 experts, top 2, no shared, no dense layers),
+// Qwen-MoE (60/128 fine-grained experts, Qwen1.5-MoE's one shared expert with
+// a sigmoid gate hidden -> 1), DeepSeek-MoE (Dai et al. 2024: shared experts,
+// first_k_dense_replace dense layers). Each routed or shared MLP has the
+// model's MLP kind (three matrices when gated) and its mlp_bias.
+struct MoeSpec {
+  int64_t experts = 0;          // routed experts per MoE layer (0: a dense model)
+  int64_t top_k = 0;            // routed experts each token goes to
+  int64_t expert_ffn = 0;       // inner width of one routed expert
+  int64_t shared_experts = 0;   // shared experts (their widths summed in shared_ffn; DeepSeek: n_shared_experts)
+  int64_t shared_ffn = 0;       // inner width of the shared MLP every token uses (0: none)
+  bool shared_gate = false;     // Qwen2-MoE: sigmoid gate on the shared MLP's output (hidden -> 1, no bias)
+  int64_t dense_layers = 0;     // the first dense_layers layers keep the dense MLP of width ffn
+  // Expert capacity as a multiple of the balanced load tokens*top_k/experts
+  // (GShard/Switch: tokens over capacity are dropped); 0 = dropless, every
+  // token is computed (Mixtral, Megatron's default --moe-expert-capacity-factor None).
+  double capacity_factor = 0;
+  // Token imbalance, a stated assumption (the planner's `assumed:` line names
+  // it): the busiest expert receives `imbalance` times the balanced load
+  // tokens*top_k/experts, and every expert's step waits for it. 1 = balanced
+  // routing (what the auxiliary load-balancing loss aims at); at most
+  // experts/top_k (all tokens on one expert). Set by --moe-imbalance.
+  double imbalance = 1.0;
+
+  bool enabled() const { return experts > 0; }
+  friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
+};
+
 struct ModelSpec {
   std::string name;                 // "gpt2-xl", "llama-2-7b", or the config path's stem
   Arch arch = Arch::Decoder;
@@ -53,8 +85,12 @@ struct ModelSpec {
   bool logit_softcap = false;       // Gemma-2: final logits pass through cap * tanh(logits / cap)
   int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
   int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
+  double rope_theta = 0;            // rotary base (HF rope_theta); 0 = 10000, RoFormer's and Llama-2's. Changes
+                                    // neither time nor memory; the exports pass it on (Megatron --rotary-base)
+  double rotary_base() const { return rope_theta > 0 ? rope_theta : 10000.0; }
   int64_t published_params = 0;     // the count its authors publish (0 when unknown)
   int64_t default_seq = 0;          // the sequence length it was trained with
+  MoeSpec moe;                      // mixture of experts (moe.experts == 0: dense)
 
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   int64_t q_dim() const { return heads * head_dim(); }      // width of q and of the output projection's input
@@ -70,7 +106,20 @@ struct ModelSpec {
   int norms_per_layer() const;        // 2 (pre-LN/post-LN), 1 (GPT-J parallel block), 4 (Gemma-2 sandwich)
   int64_t embedding_params() const;   // token (+ position) (+ type) (+ embed norm) (+ project_in)
   int64_t head_params() const;        // final norm + untied head (+ bias) + pooler + MLM head (+ project_out)
-  int64_t total_params() const;       // embedding + layers * layer + head
+  int64_t total_params() const;       // embedding + layers' params + head (every expert counted)
+
+  // Mixture of experts (all equal their dense counterparts' zero when moe is absent):
+  int64_t moe_layers() const { return moe.enabled() ? layers - moe.dense_layers : 0; }
+  int64_t expert_params() const;      // one routed expert's MLP
+  int64_t router_params() const;      // the router of one MoE layer (hidden x experts)
+  int64_t shared_expert_params() const;  // the shared MLP of one MoE layer (+ its gate)
+  int64_t moe_mlp_params() const;     // router + every routed expert + shared, of one MoE layer
+  int64_t moe_layer_params() const;   // attention + moe_mlp + norms: one MoE layer
+  // Parameters one token passes through (Megatron's and the MoE papers'
+  // "activated"/"active" parameters): every MoE layer counts its router, its
+  // shared MLP and top_k routed experts instead of all of them. Equal to
+  // total_params() for a dense model.
+  int64_t active_params() const;
 
   // Throws InputError naming what is wrong (zero sizes, heads not dividing hidden,
   // kv_heads not dividing heads...).

@@ -62,6 +62,33 @@ std::vector<int> RankGrid::dp_cp_group(int r) const {
 }
 
 namespace {
+void check_ep(int dp, int ep) {
+  if (ep < 1 || dp % ep != 0)
+    throw InputError(fmt::format("rank grid: ep={} must be at least 1 and divide dp={}", ep, dp));
+}
+}  // namespace
+
+std::vector<int> RankGrid::ep_group(int r, int ep) const {
+  check_ep(dp_, ep);
+  RankCoord c = coord(r);
+  const int first = c.dp / ep * ep;  // ep consecutive dp indices, at this rank's cp index
+  std::vector<int> g;
+  for (c.dp = first; c.dp < first + ep; ++c.dp) g.push_back(rank(c));
+  return g;
+}
+
+std::vector<int> RankGrid::expert_dp_group(int r, int ep) const {
+  check_ep(dp_, ep);
+  RankCoord c = coord(r);
+  std::vector<int> g;
+  // dp indices equal modulo ep, at every cp index (increasing rank order:
+  // dp outer, cp inner); the dp indices equal modulo ep alone when cp = 1.
+  for (c.dp = c.dp % ep; c.dp < dp_; c.dp += ep)
+    for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank(c));
+  return g;
+}
+
+namespace {
 template <class F>
 std::vector<std::vector<int>> all_groups(const RankGrid& grid, F group_of) {
   std::vector<std::vector<int>> out;
@@ -90,6 +117,14 @@ std::vector<std::vector<int>> RankGrid::all_cp_groups() const {
 }
 std::vector<std::vector<int>> RankGrid::all_dp_cp_groups() const {
   return all_groups(*this, [this](int r) { return dp_cp_group(r); });
+}
+std::vector<std::vector<int>> RankGrid::all_ep_groups(int ep) const {
+  check_ep(dp_, ep);
+  return all_groups(*this, [this, ep](int r) { return ep_group(r, ep); });
+}
+std::vector<std::vector<int>> RankGrid::all_expert_dp_groups(int ep) const {
+  check_ep(dp_, ep);
+  return all_groups(*this, [this, ep](int r) { return expert_dp_group(r, ep); });
 }
 
 }  // namespace planner

@@ -28,6 +28,20 @@
 //   cp groups {0,2} {1,3} {4,6} {5,7}; dp groups {0,4} {1,5} {2,6} {3,7};
 //   dp-cp groups (gradient reduction, as Megatron reduces over its dp-cp
 //   group) {0,2,4,6} {1,3,5,7}.
+//
+// Expert parallelism (ep, dividing dp) splits each data-parallel group as
+// Megatron-core does (parallel_state.py with the expert tensor-parallel size
+// equal to tp): the expert-model-parallel group is ep consecutive dp indices
+// (at one cp index), the expert-data-parallel group (which reduces the
+// experts' gradients) the dp indices equal modulo ep, at every cp index: the
+// cp ranks hold the same experts, so, as Megatron's expert-data-parallel size
+// dp*cp/ep says, they reduce the experts' gradients together. Worked example,
+// dp=4, pp=1, tp=2, ep=2, cp=1 (8 ranks):
+//   rank: 0 1 2 3 4 5 6 7
+//   dp:   0 0 1 1 2 2 3 3
+//   ep groups {0,2} {1,3} {4,6} {5,7}; expert-dp groups {0,4} {1,5} {2,6} {3,7}.
+// Not modelled: an expert tensor-parallel size other than tp, and ep across
+// the tp, cp or pp dimensions.
 #include <vector>
 
 namespace planner {
@@ -65,6 +79,14 @@ class RankGrid {
   std::vector<std::vector<int>> all_dp_groups() const;
   std::vector<std::vector<int>> all_cp_groups() const;
   std::vector<std::vector<int>> all_dp_cp_groups() const;
+
+  // Expert parallelism of degree `ep` (throws InputError unless ep divides dp):
+  // the expert-model-parallel group (the all-to-all's members) and the
+  // expert-data-parallel group (the experts' gradient reduction) of `rank`.
+  std::vector<int> ep_group(int rank, int ep) const;
+  std::vector<int> expert_dp_group(int rank, int ep) const;
+  std::vector<std::vector<int>> all_ep_groups(int ep) const;
+  std::vector<std::vector<int>> all_expert_dp_groups(int ep) const;
 
  private:
   int dp_, pp_, tp_, cp_;

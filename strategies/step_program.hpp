@@ -2,7 +2,7 @@
 // The training step as one action list per pipeline stage: the one
 // intermediate representation of a step. The runtime's Engine walks it
 // (runtime/engine.cpp, one handler per StepOp), the simulator prices it
-// (costmodel/simulator.cpp, one handler per StepOp), and the memory model and
+// (costmodel/simulator_walk.cpp, one handler per StepOp), and the memory model and
 // the long-run extrapolation read their counts off it.
 //
 // Built in passes, the way PyTorch's pipelining builds its _Action lists

@@ -91,7 +91,7 @@ int parse_degree(const std::string& key, const std::string& v, bool allow_zero =
 }
 
 const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
-                                        "schedule", "vpp", "precision", "sp", "cp"};
+                                        "schedule", "vpp", "precision", "sp", "cp", "ep"};
 
 void set_key(Strategy& s, const std::string& key, const std::string& value) {
   if (key == "dp") s.dp = parse_degree(key, value);
@@ -107,8 +107,9 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
   else if (key == "precision") s.precision = parse_precision(value);
   else if (key == "sp") s.sp = parse_bool(key, value);
   else if (key == "cp") s.cp = parse_degree(key, value);
+  else if (key == "ep") s.ep = parse_degree(key, value);
   else
-    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp)",
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp ep)",
                                  key, nearest(key, kKeys)));
 }
 
@@ -124,6 +125,12 @@ void Strategy::validate() const {
   in_range("cp", cp, 1);
   in_range("vpp", vpp, 1);
   in_range("gas", gas, 1);
+  in_range("ep", ep, 1);
+  // Expert parallelism splits the experts over ranks of one data-parallel
+  // group (Megatron-core's expert-model-parallel group, with the expert
+  // tensor-parallel size equal to tp): ep must divide dp.
+  if (dp % ep != 0)
+    throw InputError(fmt::format("strategy: ep={} must divide dp={} (the experts are split over ranks of a data-parallel group)", ep, dp));
   if (mbs < 1 || mbs > kMaxMbs) throw InputError(fmt::format("strategy: mbs={} must be between 1 and {}", mbs, kMaxMbs));
   const int64_t w = checked_product({dp, tp, pp, cp}, "strategy: dp*tp*pp*cp");
   if (w > kMaxDegree)
@@ -151,9 +158,11 @@ void Strategy::validate() const {
 }
 
 std::string Strategy::to_string() const {
-  return fmt::format("dp={},tp={},pp={},{}zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
+  std::string text = fmt::format("dp={},tp={},pp={},{}zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
                      dp, tp, pp, cp > 1 ? fmt::format("cp={},", cp) : std::string(), zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
                      planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
+  if (ep != 1) text += fmt::format(",ep={}", ep);
+  return text;
 }
 
 Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given) {
@@ -187,6 +196,7 @@ void to_json(nlohmann::json& j, const Strategy& s) {
                      {"vpp", s.vpp},       {"precision", to_string(s.precision)},
                      {"sp", s.sp},         {"text", s.to_string()}};
   if (s.cp > 1) j["cp"] = s.cp;  // absent at 1: the JSON of plans without context parallelism is unchanged
+  if (s.ep != 1) j["ep"] = s.ep;  // only when used, so dense plans' JSON is unchanged
 }
 
 void from_json(const nlohmann::json& j, Strategy& s) {

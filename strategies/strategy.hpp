@@ -7,7 +7,9 @@
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
 //   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything),
 //   cp=2 (context parallelism: the sequence split over cp ranks, attention
-//   exchanging K/V around a ring; Megatron-LM --context-parallel-size).
+//   exchanging K/V around a ring; Megatron-LM --context-parallel-size),
+//   ep=2 (expert parallelism: a mixture of experts' routed experts split over
+//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -48,6 +50,7 @@ struct Strategy {
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
   int cp = 1;       // context parallelism: ranks that split one sequence (Megatron-LM context parallel)
+  int ep = 1;       // expert parallelism: divides dp; the text form and JSON carry it only when it is not 1
 
   // Valid once validate() passed (dp*tp*pp*cp <= 2^20).
   int world() const { return dp * tp * pp * cp; }
@@ -63,8 +66,8 @@ struct Strategy {
 
   // Canonical text form with every key, e.g.
   // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0";
-  // cp only where it is above 1 ("dp=2,tp=1,pp=1,cp=2,zero=2,..."), so the
-  // text of every plan without context parallelism is what it always was.
+  // cp only where it is above 1 ("dp=2,tp=1,pp=1,cp=2,zero=2,..."), followed by
+  // ",ep=N" when ep is not 1, so the text of every plan with neither is what it always was.
   std::string to_string() const;
 
   // Parses the text form. `given` (optional) receives the keys that were

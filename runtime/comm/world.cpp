@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "runtime/comm/comm_detail.hpp"
+#include "runtime/comm/world_node.hpp"
+#include "strategies/errors.hpp"
 #include "runtime/exec_launch.hpp"
 
 namespace planner::rt {
@@ -23,6 +25,7 @@ struct WorldState {
   int provided = MPI_THREAD_SINGLE;
   std::thread::id main_thread;
   WorldInfo info;
+  int node_key = 0;  // world_node_key()
   MPI_Datatype bf16 = MPI_DATATYPE_NULL, fp16 = MPI_DATATYPE_NULL;
   MPI_Op sum16 = MPI_OP_NULL;
 };
@@ -89,9 +92,24 @@ WorldInfo init_world() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   detail::check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &s.info.rank), "init_world: MPI_Comm_rank");
   detail::check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &s.info.size), "init_world: MPI_Comm_size");
+  // The node, as a cluster's launcher gives it: PLANNER_NODE (several "nodes"
+  // emulated on one host), else Slurm's SLURM_NODEID; the local rank and size
+  // then among the ranks of that node. Without either: the ranks that share
+  // memory, keyed by their lowest world rank.
   MPI_Comm node = MPI_COMM_NULL;
-  detail::check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.info.rank, MPI_INFO_NULL, &node),
-                    "init_world: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  const char* node_var = std::getenv("PLANNER_NODE") ? "PLANNER_NODE" : std::getenv("SLURM_NODEID") ? "SLURM_NODEID" : nullptr;
+  if (node_var) {
+    char* end = nullptr;
+    const long v = std::strtol(std::getenv(node_var), &end, 10);
+    if (end == std::getenv(node_var) || *end != '\0' || v < 0 || v > (1 << 30))
+      throw InputError(std::string(node_var) + "='" + std::getenv(node_var) + "' is not a node number (0, 1, ...)");
+    s.node_key = int(v);
+    detail::check_mpi(MPI_Comm_split(MPI_COMM_WORLD, int(v), s.info.rank, &node), "init_world: MPI_Comm_split (node)");
+  } else {
+    detail::check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.info.rank, MPI_INFO_NULL, &node),
+                      "init_world: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    detail::check_mpi(MPI_Allreduce(&s.info.rank, &s.node_key, 1, MPI_INT, MPI_MIN, node), "init_world: node key");
+  }
   MPI_Comm_rank(node, &s.info.local_rank);
   MPI_Comm_size(node, &s.info.local_size);
   MPI_Comm_free(&node);
@@ -108,6 +126,12 @@ WorldInfo init_world() {
   g_world_rank = s.info.rank;
   s.ready = true;
   return s.info;
+}
+
+int world_node_key() {
+  auto& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.node_key;
 }
 
 bool world_initialized() {

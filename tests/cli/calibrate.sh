@@ -121,7 +121,44 @@ assert all(r > 0 for r in n["per_process_params_per_second"]), n
 assert abs(n["node_params_per_second"] - sum(n["per_process_params_per_second"])) <= 1e-9 * n["node_params_per_second"], n
 p = json.load(open(sys.argv[1]))
 assert p["cpu_adam_params_per_second"] == n["node_params_per_second"], (p["cpu_adam_params_per_second"], n)
+assert c["nodes"] == 1 and c["node_of_rank"] == [0, 0], c["node_of_rank"]
+assert all(x["pair"] == "same_node" for x in c["collectives"] if x["op"] == "send_recv")
 PY
+  # Four ranks as two "nodes" of two, the node from the environment
+  # (PLANNER_NODE, as SLURM_NODEID on a cluster): every group size a 4-rank
+  # plan uses (2 inside a node, 4 across both), send/recv inside a node and
+  # across, compute beside the collectives per group size, and the local size
+  # (2 per node) from the node the environment gave.
+  MPI4=(mpirun -np 4 --oversubscribe); [ "$(id -u)" = 0 ] && MPI4+=(--allow-run-as-root)
+  expect_exit 0 "${MPI4[@]}" bash -c 'PLANNER_NODE=$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" calibrate --device cpu --quick -q -o "$1"' \
+    $P "$TMP/cpu4.json"
+  python3 - "$TMP/cpu4.json" <<'PY' || fails=$((fails+1))
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+assert c["ranks"] == 4 and c["nodes"] == 2 and c["node_of_rank"] == [0, 0, 1, 1], (c["nodes"], c["node_of_rank"])
+pts = c["collectives"]
+sizes = {(x["op"], x["group_size"], x["nodes"]) for x in pts if x["op"] != "send_recv"}
+for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+    assert (op, 2, 1) in sizes and (op, 4, 2) in sizes, sizes
+pairs = sorted({x["pair"] for x in pts if x["op"] == "send_recv"})
+assert pairs == ["across_nodes", "same_node"], pairs
+assert all(x["seconds"] > 0 for x in pts)
+assert sorted({x["group_size"] for x in c["compute_beside_comm"]}) == [2, 4], c["compute_beside_comm"]
+assert c["cpu_adam_node"]["processes_per_node"] == 2, c["cpu_adam_node"]
+PY
+  # Without PLANNER_NODE the four ranks share one node.
+  expect_exit 0 "${MPI4[@]}" $P calibrate --device cpu --quick -q -o "$TMP/cpu4one.json"
+  python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1]))['calibration']
+assert c['nodes'] == 1 and c['cpu_adam_node']['processes_per_node'] == 4, c['cpu_adam_node']
+assert {x['pair'] for x in c['collectives'] if x['op'] == 'send_recv'} == {'same_node'}
+" "$TMP/cpu4one.json" || fails=$((fails+1))
+  # A node number that is not one: refused on every rank.
+  expect_exit_nonzero() { "$@" >"$TMP/out" 2>"$TMP/err"; [ $? -ne 0 ] || { echo "FAIL: $* exited 0"; fails=$((fails+1)); }; }
+  PLANNER_NODE=x expect_exit_nonzero "${MPI[@]}" -x PLANNER_NODE $P calibrate --device cpu --quick -q -o "$TMP/bad.json"
+  expect_grep "PLANNER_NODE='x' is not a node number" "$TMP/err"
+  grep -q "exit code: *2\|Exit code: *2" "$TMP/err" || { echo "FAIL: a bad PLANNER_NODE should exit 2"; fails=$((fails+1)); }
 fi
 
 # Memory at the edge: a plan predicted not to fit warns before it runs, and says so in result.json.

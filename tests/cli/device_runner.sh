@@ -34,11 +34,30 @@ for l in lines[2:4]:
 for l in lines[4:]:
     assert "--predict-only" not in l and "--kernels" in l and "validation/sets/sweep_h100" in l, l
 PY
+# calibrate.measure_s: each calibrate gets --budget (h100x4_calibrate: one GPU, then mpirun -np 4).
+expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h100x4_calibrate.json"
+expect_grep "^\[calibrate-1gpu\].*CUDA_VISIBLE_DEVICES=0 .*calibrate --budget 180 -o .R/calib/profile-1gpu.json" "$TMP/out"
+expect_grep "^\[calibrate-4gpu\].*mpirun --allow-run-as-root -np 4 .*calibrate --budget 180 -o .R/calib/profile-4gpu.json" "$TMP/out"
+bad '"calibrate": {"ranks": 2, "budget_s": 100, "measure_s": 200}' "measure_s"
 # A committed-profile suite: no calibrate, no predictions, the sweeps in order.
 expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h200x2_heldout18.json"
 expect_grep "^\[run-sweep_h200x2_heldout18\].*--profile validation/h200x2/calib18/profile-2gpu-refit.json" "$TMP/out"
 [ "$(grep -c "^\[" "$TMP/out")" = 4 ] || { echo "FAIL: h200x2_heldout18 should be build + 3 sweeps"; cat "$TMP/out"; fails=$((fails+1)); }
 ! grep -q "calibrate\|predict-only" "$TMP/out" || { echo "FAIL: committed-profile suite calibrates"; fails=$((fails+1)); }
+# A ranking suite: the held-out sweep, then each ranking check as `validate
+# --rank-question` in the suite's order; its profile is pending (committed
+# before the run): a dry run names it, a real run refuses while it is missing.
+expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h100x4_heldout20.json"
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import sys
+text = open(sys.argv[1]).read().splitlines()
+lines = [l for l in text if l.startswith("[")]
+names = [l[1:l.index("]")] for l in lines]
+assert names == ["build", "heldout20-4gpu", "rank-llama3.2-3b-gb16", "rank-llama3.2-1b-seq8192", "rank-llama2-7b-gb32"], names
+assert "--rank-question '\"'\"'--model llama-2-7b --gpus 4xH100 --global-batch 32'\"'\"' --top 5 -o $R/rank-llama2-7b-gb32" in lines[4], lines[4]
+assert all("--profile validation/h100x4/calib20/profile-4gpu.json" in l for l in lines[1:]), lines
+assert any(l.startswith("# pending validation/h100x4/calib20/profile-4gpu.json") for l in text), text
+PY
 # Baselines and per-GPU exec.
 expect_exit 0 $RUN --dry-run "$ROOT/validation/suites/h200x2_dist_dp.json"
 expect_grep "^\[fsdp2-r0\].*torchrun --nproc_per_node 2 benchmarks/pytorch_dist_reference.py .* --mode fsdp2 --reshard-after-forward 0" "$TMP/out"
@@ -57,6 +76,10 @@ bad '"calibrate": {"ranks": 2}, "sweeps": [{"name": "a", "file": "validation/set
 bad '"calibrate": {"ranks": 4}' "ranks"
 bad '"exec": [{"name": "a b", "plan": "examples/plans/tiny-cpu.json"}]' "name"
 bad '"baselines": [{"name": "a", "plan": "examples/plans/tiny-cpu.json", "mode": "deepspeed"}]' "mode"
+bad '"rankings": [{"name": "r", "question": "--gpus 4xH100"}]' "question"
+bad '"rankings": [{"name": "r", "question": "--model gpt2 --gpus 2xH100", "top": 1}]' "top"
+bad '"rankings": [{"name": "r", "question": "--model gpt2 --gpus 2xH100", "profile": "no/such.json"}]' "no file no/such.json"
+bad '"pending": "x.json", "commands": [{"name": "c", "run": "true"}]' "pending"
 echo '{"format": "planner-device-suite", "version": 1, "gpus": 1}' >"$TMP/empty.json"
 expect_bad_input $RUN --dry-run "$TMP/empty.json" && expect_grep "nothing to run" "$TMP/err"
 expect_bad_input $RUN --dry-run "$TMP/nonexistent.json"
@@ -69,6 +92,12 @@ if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | grep -
   tar tzf "$TMP/o/results.tgz" | grep -q "log.txt" || { echo "FAIL: no log.txt in results.tgz"; fails=$((fails+1)); }
   [ ! -e "$TMP/o/r/ran" ] || { echo "FAIL: a step ran on a machine without the GPUs"; fails=$((fails+1)); }
 fi
+
+# A suite whose pending file is still missing: a real run stops before any step.
+echo "{$base, \"build\": false, \"pending\": [\"validation/no_such_profile.json\"], \"sweeps\": [{\"name\": \"s\", \"file\": \"validation/sets/sweep_1gpu.json\", \"profile\": \"validation/no_such_profile.json\"}]}" >"$TMP/pend.json"
+expect_exit 0 $RUN --dry-run "$TMP/pend.json" && expect_grep "^# pending validation/no_such_profile.json \(missing" "$TMP/out"
+expect_exit 2 env OUT="$TMP/o3" $RUN "$TMP/pend.json" && expect_grep "pending files are not committed yet" "$TMP/out"
+[ ! -e "$TMP/o3/r/s.txt" ] || { echo "FAIL: a step ran with a pending file missing"; fails=$((fails+1)); }
 
 # A real run on a (pretend) two-GPU machine: a stub nvidia-smi lists two GPUs.
 # Steps run in order with $R set, a step past its own limit is stopped (124),

@@ -51,10 +51,17 @@ assert c["device_mesh"] == {"shape": [4, 2], "dim_names": ["dp", "tp"]}
 assert c["fully_shard"]["reshard_after_forward"] is True
 assert c["fully_shard"]["mp_policy"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
 assert c["tensor_parallel"]["sequence_parallel"] is True and c["activation_checkpointing"] == "full"
+# The layouts between the styles: row-wise layers hand the residual back sequence-sharded.
+tp = c["tensor_parallel"]["parallelize_module_plan"]
+assert tp["attention.out"] == tp["mlp.down"] == "RowwiseParallel(output_layouts=Shard(1))", tp
+assert tp["norms"] == "SequenceParallel()" and "input_layouts=Shard(1)" in tp["lm_head"], tp
 assert c["micro_batch_size"] * c["gradient_accumulation_steps"] * 4 == c["global_batch_size"] == 16
 PY
 expect_bad_input $P export "$TMP/fs.json" --to deepspeed && expect_grep "sequence parallelism" "$TMP/err"
-expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=3,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
+expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=3,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds3.json"
+# AutoTP trains with ZeRO 0-2 only: refused, with the search that finds one DeepSpeed runs.
+expect_bad_input $P export "$TMP/ds3.json" --to deepspeed && expect_grep "stages 0-2.*--engine deepspeed" "$TMP/err"
+expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=2,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
 expect_exit 0 $P export "$TMP/ds.json" --to deepspeed
 expect_grep "^# DeepSpeed 0.19.8 configuration" "$TMP/out"
 expect_grep '"autotp_size": 2' "$TMP/out" && expect_grep "^launch: deepspeed --num_gpus 8 train.py" "$TMP/out"

@@ -16,7 +16,7 @@ cases=(
   "llama-2-7b|8xH100|zero=1,ckpt=full,mbs=2|64"
   "llama-2-7b|8xH100|zero=2,offload=optimizer,mbs=1|64"
   "llama-2-7b|8xH100|zero=3,offload=all,mbs=1|64"
-  "gpt2-large|8xA100-80GB|tp=2,zero=3,mbs=2|16"
+  "gpt2-large|8xA100-80GB|tp=2,zero=2,mbs=2|16"
   "gpt2-xl|8xA100-80GB|pp=2,zero=1,offload=optimizer,mbs=2|32"
   "gpt2-large|8xV100-32GB|zero=2,precision=fp16,mbs=2|32"
   "gpt2|2xRTX3090|zero=1,precision=fp32,mbs=8|16"

@@ -14,19 +14,53 @@ assert m["qkv_bias"] is True and m["out_bias"] is False, m
 assert m["layers"] == 28 and m["kv_heads"] == 4, m
 PY
 # ...and what it holds and the model does not price is named in one note line.
-expect_grep "^note: .*not modelled.*rope_theta" "$TMP/err"
+expect_grep "^note: .*not modelled.*use_mrope" "$TMP/err"
+# rope_theta is read (the Megatron export passes the rotary base on), not noted.
+! grep -q rope_theta "$TMP/err" || { echo "FAIL: rope_theta noted as not modelled"; fails=$((fails+1)); }
 [ "$(grep -c '^note:' "$TMP/err")" = 1 ] || { echo "FAIL: one note line expected"; cat "$TMP/err"; fails=$((fails+1)); }
 
-# Mixtral relabelled 'mistral': refused in one line naming num_local_experts ...
-expect_bad_input $P predict --model "$HF/mixtral-8x7b-as-mistral.json" --gpus 8xH100 --seq 4096
-expect_grep "num_local_experts=8" "$TMP/err"
-# ... and accepted with --ignore-unmodelled, with a note saying what was ignored.
-expect_exit 0 $P predict --model "$HF/mixtral-8x7b-as-mistral.json" --gpus 8xH100 --seq 4096 --ignore-unmodelled --json
-expect_grep "^note: num_local_experts=8.* ignored \(--ignore-unmodelled\)" "$TMP/err"
-expect_grep "^note: .*router_aux_loss_coef" "$TMP/err"
-# The MoE presets resolve by name and are refused.
-expect_bad_input $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100
-expect_grep "mixture of experts is not modelled yet" "$TMP/err"
+# Mixtral relabelled 'mistral' is read by its fields: the mixture of experts it is,
+# priced, with its token imbalance stated as an assumption.
+expect_exit 0 $P list models
+expect_grep "^mixtral-8x7b " "$TMP/out"
+expect_exit 0 $P predict --model "$HF/mixtral-8x7b-as-mistral.json" --gpus 8x8xH100 --strategy tp=2,sp=1,ep=8,zero=1,mbs=1 --seq 4096 --global-batch 128 --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+m = j["plan"]["model"]
+assert m["moe"]["experts"] == 8 and m["moe"]["top_k"] == 2, m
+assert j["plan"]["strategy"]["ep"] == 8, j["plan"]["strategy"]
+assert any("token imbalance 1" in a for a in j["assumed"]), j["assumed"]
+PY
+# --moe-imbalance: the busiest expert's load; a slower step; refused for a dense model.
+args=(--model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,sp=1,ep=8,zero=1,mbs=1 --seq 4096 --global-batch 128 --json)
+expect_exit 0 $P predict "${args[@]}"; bal=$(step)
+expect_exit 0 $P predict "${args[@]}" --moe-imbalance 2; skew=$(step)
+python3 -c "import sys; b,s=map(float,sys.argv[1:]); assert s > b, (b, s)" "$bal" "$skew" || fails=$((fails+1))
+expect_bad_input $P predict --model mistral-7b --gpus 8xH100 --moe-imbalance 2
+expect_grep "not a mixture of experts" "$TMP/err"
+expect_bad_input $P predict "${args[@]}" --moe-imbalance 9
+expect_grep "moe.imbalance=9" "$TMP/err"
+expect_bad_input $P predict --model mistral-7b --gpus 8xH100 --strategy ep=2
+expect_grep "needs a mixture-of-experts model" "$TMP/err"
+# The search plans ep; the Megatron export carries the MoE arguments.
+expect_exit 0 $P plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 8x8xH100 --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert any(",ep=" in p["strategy"] for p in j["plans"]), [p["strategy"] for p in j["plans"]]
+PY
+expect_exit 0 $P predict --model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,sp=1,ep=4,zero=1,mbs=1 --seq 4096 --global-batch 128 -o "$TMP/moe_plan.json"
+expect_exit 0 $P export "$TMP/moe_plan.json" --to megatron -o "$TMP/megatron.args"
+expect_grep "^--expert-model-parallel-size 4" "$TMP/megatron.args"
+expect_grep "^--num-experts 8" "$TMP/megatron.args"
+expect_grep "^--moe-router-topk 2" "$TMP/megatron.args"
+# ... and the table shows it.
+expect_exit 0 $P plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 8x8xH100
+expect_grep ",ep=[0-9]" "$TMP/out"
+# DeepSeek's latent attention: refused by name, in one line.
+expect_bad_input $P predict --model deepseek-ai/DeepSeek-V2-Lite --gpus 8xH100
+expect_grep "latent attention" "$TMP/err"
 
 # Mistral's sliding window changes the step time at seq 32768 (attention over
 # 4096 keys instead of up to 32768), by name and by config alike.

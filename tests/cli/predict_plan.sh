@@ -46,4 +46,27 @@ expect_grep "candidates_per_second" "$TMP/out"
 expect_exit 0 $P list models
 expect_grep "llama-2-70b" "$TMP/out"
 expect_bad_input $P list toasters
+# Ties (issue 30): plans predicted closer than the GPU's held-out step-time
+# MAPE are one band; the band is computed here again from the JSON's own
+# tokens/s and threshold, and the order is the search's.
+expect_exit 0 $P plan --model llama-2-7b --gpus 4xH100 --global-batch 32 --top 5 --json -q
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["ties"]["H100-SXM"]["threshold_pct"]
+assert t > 0 and "held-out step-time MAPE of H100-SXM" in j["ties"]["H100-SXM"]["reason"]
+ps = j["plans"]
+assert [p["rank"] for p in ps] == list(range(1, len(ps) + 1))
+assert all(a["tokens_per_second"] >= b["tokens_per_second"] for a, b in zip(ps, ps[1:]))
+group, lead, g = [], None, 0
+for p in ps:
+    if lead is None or (lead["tokens_per_second"] / p["tokens_per_second"] - 1) * 100 > t:
+        lead, g = p, g + 1
+    group.append(g)
+assert [p["tie_group"] for p in ps] == group, ([p["tie_group"] for p in ps], group)
+for i, p in enumerate(ps):
+    assert p["tied_with"] == [k + 1 for k in range(len(ps)) if k != i and group[k] == group[i]]
+PY
+expect_exit 0 $P plan --model llama-2-7b --gpus 4xH100 --global-batch 32 --top 5 -q
+expect_grep "^tied: #1 to #[2-5] are predicted within 5.1% of #1, the held-out step-time MAPE of H100-SXM" "$TMP/out"
 finish

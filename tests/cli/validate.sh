@@ -36,6 +36,32 @@ echo '{"format": "planner-sweep", "version": 1, "name": "one", "plans": [{"name"
 expect_exit 0 $P validate "$TMP/one.json" -o "$TMP/pred2" --predict-only --no-plots --gpus 1xH200
 expect_grep "one, run on 1xH200 \(--gpus\)" "$TMP/out"
 
+# The ranking check (--rank-question): its plans are planner plan's top K of
+# that question, in plan's order; bad combinations exit 2 and write nothing.
+Q="--model $ROOT/tests/data/tiny-gpt2.json --gpus 2xH100 --seq 64 --global-batch 8"
+expect_bad_input $P validate "$SWEEP" --rank-question "$Q" -o "$TMP/r0" && expect_grep "one of the two" "$TMP/err"
+expect_bad_input $P validate -o "$TMP/r0" && expect_grep "one of the two" "$TMP/err"
+expect_bad_input $P validate "$SWEEP" --top 3 -o "$TMP/r0" && expect_grep "goes with --rank-question" "$TMP/err"
+expect_bad_input $P validate --rank-question "$Q" --gpus 1xH200 -o "$TMP/r0" && expect_grep "in the question" "$TMP/err"
+expect_bad_input $P validate --rank-question "$Q --strategy dp=2" -o "$TMP/r0" && expect_grep "'--strategy' is not an option" "$TMP/err"
+expect_bad_input $P validate --rank-question "--gpus 2xH100" -o "$TMP/r0" && expect_grep "needs --model" "$TMP/err"
+expect_bad_input $P validate --rank-question "$Q" --top 0 -o "$TMP/r0"
+[ ! -e "$TMP/r0" ] || { echo "FAIL: report folder made on bad input"; fails=$((fails+1)); }
+expect_exit 0 $P validate --rank-question "$Q" --top 3 -o "$TMP/rp" --predict-only --no-plots -q
+expect_exit 0 $P plan $Q --top 3 --json -q
+cp "$TMP/out" "$TMP/plan.json"
+python3 - "$TMP/rp/report.json" "$TMP/plan.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r, plan = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert [p["name"] for p in r["plans"]] == ["rank1", "rank2", "rank3"]
+assert [p["strategy"] for p in r["plans"]] == [p["strategy"] for p in plan["plans"]], "the ranking runs plan's top 3"
+assert [p["predicted"]["step_seconds"] for p in r["plans"]] == [p["step_seconds"] for p in plan["plans"]]
+g = r["ranking"]
+assert r["question"].startswith("--model ") and g["plans"] == 3 and g["ran"] == 0 and g["pick"] == "rank1"
+assert g["pick_ran"] is False and g["pick_is_measured_best"] is None and g["kendall_tau_b"] is None
+assert [x["predicted_rank"] for x in g["rows"]] == [1, 2, 3] and all(x["measured_rank"] is None for x in g["rows"])
+PY
+
 if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ] || ! command -v mpirun >/dev/null; then
   echo "runtime or mpirun missing: runs skipped"; finish; exit $?
 fi
@@ -104,5 +130,27 @@ if command -v gnuplot >/dev/null; then
   [ ! -s "$TMP/v/plots.log" ] || { echo "FAIL: gnuplot complained:"; cat "$TMP/v/plots.log"; fails=$((fails+1)); }
 else
   [ -s "$TMP/v/plots.gp" ] || { echo "FAIL: plots.gp not written"; fails=$((fails+1)); }
+fi
+# The ranking check runs: plan's top 2 on the CPU; tau-b and the pick's gap
+# recomputed here from the report's own step times.
+expect_exit 0 $P validate --rank-question "$Q" --top 2 -o "$TMP/rr" --device cpu --oversubscribe --profile "$TMP/cpu.json" --steps 2 --warmup 1
+expect_grep "^Kendall's tau-b, predicted against measured step time: [+-]1.00" "$TMP/out"
+expect_grep "^pick rank1: " "$TMP/out"
+python3 - "$TMP/rr/report.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+g = r["ranking"]
+assert g["ran"] == 2, [(p["name"], p["status"], p["error"]) for p in r["plans"]]
+pred = [p["predicted"]["step_seconds"] for p in r["plans"]]
+meas = [p["measured"]["step_seconds"] for p in r["plans"]]
+# Two plans, no ties: tau-b is +1 when both orders agree, else -1.
+want = 1.0 if (pred[0] - pred[1]) * (meas[0] - meas[1]) > 0 else -1.0
+assert g["kendall_tau_b"] == want, (g, pred, meas)
+assert g["pick_is_measured_best"] == (meas[0] <= meas[1])
+assert abs(g["pick_gap_pct"] - (meas[0] - min(meas)) / min(meas) * 100) < 1e-9
+assert g["measured_best"] == ("rank1" if meas[0] <= meas[1] else "rank2")
+PY
+if command -v gnuplot >/dev/null; then
+  [ -s "$TMP/rr/ranking.png" ] || { echo "FAIL: ranking.png not drawn"; cat "$TMP/rr/plots.log"; fails=$((fails+1)); }
 fi
 finish

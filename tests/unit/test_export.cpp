@@ -137,7 +137,8 @@ const Case kCases[] = {
     {"llama-2-13b", "2x8xH100", "tp=8,pp=2,sp=1,zero=1,ckpt=selective,mbs=1,gas=8", false, true, false},
     {"llama-2-70b", "4x8xH100", "tp=4,pp=4,schedule=interleaved,vpp=5,zero=1,ckpt=full,mbs=1,gas=8", false, true,
      false},
-    {"gpt2-large", "8xA100-80GB", "tp=2,zero=3,mbs=2,gas=2", true, true, true},
+    {"gpt2-large", "8xA100-80GB", "tp=2,zero=3,mbs=2,gas=2", false, true, true},  // AutoTP: ZeRO 0-2 only
+    {"gpt2-large", "8xA100-80GB", "tp=2,zero=2,mbs=2,gas=2", true, true, true},
     {"gpt2-xl", "8xA100-80GB", "pp=2,zero=1,offload=optimizer,mbs=2,gas=4", true, true, false},
     {"gpt2-large", "8xV100-32GB", "zero=2,precision=fp16,mbs=2,gas=2", true, true, true},
     {"gpt2", "4xA100-80GB", "tp=2,sp=1,ckpt=selective,precision=fp32,mbs=8,gas=1", false, true, true},
@@ -206,8 +207,29 @@ TEST_CASE("export refuses what an engine lacks, in one line naming it", "[export
   CHECK(contains(refusal("gpt-j-6b", "8xA100-80GB", "zero=1", Engine::Megatron), "parallel attention"));
   CHECK(contains(refusal("bert-large", "8xA100-80GB", "zero=1", Engine::Megatron), "encoders"));
   CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "zero=1", Engine::Ours), "--to takes"));
+  // AutoTP trains with ZeRO 0-2 (DeepSpeed's AutoTP training tutorial).
+  CHECK(contains(refusal("gpt2-large", "8xA100-80GB", "tp=2,zero=3,mbs=2", Engine::DeepSpeed), "stages 0-2"));
+  // Every engine refusal names the search that keeps only what the engine runs.
+  CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "pp=2,schedule=gpipe", Engine::Megatron),
+                 "--engine megatron finds the best plan"));
   // One line each.
   CHECK_FALSE(contains(refusal("gpt2-xl", "8xA100-80GB", "pp=2,zero=1", Engine::Fsdp), "\n"));
+}
+
+TEST_CASE("megatron export: the rotary base is passed on", "[export]") {
+  // Llama 3 trains with rope_theta 500000 (its config.json); Megatron's
+  // default is 10000, so leaving the flag out would train another model.
+  auto base_of = [](const char* model) {
+    const ExportResult r = export_plan(plan_of(model, "8xH100", "zero=1"), Engine::Megatron);
+    for (size_t i = 0; i + 1 < r.args.size(); ++i)
+      if (r.args[i] == "--rotary-base") return r.args[i + 1];
+    return std::string("(absent)");
+  };
+  CHECK(base_of("llama-3-8b") == "500000");
+  CHECK(base_of("llama-3.1-8b") == "500000");
+  CHECK(base_of("qwen2.5-7b") == "1000000");
+  CHECK(base_of("llama-2-7b") == "10000");
+  CHECK(base_of("gpt2-xl") == "(absent)");  // learned positions
 }
 
 TEST_CASE("megatron export: layers not divisible by the pipeline are refused", "[export]") {

@@ -1,0 +1,244 @@
+// planner calibrate under mpirun: compute beside the collectives, both ways,
+// and the tensor-parallel collectives between GEMMs, over one communicator
+// (calibration/measure_detail.hpp; called per group size by
+// calibration/measure_collectives.cpp).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "costmodel/simulator.hpp"
+#include "calibration/measure_detail.hpp"
+#include "runtime/device.hpp"
+#include "runtime/buffers/streams.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+using nlohmann::json;
+
+// Compute beside NCCL (every rank of `comm` at once, GPU): a loop of GEMMs
+// (16384 x 8192 x 2048 bf16, a transformer MLP's) each followed by a copy,
+// timed alone (CUDA events on the compute stream, the faster of two), then
+// with `calls` collectives of 64 MiB queued on the communicator's stream just
+// before it; and the collectives alone. Both sides slow down:
+//  - the collectives, measured from the compute's start to their end (an event
+//    on a side stream that waits for them): while the compute runs they
+//    progress at 1/comm_slowdown of their own rate, after it at their own
+//    (comm_slowdown_beside_compute, the inverse of the simulator's rule);
+//  - the compute, for the time the two overlap:
+//    slowdown = 1 + (with - alone) / min(alone, collectives' time beside it).
+// On the CPU (MPI) the collectives' time beside the compute is not measured.
+struct ContentionRig {
+  const Ctx& c;
+  Communicator& comm;
+  at::Tensor x, w, y, src, dst;
+  int loops = 0;
+  std::optional<SideStream> side;
+  int64_t bytes = 0;
+  // NCCL runs a communicator's collectives one after another on its stream:
+  // one buffer serves them all. MPI may run its non-blocking ones at once:
+  // each gets its own (small, quick sizes).
+  std::vector<at::Tensor> fulls, parts;
+
+  ContentionRig(const Ctx& ctx, Communicator& cm) : c(ctx), comm(cm) {
+    // The CPU (MPI, quick sizes in CI) runs the same code on fp32, small.
+    const auto opt = at::TensorOptions().device(c.device).dtype(c.cuda ? at::kBFloat16 : at::kFloat);
+    const int64_t T = c.quick ? 256 : 16384, h = c.quick ? 64 : 2048;
+    x = at::randn({T, h}, opt), w = at::randn({4 * h, h}, opt), y = at::empty({T, 4 * h}, opt);
+    src = at::randn({T * h}, opt), dst = at::empty_like(src);
+    loops = c.quick ? 4 : 40;  // about 35 ms on an H100; the same on every rank
+    if (c.cuda) side.emplace(true);
+    bytes = c.quick ? int64_t(64) << 10 : int64_t(64) << 20;
+  }
+  void compute() {
+    for (int i = 0; i < loops; ++i) {
+      at::mm_out(y, x, w.t());
+      dst.copy_(src);
+    }
+  }
+  std::pair<at::Tensor, at::Tensor> buffers(int i) {
+    const size_t k = c.cuda ? 0 : size_t(i);
+    const int64_t n = bytes / 4;  // floats
+    const auto fopt = at::TensorOptions().device(c.device).dtype(at::kFloat);
+    while (fulls.size() <= k) fulls.push_back(at::ones({n}, fopt)), parts.push_back(at::ones({n / comm.size()}, fopt));
+    return {fulls[k], parts[k]};
+  }
+  // The compute loop's time (the faster of two), with the collectives that
+  // `before` queues running beside it; they are waited for after each.
+  // Returns the compute's time and (GPU, with collectives) the collectives'
+  // end after the compute's start, of the faster of the two runs.
+  std::pair<double, double> timed(const std::function<std::vector<WorkPtr>()>& before) {
+    std::pair<double, double> best{1e30, -1};
+    for (int r = 0; r < 2; ++r) {
+      comm.barrier();
+      IntervalTimer t(c.cuda), tc(c.cuda);
+      std::vector<WorkPtr> works;
+      if (before) works = before();
+      t.start();
+      const bool comm_end = c.cuda && !works.empty();
+      if (comm_end) {
+        tc.start();
+        // The side stream waits for the two starts only, then for the collectives.
+        side->run([&] {
+          for (auto& wk : works) wk->wait();
+          tc.stop();
+        });
+      }
+      compute();
+      t.stop();
+      const double s = t.seconds().at(0);
+      if (s < best.first) best = {s, comm_end ? tc.seconds().at(0) : -1.0};
+      for (auto& wk : works) wk->wait();
+      synchronize(c.cuda);
+    }
+    return best;
+  }
+  // Every rank must queue the same number of collectives: as many as take
+  // about as long as the compute on the slowest rank.
+  int calls_like_compute(double per_call, double alone) {
+    const int g = comm.size();
+    at::Tensor mine = at::tensor(std::vector<double>{per_call, alone}, at::TensorOptions().dtype(at::kDouble))
+                          .to(c.device);
+    at::Tensor all = at::empty({2 * g}, mine.options());
+    comm.all_gather(mine, all)->wait();
+    synchronize(c.cuda);
+    const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
+    return int(std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-6), 4.0, 400.0));
+  }
+  json point(const std::string& o);
+};
+
+json ContentionRig::point(const std::string& o) {
+  const int g = comm.size();
+  int next = 0;
+  auto one = [&]() -> WorkPtr {
+    auto [full, part] = buffers(next++);
+    return o == "all_reduce" ? comm.all_reduce(full) : comm.all_gather(part, full);
+  };
+  auto queue = [&](int calls) {
+    next = 0;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < calls; ++i) works.push_back(one());
+    return works;
+  };
+  next = 0;
+  one()->wait();
+  synchronize(c.cuda);
+  const double alone = timed(nullptr).first;
+  comm.barrier();
+  const auto c0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) next = 0, one()->wait();
+  synchronize(c.cuda);
+  const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count() / 10;
+  const int calls = calls_like_compute(per_call, alone);
+  comm.barrier();
+  const auto q0 = std::chrono::steady_clock::now();
+  for (auto& wk : queue(calls)) wk->wait();
+  synchronize(c.cuda);
+  const double comm_alone = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
+  const auto [with, comm_with] = timed([&] { return queue(calls); });
+  const double comm_slow = comm_with > 0 ? comm_slowdown_from(with, comm_alone, comm_with) : 1.0;
+  const double overlap = std::min(alone, comm_with > 0 ? std::min(comm_with, comm_alone * comm_slow) : comm_alone);
+  const double slowdown = 1 + std::max(0.0, with - alone) / std::max(overlap, 1e-9);
+  say(c, "compute beside " + o + " (" + std::to_string(calls) + " x " + fmt_num(double(bytes) / 1048576.0) +
+             " MiB over " + std::to_string(g) + " ranks): " + fmt_num(alone * 1e3) + " ms alone, " +
+             fmt_num(with * 1e3) + " ms beside " + fmt_num(comm_alone * 1e3) + " ms of collectives: slowdown " +
+             fmt_num(slowdown, 4) +
+             (comm_with > 0 ? "; the collectives beside it end after " + fmt_num(comm_with * 1e3) +
+                                  " ms: their slowdown " + fmt_num(comm_slow, 4)
+                            : std::string()));
+  json p = {{"op", o}, {"bytes", bytes}, {"calls", calls}, {"group_size", g},
+            {"compute_alone_seconds", alone}, {"compute_beside_seconds", with},
+            {"collectives_alone_seconds", comm_alone}, {"slowdown", slowdown}};
+  if (comm_with > 0) p["collectives_beside_seconds"] = comm_with, p["comm_slowdown"] = comm_slow;
+  return p;
+}
+
+}  // namespace
+
+json measure_contention(const Ctx& c, Communicator& comm) {
+  ContentionRig rig(c, comm);
+  rig.compute();
+  synchronize(c.cuda);
+  json ops = json::array();
+  for (const char* op : {"all_reduce", "all_gather"}) ops.push_back(rig.point(op));
+  return ops;
+}
+
+// Tensor-parallel collectives as the runtime issues them (runtime/model/tensor_parallel.cpp): a
+// GEMM writes an activation, the collective runs on it through the
+// Communicator (the compute stream waits for it), the next GEMM follows; `n`
+// of them back to back on every rank at once. Against the same chain without
+// the collectives and the collectives alone back to back, the time each one
+// adds beyond its own transfer when it sits between GEMMs (the NCCL kernel
+// starting after the GEMM's end on every rank, the skew between the ranks).
+json measure_tp_chain(const Ctx& c, Communicator& comm) {
+  const auto opt = at::TensorOptions().device(c.device).dtype(c.cuda ? at::kBFloat16 : at::kFloat);
+  const int g = comm.size();
+  const int64_t h = c.quick ? 32 : 2048;
+  const int n = c.quick ? 4 : 30;
+  at::Tensor w = at::randn({h, h}, opt).div_(std::sqrt(double(h)));
+  json points = json::array();
+  for (int64_t T : c.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{2048, 8192}) {
+    at::Tensor x = at::randn({T, h}, opt), y = at::empty({T, h}, opt);
+    at::Tensor part = at::empty({T / g, h}, opt), full = at::empty({T, h}, opt);
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"}) {
+      const std::string o = op;
+      // The collective on the GEMM's output: all-reduce in place; all-gather
+      // of this rank's rows into the full activation; reduce-scatter of it.
+      auto coll = [&] {
+        if (o == "all_reduce") comm.all_reduce(y)->wait();
+        else if (o == "all_gather") comm.all_gather(y.narrow(0, 0, T / g), full)->wait();
+        else comm.reduce_scatter(y, part)->wait();
+      };
+      // The fastest of three, each after a barrier (not time_fixed's back-to-back
+      // batches): the ranks start every chain together, so its first
+      // collective does not absorb the skew the GEMM-only batches leave.
+      auto best_of = [&](const std::function<void()>& body) {
+        double best = 1e30;
+        for (int r = 0; r < 3; ++r) {
+          comm.barrier();
+          IntervalTimer t(c.cuda);
+          t.start();
+          body();
+          t.stop();
+          best = std::min(best, t.seconds().at(0));
+          synchronize(c.cuda);
+        }
+        return best;
+      };
+      coll();  // the algorithm's first use sets up its buffers
+      synchronize(c.cuda);
+      const double chain = best_of([&] {
+        for (int i = 0; i < n; ++i) {
+          at::mm_out(y, x, w);
+          coll();
+        }
+      });
+      const double gemms = best_of([&] {
+        for (int i = 0; i < n; ++i) at::mm_out(y, x, w);
+      });
+      const double alone = best_of([&] {
+        for (int i = 0; i < n; ++i) coll();
+      });
+      const double extra = (chain - gemms - alone) / n;
+      const int64_t bytes = T * h * int64_t(x.element_size());  // the full activation
+      say(c, "tensor-parallel " + o + " between GEMMs (" + fmt_num(double(bytes) / 1048576.0) + " MiB over " +
+                 std::to_string(g) + " ranks): " + fmt_num(chain / n * 1e6) + " us a GEMM and its collective, " +
+                 fmt_num(gemms / n * 1e6) + " + " + fmt_num(alone / n * 1e6) + " us apart: " + fmt_num(extra * 1e6) +
+                 " us more each");
+      points.push_back({{"op", o}, {"bytes", bytes}, {"group_size", g}, {"calls", n}, {"chain_seconds", chain},
+                        {"gemms_seconds", gemms}, {"collectives_seconds", alone}, {"extra_seconds", extra}});
+    }
+  }
+  return points;
+}
+
+}  // namespace planner::rt::calib
