@@ -1,7 +1,8 @@
 // Where does a training step's GEMM time differ from calibrate's? The same
 // GEMMs timed five ways on one GPU, for a model of a few layers:
 //
-//   step        the Trainer's forward + backward under the Kineto profiler:
+//   step        the executor's forward + backward (Engine::compute_pass: the
+//               step program's F and B actions) under the Kineto profiler:
 //               the GEMM kernels' summed durations (what exec --kernels reports)
 //   replay      the captured GEMMs (calibration/measure_detail.hpp capture_ops),
 //               called as the step called them (mm, addmm with its bias, addmm_
@@ -43,7 +44,8 @@
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/run_config.hpp"
 
 using namespace planner;
 using namespace planner::rt;
@@ -125,18 +127,18 @@ int main(int argc, char** argv) {
   c.cuda = true;
   c.device = dev;
   c.progress = false;
-  TrainConfig cfg;
-  cfg.precision = prec == "bf16" ? Precision::BF16 : prec == "fp16" ? Precision::FP16 : Precision::FP32;
-  cfg.mbs = mbs, cfg.gas = 1, cfg.seq = seq;
+  Strategy st;
+  st.precision = prec == "bf16" ? Precision::BF16 : prec == "fp16" ? Precision::FP16 : Precision::FP32;
+  st.mbs = int(mbs), st.gas = 1;
+  const RunConfig cfg = make_run_config(spec, st, seq);
   json out = {{"model", model}, {"layers", layers}, {"precision", prec}, {"mbs", mbs}, {"seq", seq}};
   json phases = json::array();
   auto phase = [&](const std::string& name) { phases.push_back({{"phase", name}, {"unix", now_unix()}}); };
 
-  Trainer tr(spec, cfg, dev, std::make_shared<SyntheticTokens>(spec.vocab, cfg.seed));
+  Engine tr(cfg, dev, std::make_shared<SyntheticTokens>(spec.vocab, cfg.options.seed), nullptr);
   tr.step(0);
   tr.step(1);
   synchronize(true);
-  const double mult = tr.loss_scale() / double(cfg.gas);
 
   // Runs fn unrecorded for --seconds (the sustained state).
   auto sustain = [&](const std::function<void()>& fn) {
@@ -150,18 +152,18 @@ int main(int argc, char** argv) {
   phase("step");
   sustain([&] {
     tr.zero_grad();
-    auto [ids, labels] = tr.batch(2, 0, mbs);
-    tr.forward_backward(ids, labels, mult);
+    const int64_t batch_step = 2;
+    tr.compute_pass(batch_step, 0);
   });
   std::vector<double> step_s;
   KernelProfile step_prof;
   for (int64_t r = 0; r < reps; ++r) {
     tr.zero_grad();
-    auto [ids, labels] = tr.batch(2 + r, 0, mbs);
+    const int64_t batch_step = 2 + r;
     synchronize(true);
     KernelRecorder rec;
     rec.start();
-    tr.forward_backward(ids, labels, mult);
+    tr.compute_pass(batch_step, 0);
     synchronize(true);
     step_prof = rec.stop();
     step_s.push_back(step_prof.gemm_seconds);
@@ -170,9 +172,9 @@ int main(int argc, char** argv) {
   calib::Captured cap;
   {
     tr.zero_grad();
-    auto [ids, labels] = tr.batch(2 + reps, 0, mbs);
+    const int64_t batch_step = 2 + reps;
     calib::capture_ops(cap, [&] {
-      tr.forward_backward(ids, labels, mult);
+      tr.compute_pass(batch_step, 0);
       synchronize(true);
     });
   }

@@ -18,9 +18,11 @@
 // grouped-query attention; eight layers each at calibrate's GEMM width 2048,
 // and 24 for 16-bit on a GPU, fewer on a GPU too small for them, 4 x 2048
 // tokens) and each precision, a
-// Trainer runs two optimizer steps on the synthetic tokens `planner exec`
-// trains on, then forward + backward passes back to back for four seconds
-// unrecorded (the sustained state), then four more under the Kineto profiler
+// the runtime's executor (the Engine, one process) walks the step program
+// for two optimizer steps on the synthetic tokens `planner exec` trains on,
+// then the program's forward and backward actions alone
+// (Engine::compute_pass) back to back for four seconds unrecorded (the
+// sustained state), then four more under the Kineto profiler
 // while the GPU still runs the queued ones (runtime/kernel_profile.hpp: the
 // GEMM and attention kernels' summed durations over the last three, per pass;
 // three single passes after a pause are kept beside them), then one more
@@ -59,81 +61,18 @@
 
 #include "specs/model_spec.hpp"
 #include "calibration/measure_detail.hpp"
+#include "calibration/measure_in_step.hpp"
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/run_config.hpp"
 
 namespace planner::rt::calib {
 
 namespace {
 
 using nlohmann::json;
-
-Captured* g_captured = nullptr;  // set only while the observer is installed
-
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
-// The layout of a 2-D GEMM's operands as calibrate names its points.
-const char* layout_of(const at::Tensor& a, const at::Tensor& b) {
-  const bool at_ = a.stride(0) == 1 && a.size(1) > 1, bt = b.stride(0) == 1 && b.size(1) > 1;
-  return at_ ? (bt ? "tt" : "tn") : (bt ? "nt" : "nn");
-}
-
-// The RecordFunction start callback (a plain function: the API takes no
-// closures). Runs on whichever thread calls the op: the caller's in the
-// forward, autograd's device thread in the backward.
-std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
-  Captured* cap = g_captured;
-  if (!cap) return nullptr;
-  const std::string_view name = fn.name();
-  const auto in = fn.inputs();
-  auto tensor = [&](size_t i) { return i < in.size() && in[i].isTensor() ? in[i].toTensor() : at::Tensor(); };
-  at::Tensor a, b, self, q, k, v, dout;
-  if (name == "aten::mm") {
-    a = tensor(0), b = tensor(1);
-  } else if (name == "aten::addmm" || name == "aten::addmm_") {
-    self = tensor(0), a = tensor(1), b = tensor(2);
-  } else if (name == "aten::scaled_dot_product_attention") {
-    q = tensor(0), k = tensor(1), v = tensor(2);
-  } else if (starts_with(name, "aten::_scaled_dot_product_") && ends_with(name, "_backward")) {
-    dout = tensor(0);  // every fused attention backward takes the output's gradient first
-  } else {
-    return nullptr;
-  }
-  // Copies, not references: a buffer can be written again before the timing.
-  torch::autograd::AutoGradMode no_grad(false);
-  std::lock_guard<std::mutex> lock(cap->mu);
-  if (a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2) {
-    if (cap->distinct) {
-      const char* lay = layout_of(a, b);
-      for (CapturedGemm& g : cap->gemms)
-        if (g.a.size(0) == a.size(0) && g.b.size(1) == b.size(1) && g.a.size(1) == a.size(1) &&
-            std::string_view(layout_of(g.a, g.b)) == lay) {
-          ++g.count;
-          return nullptr;
-        }
-    }
-    CapturedGemm g;
-    g.op = std::string(name);
-    g.a = a.clone(at::MemoryFormat::Preserve);
-    g.b = b.clone(at::MemoryFormat::Preserve);
-    if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
-    cap->gemms.push_back(std::move(g));
-  } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
-    ++cap->attention_calls;
-    if (!cap->distinct || cap->attention.empty())
-      cap->attention.push_back({q.contiguous().clone(), k.contiguous().clone(), v.contiguous().clone()});
-  } else if (dout.defined() && dout.dim() == 4) {
-    // Distinct: the last backward is the first forward's (autograd runs them in reverse).
-    if (cap->distinct) cap->attention_grads.clear();
-    cap->attention_grads.push_back(dout.contiguous().clone());
-  }
-  return nullptr;
-}
 
 struct Family {
   std::string label;
@@ -161,31 +100,180 @@ std::vector<Family> families(bool quick) {
 
 }  // namespace
 
-void capture_ops(Captured& cap, const std::function<void()>& fn) {
-  g_captured = &cap;
-  const at::CallbackHandle h = at::addGlobalCallback(
-      at::RecordFunctionCallback(&observe).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
-  try {
-    fn();
-  } catch (...) {
-    at::removeCallback(h);
-    g_captured = nullptr;
-    throw;
+namespace {
+
+// What the recorded passes of one model give (GPU only; empty on the CPU).
+struct InStep {
+  std::vector<double> paused_gemm, paused_attention, paused_memory;
+  KernelProfile sustained;  // the gap-free passes, summed
+  int sustained_passes = 0;
+  bool sliced = false;
+};
+
+// The model of one row: a family at a depth, in a precision.
+struct RowModel {
+  Family fam;
+  Strategy st;  // one process: mbs sequences, one micro-batch
+  int64_t seq = 0;
+};
+
+// The recorded passes on the GPU: kPasses back to back while the GPU still
+// runs the queued ones (their gradients accumulate, as a step's
+// micro-batches' do; the last kPasses - 1 of them, split by the kernel count
+// of one pass, followed a pass without a gap), then three single passes after
+// a pause (the zeroing ends before each).
+void record_passes(Engine& eng, const std::function<void()>& pass, InStep& out) {
+  constexpr int kPasses = 4;
+  std::vector<KernelEvent> events;
+  {
+    KernelRecorder rec;
+    rec.start();
+    for (int r = 0; r < kPasses; ++r) pass();
+    synchronize(true);
+    events = rec.stop_events();
   }
-  at::removeCallback(h);
-  g_captured = nullptr;
+  int64_t per_pass = 0;
+  for (int r = 0; r < 3; ++r) {
+    eng.zero_grad();
+    synchronize(true);
+    KernelRecorder rec;
+    rec.start();
+    pass();
+    synchronize(true);
+    const KernelProfile kp = rec.stop();
+    out.paused_gemm.push_back(kp.gemm_seconds);
+    out.paused_attention.push_back(kp.attention_seconds);
+    out.paused_memory.push_back(kp.memory_seconds);
+    per_pass = kp.launches;
+  }
+  const size_t keep = size_t(per_pass) * (kPasses - 1);
+  out.sliced = per_pass > 0 && events.size() >= keep;
+  if (out.sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
+  out.sustained = summarize_kernels(events);
+  out.sustained_passes = out.sliced ? kPasses - 1 : kPasses;
 }
 
-void replay_gemm(const CapturedGemm& g) {
-  if (g.op == "aten::addmm_") {
-    at::Tensor t = g.self;
-    t.addmm_(g.a, g.b);
-  } else if (g.op == "aten::addmm") {
-    (void)at::addmm(g.self, g.a, g.b);
-  } else {
-    (void)at::mm(g.a, g.b);
+// One model through the runtime's executor: the Engine walks the step
+// program of one process (dp = tp = pp = 1, ZeRO-0, one micro-batch) for two
+// whole optimizer steps, then its forward and backward actions alone
+// (Engine::compute_pass: the handlers `planner exec` runs, without the step's
+// reductions and optimizer) back to back for `sustain_seconds` unrecorded
+// (the sustained state), then recorded (GPU), then once more under the
+// operand observer.
+void run_model(const Ctx& c, const RowModel& m, double sustain_seconds, InStep& out, Captured& cap) {
+  const RunConfig cfg = make_run_config(m.fam.spec, m.st, m.seq);
+  Engine eng(cfg, c.device, std::make_shared<SyntheticTokens>(m.fam.spec.vocab, cfg.options.seed), nullptr);
+  eng.step(0);
+  eng.step(1);
+  synchronize(c.cuda);
+  int64_t k = 0;
+  // One forward and backward of a fresh micro-batch (steps 2..5 in turn).
+  auto pass = [&] { eng.compute_pass(2 + k++ % 4, 0); };
+  // The passes back to back, as a training step runs its micro-batches: no
+  // host synchronisation between them, so the GPU never waits. (A GPU that
+  // sat idle resumes at a higher clock for a while:
+  // validation/archive/h200x2-3d/run11's pipeline stage 0 ran the
+  // micro-batches after its bubble up to 8% faster than the later ones. Until
+  // 2026-11-26 this part recorded single passes after a host synchronisation
+  // and the profiler's start; those are kept as *_after_pause_seconds.)
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+    eng.zero_grad();
+    pass();
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
+  if (c.cuda) record_passes(eng, pass, out);
+  eng.zero_grad();
+  capture_ops(cap, [&] {
+    pass();
+    synchronize(c.cuda);
+  });
+}
+
+void clear(Captured& cap) {
+  cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+  cap.attention_calls = 0;
+}
+
+// run_model at `m`'s depth, halved on running out of memory down to two
+// layers (m.fam.spec.layers is the depth that ran).
+void run_fitting(const Ctx& c, RowModel& m, double sustain_seconds, InStep& out, Captured& cap) {
+  for (int64_t layers = m.fam.spec.layers;; layers /= 2) {
+    m.fam.spec.layers = layers;
+    out = InStep{};
+    clear(cap);
+    try {
+      run_model(c, m, sustain_seconds, out, cap);
+      return;
+    } catch (const c10::OutOfMemoryError&) {
+      clear(cap);
+      empty_cache(c.cuda);
+      if (layers <= 2) throw;
+      say(c, std::string("in a step ") + to_string(m.st.precision) + " " + m.fam.label + ": out of memory with " +
+                 std::to_string(layers) + " layers, trying " + std::to_string(layers / 2));
+    }
   }
 }
+
+// The GPU's figures of the recorded passes, per pass.
+void add_step_times(const InStep& in, json& row) {
+  InStep x = in;
+  const double n = double(x.sustained_passes);
+  row["step_gemm_seconds"] = x.sustained.gemm_seconds / n;
+  row["step_attention_seconds"] = x.sustained.attention_seconds / n;
+  // Every other kernel of the pass (norms, activations, residuals, the
+  // loss): the fit compares it with the layer model's memory-bound time
+  // for the same model.
+  row["step_memory_bound_seconds"] = x.sustained.memory_seconds / n;
+  // The GPU's idle time between those passes' kernels, per pass.
+  row["step_idle_seconds"] = x.sustained.idle_seconds() / n;
+  row["step_passes"] = x.sustained_passes;
+  row["step_passes_sliced"] = x.sliced;  // false: the whole recording over all its passes
+  // The single passes after a pause: the median one.
+  std::sort(x.paused_gemm.begin(), x.paused_gemm.end());
+  std::sort(x.paused_attention.begin(), x.paused_attention.end());
+  std::sort(x.paused_memory.begin(), x.paused_memory.end());
+  row["step_gemm_after_pause_seconds"] = x.paused_gemm[x.paused_gemm.size() / 2];
+  row["step_attention_after_pause_seconds"] = x.paused_attention[x.paused_attention.size() / 2];
+  row["step_memory_bound_after_pause_seconds"] = x.paused_memory[x.paused_memory.size() / 2];
+  // The kernel profile counts the fused backward's helper kernels as
+  // attention (runtime/kernel_profile.cpp), as the layer model does.
+  row["attention_with_helpers"] = true;
+}
+
+// One row: the model run, its GEMMs and attention timed alone.
+json measure_row(const Ctx& c, const RowModel& m, const InStep& in, const Captured& cap, const Filler* filler) {
+  double alone_gemm = 0, alone_attention = 0;
+  int64_t calls = 0;
+  json shapes = time_gemms(c, cap, filler, alone_gemm, calls);
+  json attention = time_attention(c, cap, alone_attention);
+  const std::string p = to_string(m.st.precision);
+  json row = {{"precision", p},
+              {"model", m.fam.label},
+              {"layers", m.fam.spec.layers},
+              {"tokens", m.st.mbs * m.seq},
+              {"mbs", m.st.mbs},
+              {"seq", m.seq},
+              {"spec", m.fam.spec},
+              {"gemms", calls},
+              {"shapes", shapes},
+              {"attention", attention},
+              {"alone_gemm_seconds", alone_gemm},
+              {"alone_attention_seconds", alone_attention}};
+  if (c.cuda) add_step_times(in, row);
+  auto ms = [&](const char* key) { return fmt_num(row[key].get<double>() * 1e3); };
+  say(c, "in a step " + p + " " + m.fam.label + " (" + std::to_string(m.fam.spec.layers) + " layers): " +
+             std::to_string(calls) + " GEMMs " +
+             (c.cuda ? ms("step_gemm_seconds") + " ms in the step (" + ms("step_gemm_after_pause_seconds") +
+                           " after a pause), "
+                     : std::string()) +
+             fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
+             (c.cuda ? ms("step_attention_seconds") + " ms in the step, " : std::string()) +
+             fmt_num(alone_attention * 1e3) + " ms" +
+             (c.cuda ? "; memory-bound " + ms("step_memory_bound_seconds") + " ms" : std::string()));
+  return row;
+}
+
+}  // namespace
 
 json measure_in_step(const Ctx& c) {
   json out = json::array();
@@ -217,194 +305,21 @@ json measure_in_step(const Ctx& c) {
     for (Precision pr : precisions) {
       int64_t done_layers = 0;  // the depth of the row before (a smaller GPU halves them)
       for (int64_t depth : depths_of(pr)) {
-        Family fam = base;
-        TrainConfig cfg;
-        cfg.precision = pr;
-        cfg.mbs = c.quick ? 2 : 4;
-        cfg.gas = 1;
-        cfg.seq = c.quick ? 32 : 2048;
+        RowModel m{base, Strategy{}, c.quick ? 32 : 2048};
+        m.st.precision = pr;
+        m.st.mbs = c.quick ? 2 : 4;
+        m.st.gas = 1;
+        m.fam.spec.layers = depth;
         Captured cap;
         cap.distinct = true;  // one copy per GEMM shape: a deep model's capture costs about a layer's memory
-        std::vector<double> paused_gemm, paused_attention, paused_memory;
-        KernelProfile sustained;  // the gap-free passes, summed
-        int sustained_passes = 0;
-        bool sliced = false;
-        for (int64_t layers = depth;; layers /= 2) {
-          fam.spec.layers = layers;
-          paused_gemm.clear(), paused_attention.clear(), paused_memory.clear();
-          sustained = KernelProfile{}, sustained_passes = 0, sliced = false;
-          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear(), cap.attention_calls = 0;
-          try {
-            Trainer tr(fam.spec, cfg, c.device, std::make_shared<SyntheticTokens>(fam.spec.vocab, cfg.seed));
-            tr.step(0);
-            tr.step(1);
-            synchronize(c.cuda);
-            const double mult = tr.loss_scale() / double(cfg.gas);
-            int64_t micro = 0;
-            // One forward and backward (the layer model's pass has no
-            // zeroing: where the gradients are zeroed, it is outside the
-            // recorded passes).
-            auto pass = [&] {
-              auto [ids, labels] = tr.batch(2, micro++ % 4, cfg.mbs);
-              tr.forward_backward(ids, labels, mult);
-            };
-            // The passes back to back, as a training step runs its
-            // micro-batches: no host synchronisation between them, so the GPU
-            // never waits. (A GPU that sat idle resumes at a higher clock for a
-            // while: validation/archive/h200x2-3d/run11's pipeline stage 0 ran the
-            // micro-batches after its bubble up to 8% faster than the later ones.
-            // Until 2026-11-26 this part recorded single passes after a host
-            // synchronisation and the profiler's start; those are kept as
-            // *_after_pause_seconds.)
-            const auto t0 = std::chrono::steady_clock::now();
-            do {
-              tr.zero_grad();
-              pass();
-            } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < sustain_seconds);
-            if (c.cuda) {
-              // Recorded while the GPU still runs the queued passes: kPasses
-              // more back to back (their gradients accumulate, as a step's
-              // micro-batches' do); the last kPasses - 1 of them (split by the
-              // kernel count of one pass, below) followed a pass without a gap.
-              constexpr int kPasses = 4;
-              std::vector<KernelEvent> events;
-              {
-                KernelRecorder rec;
-                rec.start();
-                for (int r = 0; r < kPasses; ++r) pass();
-                synchronize(true);
-                events = rec.stop_events();
-              }
-              // Single passes after a pause (the zeroing ends before each).
-              int64_t per_pass = 0;
-              for (int r = 0; r < 3; ++r) {
-                tr.zero_grad();
-                synchronize(true);
-                KernelRecorder rec;
-                rec.start();
-                pass();
-                synchronize(true);
-                const KernelProfile kp = rec.stop();
-                paused_gemm.push_back(kp.gemm_seconds);
-                paused_attention.push_back(kp.attention_seconds);
-                paused_memory.push_back(kp.memory_seconds);
-                per_pass = kp.launches;
-              }
-              const size_t keep = size_t(per_pass) * (kPasses - 1);
-              sliced = per_pass > 0 && events.size() >= keep;
-              if (sliced) events.erase(events.begin(), events.end() - std::ptrdiff_t(keep));
-              sustained = summarize_kernels(events);
-              sustained_passes = sliced ? kPasses - 1 : kPasses;
-            }
-            tr.zero_grad();
-            capture_ops(cap, [&] {
-              pass();
-              synchronize(c.cuda);
-            });
-            break;
-          } catch (const c10::OutOfMemoryError&) {
-            cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
-            empty_cache(c.cuda);
-            if (layers <= 2) throw;
-            say(c, std::string("in a step ") + to_string(pr) + " " + fam.label + ": out of memory with " + std::to_string(layers) +
-                       " layers, trying " + std::to_string(layers / 2));
-          }
-        }
+        InStep in;
+        run_fitting(c, m, sustain_seconds, in, cap);
         empty_cache(c.cuda);
-        if (fam.spec.layers <= done_layers) {  // halved down to a depth already measured
-          cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
-          continue;
+        if (m.fam.spec.layers > done_layers) {  // else halved down to a depth already measured
+          done_layers = m.fam.spec.layers;
+          out.push_back(measure_row(c, m, in, cap, filler.get()));
         }
-        done_layers = fam.spec.layers;
-        // Distinct GEMMs (the layers repeat theirs), each timed once and counted.
-        std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
-        int64_t calls = 0;
-        for (const CapturedGemm& g : cap.gemms) {
-          auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
-          auto [it, fresh] = distinct.try_emplace(key, &g, 0);
-          it->second.second += g.count;
-          calls += g.count;
-        }
-        json shapes = json::array();
-        double alone_gemm = 0;
-        for (const auto& [key, gc] : distinct) {
-          const CapturedGemm& g = *gc.first;
-          at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
-          auto fn = [&] { at::mm_out(y, g.a, g.b); };
-          const double alone = time_per_call(c, fn);
-          const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
-          alone_gemm += gc.second * sec;
-          shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
-                            {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
-        }
-        double alone_attention = 0;
-        json attention = json::array();
-        for (size_t i = 0; i < cap.attention.size() && i < cap.attention_grads.size(); ++i) {
-          // Attention backward runs in the reverse order of the forwards.
-          const auto& qkv = cap.attention[i];
-          const at::Tensor& dout = cap.attention_grads[cap.attention_grads.size() - 1 - i];
-          const bool gqa = qkv[1].size(1) != qkv[0].size(1);
-          at::Tensor q = qkv[0].detach().requires_grad_(true), k = qkv[1].detach().requires_grad_(true),
-                     v = qkv[2].detach().requires_grad_(true);
-          const double fb = time_per_call(c, [&] {
-            at::Tensor o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-            (void)torch::autograd::grad({o}, {q, k, v}, {dout});
-          });
-          // Distinct: the one captured attention stands for every layer's (the same shape).
-          const int64_t n = cap.distinct ? std::max<int64_t>(1, cap.attention_calls) : 1;
-          alone_attention += double(n) * fb;
-          attention.push_back({{"batch", q.size(0)}, {"heads", q.size(1)}, {"kv_heads", k.size(1)}, {"seq", q.size(2)},
-                               {"head_dim", q.size(3)}, {"count", n}, {"seconds", fb}});
-        }
-        const std::string p = to_string(pr);
-        json row = {{"precision", p},
-                    {"model", fam.label},
-                    {"layers", fam.spec.layers},
-                    {"tokens", cfg.mbs * cfg.seq},
-                    {"mbs", cfg.mbs},
-                    {"seq", cfg.seq},
-                    {"spec", fam.spec},
-                    {"gemms", calls},
-                    {"shapes", shapes},
-                    {"attention", attention},
-                    {"alone_gemm_seconds", alone_gemm},
-                    {"alone_attention_seconds", alone_attention}};
-        if (c.cuda) {
-          // Per pass, over the sustained passes.
-          const double n = double(sustained_passes);
-          row["step_gemm_seconds"] = sustained.gemm_seconds / n;
-          row["step_attention_seconds"] = sustained.attention_seconds / n;
-          // Every other kernel of the pass (norms, activations, residuals, the
-          // loss): the fit compares it with the layer model's memory-bound time
-          // for the same model.
-          row["step_memory_bound_seconds"] = sustained.memory_seconds / n;
-          // The GPU's idle time between those passes' kernels, per pass.
-          row["step_idle_seconds"] = sustained.idle_seconds() / n;
-          row["step_passes"] = sustained_passes;
-          row["step_passes_sliced"] = sliced;  // false: the whole recording over all its passes
-          // The single passes after a pause: the median one.
-          std::sort(paused_gemm.begin(), paused_gemm.end());
-          std::sort(paused_attention.begin(), paused_attention.end());
-          std::sort(paused_memory.begin(), paused_memory.end());
-          row["step_gemm_after_pause_seconds"] = paused_gemm[paused_gemm.size() / 2];
-          row["step_attention_after_pause_seconds"] = paused_attention[paused_attention.size() / 2];
-          row["step_memory_bound_after_pause_seconds"] = paused_memory[paused_memory.size() / 2];
-          // The kernel profile counts the fused backward's helper kernels as
-          // attention (runtime/kernel_profile.cpp), as the layer model does.
-          row["attention_with_helpers"] = true;
-        }
-        say(c, "in a step " + p + " " + fam.label + " (" + std::to_string(fam.spec.layers) + " layers): " +
-                   std::to_string(calls) + " GEMMs " +
-                   (c.cuda ? fmt_num(row["step_gemm_seconds"].get<double>() * 1e3) + " ms in the step (" +
-                                 fmt_num(row["step_gemm_after_pause_seconds"].get<double>() * 1e3) + " after a pause), "
-                           : std::string()) +
-                   fmt_num(alone_gemm * 1e3) + " ms as calibrate times them; attention " +
-                   (c.cuda ? fmt_num(row["step_attention_seconds"].get<double>() * 1e3) + " ms in the step, " : std::string()) +
-                   fmt_num(alone_attention * 1e3) + " ms" +
-                   (c.cuda ? "; memory-bound " + fmt_num(row["step_memory_bound_seconds"].get<double>() * 1e3) + " ms"
-                           : std::string()));
-        out.push_back(std::move(row));
-        cap.gemms.clear(), cap.attention.clear(), cap.attention_grads.clear();
+        clear(cap);
         empty_cache(c.cuda);
       }
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "costmodel/finetune.hpp"
 #include "costmodel/long_run.hpp"
 #include "strategies/checked.hpp"
 #include "strategies/errors.hpp"
@@ -33,6 +34,9 @@ std::string context_parallel_problem(const Plan& plan) {
   if (s.sp && s.tp > 1 && (plan.seq / s.cp) % s.tp != 0)
     return fmt::format("strategy: sp=1 splits each context-parallel rank's seq/cp = {} tokens over the tp ranks: "
                        "not a multiple of tp={}", plan.seq / s.cp, s.tp);
+  if (s.finetune.frozen_base())
+    return fmt::format("strategy: finetune={} with cp={} is not modelled (adapters under ring attention are neither "
+                       "priced nor run together); use cp=1", planner::to_string(s.finetune.mode), s.cp);
   if (s.precision == Precision::FP32)
     return fmt::format("strategy: cp={} with precision=fp32 is not run: ring attention calls the flash kernels, which "
                        "take bf16 or fp16 on GPUs", s.cp);
@@ -170,7 +174,7 @@ int64_t pretrain_batch(int64_t seq, int64_t multiple_of) {
 
 std::vector<std::string> assumed_defaults(const Plan& p, const GivenInputs& given) {
   // What every answer models: "fine-tuning" here is full training.
-  std::vector<std::string> out{"full training: AdamW on every weight (LoRA and frozen layers are not modelled)"};
+  std::vector<std::string> out{finetune_assumed(p.strategy)};
   const ClusterSpec& c = p.cluster;
   if (p.model.moe.enabled()) {
     const MoeSpec& e = p.model.moe;

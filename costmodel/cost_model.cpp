@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/finetune.hpp"
 #include "costmodel/moe_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
@@ -85,10 +86,12 @@ struct Links {
   GroupLink pp;                    // the representatives' pipeline group (alone: it carries one float)
 };
 
-// The layer times depend on mbs, tp, sp, precision and ckpt (first), and on
-// cp and ep (second: each at most 2^20, so both fit without overlap).
+// The layer times depend on mbs, tp, sp, precision, ckpt and fine-tuning
+// (first), and on cp and ep (second: each at most 2^20, so both fit without overlap).
 std::pair<int64_t, int64_t> layer_key(const Strategy& s) {
-  return {((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt),
+  const Finetune& f = s.finetune;  // below 2^36: mode, targets, rank above it
+  const int64_t ft = f.frozen_base() ? (int64_t(f.r) * 32 + f.targets) * 4 + int(f.mode) : 0;
+  return {((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt) + (ft << 36),
           (int64_t(s.cp) << 21) | s.ep};
 }
 int64_t grid_key(const Strategy& s) { return ((int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp) * 1024 + s.cp; }
@@ -156,6 +159,11 @@ struct CostContext::Impl {
     LayerSet set{model.moe.enabled() ? moe_mean_layer_times(profile, model, shape, l, s.ep)
                                      : transformer_layer_times(profile, model, shape, l),
                  embedding_times(profile, model, shape, l), head_times(profile, model, shape, l), {}};
+    if (s.finetune.frozen_base()) {  // LoRA/QLoRA (costmodel/finetune.hpp)
+      apply_finetune_layer_times(profile, model, shape, s.finetune, set.layer);
+      apply_finetune_embedding_times(set.embedding);
+      apply_finetune_head_times(profile, model, shape, set.head);
+    }
     if (s.cp > 1) {
       set.layer_block = set.layer;
       scale_attention_for_cp(set.layer, s.cp);
@@ -330,9 +338,11 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
 
   // Parameters per rank of each kind of unit (their sum over a stage's units is
   // stage_params_per_rank of the stage).
-  const double P_layer = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
-  const double P_emb = double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
-  const double P_head = double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
+  // Under fine-tuning only the adapters have gradients and optimizer states.
+  const bool ft = s.finetune.frozen_base();
+  const double P_layer = ft ? trainable_params_per_rank(m, s, 0, 1) : double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp));
+  const double P_emb = ft ? 0.0 : double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
+  const double P_head = ft ? 0.0 : double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
   // Mixture of experts: the mean layer's parameters, those ZeRO shards over
   // dp-cp and the local experts' over the expert-data-parallel group (dp/ep x cp),
   // whose gradients are reduced there; the all-to-all in each layer's passes.
@@ -372,6 +382,9 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // (makespan_lower_bound counts every priced one).
       if (offload && !(s.offload == Offload::All && s.zero == 3))
         u.to_device_seconds = host_copy_seconds(p, shard * e, x.host_Bps);
+      // Hidden under the next forward with overlap_param_gather (the program's
+      // option, which the simulator reads too): priced 0 here as well, so
+      // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
       if (kind == kLayer && s.cp > 1) {
         const CpRingSeconds ring = cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base);
@@ -390,7 +403,6 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       }
     }
     StageCost& sc = out.stage(st);
-    sc.overlap_grad_reduce = p.overlap_grad_reduce;
     // The DP/ZeRO collectives' group size (the dp-cp group) picks the
     // slowdowns where the profile measured them per group size (collective_groups).
     const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp_cp());
@@ -400,14 +412,14 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
                                      : stage_params + stage_expert_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);
-    if (m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {
+    if (!ft && m.tied_embeddings && s.pp > 1 && (st == 0 || st == s.pp - 1)) {  // frozen under fine-tuning
       const double emb_bytes = eg * double(m.vocab) * double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden) / s.tp;
       sc.tied_grad_seconds = send_recv_seconds(emb_bytes, links.next[s.pp - 1], base);
     }
     // Sequence parallelism: the gradients of the parameters every tp rank
     // holds whole (stage_params_per_rank: a layer's norms and row-parallel
     // biases, the embedding's position tables, the final norm) summed over tp.
-    if (s.sp && s.tp > 1) {
+    if (!ft && s.sp && s.tp > 1) {  // norms and biases are frozen under fine-tuning
       int layers = 0;
       for (int c = 0; c < vpp; ++c) layers += layout.part.chunk_layers()[size_t(c) * s.pp + st];
       const double params = replicated_params(m, layers, st == 0, st == s.pp - 1);

@@ -70,7 +70,6 @@ struct StageCost {
            : a.op == StepOp::ReplicaReduce ? replica_reduce_seconds
                                            : scalar_reduce_seconds[size_t(a.group)];
   }
-  bool overlap_grad_reduce = true;   // false: Reduce (and its ToHost) wait for the stage's Sync
   // A forward or backward pass runs this factor longer for the part of it that
   // overlaps the stage's DP/ZeRO collectives (HardwareProfile::compute_slowdown_beside_comm).
   double compute_slowdown_beside_comm = 1.0;

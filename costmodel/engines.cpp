@@ -151,6 +151,11 @@ std::string expert_parallel_gap(const Plan& plan, Engine engine) {
 
 std::string engine_gap(const Plan& plan, Engine engine) {
   if (std::string g = expert_parallel_gap(plan, engine); !g.empty()) return g;
+  // Their memory rules (engines_memory.*) are full training's; a LoRA plan's
+  // configuration is a PEFT LoraConfig (planner/export_peft.cpp).
+  if (engine != Engine::Ours && plan.strategy.finetune.frozen_base())
+    return fmt::format("finetune={} is not modelled for this engine (planner export --to peft writes a PEFT LoraConfig)",
+                       to_string(plan.strategy.finetune.mode));
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);

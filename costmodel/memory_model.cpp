@@ -14,6 +14,7 @@
 
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
+#include "costmodel/finetune.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
@@ -230,7 +231,9 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // The other engines' optimizers work on their fp32 partitions in place.
   const double work = s.precision == Precision::FP32 || s.offload != Offload::None || in.engine != Engine::Ours
                           ? 0.0
-                          : std::min(in.k.optimizer_work_bytes, 4.0 * double(sm.params) / (s.zero >= 1 ? s.dp_cp() : 1));
+                          : std::min(in.k.optimizer_work_bytes,
+                                     4.0 * trainable_params_per_rank(in.m, s, double(sm.params), sm.layers) /
+                                         (s.zero >= 1 ? s.dp_cp() : 1));
   // Fragmentation of the caching allocator: PyTorch's default segments keep
   // a fraction of the memory that comes and goes (the other engines); this
   // runtime uses expandable segments (runtime/device.hpp), which keep
@@ -254,6 +257,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   };
   ModelStateBytes ms = states(double(moe.dense), s);
   if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
+  // LoRA/QLoRA: a frozen base, the adapters' gradients and states (ep = 1 under fine-tuning).
+  if (s.finetune.frozen_base()) ms = finetune_model_state_bytes(in.m, s, in.k, double(sm.params), sm.layers);
   auto& g = sm.gpu;
   g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
   g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);
@@ -267,7 +272,10 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
   // peak is the larger of the two moments.
   if (s.ckpt == Ckpt::Full) {
-    const double one_layer = layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
+    const double one_layer =
+        s.finetune.frozen_base()
+            ? finetune_layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl, s.tp, s.sp, s.finetune)
+            : layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
     act += std::max(0.0, one_layer - logits);
   }
   g[int(MemCategory::Activations)] = saturate_bytes(act);
@@ -326,7 +334,9 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   // Context parallelism: a rank holds the activations and logits of its
   // seq/cp tokens (its two chunks of the sequence).
   const int64_t seq = plan.seq / s.cp;
-  double layer_act = layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
+  const bool ft = s.finetune.frozen_base();  // LoRA/QLoRA: costmodel/finetune.hpp
+  double layer_act = ft ? finetune_layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl, s.tp, s.sp, s.finetune)
+                        : layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
   // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
   // log-sum-exp per head and token, as flash without recomputation does.
   if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;

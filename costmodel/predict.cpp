@@ -12,6 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
+#include "costmodel/finetune.hpp"
 #include "specs/flops.hpp"
 #include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -26,6 +27,10 @@ void fill_prediction(const Plan& plan, const HardwareProfile& profile, const Sim
   p.step_seconds = sim.makespan_seconds;
   p.model_flops_per_step = model_flops(plan.model, plan.seq, tokens);
   p.hardware_flops_per_step = hardware_flops(plan.model, plan.seq, tokens, plan.strategy.ckpt);
+  // LoRA/QLoRA: no weight gradients of the frozen base, the adapters' own (costmodel/finetune.hpp).
+  const double ft_flops = finetune_flops_adjustment(plan.model, plan.strategy.finetune, tokens);
+  p.model_flops_per_step += ft_flops;
+  p.hardware_flops_per_step += ft_flops;
   p.samples_per_second = double(plan.global_batch) / p.step_seconds;
   p.tokens_per_second = double(tokens) / p.step_seconds;
   p.tflops_per_gpu = p.model_flops_per_step / p.step_seconds / world / 1e12;
@@ -68,6 +73,8 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   opt.record_trace = record_trace;
   StepOptions so;
   so.tied_embeddings = plan.model.tied_embeddings;
+  so.overlap_grad_reduce = profile.overlap_grad_reduce;
+  so.overlap_param_gather = profile.overlap_param_gather;
   std::optional<StepProgram> program;
   auto program_for = [&](int microbatches) -> const StepProgram& {
     Strategy s = plan.strategy;

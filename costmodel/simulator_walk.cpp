@@ -191,11 +191,11 @@ class Simulator::Walk {
         emit(s, Stream::Compute, st.compute_free, st.compute_free, "release", a, int(i));
         return true;
       case StepOp::Reduce:
-        if (sc.overlap_grad_reduce) reduce(i, 0);
+        if (prog_.options.overlap_grad_reduce) reduce(i, 0);
         else st.deferred.push_back(i);
         return true;
       case StepOp::ToHost:
-        if (sc.overlap_grad_reduce) to_host(i, 0);
+        if (prog_.options.overlap_grad_reduce) to_host(i, 0);
         else st.deferred.push_back(i);
         return true;
       case StepOp::Sync: {
@@ -226,7 +226,7 @@ class Simulator::Walk {
       }
       case StepOp::AllGather: {
         const double t0 = std::max(st.comm_free, sim_.param_updated_[size_t(a.unit)]);
-        st.comm_free = t0 + cost_.unit(a.unit).all_gather_seconds;
+        st.comm_free = t0 + (prog_.options.overlap_param_gather ? 0.0 : cost_.unit(a.unit).all_gather_seconds);
         emit(s, Stream::Comm, t0, st.comm_free, "all-gather", a, int(i));
         return true;
       }

@@ -92,6 +92,15 @@ Plan resolve_plan(const PlanOptions& o, bool with_strategy, std::vector<std::str
   return build_plan(req, notes, use);
 }
 
+Finetune parse_finetune_option(const std::string& text) {
+  if (text.empty()) return Finetune{};
+  try {
+    return Strategy::parse("finetune=" + text).finetune;
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--finetune '{}': {}", text, e.what()));
+  }
+}
+
 int64_t parse_seq(const std::string& text) {
   const int64_t v = parse_int(text, "--seq");
   if (v > kMaxSeq) throw InputError(fmt::format("--seq {} is too large (at most {} = 2^24)", v, kMaxSeq));

@@ -32,6 +32,9 @@ std::vector<ClusterSpec> resolve_clusters(const std::string& gpus, const std::st
 // --seq and --global-batch: positive whole numbers with sane upper bounds
 // (2^24 tokens, 2^32 sequences); InputError otherwise.
 int64_t parse_seq(const std::string& text);
+// --finetune: lora, qlora or full, optionally with the strategy's lora_* keys
+// ("qlora,lora_r=64,lora_targets=q+v").
+Finetune parse_finetune_option(const std::string& text);
 int64_t parse_global_batch(const std::string& text);
 
 // InputError when `path` could not be written: its directory does not exist,

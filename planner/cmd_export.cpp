@@ -10,6 +10,7 @@
 #include "planner/render.hpp"
 #include "planner/export.hpp"
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner {
 
@@ -58,6 +59,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
       "  planner export plan.json --to deepspeed -o ds_config.json\n"
       "  planner export plan.json --to megatron -o megatron_args.txt\n"
       "  planner export plan.json --to fsdp --json\n"
+      "  planner export qlora_plan.json --to peft -o peft_config.json\n"
       "  planner predict --model llama-2-7b --gpus 8xH100 --strategy tp=2,zero=1,mbs=2 --global-batch 256 -o p.json"
       " && planner export p.json --to megatron\n"
       "deepspeed: a DeepSpeed config (ZeRO stage, offload, micro-batch, accumulation, precision, checkpointing)\n"
@@ -73,10 +75,27 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json (from plan -o, predict -o or memory -o)")->required();
-  cmd->add_option("--to", o->to, "deepspeed, megatron or fsdp")->required();
+  cmd->add_option("--to", o->to, "deepspeed, megatron, fsdp or peft (LoRA/QLoRA plans)")->required();
   cmd->add_option("-o,--output", o->output, "write the configuration here (the launch line refers to it)");
   cmd->add_flag("--json", o->json, "machine-readable: {engine, version, file, config, args, launch, notes}");
   cmd->callback([o, &exit_code] {
+    if (to_lower(o->to) == "peft") {  // not an engine of its own: a configuration for the user's PEFT script
+      const Plan plan = load_plan(o->plan);
+      check_compat(plan);
+      if (!o->output.empty()) check_writable(o->output);
+      const ExportResult r = export_peft(plan, o->output);
+      if (!o->output.empty()) write_file_atomically(o->output, r.file_text);
+      std::string out = o->json ? nlohmann::json{{"engine", "peft"}, {"file", r.file}, {"config", r.config},
+                                                 {"launch", r.launch}, {"notes", r.notes}}.dump(2) + "\n"
+                                : (o->output.empty() ? fmt::format("# PEFT configuration ({}; -o writes it)\n{}\n", r.file, r.file_text)
+                                                     : fmt::format("Wrote the PEFT configuration to {}\n", o->output)) +
+                                      fmt::format("launch: {}\n", r.launch);
+      if (!o->json)
+        for (const auto& n : r.notes) out += fmt::format("note: {}\n", n);
+      emit_report(o->output, out);
+      exit_code = 0;
+      return;
+    }
     const Engine engine = parse_engine(o->to);
     const Plan plan = load_plan(o->plan);
     if (!o->output.empty()) check_writable(o->output);

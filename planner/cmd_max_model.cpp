@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/finetune.hpp"
 #include "planner/cli.hpp"
 #include "planner/max_model.hpp"
 #include "strategies/errors.hpp"
@@ -19,9 +20,10 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
       "  planner max-model --gpus 2xRTX3090 --offload all --host-memory 256GiB\n"
       "  planner max-model --gpus 8xA100-80GB --family llama-2 --seq 4096 --json\n"
       "  planner max-model --gpus 2xRTX3090 --headroom 1GiB --profile rtx3090.json\n"
+      "  planner max-model --gpus 2xRTX3090 --finetune qlora --seq 512\n"
       "Families: gpt (width and depth scaled together), gpt2, gpt-neo, opt, llama-2.");
   struct Opts {
-    std::string gpus, family = "gpt", offload = "none", seq = "2048", mbs = "1", host_memory;
+    std::string gpus, family = "gpt", offload = "none", seq = "2048", mbs = "1", host_memory, finetune;
     ProfileCli profile;
     bool json = false;
   };
@@ -32,6 +34,8 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seq", o->seq, "sequence length (default 2048)");
   cmd->add_option("--mbs", o->mbs, "micro-batch size (default 1)");
   cmd->add_option("--host-memory", o->host_memory, "host memory per node, e.g. 256GiB");
+  cmd->add_option("--finetune", o->finetune,
+                  "lora or qlora: the largest model to fine-tune with adapters on a frozen base (default: full training)");
   add_profile_options(cmd, o->profile);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o, &exit_code] {
@@ -52,9 +56,12 @@ CLI::App* add_max_model_command(CLI::App& app, int& exit_code) {
     req.profile_path = o->profile.profile;
     req.profile_any = o->profile.any;
     req.headroom = o->profile.headroom;
+    req.finetune = parse_finetune_option(o->finetune);
     MaxModelResult r = find_max_model(req);
     // The same training every answer models (compat.hpp assumed_defaults).
-    const std::string training = "full training: AdamW on every weight (LoRA and frozen layers are not modelled)";
+    Strategy trained;
+    trained.finetune = req.finetune;
+    const std::string training = finetune_assumed(trained);
     if (o->json) {
       nlohmann::json j = max_model_json(r);
       j["assumed"] = {training};

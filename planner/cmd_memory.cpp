@@ -6,6 +6,7 @@
 
 #include "costmodel/memory_model.hpp"
 #include "costmodel/predict.hpp"
+#include "planner/finetune_render.hpp"
 #include "planner/cli.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "planner/render.hpp"
@@ -67,6 +68,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = memory_report_json(r);
       j["assumed"] = assumed;
+      if (plan.strategy.finetune.frozen_base()) j["finetune"] = finetune_arithmetic_json(plan, r);
       if (!r.fits()) {
         j["fixes"] = nlohmann::json::array();
         for (const auto& f : fixes)
@@ -79,7 +81,8 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
       j["plan"] = plan_to_json(plan);
       emit_report(o->output, j.dump(2) + "\n");
     } else {
-      std::string text = plan_header(plan) + assumed_line(assumed) + "\n" + memory_table(plan, r);
+      std::string text = plan_header(plan) + assumed_line(assumed) + "\n" + memory_table(plan, r) +
+                         finetune_arithmetic_text(plan, r);
       if (!r.fits()) text += fixes_text(plan, fixes, step_seconds);
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) text += "note: " + note + "\n";
       if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);

@@ -26,7 +26,7 @@ struct PlanCmdOpts {
   PlanOptions plan;
   TrainCostCli cost;
   ProfileCli profile;
-  std::string top = "5", output, rank, engine, objective = "throughput";
+  std::string top = "5", output, rank, engine, objective = "throughput", finetune;
   bool explain = false, json = false, quiet = false;
 };
 
@@ -53,6 +53,7 @@ PlanSetup plan_setup(const PlanCmdOpts& o) {
   ps.rank = o.rank.empty() ? 1 : parse_capped(o.rank, "--rank", 1000);
   if (!o.rank.empty() && o.output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
   req.engine = o.engine.empty() ? Engine::Ours : parse_engine(o.engine);
+  req.finetune = parse_finetune_option(o.finetune);
   ps.objective = parse_objective(o.objective);
   ps.cost = parse_train_cost_options(o.cost.tokens, o.cost.price, o.cost.prices);
   check_objective(ps.objective, ps.cost, ps.clusters);
@@ -98,7 +99,9 @@ void run_plan_command(const PlanCmdOpts& o, int& exit_code) {
     req.global_batch = !o.plan.global_batch.empty() ? parse_global_batch(o.plan.global_batch)
                        : pretrain                     ? pretrain_batch(req.seq, c.world())
                                                       : c.world();
-    for (auto& a : assumed_defaults(Plan{req.model, c, Strategy{}, req.seq, req.global_batch}, given))
+    Strategy shown;
+    shown.finetune = req.finetune;
+    for (auto& a : assumed_defaults(Plan{req.model, c, shown, req.seq, req.global_batch}, given))
       if (std::find(assumed.begin(), assumed.end(), a) == assumed.end()) assumed.push_back(std::move(a));
     searches.push_back({c, search_plans(req)});
     if (const std::string n = cluster_notation_note(c); !n.empty()) searches.back().result.notes.push_back(n);
@@ -188,6 +191,8 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
+  cmd->add_option("--finetune", o->finetune,
+                  "lora or qlora: adapters on a frozen base (with lora_* keys: qlora,lora_r=64,lora_targets=q+v)");
   cmd->callback([o, &exit_code] { run_plan_command(*o, exit_code); });
   return cmd;
 }

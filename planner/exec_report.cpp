@@ -262,7 +262,8 @@ nlohmann::json exec_trace_json(const Plan& plan, const SimResult& predicted, con
     const int stage = r < int(rank_stage.size()) ? rank_stage[size_t(r)].get<int>() : 0;
     const json& actions = tl.at("stage_actions").at(size_t(stage));
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
-                      {"args", {{"name", fmt::format("measured rank {}, stage {} (compute stream)", r, stage)}}}});
+                      {"args", {{"name", fmt::format("measured rank {}, stage {} (compute stream)", r, stage)},
+                                {"stage", stage}}}});  // read back as a number, never out of the name
     events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
                       {"args", {{"sort_index", pid}}}});
     for (size_t i = 0; i + 1 < flat.size() && i / 2 < actions.size(); i += 2) {

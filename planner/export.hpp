@@ -46,6 +46,14 @@ ExportResult export_plan(const Plan& plan, Engine engine, const std::string& fil
 ExportResult export_deepspeed(const Plan& plan, const std::string& file);
 ExportResult export_megatron(const Plan& plan, const std::string& file);
 ExportResult export_fsdp(const Plan& plan, const std::string& file);
+// `--to peft` (export_peft.cpp): a LoRA/QLoRA plan as PEFT's LoraConfig, for
+// QLoRA a BitsAndBytesConfig, and the Trainer's batch settings; peft_gap says
+// what PEFT under the Trainer cannot express ("" when it can).
+std::string peft_gap(const Plan& plan);
+ExportResult export_peft(const Plan& plan, const std::string& file);
+
+// The torch dtype name of a working precision ("bfloat16", "float16", "float32").
+const char* torch_dtype(Precision p);
 
 // "torchrun --nproc-per-node 8 [--nnodes N --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port 29500]"
 std::string torchrun_prefix(const ClusterSpec& c);

@@ -12,8 +12,6 @@
 
 namespace planner {
 
-namespace {
-
 const char* torch_dtype(Precision p) {
   switch (p) {
     case Precision::BF16: return "bfloat16";
@@ -22,8 +20,6 @@ const char* torch_dtype(Precision p) {
   }
   return "float32";
 }
-
-}  // namespace
 
 ExportResult export_fsdp(const Plan& plan, const std::string& file) {
   const Strategy& s = plan.strategy;

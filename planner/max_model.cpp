@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/compat.hpp"
+#include "planner/finetune_render.hpp"
 #include "planner/render.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -91,6 +92,11 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
     ModelSpec m = family[i];
     if (m.pos == PosEmbed::Learned && m.max_positions < req.seq) m.max_positions = req.seq;
     auto strategies = fit_strategies(m, res.cluster, req.max_offload, req.mbs);
+    if (req.finetune.frozen_base()) {
+      // Only the adapters train: ZeRO-1 at most, no offload (Strategy::validate).
+      std::erase_if(strategies, [](const Strategy& s) { return s.zero >= 2 || s.offload != Offload::None; });
+      for (Strategy& s : strategies) s.finetune = req.finetune;
+    }
     // Each candidate goes through the rules that every command applies (the
     // limits on tokens per micro-batch, say, which the enumeration ignores).
     std::erase_if(strategies, [&](const Strategy& s) {
@@ -130,6 +136,7 @@ nlohmann::json max_model_json(const MaxModelResult& r) {
     j["strategy"] = b.plan.strategy.to_string();
     j["per_gpu_peak_bytes"] = b.memory.per_gpu_peak_bytes;
     j["memory"] = memory_report_json(b.memory);
+    if (b.plan.strategy.finetune.frozen_base()) j["finetune"] = finetune_arithmetic_json(b.plan, b.memory);
     j["model_spec"] = b.plan.model;
   } else {
     j["model"] = nullptr;
@@ -164,6 +171,7 @@ std::string max_model_table(const MaxModelResult& r) {
                        b.plan.model.hidden, b.plan.model.heads, b.plan.model.ffn, b.plan.model.vocab, b.plan.seq);
     out += fmt::format("  strategy: {}\n\n", b.plan.strategy.to_string());
     out += memory_table(b.plan, b.memory);
+    out += finetune_arithmetic_text(b.plan, b.memory);
   }
   if (!r.best && !r.refused.empty()) out += fmt::format("Strategies were refused: {}\n", r.refused);
   if (r.best && !r.next_up)

@@ -21,6 +21,7 @@ struct MaxModelRequest {
   std::string profile_path;          // hardware profile (empty: the catalog's for the GPU)
   bool profile_any = false;          // --profile-any: a profile of another GPU is applied (check_profile_gpu)
   std::string headroom;              // --headroom (empty: the profile's)
+  Finetune finetune{};               // --finetune: LoRA/QLoRA on a frozen base instead of full training
 };
 
 struct FitCandidate {

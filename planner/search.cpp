@@ -90,7 +90,11 @@ double overcommit(const MemoryReport& m) {
 // simulates many strategies of one shape (tp, mbs, ckpt, precision vary).
 class ProgramCache {
  public:
-  ProgramCache(int64_t layers, bool tied) : layers_(layers) { opt_.tied_embeddings = tied; }
+  ProgramCache(int64_t layers, bool tied, const HardwareProfile& p) : layers_(layers) {
+    opt_.tied_embeddings = tied;
+    opt_.overlap_grad_reduce = p.overlap_grad_reduce;
+    opt_.overlap_param_gather = p.overlap_param_gather;
+  }
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
@@ -149,7 +153,11 @@ std::vector<Candidate> bound_candidates(const SearchRequest& req, const SpaceLim
                                         TableCostModel& table) {
   std::vector<Candidate> cands;
   cands.reserve(size_t(count_strategies(L)));
-  for_each_strategy(L, [&](const Strategy& s) {
+  for_each_strategy(L, [&](const Strategy& full) {
+    // Fine-tuning: the same space less what it does not model (Strategy::validate).
+    if (req.finetune.frozen_base() && (full.zero >= 2 || full.offload != Offload::None || full.ep > 1)) return;
+    Strategy s = full;
+    s.finetune = req.finetune;
     ctx.build(s, table);
     cands.push_back({makespan_lower_bound(table, s.gas), s, families_of(s)});
     if (req.progress && (cands.size() & 0xFFFF) == 0) req.progress(0.5 * cands.size() / cands.capacity(), "bounding");
@@ -201,7 +209,7 @@ struct Searcher {
   Ranking rank() {
     Ranking k;
     Simulator sim;
-    ProgramCache programs(req.model.layers, req.model.tied_embeddings);
+    ProgramCache programs(req.model.layers, req.model.tied_embeddings, profile);
     std::vector<int64_t> peaks(cands.size(), -1);  // GPU peak of each simulated candidate
     for (const auto& c : cands)
       for (int f = 0; f < kFamilies; ++f) k.fam_count[f] += (c.families >> f) & 1;

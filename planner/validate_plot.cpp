@@ -147,10 +147,10 @@ std::map<int, int> trace_process_stages(const json& trace) {
     const int pid = e["pid"].get<int>();
     if (pid < 1000) {
       stage_of[pid] = pid;
-    } else {
-      const std::string nm = e["args"].value("name", "");
-      const size_t at = nm.find("stage ");
-      if (at != std::string::npos) stage_of[pid] = std::atoi(nm.c_str() + at + 6);
+    } else if (e["args"].contains("stage") && e["args"]["stage"].is_number_integer()) {
+      // exec's trace gives each measured rank's stage as a number (traces
+      // written before it did have no measured lanes in the picture).
+      stage_of[pid] = e["args"]["stage"].get<int>();
     }
   }
   return stage_of;

@@ -38,7 +38,7 @@
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/trainer.hpp"
+#include "runtime/run_config.hpp"
 #include "strategies/step_program.hpp"
 #include "strategies/strategy.hpp"
 
@@ -46,6 +46,9 @@ namespace planner::rt {
 
 class SideStream;
 class ContextParallel;  // runtime/model/context_parallel.hpp
+
+// The tensor type of the working precision (parameters, gradients, activations).
+at::ScalarType working_dtype(Precision p);
 struct PipeLinks;
 
 // Time spent per action kind on the compute stream's timeline (seconds, summed
@@ -59,15 +62,16 @@ struct ActionTimes {
 
 class Engine {
  public:
-  // `dp`: the data-parallel communicator (null when strategy.dp == 1). The
-  // strategy's dp, tp, pp, sp, zero, offload, ckpt, mbs, gas and precision are
-  // used.
+  // `config`: the run (runtime/run_config.hpp): its plan's model, strategy
+  // (dp, tp, pp, sp, zero, offload, ckpt, mbs, gas, precision) and seq, and
+  // its options' seed, optimizer settings and MLM mask fraction.
+  // `dp`: the data-parallel communicator (null when strategy.dp == 1).
   // `pp`: the pipeline communicator (null when strategy.pp == 1), its ranks in
   // stage order; this rank runs stage pp->rank() of the program (GPipe, 1F1B or
   // interleaved 1F1B). The constructor makes the send/receive links
   // (runtime/comm/pipe_links.hpp) from it, and for tied embeddings the
   // first-and-last-stage group, collectives over the world. With tied
-  // embeddings the last stage keeps a copy of the word matrix (engine.cpp).
+  // embeddings the last stage keeps a copy of the word matrix (engine_layout.cpp).
   // `tp`: the tensor-parallel communicator (null when strategy.tp == 1). The
   // model holds this rank's parts of the split parameters (runtime/model/transformer.hpp,
   // runtime/model/tensor_parallel.hpp); units, ZeRO chunks and the optimizer work on those local
@@ -82,17 +86,25 @@ class Engine {
   // dp_cp_group: gradients, ZeRO shards and the loss over every rank holding
   // the same parameters), `cp` the ring (RankGrid::cp_group); each rank runs
   // its two chunks of every sequence (runtime/model/context_parallel.hpp).
-  Engine(const ModelSpec& spec, const Strategy& strategy, const TrainConfig& cfg, at::Device device,
-         std::shared_ptr<TokenSource> tokens, Communicator* dp, Communicator* pp = nullptr,
-         Communicator* tp = nullptr, Communicator* cp = nullptr);
+  Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
+         Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
   // whole global batch (all dp ranks) as a device scalar.
   at::Tensor step(int64_t step);
+  // Zeroes the flat gradient buffer (ZeRO-0/1), as step() does first.
+  void zero_grad();
+  // Walks only the forward and backward actions of micro-batch `mb` of this
+  // stage's list (step `step`'s tokens): no gradient zeroing, no reduction,
+  // no optimizer; the gradients accumulate. What `planner calibrate` records
+  // as one pass of a training step (calibration/measure_in_step.cpp). One
+  // process (dp = tp = pp = 1) with ZeRO-0/1 only: elsewhere the passes
+  // would leave collectives or gathered units behind (std::logic_error).
+  void compute_pass(int64_t step, int mb);
 
   // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
-  // layout of Trainer::params()), gathered from all ranks under ZeRO and tp
+  // layout of one process's flat buffer), gathered from all ranks under ZeRO and tp
   // (full tensors, the single-process layout; a collective: every rank must
   // call it). For tests and checks.
   at::Tensor full_params_fp32();
@@ -110,7 +122,7 @@ class Engine {
   double cpu_adam_seconds() const { return cpu_adam_seconds_; }
   int64_t cpu_adam_params() const { return shard_numel_; }
 
-  // Measurement hooks (as Trainer's): before the head of each micro-batch, after
+  // Measurement hooks: before the head of each micro-batch, after
   // the last backward of the step.
   std::function<void()> before_head;
   std::function<void()> after_backward;
@@ -136,6 +148,11 @@ class Engine {
  private:
   struct Unit;
   struct Impl;
+  // Construction (engine_layout.cpp).
+  int64_t lay_out_units();
+  void replicated_ranges();
+  void allocate_buffers(int64_t full);
+  void initial_values();
   void run_action(const StepAction& a, int64_t step);
   void forward(int mb, int u, int chunk, int64_t step);
   void backward(int mb, int u, int chunk);
@@ -149,6 +166,7 @@ class Engine {
   void reduce(int u, bool scatter);
   void to_host(int u);
   void sync();
+  void issue_deferred();
   void tied_reduce();
   void loss_reduce(CommGroup g);
   void norm();
@@ -166,9 +184,9 @@ class Engine {
   at::Tensor tied_grad();
   int64_t stage_seq() const;        // this stage's copy of a tied word matrix's gradient (pp > 1), or undefined
 
-  ModelSpec spec_;
-  Strategy st_;
-  TrainConfig cfg_;
+  RunConfig cfg_;
+  const ModelSpec& spec_ = cfg_.plan.model;
+  const Strategy& st_ = cfg_.plan.strategy;
   at::Device device_;
   bool cuda_;
   std::shared_ptr<TokenSource> tokens_;

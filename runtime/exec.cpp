@@ -225,35 +225,21 @@ int launch_ranks(const ExecOptions& o, const Plan& plan) {
 
 }  // namespace
 
-ExecRun run_plan(const ExecOptions& o) {
-  if (o.plan_path.empty()) throw InputError("exec: no plan file given");
-  if (o.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(o.steps));
-  if (o.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(o.warmup));
-  if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
-    throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
+ExecRun run_plan(const ExecOptions& o, Plan plan) {
+  check_run_options(o);
+  RunOptions ro = o;  // the run's own options, without the command's files
+  ro.trace = !o.trace_path.empty();
   ExecRun r;
-  r.plan = load_plan(o.plan_path);
-  check_runnable(o, r.plan);
-  if (r.plan.strategy.world() > 1 && !launched_by_mpi()) {
+  r.config = make_run_config(std::move(plan), std::move(ro));
+  const RunConfig& cfg = r.config;
+  check_runnable(o, cfg.plan);
+  if (cfg.strategy().world() > 1 && !launched_by_mpi()) {
     // This process only starts the ranks; rank 0 of them reports.
-    r.exit_code = launch_ranks(o, r.plan);
+    r.exit_code = launch_ranks(o, cfg.plan);
     r.report = false;
     return r;
   }
-  RunOptions ro;
-  ro.device = o.device;
-  ro.steps = o.steps;
-  ro.warmup = o.warmup;
-  ro.tokens_path = o.tokens_path;
-  ro.tokens_dtype = o.tokens_dtype;
-  ro.seed = o.seed;
-  ro.lr = o.lr;
-  ro.progress = o.progress;
-  ro.comm_timeout_seconds = o.comm_timeout_seconds;
-  ro.time_actions = o.time_actions;
-  ro.trace = !o.trace_path.empty();
-  ro.kernels = o.kernels;
-  const Measurement m = run_training(r.plan, ro);
+  const Measurement m = run_training(cfg);
   r.report = m.root;
   r.run = {{"created", utc_now()},
            {"options",
@@ -261,13 +247,19 @@ ExecRun run_plan(const ExecOptions& o) {
              {"warmup", o.warmup},
              {"device", o.device},
              {"seed", o.seed},
-             {"lr", o.lr},
+             {"lr", o.optim.lr},
              {"tokens_path", o.tokens_path},
              {"kernels", o.kernels},
              {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
            {"measurement", measurement_json(m)},
            {"machine", machine_json(m.machine)}};
   return r;
+}
+
+ExecRun run_plan(const ExecOptions& o) {
+  if (o.plan_path.empty()) throw InputError("exec: no plan file given");
+  check_run_options(o);
+  return run_plan(o, load_plan(o.plan_path));
 }
 
 }  // namespace planner::rt

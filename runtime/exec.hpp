@@ -8,28 +8,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/run_config.hpp"
 #include "specs/plan.hpp"
 
 namespace planner::rt {
 
-struct ExecOptions {
-  std::string plan_path;             // plan.json (load_plan)
-  int steps = 10;                    // timed steps, >= 1
-  int warmup = 3;                    // untimed steps first, >= 0
-  std::string output_path;           // result.json, written atomically; empty: none
-  std::string tokens_path;           // raw little-endian token ids; empty: synthetic tokens
-  std::string tokens_dtype = "uint16";  // uint16 | int32 (the token file's element type)
-  bool json = false;                 // print the result JSON instead of the table
-  std::string device = "auto";       // auto | cuda | cpu
-  uint64_t seed = 1234;              // weights and synthetic tokens
-  double lr = 3e-4;                  // AdamW learning rate (constant)
-  std::string profile_path;          // hardware profile for predict() (empty: the catalog's)
-  bool progress = true;              // per-step lines on stderr
-  bool oversubscribe = false;        // CPU: allow more ranks than cores (mpirun --oversubscribe)
-  int comm_timeout_seconds = 300;    // a collective that takes longer ends every rank
-  bool time_actions = true;          // time each action of the step program (exposed communication)
-  std::string trace_path;            // --trace: predicted and measured timeline, one Chrome-trace file
-  bool kernels = false;              // --kernels: record one extra step's forward/backward GPU kernels
+// `planner exec`'s options: the run's own (RunOptions, runtime/run_config.hpp)
+// and the command's files and output.
+struct ExecOptions : RunOptions {
+  std::string plan_path;     // plan.json (load_plan)
+  std::string profile_path;  // hardware profile for predict() (empty: the catalog's)
+  std::string output_path;   // result.json, written atomically; empty: none
+  std::string trace_path;    // --trace: predicted and measured timeline, one Chrome-trace file
+  bool json = false;         // print the result JSON instead of the table
+  bool oversubscribe = false;  // CPU: allow more ranks than cores (mpirun --oversubscribe)
 };
 
 // The measured run of a plan. With dp·tp·pp > 1 outside an MPI launch, this process
@@ -45,12 +37,16 @@ struct ExecOptions {
 // an output path in a directory that does not exist, a launch with another
 // number of ranks than the plan's. Throws std::runtime_error (exit code 1) when
 // the run fails (CUDA out of memory...).
+// The plan is loaded once: by the caller (planner/cmd_exec.cpp, which checks
+// it before anything starts), or from options.plan_path by the second form.
+// `config` is the one run configuration everything after reads.
 struct ExecRun {
   int exit_code = 0;
   bool report = true;
-  Plan plan;
+  RunConfig config;
   nlohmann::json run;
 };
+ExecRun run_plan(const ExecOptions& options, Plan plan);
 ExecRun run_plan(const ExecOptions& options);
 
 }  // namespace planner::rt

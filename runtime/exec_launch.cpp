@@ -161,7 +161,7 @@ pid_t start_group(const std::vector<std::string>& cmd, int err_w, int err_r) {
 // calls. Not std::filesystem::remove_all: linked beside the CUDA build of
 // LibTorch, that symbol resolves to libtorch.so's own copy, which called a null
 // pointer and killed the launching process with SIGSEGV after every multi-GPU
-// run (cuda-gdb backtrace in validation/h100x4/two_nodes/diag-launcher-gdb.txt).
+// run (cuda-gdb backtrace in validation/h100x4/two_nodes/attempt1/diag-launcher-gdb.txt).
 void remove_relay_dir(const fs::path& dir) {
   if (DIR* d = opendir(dir.c_str())) {
     while (const dirent* e = readdir(d)) {

@@ -1,5 +1,5 @@
 #pragma once
-// Runs a one-device plan for warm-up + timed steps and measures it: step times
+// Runs a plan for warm-up + timed steps and measures it: step times
 // (CUDA events on the GPU, the steady clock on the CPU), throughput, model
 // TFLOP/s and MFU, losses, and device memory by phase and by the memory model's
 // categories. No LibTorch types in this header (exec.cpp and the CLI include it).
@@ -11,24 +11,11 @@
 #include "specs/memory_category.hpp"
 #include "specs/plan.hpp"
 #include "runtime/device.hpp"
+#include "runtime/run_config.hpp"
 #include "runtime/kernel_profile.hpp"
 
 namespace planner::rt {
 
-struct RunOptions {
-  int comm_timeout_seconds = 300;  // a collective that takes longer ends the job (dead or stuck peer)
-  bool time_actions = false;       // time every action of the step program (exposed communication)
-  bool trace = false;              // record the last timed step's action spans on every rank
-  std::string device = "auto";   // auto | cuda | cpu
-  int steps = 10;                // timed steps
-  int warmup = 3;                // untimed steps before them
-  std::string tokens_path;       // empty: synthetic tokens
-  std::string tokens_dtype = "uint16";
-  uint64_t seed = 1234;
-  double lr = 3e-4;
-  bool progress = true;          // a line per step on stderr
-  bool kernels = false;          // GPU: one more step whose forward and backward kernels are recorded
-};
 
 // Memory in the memory model's categories (bytes on the device at the step's peak).
 //  parameters, gradients, optimizer_states: exact sizes of the flat buffers.
@@ -113,9 +100,12 @@ struct Measurement {
   std::vector<std::string> notes;
 };
 
-// Throws InputError for a plan that cannot run here (dp/tp/pp > 1, steps < 1,
-// device not available, unreadable token file), std::runtime_error for failures
-// (CUDA out of memory included).
-Measurement run_training(const Plan& plan, const RunOptions& opt);
+// Runs config.plan with config.options: set-up (device, world, token source,
+// communicators), the warm-up and timed steps, every rank's figures gathered,
+// the report (statistics, throughput, MFU, notes).
+// Throws InputError for a run that cannot happen here (another number of
+// ranks than the plan's, device not available, unreadable token file),
+// std::runtime_error for failures (CUDA out of memory included).
+Measurement run_training(const RunConfig& config);
 
 }  // namespace planner::rt

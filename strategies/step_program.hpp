@@ -137,6 +137,19 @@ struct StepOptions {
   // unit 0 stays gathered from its forward to its backward, because the head
   // needs it in between.
   bool tied_embeddings = false;
+  // Overlap choices, honoured by the simulator (costmodel/simulator.cpp) and
+  // the runtime's Engine alike; the defaults are what both did before they
+  // were options (a hardware profile may set them: HardwareProfile's fields
+  // of the same names).
+  // Reduce (and its ToHost) run as soon as their backward ends, beside the
+  // backward of the units below (PyTorch DDP's overlap, Li et al. 2020);
+  // false: they are issued at the stage's Sync, where the step waits for them.
+  bool overlap_grad_reduce = true;
+  // ZeRO-1/2: the step ends without waiting for the AllGather of the updated
+  // parameters; the next step's first use of each unit waits for its own
+  // (hidden under the next forward). false: the step ends when every
+  // AllGather has finished.
+  bool overlap_param_gather = false;
 };
 
 struct StepProgram {

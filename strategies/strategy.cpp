@@ -91,7 +91,15 @@ int parse_degree(const std::string& key, const std::string& v, bool allow_zero =
 }
 
 const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
-                                        "schedule", "vpp", "precision", "sp", "cp", "ep"};
+                                        "schedule", "vpp", "precision", "sp", "cp", "ep", "finetune", "lora_r", "lora_alpha",
+                                        "lora_targets"};
+
+// lora_* keys without finetune=lora|qlora say nothing: refused, not ignored.
+void check_lora_keys(const Strategy& s, const std::vector<std::string>& keys) {
+  bool lora = false;
+  for (const auto& k : keys) lora = lora || (is_finetune_key(k) && k != "finetune");
+  validate_finetune(s.finetune, lora);
+}
 
 void set_key(Strategy& s, const std::string& key, const std::string& value) {
   if (key == "dp") s.dp = parse_degree(key, value);
@@ -108,8 +116,9 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
   else if (key == "sp") s.sp = parse_bool(key, value);
   else if (key == "cp") s.cp = parse_degree(key, value);
   else if (key == "ep") s.ep = parse_degree(key, value);
+  else if (is_finetune_key(key)) set_finetune_key(s.finetune, key, value);
   else
-    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp ep)",
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp ep finetune lora_r lora_alpha lora_targets)",
                                  key, nearest(key, kKeys)));
 }
 
@@ -131,6 +140,9 @@ void Strategy::validate() const {
   // tensor-parallel size equal to tp): ep must divide dp.
   if (dp % ep != 0)
     throw InputError(fmt::format("strategy: ep={} must divide dp={} (the experts are split over ranks of a data-parallel group)", ep, dp));
+  if (ep > 1 && finetune.frozen_base())
+    throw InputError(fmt::format("strategy: finetune={} with ep={} is not modelled (adapters on experts split over "
+                                 "ranks); use ep=1", planner::to_string(finetune.mode), ep));
   if (mbs < 1 || mbs > kMaxMbs) throw InputError(fmt::format("strategy: mbs={} must be between 1 and {}", mbs, kMaxMbs));
   const int64_t w = checked_product({dp, tp, pp, cp}, "strategy: dp*tp*pp*cp");
   if (w > kMaxDegree)
@@ -155,6 +167,19 @@ void Strategy::validate() const {
   }
   if (zero >= 2 && pp > 1)
     throw InputError(fmt::format("strategy: zero={} with pp={} is not supported: gradient partitioning conflicts with pipeline accumulation (DeepSpeed allows only ZeRO-1 with PP)", zero, pp));
+  if (finetune.frozen_base()) {
+    validate_finetune(finetune, false);
+    // Only the adapters train: ZeRO shards their optimizer states (zero=1);
+    // the frozen base is replicated, as PEFT under DDP keeps it. Sharding the
+    // base (ZeRO-3/FSDP) and offloading adapters' tiny states are not modelled.
+    if (zero >= 2)
+      throw InputError(fmt::format("strategy: zero={} with finetune={} is not modelled: only the adapters train (their "
+                                   "states are a small fraction of the model) and the frozen base is not sharded; use zero=0 or 1",
+                                   zero, planner::to_string(finetune.mode)));
+    if (offload != Offload::None)
+      throw InputError(fmt::format("strategy: offload={} with finetune={} is not modelled (only the adapters have optimizer "
+                                   "states); use offload=none", planner::to_string(offload), planner::to_string(finetune.mode)));
+  }
 }
 
 std::string Strategy::to_string() const {
@@ -162,7 +187,7 @@ std::string Strategy::to_string() const {
                      dp, tp, pp, cp > 1 ? fmt::format("cp={},", cp) : std::string(), zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
                      planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
   if (ep != 1) text += fmt::format(",ep={}", ep);
-  return text;
+  return text + finetune.text_suffix();
 }
 
 Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given) {
@@ -182,6 +207,7 @@ Strategy Strategy::parse(std::string_view text, std::vector<std::string>* given)
     set_key(s, key, value);
     seen.push_back(key);
   }
+  check_lora_keys(s, seen);
   if (given) *given = seen;
   return s;
 }
@@ -197,6 +223,13 @@ void to_json(nlohmann::json& j, const Strategy& s) {
                      {"sp", s.sp},         {"text", s.to_string()}};
   if (s.cp > 1) j["cp"] = s.cp;  // absent at 1: the JSON of plans without context parallelism is unchanged
   if (s.ep != 1) j["ep"] = s.ep;  // only when used, so dense plans' JSON is unchanged
+  // Only when not full training, so full-training JSON is unchanged.
+  if (s.finetune.frozen_base()) {
+    j["finetune"] = to_string(s.finetune.mode);
+    j["lora_r"] = s.finetune.r;
+    j["lora_alpha"] = s.finetune.alpha;
+    j["lora_targets"] = targets_to_string(s.finetune.targets);
+  }
 }
 
 void from_json(const nlohmann::json& j, Strategy& s) {
@@ -206,6 +239,7 @@ void from_json(const nlohmann::json& j, Strategy& s) {
   }
   if (!j.is_object()) throw InputError("strategy: expected a JSON object or a text form string");
   s = Strategy{};
+  std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "text") continue;
     const auto& v = it.value();
@@ -215,7 +249,9 @@ void from_json(const nlohmann::json& j, Strategy& s) {
     else if (v.is_number_integer()) value = std::to_string(v.get<int64_t>());
     else throw InputError(fmt::format("strategy: '{}' has a value of the wrong type ({})", it.key(), json_excerpt(v)));
     set_key(s, to_lower(it.key()), value);
+    keys.push_back(to_lower(it.key()));
   }
+  check_lora_keys(s, keys);
 }
 
 }  // namespace planner

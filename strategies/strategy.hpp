@@ -9,12 +9,16 @@
 //   cp=2 (context parallelism: the sequence split over cp ranks, attention
 //   exchanging K/V around a ring; Megatron-LM --context-parallel-size),
 //   ep=2 (expert parallelism: a mixture of experts' routed experts split over
-//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size).
+//   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size),
+//   finetune=full|lora|qlora with lora_r, lora_alpha, lora_targets
+//   (strategies/finetune.hpp; full training prints no finetune key).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "strategies/finetune.hpp"
 
 namespace planner {
 
@@ -51,6 +55,7 @@ struct Strategy {
   bool sp = false;  // sequence parallelism (Megatron-3)
   int cp = 1;       // context parallelism: ranks that split one sequence (Megatron-LM context parallel)
   int ep = 1;       // expert parallelism: divides dp; the text form and JSON carry it only when it is not 1
+  Finetune finetune{};  // full training (default), LoRA or QLoRA on a frozen base
 
   // Valid once validate() passed (dp*tp*pp*cp <= 2^20).
   int world() const { return dp * tp * pp * cp; }

@@ -1,8 +1,8 @@
 #pragma once
 // Runs k optimizer steps of a strategy with the Engine (runtime/engine.hpp) and
 // the same global batch with the plain single-process Trainer
-// (runtime/trainer.hpp: one flat buffer, its own accumulation loop, no step
-// program), and returns what the tests compare: the loss of every step and
+// (tests/reference_trainer.hpp: one flat buffer, its own accumulation loop, no
+// step program), and returns what the tests compare: the loss of every step and
 // every parameter after the last step (fp32, in ParamStore's layout).
 #include <ATen/ATen.h>
 
@@ -13,7 +13,7 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/data.hpp"
 #include "runtime/engine.hpp"
-#include "runtime/trainer.hpp"
+#include "reference_trainer.hpp"
 #include "strategies/strategy.hpp"
 
 namespace planner::test {
@@ -23,19 +23,18 @@ struct RunResult {
   at::Tensor params;  // fp32, CPU
 };
 
-inline rt::TrainConfig train_config(const Strategy& s, int64_t seq) {
-  rt::TrainConfig c;
-  c.precision = s.precision;
-  c.ckpt = s.ckpt;
-  c.mbs = s.mbs, c.gas = s.gas, c.seq = seq;
-  return c;
+// The run of model m under s at seq tokens, with the default options (seed 1234).
+inline rt::RunConfig run_config(const ModelSpec& m, const Strategy& s, int64_t seq) {
+  return rt::make_run_config(m, s, seq);
 }
 
-// One process, dp * gas micro-batches of mbs: the step the dp ranks compute together.
+// One process, dp * gas micro-batches of mbs: the step the dp ranks compute
+// together (the cp ranks of a dp index share its samples, whole sequences here).
 inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, int steps) {
-  rt::TrainConfig c = train_config(s, seq);
-  c.gas = int64_t(s.gas) * s.dp;
-  rt::Trainer t(m, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed));
+  Strategy one = s;
+  one.gas = s.gas * s.dp, one.dp = 1, one.cp = 1;
+  const rt::RunConfig c = run_config(m, one, seq);
+  Trainer t(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed));
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(t.step(k).item<double>());
   r.params = t.params().to(at::kFloat).clone();
@@ -45,8 +44,8 @@ inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, 
 inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, rt::Communicator* dp,
                             rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr,
                             rt::Communicator* cp = nullptr) {
-  rt::TrainConfig c = train_config(s, seq);
-  rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), dp, pp, tp, cp);
+  const rt::RunConfig c = run_config(m, s, seq);
+  rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), dp, pp, tp, cp);
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(e.step(k).item<double>());
   r.params = e.full_params_fp32().to(at::kFloat);

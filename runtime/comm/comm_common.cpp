@@ -170,6 +170,20 @@ bool chunk_in_place(const GroupInfo& g, const char* op, const at::Tensor& chunk,
   return false;
 }
 
+void GroupCommunicator::check_p2p_peer(const char* op, int peer) const {
+  check_peer(*g_, op, peer, "peer");
+  if (peer == g_->rank)
+    throw std::runtime_error("communicator " + g_->name + ": " + op + ": peer " + std::to_string(peer) +
+                             " is this rank itself");
+}
+
+void GroupCommunicator::throw_sizes(const char* op, const char* big, const at::Tensor& b, const char* small,
+                                    const at::Tensor& s) const {
+  throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + big + " has " + std::to_string(b.numel()) +
+                           " elements, expected size() * " + small + ".numel() = " + std::to_string(size()) + " * " +
+                           std::to_string(s.numel()) + " = " + std::to_string(size() * s.numel()));
+}
+
 }  // namespace detail
 
 std::unique_ptr<Communicator> make_communicator(const std::vector<std::vector<int>>& groups, const std::string& name,

@@ -76,6 +76,27 @@ void check_peer(const GroupInfo& g, const char* op, int peer, const char* what);
 // `in` overlaps `out` anywhere else. reduce_scatter passes (out, in).
 bool chunk_in_place(const GroupInfo& g, const char* op, const at::Tensor& chunk, const at::Tensor& whole);
 
+// What both backends share: the group's accessors (rank, size, members, name,
+// timeout) and the one-line messages about a peer or sizes that do not fit.
+class GroupCommunicator : public Communicator {
+ public:
+  explicit GroupCommunicator(GroupInfo info) : g_(std::make_shared<GroupInfo>(std::move(info))) {}
+  int rank() const override { return g_->rank; }
+  int size() const override { return static_cast<int>(g_->members.size()); }
+  const std::vector<int>& members() const override { return g_->members; }
+  const std::string& name() const override { return g_->name; }
+  std::chrono::seconds timeout() const override { return g_->timeout; }
+
+ protected:
+  // A send/recv peer: a rank of this group other than this one.
+  void check_p2p_peer(const char* op, int peer) const;
+  // `big` should have size() times `small`'s elements.
+  [[noreturn]] void throw_sizes(const char* op, const char* big, const at::Tensor& b, const char* small,
+                                const at::Tensor& s) const;
+  // Shared with the works, which name the group in their messages.
+  std::shared_ptr<GroupInfo> g_;
+};
+
 std::unique_ptr<Communicator> make_mpi_communicator(SplitGroup split);
 #if defined(PLANNER_HAS_NCCL)
 std::unique_ptr<Communicator> make_nccl_communicator(SplitGroup split, at::Device device);

@@ -76,9 +76,9 @@ class MpiWork final : public Work {
   bool complete_ = false;
 };
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public GroupCommunicator {
  public:
-  explicit MpiCommunicator(SplitGroup s) : comm_(s.comm), g_(std::make_shared<GroupInfo>(std::move(s.info))) {}
+  explicit MpiCommunicator(SplitGroup s) : GroupCommunicator(std::move(s.info)), comm_(s.comm) {}
   ~MpiCommunicator() override {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -86,11 +86,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   Backend backend() const override { return Backend::Mpi; }
-  int rank() const override { return g_->rank; }
-  int size() const override { return static_cast<int>(g_->members.size()); }
-  const std::vector<int>& members() const override { return g_->members; }
-  const std::string& name() const override { return g_->name; }
-  std::chrono::seconds timeout() const override { return g_->timeout; }
 
   WorkPtr all_reduce(at::Tensor t) override {
     static const char* op = "all_reduce";
@@ -183,21 +178,8 @@ class MpiCommunicator final : public Communicator {
     return std::make_shared<MpiWork>(g_, op, std::move(keep), std::move(finish));
   }
   void check(int rc, const char* op, const char* call) { check_mpi(rc, "communicator " + g_->name + ": " + op + ": " + call); }
-  void check_p2p_peer(const char* op, int peer) {
-    check_peer(*g_, op, peer, "peer");
-    if (peer == g_->rank)
-      throw std::runtime_error("communicator " + g_->name + ": " + op + ": peer " + std::to_string(peer) +
-                               " is this rank itself");
-  }
-  [[noreturn]] void throw_sizes(const char* op, const char* big, const at::Tensor& b, const char* small,
-                                const at::Tensor& s) {
-    throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + big + " has " + std::to_string(b.numel()) +
-                             " elements, expected size() * " + small + ".numel() = " + std::to_string(size()) + " * " +
-                             std::to_string(s.numel()) + " = " + std::to_string(size() * s.numel()));
-  }
 
   MPI_Comm comm_;
-  std::shared_ptr<GroupInfo> g_;
 };
 
 }  // namespace

@@ -131,11 +131,11 @@ class NcclWork final : public Work {
   std::vector<at::Tensor> keep_;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public GroupCommunicator {
  public:
   NcclCommunicator(SplitGroup s, at::Device dev)
-      : mpi_(s.comm),
-        g_(std::make_shared<GroupInfo>(std::move(s.info))),
+      : GroupCommunicator(std::move(s.info)),
+        mpi_(s.comm),
         dev_(dev),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, dev.index())) {
     c10::cuda::CUDAGuard guard(dev_);
@@ -181,11 +181,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   Backend backend() const override { return Backend::Nccl; }
-  int rank() const override { return g_->rank; }
-  int size() const override { return static_cast<int>(g_->members.size()); }
-  const std::vector<int>& members() const override { return g_->members; }
-  const std::string& name() const override { return g_->name; }
-  std::chrono::seconds timeout() const override { return g_->timeout; }
 
   WorkPtr all_reduce(at::Tensor t) override {
     static const char* op = "all_reduce";
@@ -271,18 +266,6 @@ class NcclCommunicator final : public Communicator {
     if (t.device().index() != dev_.index())
       throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + arg + " is on " + t.device().str() +
                                ", but this communicator was built on " + dev_.str());
-  }
-  void check_p2p_peer(const char* op, int peer) {
-    check_peer(*g_, op, peer, "peer");
-    if (peer == g_->rank)
-      throw std::runtime_error("communicator " + g_->name + ": " + op + ": peer " + std::to_string(peer) +
-                               " is this rank itself");
-  }
-  [[noreturn]] void throw_sizes(const char* op, const char* big, const at::Tensor& b, const char* small,
-                                const at::Tensor& s) {
-    throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + big + " has " + std::to_string(b.numel()) +
-                             " elements, expected size() * " + small + ".numel() = " + std::to_string(size()) + " * " +
-                             std::to_string(s.numel()) + " = " + std::to_string(size() * s.numel()));
   }
 
   template <class Call>
@@ -394,7 +377,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   MPI_Comm mpi_;
-  std::shared_ptr<GroupInfo> g_;
   at::Device dev_;
   c10::cuda::CUDAStream stream_;
   std::atomic<ncclComm_t> comm_{nullptr};

@@ -490,6 +490,8 @@ void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
 }
 
 at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t padded_rows, int64_t valid_rows) const {
+  if (linear_hook)
+    if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0), int64_t(1));
@@ -503,6 +505,8 @@ at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
                                         int64_t valid_rows) const {
+  if (linear_hook && !tp_)
+    if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
                             sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1));
 }

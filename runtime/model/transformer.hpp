@@ -3,7 +3,7 @@
 // LM) or a BERT-style encoder with an MLM head. Written functionally over ATen
 // ops (no torch::nn modules), so that every parameter is a view into ONE flat
 // buffer in the working precision and every gradient a view into ONE flat
-// gradient buffer (llm.c's layout). The optimizer (trainer.hpp) and, later, ZeRO
+// gradient buffer (llm.c's layout). The Engine's optimizer and ZeRO (engine.hpp)
 // work on those flat buffers with whole-buffer operations.
 //
 // Parameters: exactly the tensors that ModelSpec's layer_params(),
@@ -207,6 +207,10 @@ class TransformerModel {
   // Called (when set) after the last layer's forward and before the head: the
   // trainer reads the allocator there to split activations from logits memory.
   std::function<void()> before_head;
+  // LoRA/QLoRA (runtime/model/lora.hpp): when set, the layers' linear layers
+  // ask it first; an undefined result means "not adapted, compute as usual".
+  std::function<at::Tensor(const at::Tensor& x, int w, int b)> linear_hook;
+  const LayerIds& layer_ids(int64_t i) const { return layers_.at(size_t(i)); }
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
 

@@ -266,7 +266,8 @@ void host_adamw(float* master, float* m, float* v, const void* grad, at::ScalarT
 
 // AdamW over [o, o + n) of the shard buffers: host tensors by host_adamw
 // above; device tensors split at the decay boundary and in chunks, as
-// Trainer::optimizer_step does for the whole buffer.
+// the equivalence tests' reference trainer (tests/reference_trainer.hpp) does for
+// the whole buffer.
 void adam_range(at::Tensor master, at::Tensor m, at::Tensor v, at::Tensor grad16, at::Tensor work, int64_t decay_len,
                 const AdamHyper& h, const at::Tensor& step_count, const at::Tensor& divisor, at::Tensor out16) {
   const int64_t n = master.numel();

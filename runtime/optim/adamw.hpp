@@ -1,7 +1,7 @@
 #pragma once
 // The AdamW update of one range of the optimizer shard, as the runtime's
 // Engine runs it on the device and, under offload, on the host's worker thread
-// (runtime/engine.cpp). `planner calibrate` times this same function on buffers
+// (runtime/engine_tail.cpp). `planner calibrate` times this same function on buffers
 // allocated as the Engine allocates them (calibration/measure_host.cpp), so that
 // the profile's CPU AdamW rate is the runtime's, not a second copy of it.
 #include <ATen/ATen.h>

@@ -25,7 +25,7 @@ json "assert any('host RAM' in a for a in j['assumed']) and any(a.startswith('gl
 expect_exit 0 $P memory --model gpt2-xl --gpus 2xRTX3090 --strategy zero=1 --seq 1024 --global-batch 32
 expect_grep "^assumed: full training: AdamW on every weight .*; host RAM 64.00 GiB per node .*; an NVLink bridge between pairs of RTX3090" "$TMP/out"
 expect_exit 0 $P max-model --gpus 2xRTX3090
-expect_grep "^assumed: full training: AdamW on every weight \(LoRA and frozen layers are not modelled\)" "$TMP/out"
+expect_grep "^assumed: full training: AdamW on every weight \(finetune=lora\|qlora: adapters on a frozen base\)" "$TMP/out"
 expect_exit 0 $P predict --model llama-2-7b --gpus 8xA100 --strategy zero=1 --seq 2048 --global-batch 64
 expect_grep "^assumed: .*A100 = A100-80GB-SXM" "$TMP/out"
 expect_exit 0 $P plan --model llama-2-7b --gpus 8xH100 --tokens 1T --top 1 --json -q

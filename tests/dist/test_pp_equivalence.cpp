@@ -80,8 +80,8 @@ TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's
   auto peak = [&](int gas) {
     Strategy s = Strategy::parse("mbs=2,gas=" + std::to_string(gas) + ",precision=fp32,schedule=1f1b");
     s.pp = 2;
-    const rt::TrainConfig c = train_config(s, seq);
-    rt::Engine e(m, s, c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.seed), nullptr, ppc.get());
+    const rt::RunConfig c = run_config(m, s, seq);
+    rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), nullptr, ppc.get());
     e.step(0);
     const int64_t before = rt::memory_stats(false).allocated;
     rt::reset_peak_memory(false);

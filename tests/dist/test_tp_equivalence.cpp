@@ -132,9 +132,9 @@ TEST_CASE("dist: tensor parallelism refuses what it cannot split", "[dist][tp]")
   if (w.size != 4) return;
   Comms c = make_comms(1, 1, 4);
   Strategy s = Strategy::parse("tp=4,mbs=1,gas=1,precision=fp32");
-  const rt::TrainConfig cfg = train_config(s, 16);
   auto engine = [&](const ModelSpec& m, const Strategy& st) {
-    rt::Engine e(m, st, cfg, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, cfg.seed), nullptr, nullptr,
+    const rt::RunConfig cfg = run_config(m, st, 16);
+    rt::Engine e(cfg, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, cfg.options.seed), nullptr, nullptr,
                  c.tp.get());
   };
   // LLaMA-like: 2 kv heads over 4 ranks.
@@ -146,9 +146,8 @@ TEST_CASE("dist: tensor parallelism refuses what it cannot split", "[dist][tp]")
   }
   // Sequence parallelism needs the sequence to divide.
   s.sp = true;
-  rt::TrainConfig odd = cfg;
-  odd.seq = 18;
-  CHECK_THROWS_AS(rt::Engine(gpt2_like(), s, odd, at::kCPU, std::make_shared<rt::SyntheticTokens>(96, 1), nullptr,
+  const rt::RunConfig odd = run_config(gpt2_like(), s, 18);
+  CHECK_THROWS_AS(rt::Engine(odd, at::kCPU, std::make_shared<rt::SyntheticTokens>(96, 1), nullptr,
                              nullptr, c.tp.get()),
                   InputError);
 }
@@ -187,7 +186,7 @@ TEST_CASE("dist: the activations a forward keeps under tp and sp are the memory 
       Strategy st = Strategy::parse(std::string("mbs=2,gas=1,precision=fp32,ckpt=") + ckpt);
       st.tp = w.size, st.sp = sp == 1;
       INFO(st.to_string());
-      rt::Engine e(m, st, train_config(st, s), at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, 1), nullptr,
+      rt::Engine e(run_config(m, st, s), at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, 1), nullptr,
                    nullptr, c.tp.get());
       int64_t at_head = 0;
       e.before_head = [&] { at_head = rt::memory_stats(false).allocated; };

@@ -69,7 +69,7 @@ rt::ExecOptions opts(const std::string& plan) {
 int run_exec(const rt::ExecOptions& o) {
   const rt::ExecRun r = rt::run_plan(o);
   if (!r.report) return r.exit_code;
-  const ExecReport rep = make_exec_report(r.plan, predict(r.plan, o.profile_path), r.run);
+  const ExecReport rep = make_exec_report(r.config.plan, predict(r.config.plan, o.profile_path), r.run);
   if (!o.output_path.empty()) write_file_atomically(o.output_path, rep.result.dump(2));
   return 0;
 }

@@ -11,7 +11,7 @@
 #include "specs/model_spec.hpp"
 #include "runtime/device.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/trainer.hpp"
+#include "reference_trainer.hpp"
 #include "tiny_models.hpp"
 
 using namespace planner;
@@ -20,12 +20,12 @@ using namespace planner::test;
 
 namespace {
 
-TrainConfig fp32_config(int64_t mbs, int64_t gas, int64_t seq, Ckpt ckpt = Ckpt::None) {
-  TrainConfig c;
-  c.precision = Precision::FP32;
-  c.ckpt = ckpt;
-  c.mbs = mbs, c.gas = gas, c.seq = seq;
-  return c;
+RunConfig fp32_config(const ModelSpec& m, int mbs, int gas, int64_t seq, Ckpt ckpt = Ckpt::None) {
+  Strategy s;
+  s.precision = Precision::FP32;
+  s.ckpt = ckpt;
+  s.mbs = mbs, s.gas = gas;
+  return make_run_config(m, s, seq);
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
@@ -54,7 +54,7 @@ TEST_CASE("runtime: every family runs forward and backward with finite gradients
        {gpt2_like(), neo_like(), gptj_like(), opt_like(), opt350_like(), llama_like(), bert_like()}) {
     INFO(m.name);
     auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 7);
-    Trainer t(m, fp32_config(2, 1, 16), at::kCPU, tokens);
+    Trainer t(fp32_config(m, 2, 1, 16), at::kCPU, tokens);
     auto [ids, labels] = t.batch(0, 0, 2);
     at::Tensor loss = t.forward_backward(ids, labels, 1.0);
     const double l = loss.item<double>();
@@ -105,9 +105,9 @@ TEST_CASE("runtime: gradients match finite differences in double precision", "[r
 TEST_CASE("runtime: the loss of a tiny model falls over 50 steps", "[runtime]") {
   ModelSpec m = gpt2_like();
   auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 1);
-  TrainConfig c = fp32_config(8, 1, 32);
-  c.lr = 3e-3;
-  Trainer t(m, c, at::kCPU, tokens);
+  RunConfig c = fp32_config(m, 8, 1, 32);
+  c.options.optim.lr = 3e-3;
+  Trainer t(c, at::kCPU, tokens);
   std::vector<double> losses;
   for (int s = 0; s < 50; ++s) losses.push_back(t.step(s).item<double>());
   double first = 0, last = 0;
@@ -128,7 +128,7 @@ TEST_CASE("runtime: checkpointing keeps fewer bytes and leaves gradients unchang
   const Ckpt modes[3] = {Ckpt::None, Ckpt::Selective, Ckpt::Full};
   for (int k = 0; k < 3; ++k) {
     INFO("ckpt=" << to_string(modes[k]));
-    Trainer t(m, fp32_config(4, 1, 32, modes[k]), at::kCPU, tokens);
+    Trainer t(fp32_config(m, 4, 1, 32, modes[k]), at::kCPU, tokens);
     auto [ids, labels] = t.batch(0, 0, 4);
     // Bytes the forward leaves alive for the backward: allocated just before the
     // head minus allocated before the forward (the counting CPU allocator).
@@ -150,8 +150,8 @@ TEST_CASE("runtime: accumulating k micro-batches equals one batch k times larger
   for (const ModelSpec& m : {gpt2_like(), llama_like()}) {
     INFO(m.name);
     auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 5);
-    Trainer big(m, fp32_config(4, 1, 16), at::kCPU, tokens);
-    Trainer acc(m, fp32_config(2, 2, 16), at::kCPU, tokens);
+    Trainer big(fp32_config(m, 4, 1, 16), at::kCPU, tokens);
+    Trainer acc(fp32_config(m, 2, 2, 16), at::kCPU, tokens);
     CHECK(max_abs_diff(big.params(), acc.params()) == 0);  // same seed, same weights
     auto [ids, labels] = big.batch(0, 0, 4);
     at::Tensor l1 = big.forward_backward(ids, labels, 1.0);
@@ -167,9 +167,9 @@ TEST_CASE("runtime: accumulating k micro-batches equals one batch k times larger
 TEST_CASE("runtime: the flat AdamW step matches the textbook update", "[runtime]") {
   ModelSpec m = gpt2_like();
   auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 9);
-  TrainConfig c = fp32_config(1, 1, 8);
-  c.grad_clip = 0.5;
-  Trainer t(m, c, at::kCPU, tokens);
+  RunConfig c = fp32_config(m, 1, 1, 8);
+  c.options.optim.grad_clip = 0.5;
+  Trainer t(c, at::kCPU, tokens);
   const int64_t n = t.params().numel(), nd = t.model().store().decay_numel();
   at::Tensor p0 = t.params().to(at::kDouble);
   at::manual_seed(11);
@@ -182,23 +182,23 @@ TEST_CASE("runtime: the flat AdamW step matches the textbook update", "[runtime]
   // Textbook (double): clip, Adam moments after one step, bias correction,
   // decoupled weight decay on the decayed range.
   const double norm = g.norm().item<double>();
-  const double coef = std::min(1.0, c.grad_clip / (norm + 1e-6));
+  const double coef = std::min(1.0, c.options.optim.grad_clip / (norm + 1e-6));
   at::Tensor gc = g * coef;
-  at::Tensor m1 = gc * (1 - c.beta1), v1 = gc * gc * (1 - c.beta2);
-  at::Tensor mh = m1 / (1 - c.beta1), vh = v1 / (1 - c.beta2);
+  at::Tensor m1 = gc * (1 - c.options.optim.beta1), v1 = gc * gc * (1 - c.options.optim.beta2);
+  at::Tensor mh = m1 / (1 - c.options.optim.beta1), vh = v1 / (1 - c.options.optim.beta2);
   at::Tensor wd = at::zeros({n}, at::kDouble);
-  wd.narrow(0, 0, nd).fill_(c.weight_decay);
-  at::Tensor expect = p0 * (1 - c.lr * wd) - c.lr * mh / (vh.sqrt() + c.eps);
+  wd.narrow(0, 0, nd).fill_(c.options.optim.weight_decay);
+  at::Tensor expect = p0 * (1 - c.options.optim.lr * wd) - c.options.optim.lr * mh / (vh.sqrt() + c.options.optim.eps);
   CHECK(max_abs_diff(t.params(), expect) <= 1e-6);
 }
 
 TEST_CASE("runtime: bf16 layout is 2 + 2 + 12 bytes per parameter and trains", "[runtime]") {
   ModelSpec m = gpt2_like();
   auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 2);
-  TrainConfig c = fp32_config(4, 2, 16);
-  c.precision = Precision::BF16;
-  c.lr = 3e-3;
-  Trainer t(m, c, at::kCPU, tokens);
+  RunConfig c = fp32_config(m, 4, 2, 16);
+  c.plan.strategy.precision = Precision::BF16;
+  c.options.optim.lr = 3e-3;
+  Trainer t(c, at::kCPU, tokens);
   const int64_t n = m.total_params();
   CHECK(t.param_bytes() == 2 * n);
   CHECK(t.grad_bytes() == 2 * n);
@@ -210,8 +210,8 @@ TEST_CASE("runtime: bf16 layout is 2 + 2 + 12 bytes per parameter and trains", "
   CHECK(std::isfinite(l));
   CHECK(l < l0);
 
-  TrainConfig c32 = fp32_config(4, 1, 16);
-  Trainer t32(m, c32, at::kCPU, tokens);
+  RunConfig c32 = fp32_config(m, 4, 1, 16);
+  Trainer t32(c32, at::kCPU, tokens);
   CHECK(t32.param_bytes() == 4 * n);
   CHECK(t32.optimizer_state_bytes() == 8 * n);  // master = the parameters
 }
@@ -219,16 +219,16 @@ TEST_CASE("runtime: bf16 layout is 2 + 2 + 12 bytes per parameter and trains", "
 TEST_CASE("runtime: fp16 skips a step on overflow and halves the loss scale", "[runtime]") {
   ModelSpec m = gpt2_like();
   auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 4);
-  TrainConfig c = fp32_config(2, 1, 16);
-  c.precision = Precision::FP16;
-  Trainer t(m, c, at::kCPU, tokens);
+  RunConfig c = fp32_config(m, 2, 1, 16);
+  c.plan.strategy.precision = Precision::FP16;
+  Trainer t(c, at::kCPU, tokens);
   at::Tensor before = t.params().clone();
   {
     at::NoGradGuard ng;
     t.grads().fill_(std::numeric_limits<float>::infinity());
   }
   CHECK_FALSE(t.optimizer_step());
-  CHECK(t.loss_scale() == c.fp16_init_scale / 2);
+  CHECK(t.loss_scale() == c.options.optim.fp16_init_scale / 2);
   CHECK(t.skipped_steps() == 1);
   CHECK(max_abs_diff(t.params(), before) == 0);
   const double l = t.step(0).item<double>();

@@ -214,3 +214,45 @@ TEST_CASE("cp: prediction at a long sequence, and the search tries cp from seq 8
   L.seq = 6;  // 2*cp must divide seq: only cp = 1 and 3 (3 does not divide 8): nothing added
   CHECK(count_strategies(L) == without);
 }
+
+TEST_CASE("cp with ep: the text form, the expert groups at every cp index, the experts' states", "[cp][moe]") {
+  const Strategy s = Strategy::parse("dp=4,tp=2,cp=2,ep=2");
+  CHECK(s.to_string() ==
+        "dp=4,tp=2,pp=1,cp=2,zero=0,offload=none,ckpt=none,mbs=1,gas=1,schedule=1f1b,vpp=1,precision=bf16,sp=0,ep=2");
+  CHECK(Strategy::parse(s.to_string()) == s);
+  // dp=4, pp=1, tp=1, cp=2 (rank = 2 dp + cp), ep=2: an ep group is two
+  // consecutive dp indices at one cp index; an expert-dp group the dp indices
+  // equal modulo 2 at both cp indices (the cp ranks hold the same experts).
+  const RankGrid g(4, 1, 1, 2);
+  CHECK(g.ep_group(0, 2) == std::vector<int>{0, 2});
+  CHECK(g.ep_group(3, 2) == std::vector<int>{1, 3});
+  CHECK(g.ep_group(5, 2) == std::vector<int>{5, 7});
+  CHECK(g.expert_dp_group(0, 2) == std::vector<int>{0, 1, 4, 5});
+  CHECK(g.expert_dp_group(7, 2) == std::vector<int>{2, 3, 6, 7});
+  for (auto groups : {g.all_ep_groups(2), g.all_expert_dp_groups(2)}) {
+    std::set<int> seen;
+    for (auto& grp : groups)
+      for (int r : grp) CHECK(seen.insert(r).second);
+    CHECK(int(seen.size()) == g.world());
+  }
+  // Mixtral on 16 GPUs under ZeRO-1: dp=4 x cp=2 with ep=2 shards the dense
+  // states over dp*cp = 8 and the experts' over dp/ep*cp = 4, as dp=8 with
+  // ep=2 does (8 and 4): the same states per rank.
+  const Plan a = cp_plan("mixtral-8x7b", "16xH100", "dp=4,tp=2,cp=2,ep=2,zero=1,mbs=1,gas=2", 8192);
+  const Plan b = cp_plan("mixtral-8x7b", "16xH100", "dp=8,tp=2,ep=2,zero=1,mbs=1,gas=1", 8192);
+  const MemBreakdown x = estimate_memory(a).peak_breakdown(), y = estimate_memory(b).peak_breakdown();
+  CHECK(x[int(MemCategory::OptimizerStates)] == y[int(MemCategory::OptimizerStates)]);
+  CHECK(x[int(MemCategory::Parameters)] == y[int(MemCategory::Parameters)]);
+  CHECK(predict(a).step_seconds > 0);
+  // The search space holds plans with both, each by the rules of both.
+  SpaceLimits L;
+  L.world = 16, L.global_batch = 16, L.layers = 32, L.heads = 32, L.kv_heads = 8, L.ffn = 14336;
+  L.experts = 8, L.expert_ffn = 14336, L.max_cp = 16, L.seq = 8192, L.fp32 = false;
+  int both = 0;
+  for_each_strategy(L, [&](const Strategy& t) {
+    both += t.cp > 1 && t.ep > 1;
+    CHECK(t.world() == 16);
+    CHECK(t.dp % t.ep == 0);
+  });
+  CHECK(both > 0);
+}

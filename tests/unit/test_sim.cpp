@@ -169,10 +169,10 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
     CHECK(all_reduce_seconds(S, g, 0) == Approx(2.0 * (n - 1) / n * S / B));
   }
   // Without overlap the whole reduction is exposed.
-  cost.stage(0).overlap_grad_reduce = false;
-  CHECK(simulate(prog, cost).makespan_seconds == Approx(1 + 4 + 2 + 0.5));
+  StepProgram serial = prog;
+  serial.options.overlap_grad_reduce = false;
+  CHECK(simulate(serial, cost).makespan_seconds == Approx(1 + 4 + 2 + 0.5));
   // A reduction slower than the backward shows: 8 x 1 s, the first after 0.5 s of backward.
-  cost.stage(0).overlap_grad_reduce = true;
   for (int u = 0; u < 8; ++u) cost.unit(u).all_reduce_seconds = 1.0;
   CHECK(simulate(prog, cost).makespan_seconds == Approx(1 + 0.5 + 8 + 0.5));
 }

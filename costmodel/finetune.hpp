@@ -1,0 +1,85 @@
+#pragma once
+// LoRA and QLoRA on a frozen base: what they change in the memory model and in
+// the time model. Formulas and their sources: docs/MEMORY_MODEL.md and
+// docs/TIME_MODEL.md ("Fine-tuning: LoRA and QLoRA").
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/activations.hpp"
+#include "costmodel/hardware_profile.hpp"
+#include "costmodel/layer_costs.hpp"
+#include "costmodel/model_states.hpp"
+#include "specs/model_spec.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner {
+
+// One linear layer of a transformer layer, per rank under tensor parallelism
+// (column-parallel: q, k, v, MLP up and gate split their outputs; row-parallel:
+// o and MLP down split their inputs; Shoeybi et al. 2019).
+struct LayerMatrix {
+  const char* name;    // "q", "k", "v", "o", "gate", "up", "down" (PEFT's q_proj, ..., down_proj)
+  unsigned target;     // the LoraTarget bit that puts an adapter on it
+  int64_t d_in, d_out; // whole matrix
+  bool column_parallel;
+};
+std::vector<LayerMatrix> layer_matrices(const ModelSpec& m);
+
+// Adapter parameters on one rank for one matrix: A (d_in x r) and B (r x d_out),
+// r (d_in + d_out) in all (Hu et al. 2021, sec. 4.1); tensor parallelism splits
+// A of a row-parallel and B of a column-parallel matrix, the other factor is
+// whole on every rank.
+int64_t adapter_params(const LayerMatrix& w, int r, int tp);
+// Adapter parameters of one transformer layer on one rank.
+int64_t adapter_params_per_layer(const ModelSpec& m, const Finetune& f, int tp);
+// Weight-matrix parameters of one layer on one rank (what QLoRA stores in NF4;
+// norms and biases stay in the working precision).
+int64_t matrix_params_per_layer(const ModelSpec& m, int tp);
+// The largest matrix of a layer on one rank: QLoRA's dequantisation buffer
+// holds one at a time, in the compute precision.
+int64_t largest_matrix_per_rank(const ModelSpec& m, int tp);
+
+// Bytes of a rank's frozen base holding `params` parameters of which
+// `layers` transformer layers: the working precision for LoRA; for QLoRA the
+// layers' matrices at kNf4BitsPerParam and the rest (embedding, head, norms,
+// biases) in the working precision.
+double frozen_base_bytes(const ModelSpec& m, const Strategy& s, double params, int layers);
+
+// Parameters that train on one rank of a stage with `layers` layers: the
+// adapters (fine-tuning) or `params` (full training).
+double trainable_params_per_rank(const ModelSpec& m, const Strategy& s, double params, int layers);
+// Model states of such a rank under fine-tuning: the frozen base (no
+// gradient, no optimizer state, replicated over dp), QLoRA's dequantisation
+// buffer (one layer matrix in the working precision, counted as parameters),
+// and the adapters as any trained weights (model_state_bytes: 2 + 2 + K bytes
+// per parameter, ZeRO-1 sharding their optimizer states over dp).
+ModelStateBytes finetune_model_state_bytes(const ModelSpec& m, const Strategy& s, const MemoryConstants& k,
+                                           double params, int layers);
+
+// Bytes one layer saves for its backward under fine-tuning, for a micro-batch
+// (compare layer_activation_bytes(...).total(tp, sp) for full training): a
+// frozen matrix needs no weight gradient, so its input is not kept for one
+// unless its adapter's A needs it (dA = X^T (dY B^T) s) or another op's
+// backward does; each adapter keeps X A (T x r) for dB = (X A)^T dY s.
+double finetune_layer_activation_bytes(const ModelSpec& m, int64_t seq, int64_t mbs, int elem_bytes, Ckpt ckpt,
+                                       const AttentionImpl& impl, int tp, bool sp, const Finetune& f);
+
+// Time: replaces a layer's (and the embedding's and head's) full-training pass
+// times by fine-tuning's: no weight-gradient GEMMs for the frozen matrices,
+// the adapters' six GEMMs per matrix, and for QLoRA the dequantisation of every
+// matrix in the forward, the backward and any recomputation (memory-bound).
+void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const Finetune& f,
+                                PassTimes& layer);
+void apply_finetune_head_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, PassTimes& head);
+void apply_finetune_embedding_times(PassTimes& embedding);
+
+// FLOPs of a fine-tuning step on `tokens` tokens: full training's (specs/flops.hpp)
+// less the weight gradients of the frozen matrices (2 FLOPs per multiply-add,
+// one per weight per token), plus the adapters' 6 FLOPs per parameter per token.
+double finetune_flops_adjustment(const ModelSpec& m, const Finetune& f, int64_t tokens);
+
+// One line for the `assumed:` list naming the choice.
+std::string finetune_assumed(const Strategy& s);
+
+}  // namespace planner

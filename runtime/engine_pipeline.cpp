@@ -1,0 +1,139 @@
+// The Engine's compute and pipeline handlers (runtime/engine_detail.hpp):
+// F and B of one unit for one micro-batch, and the pipeline's sends and receives.
+#include "runtime/engine_detail.hpp"
+#include "runtime/model/context_parallel.hpp"
+
+namespace planner::rt {
+
+void Engine::forward(int mb, int u, int chunk, int64_t step) {
+  Impl& I = *impl_;
+  if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
+  if (I.gather_mark[size_t(u)]) I.copy->wait(I.gather_mark[size_t(u)]), I.gather_mark[size_t(u)] = nullptr;
+  const int head = program_.partition.head_unit();
+  if (u == 0) {
+    std::vector<int64_t> scratch;
+    const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
+    auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
+                                    device_, scratch);
+    if (cp_) ids = cp_->shard(ids), labels = cp_->shard(labels);  // this cp rank's two chunks
+    if (program_.partition.owner(head).first == stage_) I.labels[mb] = labels;
+    I.out[key(mb, 0)] = model_->embed(ids);
+    return;
+  }
+  const auto [first, last] = program_.partition.units_of(stage_, chunk);
+  (void)last;
+  at::Tensor x;
+  if (u == first) {  // the stage's input: received from the previous stage (RecvF)
+    x = I.recv.at(key(mb, first));
+    I.recv.erase(key(mb, first));
+  } else {
+    x = I.out.at(key(mb, u - 1)).detach().requires_grad_(true);
+  }
+  I.in[key(mb, u)] = x;
+  if (u == head) {
+    if (before_head) before_head();
+    if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
+      std::vector<int64_t> scratch;
+      const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
+      I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
+                                device_, scratch).second;
+      if (cp_) I.labels[mb] = cp_->shard(I.labels[mb]);
+    }
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
+    at::Tensor loss = model_->head_loss(x, I.labels.at(mb), mult);
+    I.loss_sum.add_(loss.detach());
+    I.out[key(mb, u)] = loss;
+    I.labels.erase(mb);
+  } else {
+    I.out[key(mb, u)] = model_->block(u - 1, x, st_.ckpt);
+  }
+}
+
+void Engine::ensure_grad(int u) {
+  Impl& I = *impl_;
+  if (st_.zero < 2 || I.ugrad[size_t(u)].defined()) return;
+  const bool layer = u > 0 && u < program_.partition.head_unit();
+  const int64_t n = layer ? I.layer_padded : I.units[size_t(u)].padded;
+  I.ugrad[size_t(u)] = acquire(I.grad_pool, u, layer, n, at::TensorOptions().device(device_).dtype(I.dt))
+                           .narrow(0, 0, I.units[size_t(u)].padded);
+  I.ugrad[size_t(u)].zero_();
+  bind_unit_grad(u, I.ugrad[size_t(u)]);
+  transient_peak_ = std::max(transient_peak_, transient_bytes());
+}
+
+void Engine::backward(int mb, int u, int chunk) {
+  Impl& I = *impl_;
+  if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
+  if (I.gather_mark[size_t(u)]) I.copy->wait(I.gather_mark[size_t(u)]), I.gather_mark[size_t(u)] = nullptr;
+  const int head = program_.partition.head_unit();
+  ensure_grad(u);
+  if (u == head && spec_.tied_embeddings) ensure_grad(0);
+  const auto [first, last] = program_.partition.units_of(stage_, chunk);
+  at::Tensor y = I.out.at(key(mb, u));
+  if (u == head) {
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
+    torch::autograd::backward({y * mult});
+  } else if (u == last - 1) {  // the gradient of the stage's output, received from the next stage (RecvB)
+    torch::autograd::backward({y}, {I.recv.at(key(mb, -1 - u))});
+    I.recv.erase(key(mb, -1 - u));
+  } else {
+    at::Tensor g = I.in.at(key(mb, u + 1)).grad();
+    torch::autograd::backward({y}, {g});
+    I.in.erase(key(mb, u + 1));
+  }
+  I.out.erase(key(mb, u));
+  if (u == first && u > 0) {
+    // The input's gradient waits for SendB (or is the first stage's: none).
+  } else if (u == first) {
+    I.in.erase(key(mb, 1));
+  }
+  if (u == program_.partition.units_of(stage_, 0).first && after_backward && mb == st_.gas - 1) after_backward();
+}
+
+// Pipeline point-to-point over the links of runtime/comm/pipe_links.hpp:
+// activations to the next stage, gradients to the previous one (the next and
+// previous stage of the ring under the interleaved schedule). A send is waited
+// for at the step's Sync (its Work keeps the tensor alive), or dropped before
+// the next send once it has arrived (Impl::reap); a receive before
+// the tensor is used (on the GPU an event wait on the compute stream: the host
+// walks on).
+void Engine::send_f(int mb, int chunk) {
+  impl_->reap();  // the earlier sends that have arrived free their tensors
+  const int last = program_.partition.units_of(stage_, chunk).second - 1;
+  at::Tensor t = I_out_detached(mb, last);
+  impl_->pending.push_back(links_->f_out->send(t, 1));
+}
+
+void Engine::recv_f(int mb, int chunk) {
+  const int first = program_.partition.units_of(stage_, chunk).first;
+  at::Tensor t = at::empty({int64_t(st_.mbs), stage_seq(), spec_.hidden},
+                           at::TensorOptions().device(device_).dtype(impl_->dt));
+  links_->f_in->recv(t, 0)->wait();
+  impl_->recv[key(mb, first)] = t.requires_grad_(true);
+}
+
+void Engine::send_b(int mb, int chunk) {
+  impl_->reap();
+  const int first = program_.partition.units_of(stage_, chunk).first;
+  at::Tensor g = impl_->in.at(key(mb, first)).grad();
+  impl_->in.erase(key(mb, first));
+  impl_->pending.push_back(links_->b_out->send(g.contiguous(), 1));
+}
+
+void Engine::recv_b(int mb, int chunk) {
+  const int last = program_.partition.units_of(stage_, chunk).second - 1;
+  at::Tensor t = at::empty({int64_t(st_.mbs), stage_seq(), spec_.hidden},
+                           at::TensorOptions().device(device_).dtype(impl_->dt));
+  links_->b_in->recv(t, 0)->wait();
+  impl_->recv[key(mb, -1 - last)] = t;  // negative keys: output gradients
+}
+
+// The sequence length of what stages exchange: a shard under sequence parallelism.
+int64_t Engine::stage_seq() const {
+  const int64_t seq = cfg_.seq() / st_.cp;  // cp: this rank's two chunks
+  return st_.sp && st_.tp > 1 ? seq / st_.tp : seq;
+}
+
+at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
+
+}  // namespace planner::rt

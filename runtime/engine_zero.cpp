@@ -1,0 +1,218 @@
+// The Engine's ZeRO handlers (runtime/engine_detail.hpp): the unit buffer
+// pool, Gather/Release (ZeRO-3), Reduce (all-reduce or reduce-scatter, held
+// for the Sync without overlap_grad_reduce), AllGather (ZeRO-1/2), and the
+// full parameters gathered for the tests.
+#include "runtime/engine_detail.hpp"
+
+namespace planner::rt {
+
+// A buffer of `numel` elements for unit u: its own (unit 0, the head) or a free
+// layer slot. The stream that uses it next waits for the collective that last
+// read it.
+at::Tensor acquire(BufferPool& p, int u, bool layer, int64_t numel, const at::TensorOptions& o) {
+  if (!layer) {
+    at::Tensor& t = p.own[u];
+    if (!t.defined()) t = at::empty({numel}, o);
+    if (WorkPtr& w = p.own_busy[u]) w->wait(), w = nullptr;
+    return t;
+  }
+  // Two slots from the start, taken first-in first-out: the slot a unit just
+  // gave back (its collective maybe still running) is the last to be reused,
+  // so the compute stream rarely waits for it.
+  while (p.slots.size() < 2 || p.free.empty()) {
+    p.free.push_back(int(p.slots.size()));
+    p.slots.push_back(at::empty({numel}, o));
+    p.slot_busy.push_back(nullptr);
+    if (p.slots.size() >= 2 && !p.free.empty()) break;
+  }
+  const int k = p.free.front();
+  p.free.erase(p.free.begin());
+  if (WorkPtr& w = p.slot_busy[size_t(k)]) w->wait(), w = nullptr;
+  p.slot_of[u] = k;
+  return p.slots[size_t(k)];
+}
+
+void give_back(BufferPool& p, int u, bool layer, WorkPtr busy) {
+  if (!layer) {
+    p.own_busy[u] = std::move(busy);
+    return;
+  }
+  const int k = p.slot_of.at(u);
+  p.slot_of.erase(u);
+  p.slot_busy[size_t(k)] = std::move(busy);
+  p.free.push_back(k);
+}
+
+void Engine::gather(int u) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  const bool layer = u > 0 && u < program_.partition.head_unit();
+  at::Tensor buf = acquire(I.gather_pool, u, layer, layer ? I.layer_padded : un.padded,
+                           at::TensorOptions().device(device_).dtype(I.dt))
+                       .narrow(0, 0, un.padded);
+  at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk);
+  at::Tensor mine = buf.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
+  if (st_.offload == Offload::All && cuda_) {
+    // The shard comes from pinned host memory on the copy stream; the all-gather
+    // is issued from that stream so it waits for the copy, not for compute.
+    WorkPtr w;
+    I.copy->run([&] {
+      mine.copy_(src, /*non_blocking=*/true);
+      if (dp_ && st_.dp_cp() > 1) w = dp_->all_gather(mine, buf);
+    });
+    I.keep.push_back(src);
+    if (w) I.gather_work[size_t(u)] = w;
+    else I.gather_mark[size_t(u)] = I.copy->mark();
+  } else if (dp_ && st_.dp_cp() > 1) {
+    I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
+  } else {
+    mine.copy_(src);
+  }
+  I.gathered[size_t(u)] = buf;
+  bind_unit(u, buf);
+  transient_peak_ = std::max(transient_peak_, transient_bytes());
+}
+
+void Engine::release(int u) {
+  Impl& I = *impl_;
+  bind_unit(u, at::Tensor());
+  I.gathered[size_t(u)] = at::Tensor();
+  // The next all-gather into this buffer is ordered after the compute that read
+  // it (a collective waits for the caller's stream when issued).
+  give_back(I.gather_pool, u, u > 0 && u < program_.partition.head_unit(), nullptr);
+}
+
+void Engine::reduce(int u, bool scatter) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  at::NoGradGuard ng;
+  if (!scatter) {
+    if (dp_ && st_.dp_cp() > 1) {
+      I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
+      I.pending.push_back(I.reduce_work[size_t(u)]);
+    }
+    return;
+  }
+  // Reduce-scatter into the rank's gradient chunk. From the second micro-batch
+  // on, the chunk accumulated so far is added into this rank's part of the
+  // unit's gradient first, so the reduce-scatter leaves the running sum.
+  at::Tensor g = I.ugrad[size_t(u)];
+  at::Tensor acc = I.gshard.narrow(0, un.sbase, un.chunk);
+  if (I.reduces_done[size_t(u)] > 0) {
+    if (WorkPtr& prev = I.reduce_work[size_t(u)]) {
+      prev->wait();
+      // Waited for: drop it from the outstanding list, so that the unit
+      // gradient it holds is freed now, not at the step's Sync (the NCCL
+      // backend records its tensors on its stream, so the memory is reused
+      // only after the collective).
+      I.pending.erase(std::remove(I.pending.begin(), I.pending.end(), prev), I.pending.end());
+    }
+    g.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk).add_(acc);
+  }
+  // Finished collectives hold nothing worth keeping.
+  I.reap();
+  if (dp_ && st_.dp_cp() > 1) {
+    I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
+    I.pending.push_back(I.reduce_work[size_t(u)]);
+  } else {
+    acc.copy_(g);
+  }
+  ++I.reduces_done[size_t(u)];
+  bind_unit_grad(u, at::Tensor());
+  I.ugrad[size_t(u)] = at::Tensor();
+  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(),
+            dp_ && st_.dp_cp() > 1 ? I.reduce_work[size_t(u)] : nullptr);
+}
+
+at::Tensor Engine::shard_grad(int u) {
+  Impl& I = *impl_;
+  const Unit& un = I.units[size_t(u)];
+  if (st_.zero >= 2) return I.gshard.narrow(0, un.sbase, un.chunk);
+  return I.grads.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
+}
+
+// overlap_grad_reduce off: the reductions and copies to the host held for
+// the Sync, issued now in program order. A unit reduced after every backward
+// (ZeRO-2/3 with accumulation) is reduced once, for its last: its unit
+// gradient kept accumulating in its buffer meanwhile, so the one
+// reduce-scatter leaves the step's sum (as the simulator prices it: each
+// Reduce at the Sync).
+void Engine::issue_deferred() {
+  std::vector<StepAction> d;
+  d.swap(impl_->deferred);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i].op == StepOp::ToHost) {
+      to_host(d[i].unit);
+      continue;
+    }
+    bool later = false;
+    for (size_t j = i + 1; j < d.size() && !later; ++j) later = d[j].op == StepOp::Reduce && d[j].unit == d[i].unit;
+    if (!later) reduce(d[i].unit, d[i].scatter);
+  }
+}
+
+void Engine::all_gather(int u) {
+  Impl& I = *impl_;
+  if (I.skip || !dp_ || st_.dp_cp() < 2) return;
+  const Unit& un = I.units[size_t(u)];
+  at::Tensor full = I.params.narrow(0, un.base, un.padded);
+  at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
+  WorkPtr w;
+  if (I.offload) I.copy->run([&] { w = dp_->all_gather(mine, full); });  // after the unit's copy to the device
+  else w = dp_->all_gather(mine, full);
+  // overlap_param_gather: the step ends without it; the unit's next forward
+  // (or backward) waits for it, as for a ZeRO-3 Gather.
+  if (program_.options.overlap_param_gather) I.gather_work[size_t(u)] = w;
+  else I.pending.push_back(w);
+}
+
+at::Tensor Engine::full_params_fp32() {
+  Impl& I = *impl_;
+  for (WorkPtr& w : I.gather_work)  // overlap_param_gather: the last step's all-gathers
+    if (w) w->wait(), w = nullptr;
+  at::NoGradGuard ng;
+  const ParamStore& store = model_->store();
+  at::Tensor out = at::zeros({store.numel()}, at::TensorOptions().device(device_).dtype(at::kFloat));
+  for (size_t u = 0; u < I.units.size(); ++u) {
+    const Unit& un = I.units[u];
+    if (!un.owned) continue;  // another stage's (summed in below)
+    at::Tensor unit;
+    if (st_.zero < 3) {
+      unit = I.params.narrow(0, un.base, un.padded);
+    } else {
+      unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
+      at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
+      if (dp_ && st_.dp_cp() > 1) dp_->all_gather(src, unit)->wait();
+      else unit.copy_(src);
+    }
+    for (size_t k = 0; k < un.ids.size(); ++k) {
+      const ParamInfo& info = store.infos()[size_t(un.ids[k])];
+      if (info.group != int(u)) continue;  // the last stage's copy of the tied word matrix
+      out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
+    }
+  }
+  if (tp_) {
+    // The full tensors in the single-process layout: each split one gathered
+    // from the tp group and put together (tp_assemble), the others as they are.
+    at::Tensor whole = at::zeros({store.full_numel()}, out.options());
+    for (const ParamInfo& info : store.infos()) {
+      if (!I.units[size_t(info.group)].owned) continue;
+      at::Tensor mine = out.narrow(0, info.offset, info.numel);
+      at::Tensor t = mine;
+      if (info.split.split()) {
+        std::vector<int64_t> shape{st_.tp};
+        shape.insert(shape.end(), info.shape.begin(), info.shape.end());
+        at::Tensor all = at::empty(shape, out.options());
+        tp_->all_gather(mine, all)->wait();
+        t = tp_assemble(all, info.split, info.full_shape);
+      }
+      whole.narrow(0, info.full_offset, info.full_numel).copy_(t.reshape({-1}));
+    }
+    out = whole;
+  }
+  if (pp_ && st_.pp > 1) pp_->all_reduce(out)->wait();  // each stage filled its own units, zeros elsewhere
+  synchronize(cuda_);
+  return out;
+}
+
+}  // namespace planner::rt

@@ -1,0 +1,215 @@
+// LoRA / QLoRA: the choice (strategies/finetune.hpp), its memory and its time.
+#include "catch.hpp"
+#include "costmodel/compat.hpp"
+#include "costmodel/cost_model.hpp"
+#include "costmodel/finetune.hpp"
+#include "costmodel/memory_model.hpp"
+#include "costmodel/op_costs.hpp"
+#include "costmodel/predict.hpp"
+#include "specs/flops.hpp"
+#include "costmodel/collectives.hpp"
+#include "strategies/errors.hpp"
+#include "strategies/strategy.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace planner;
+
+TEST_CASE("finetune: full training keeps the canonical text and JSON", "[finetune]") {
+  const Strategy s = Strategy::parse("dp=2,zero=1,mbs=4,gas=8");
+  CHECK(s.finetune.mode == FinetuneMode::Full);
+  CHECK(s.to_string() == "dp=2,tp=1,pp=1,zero=1,offload=none,ckpt=none,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0");
+  const nlohmann::json j = s;
+  CHECK(!j.contains("finetune"));
+  CHECK(Strategy::parse("finetune=full") == Strategy{});
+}
+
+TEST_CASE("finetune: lora and qlora parse, print and round-trip", "[finetune]") {
+  const Strategy s = Strategy::parse("finetune=lora,lora_r=8,lora_alpha=16,lora_targets=q+v");
+  CHECK(s.finetune.mode == FinetuneMode::Lora);
+  CHECK(s.finetune.r == 8);
+  CHECK(s.finetune.alpha == 16);
+  CHECK(s.finetune.targets == (kLoraQ | kLoraV));
+  CHECK(s.finetune.scale() == 2.0);
+  CHECK(s.to_string().ends_with(",sp=0,finetune=lora,lora_r=8,lora_alpha=16,lora_targets=q+v"));
+  CHECK(Strategy::parse(s.to_string()) == s);
+  nlohmann::json j = s;
+  CHECK(j["finetune"] == "lora");
+  CHECK(j.get<Strategy>() == s);
+  // Defaults: r 16, alpha 32, every linear layer of the blocks.
+  const Strategy q = Strategy::parse("finetune=qlora");
+  CHECK(q.finetune.quantized_base());
+  CHECK(q.to_string().ends_with(",finetune=qlora,lora_r=16,lora_alpha=32,lora_targets=qkv+o+mlp"));
+  CHECK(Strategy::parse("finetune=lora,lora_targets=all").finetune.targets == unsigned(kLoraAll));
+  CHECK(Strategy::parse("finetune=lora,lora_targets=q+k+v").finetune.targets == (kLoraQ | kLoraK | kLoraV));
+}
+
+TEST_CASE("finetune: bad choices are refused with one line", "[finetune]") {
+  auto msg = [](const char* text) {
+    try {
+      Strategy::parse(text).validate();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(msg("finetune=dora").find("finetune='dora' is not one of full|lora|qlora") != std::string::npos);
+  CHECK(msg("lora_r=16").find("need finetune=lora or finetune=qlora") != std::string::npos);
+  CHECK(msg("finetune=lora,lora_r=0") != "");
+  CHECK(msg("finetune=lora,lora_r=5000") != "");
+  CHECK(msg("finetune=lora,lora_targets=emb").find("'emb' is not one of") != std::string::npos);
+  CHECK(msg("finetune=lora,lora_targets=") != "");
+  CHECK(msg("dp=2,zero=2,finetune=lora").find("zero=2 with finetune=lora is not modelled") != std::string::npos);
+  CHECK(msg("dp=2,zero=1,offload=optimizer,finetune=qlora").find("offload=optimizer with finetune=qlora") !=
+        std::string::npos);
+  CHECK(msg("dp=2,zero=1,finetune=qlora") == "");
+  for (std::string m : {msg("finetune=dora"), msg("lora_r=16")}) CHECK(m.find('\n') == std::string::npos);
+  // JSON objects follow the same rules.
+  CHECK_THROWS_AS(nlohmann::json({{"lora_r", 8}}).get<Strategy>(), InputError);
+}
+
+TEST_CASE("finetune: NF4 with double quantization costs 4.127 bits per parameter", "[finetune]") {
+  // Dettmers et al. 2023, sec. 3: 32/64 = 0.5 bits of absmax per parameter
+  // before, 8/64 + 32/(64*256) = 0.127 after double quantization.
+  CHECK(kNf4BitsPerParam == Approx(4.127).epsilon(1e-3));
+  CHECK(kNf4BitsPerParam - 4.0 == Approx(0.126953125));
+}
+
+// ---------------------------------------------------------------- memory
+
+namespace {
+Plan ft_plan(const char* model, const char* gpus, const std::string& strategy, int64_t seq) {
+  PlanRequest req;
+  req.model = model;
+  req.gpus = gpus;
+  req.strategy = strategy;
+  req.seq = seq;
+  return build_plan(req);
+}
+}  // namespace
+
+TEST_CASE("finetune: adapter counts match PEFT's for LLaMA-7B at r=64 on every linear layer", "[finetune]") {
+  // LLaMA-7B (h 4096, ffn 11008, 32 layers), r = 64 on q, k, v, o, gate, up,
+  // down, the QLoRA paper's setting: per layer 64 * (4 (4096 + 4096) + 3 (4096
+  // + 11008)) = 1,249,280 * 4 = 4,997,120; 32 layers: 159,907,840, the
+  // "trainable params" PEFT prints for it.
+  const ModelSpec m = model_preset("llama-2-7b");
+  Finetune f;
+  f.mode = FinetuneMode::Qlora;
+  f.r = 64;
+  CHECK(adapter_params_per_layer(m, f, 1) * m.layers == 159'907'840);
+  // Original LoRA's q and v only, r = 16: 2 * 16 * 8192 = 262,144 per layer.
+  f.r = 16;
+  f.targets = kLoraQ | kLoraV;
+  CHECK(adapter_params_per_layer(m, f, 1) == 262'144);
+  // TP 2: q's B is split (16 * (4096 + 2048)); o's A is split (16 * (2048 + 4096)).
+  f.targets = kLoraQ | kLoraO;
+  CHECK(adapter_params_per_layer(m, f, 2) == 2 * 16 * (4096 + 2048));
+  CHECK(matrix_params_per_layer(m, 1) == 4 * 4096 * 4096 + 3 * 4096 * 11008);
+  CHECK(largest_matrix_per_rank(m, 1) == 4096 * 11008);
+}
+
+TEST_CASE("finetune: QLoRA model states of LLaMA-2-7B by hand", "[finetune]") {
+  const Plan p = ft_plan("llama-2-7b", "1xH100", "finetune=qlora,lora_r=64,mbs=1,gas=1", 512);
+  const MemoryReport r = estimate_memory(p);
+  const MemBreakdown& g = r.peak_breakdown();
+  // Base: 32 * 202,375,168 = 6,476,005,376 matrix weights at 4.126953125 bits
+  // = 3,340,771,328 bytes; the other 262,410,240 (embedding, head, norms) in
+  // bf16; one dequantised 4096 x 11008 matrix in bf16; adapters in bf16.
+  const double base = 3'340'771'328.0 + 2.0 * 262'410'240 + 2.0 * 4096 * 11008;
+  const double adapters = 159'907'840.0;
+  CHECK(double(g[int(MemCategory::Parameters)]) == Approx(base + 2 * adapters).epsilon(1e-12));
+  CHECK(double(g[int(MemCategory::Gradients)]) == Approx(2 * adapters).epsilon(1e-12));
+  CHECK(double(g[int(MemCategory::OptimizerStates)]) == Approx(12 * adapters).epsilon(1e-12));
+  // LoRA: the base in bf16 (6,738,415,616 parameters), no dequantisation buffer.
+  const Plan l = ft_plan("llama-2-7b", "1xH100", "finetune=lora,lora_r=64,mbs=1,gas=1", 512);
+  CHECK(double(estimate_memory(l).peak_breakdown()[int(MemCategory::Parameters)]) ==
+        Approx(2.0 * 6'738'415'616 + 2 * adapters).epsilon(1e-12));
+  // ZeRO-1 over dp = 2 shards the adapters' optimizer states only.
+  const Plan z = ft_plan("llama-2-7b", "2xH100", "finetune=lora,lora_r=64,zero=1,mbs=1,gas=1", 512);
+  const MemBreakdown& gz = estimate_memory(z).peak_breakdown();
+  CHECK(double(gz[int(MemCategory::OptimizerStates)]) == Approx(6 * adapters).epsilon(1e-12));
+  CHECK(double(gz[int(MemCategory::Parameters)]) == Approx(2.0 * 6'738'415'616 + 2 * adapters).epsilon(1e-12));
+}
+
+TEST_CASE("finetune: activations a frozen base keeps, per matrix", "[finetune]") {
+  const ModelSpec m = model_preset("llama-2-7b");
+  const int64_t s = 512;
+  const AttentionImpl flash{};
+  const double full = layer_activation_bytes(m, s, 1, 2, Ckpt::None, flash).total(1, false);
+  Finetune f;
+  f.mode = FinetuneMode::Lora;
+  // Every linear layer adapted: each input is kept for its A's gradient, as in
+  // full training; the seven adapters add X A, 2 * 512 * 16 bytes each.
+  CHECK(finetune_layer_activation_bytes(m, s, 1, 2, Ckpt::None, flash, 1, false, f) ==
+        Approx(full + 7 * 2.0 * 512 * 16));
+  // q and v only: the MLP's input (2 * 512 * 4096) and down's input (SwiGLU's
+  // product, 2 * 512 * 11008) were kept only for weight gradients: dropped.
+  // The attention output stays (the fused kernel's backward reads it).
+  f.targets = kLoraQ | kLoraV;
+  CHECK(finetune_layer_activation_bytes(m, s, 1, 2, Ckpt::None, flash, 1, false, f) ==
+        Approx(full - 2.0 * 512 * 4096 - 2.0 * 512 * 11008 + 2 * 2.0 * 512 * 16));
+  // Full recomputation keeps only the layer input, as in full training.
+  CHECK(finetune_layer_activation_bytes(m, s, 1, 2, Ckpt::Full, flash, 1, false, f) ==
+        layer_activation_bytes(m, s, 1, 2, Ckpt::Full, flash).total(1, false));
+}
+
+// ---------------------------------------------------------------- time
+TEST_CASE("finetune: a frozen layer's backward drops the weight-gradient GEMMs", "[finetune]") {
+  const ModelSpec m = model_preset("llama-2-7b");
+  const HardwareProfile p = default_profile(resolve_cluster("1xH100").gpu);
+  const LayerShape shape{2048, 1, 1, false, Precision::BF16, Ckpt::None};
+  const PassTimes full = transformer_layer_times(p, m, shape, GroupLink{});
+  Finetune f;
+  f.mode = FinetuneMode::Lora;
+  f.r = 16;
+  f.targets = kLoraQ;
+  PassTimes lora = full;
+  apply_finetune_layer_times(p, m, shape, f, lora);
+  const Precision bf = Precision::BF16;
+  const int64_t T = 2048;
+  // The four weight gradients of full training's layer (fused qkv, o, gate+up, down).
+  const double wgrad = weight_grad_gemm_seconds(p, 4096, 3 * 4096, T, bf) + weight_grad_gemm_seconds(p, 4096, 4096, T, bf) +
+                       weight_grad_gemm_seconds(p, 4096, 2 * 11008, T, bf) + weight_grad_gemm_seconds(p, 11008, 4096, T, bf);
+  // q's adapter: forward X A (T x 16, k 4096) and (X A) B (T x 4096, k 16);
+  // backward dZ (T x 16, k 4096), dX (T x 4096, k 16), dB (16 x 4096), dA (4096 x 16).
+  const double fwd = gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf);
+  const double bwd = gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf) +
+                     weight_grad_gemm_seconds(p, 16, 4096, T, bf) + weight_grad_gemm_seconds(p, 4096, 16, T, bf);
+  CHECK(lora.forward.gemm_seconds == Approx(full.forward.gemm_seconds + fwd));
+  CHECK(lora.backward.gemm_seconds == Approx(full.backward.gemm_seconds - wgrad + bwd));
+  // The base's GEMM work is about 2/3 of full training's (forward + dX, no dW).
+  const double base_share = (full.forward.gemm_seconds + full.backward.gemm_seconds - wgrad) /
+                            (full.forward.gemm_seconds + full.backward.gemm_seconds);
+  CHECK(base_share > 0.6);
+  CHECK(base_share < 0.72);
+  // QLoRA adds the dequantisation of the seven matrices, forward and backward:
+  // 202,375,168 weights, reading 4.127 bits and writing 2 bytes each.
+  f.mode = FinetuneMode::Qlora;
+  PassTimes q = full;
+  apply_finetune_layer_times(p, m, shape, f, q);
+  MemoryOps deq;
+  for (int64_t n : {4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 11008, 4096 * 11008, 4096 * 11008})
+    deq.add(MemKernel::Streaming, double(n) * (kNf4BitsPerParam / 8 + 2));
+  CHECK(q.forward.memory_seconds - lora.forward.memory_seconds ==
+        Approx(p.memory_in_step_factor * deq.seconds(p)).epsilon(1e-9));
+  CHECK(q.backward.memory_seconds - lora.backward.memory_seconds ==
+        Approx(p.memory_in_step_factor * deq.seconds(p)).epsilon(1e-9));
+}
+
+TEST_CASE("finetune: predicted step, FLOPs and gradient traffic", "[finetune]") {
+  const Plan full = ft_plan("llama-2-7b", "2xH100", "mbs=1,gas=4", 2048);
+  const Plan lora = ft_plan("llama-2-7b", "2xH100", "mbs=1,gas=4,finetune=lora,lora_r=64", 2048);
+  const HardwareProfile p = default_profile(full.cluster.gpu);
+  const StepPrediction pf = predict(full), pl = predict(lora);
+  CHECK(pl.step_seconds < pf.step_seconds);
+  // FLOPs: full training's less 2 per frozen matrix weight per token, plus 6 per adapter weight.
+  const double tokens = double(lora.global_batch) * 2048;
+  CHECK(pl.model_flops_per_step ==
+        Approx(pf.model_flops_per_step - 2 * tokens * double(matmul_params(full.model)) + 6 * tokens * 159'907'840.0));
+  // The data-parallel all-reduce carries only the adapters' gradients.
+  const TableCostModel cf = build_cost_model(full, p), cl = build_cost_model(lora, p);
+  CHECK(cl.unit(1).all_reduce_seconds < cf.unit(1).all_reduce_seconds / 20);
+  CHECK(cl.unit(0).all_reduce_seconds <= cl.unit(1).all_reduce_seconds);
+  CHECK(cl.unit(0).backward_seconds == 0);
+}
