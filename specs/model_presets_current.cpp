@@ -78,6 +78,7 @@ ModelSpec mixtral(std::string name, int64_t layers, int64_t hidden, int64_t head
   ModelSpec m = llama3(std::move(name), layers, hidden, heads, ffn, false, published);
   m.vocab = 32000;
   m.default_seq = seq;
+  m.rope_theta = 1e6;  // both configs' rope_theta
   m.moe.experts = 8, m.moe.top_k = 2, m.moe.expert_ffn = ffn;
   return m;
 }

@@ -200,7 +200,9 @@ TEST_CASE("validate draws a pipeline plan's predicted and measured timelines fro
     return e;
   };
   auto meta = [](int pid, const std::string& name) {
-    return json{{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "process_name"}, {"args", {{"name", name}}}};
+    json args = {{"name", name}};
+    if (pid >= 1000) args["stage"] = pid - 1000;  // exec writes a measured rank's stage as a number
+    return json{{"ph", "M"}, {"pid", pid}, {"tid", 0}, {"name", "process_name"}, {"args", args}};
   };
   json ev = json::array({meta(0, "stage 0 (representative rank)"), meta(1, "stage 1 (representative rank)"),
                          meta(1000, "measured rank 0, stage 0 (compute stream)"),
