@@ -127,7 +127,8 @@ TEST_CASE("finetune: QLoRA model states of LLaMA-2-7B by hand", "[finetune]") {
         Approx(2.0 * 6'738'415'616 + 2 * adapters).epsilon(1e-12));
   // ZeRO-1 over dp = 2 shards the adapters' optimizer states only.
   const Plan z = ft_plan("llama-2-7b", "2xH100", "finetune=lora,lora_r=64,zero=1,mbs=1,gas=1", 512);
-  const MemBreakdown& gz = estimate_memory(z).peak_breakdown();
+  const MemoryReport rz = estimate_memory(z);  // the breakdown is the report's: keep it alive
+  const MemBreakdown& gz = rz.peak_breakdown();
   CHECK(double(gz[int(MemCategory::OptimizerStates)]) == Approx(6 * adapters).epsilon(1e-12));
   CHECK(double(gz[int(MemCategory::Parameters)]) == Approx(2.0 * 6'738'415'616 + 2 * adapters).epsilon(1e-12));
 }
