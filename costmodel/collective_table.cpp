@@ -54,13 +54,14 @@ CollectiveGroupAt collective_group_at(const std::vector<Group>& t, int g) {
 std::string collective_extrapolation_note(const HardwareProfile& p, const Strategy& s) {
   const int largest = p.largest_measured_group();
   if (largest == 0) return "";
-  // The plan's collective groups: data-parallel (DP/ZeRO), tensor-parallel,
-  // and the pairs of a pipeline's sends.
+  // The plan's collective groups: data-parallel (DP/ZeRO: the dp-cp group
+  // under context parallelism), tensor-parallel, and the pairs of a
+  // pipeline's sends.
   struct Axis {
     const char* name;
     int size;
   };
-  const Axis axes[] = {{"dp", s.dp}, {"tp", s.tp}, {"pp send/recv", s.pp > 1 ? 2 : 1}};
+  const Axis axes[] = {{s.cp > 1 ? "dp-cp" : "dp", s.dp_cp()}, {"tp", s.tp}, {"pp send/recv", s.pp > 1 ? 2 : 1}};
   const Axis* worst = nullptr;
   for (const Axis& a : axes)
     if (a.size > largest && (!worst || a.size > worst->size)) worst = &a;

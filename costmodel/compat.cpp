@@ -13,6 +13,39 @@
 
 namespace planner {
 
+// Context parallelism's rules (cp > 1). Megatron-LM splits each sequence into
+// 2*cp chunks and gives rank i chunks i and 2*cp-1-i, so that every rank holds
+// the same share of the causal mask's work (megatron/core/utils.py,
+// get_batch_on_this_cp_rank): seq must divide by 2*cp. The ring attention of
+// this runtime (runtime/model/context_parallel.hpp) is causal only, and under
+// sequence parallelism each rank's seq/cp tokens are split again over tp.
+std::string context_parallel_problem(const Plan& plan) {
+  const Strategy& s = plan.strategy;
+  if (s.cp == 1) return "";
+  if (plan.seq % (2 * int64_t(s.cp)) != 0)
+    return fmt::format("strategy: cp={} splits the sequence into 2*cp = {} chunks (causal load balancing): seq={} is "
+                       "not a multiple of {}", s.cp, 2 * s.cp, plan.seq, 2 * s.cp);
+  if (plan.model.arch != Arch::Decoder)
+    return fmt::format("strategy: cp={} needs a causal decoder: context parallelism of a bidirectional encoder ({}) "
+                       "is not modelled", s.cp, plan.model.name);
+  if (plan.model.windowed_layers(plan.seq) > 0)
+    return fmt::format("strategy: cp={} with sliding-window attention ({}) is not modelled (the ring passes every "
+                       "K/V chunk; a window would skip some)", s.cp, plan.model.name);
+  if (s.sp && s.tp > 1 && (plan.seq / s.cp) % s.tp != 0)
+    return fmt::format("strategy: sp=1 splits each context-parallel rank's seq/cp = {} tokens over the tp ranks: "
+                       "not a multiple of tp={}", plan.seq / s.cp, s.tp);
+  if (s.finetune.frozen_base())
+    return fmt::format("strategy: finetune={} with cp={} is not modelled (adapters under ring attention are neither "
+                       "priced nor run together); use cp=1", planner::to_string(s.finetune.mode), s.cp);
+  if (s.precision == Precision::FP32)
+    return fmt::format("strategy: cp={} with precision=fp32 is not run: ring attention calls the flash kernels, which "
+                       "take bf16 or fp16 on GPUs", s.cp);
+  if (s.sp && s.tp > 1 && plan.model.pos == PosEmbed::Learned)
+    return "strategy: cp>1 with sp=1 and learned positions is not run by this runtime (the position rows of a "
+           "sequence-parallel shard of two context chunks); use sp=0 or a rotary model";
+  return "";
+}
+
 // Expert parallelism's model rules: ep splits routed experts, so it needs a
 // mixture of experts whose expert count it divides, and tp splits each
 // expert's inner width as it splits the dense MLP's (expert tensor
@@ -38,8 +71,11 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   s.validate();
   std::vector<std::string> notes;
   if (s.world() != c.world())
-    throw InputError(fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} must equal the GPU count {}", s.dp, s.tp, s.pp,
-                                 s.world(), c.world()));
+    throw InputError(s.cp == 1 ? fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} must equal the GPU count {}", s.dp,
+                                             s.tp, s.pp, s.world(), c.world())
+                               : fmt::format("strategy: dp*tp*pp*cp = {}*{}*{}*{} = {} must equal the GPU count {}",
+                                             s.dp, s.tp, s.pp, s.cp, s.world(), c.world()));
+  if (std::string cp = context_parallel_problem(plan); !cp.empty()) throw InputError(cp);
   if (m.heads % s.tp != 0)
     throw InputError(fmt::format("strategy: tp={} must divide the attention heads ({})", s.tp, m.heads));
   if (m.kv_heads % s.tp != 0)
@@ -63,7 +99,7 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     throw InputError(fmt::format("global batch {} must be between 1 and {} (2^32)", plan.global_batch, kMaxGlobalBatch));
   // The runtime's own rules (runtime/model.cpp, runtime/data.cpp), here so
   // that plan, predict, memory and export refuse what exec would refuse.
-  if (s.sp && s.tp > 1 && plan.seq % s.tp != 0)
+  if (s.sp && s.tp > 1 && s.cp == 1 && plan.seq % s.tp != 0)
     throw InputError(fmt::format("strategy: sp=1 splits the sequence over the tp ranks: seq={} is not a multiple of "
                                  "tp={}", plan.seq, s.tp));
   if (m.pos == PosEmbed::Rotary && m.head_dim() % 2 != 0)
@@ -76,10 +112,14 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     throw InputError(fmt::format("global batch {} must equal dp*mbs*gas = {}*{}*{} = {}", plan.global_batch, s.dp,
                                  s.mbs, s.gas, s.global_batch()));
   if (UseCheck u = check_use(plan, use); u.broken != UseLimit::None) throw InputError(u.message);
-  if (s.zero >= 1 && s.dp == 1)
+  if (s.zero >= 1 && s.dp_cp() == 1)
     notes.push_back(fmt::format("zero={} with dp=1 shards nothing (ZeRO partitions over data-parallel ranks)", s.zero));
   if (s.sp && s.tp == 1) notes.push_back("sp=1 with tp=1 does nothing (sequence parallelism splits over TP ranks)");
   if (std::string n = cluster_notation_note(c); !n.empty()) notes.push_back(std::move(n));
+  if (s.cp > 1)
+    notes.push_back(fmt::format("cp={}: attention passes K/V around a ring of {} ranks (send/recv per step, "
+                                "overlapped with the blocks); Ulysses-style all-to-all context parallelism is not "
+                                "modelled", s.cp, s.cp));
   if (s.tp > c.gpus_per_node)
     notes.push_back(fmt::format("tp={} spans nodes ({} GPUs per node): its all-reduces cross the network", s.tp,
                                 c.gpus_per_node));
@@ -193,9 +233,10 @@ Plan build_plan(const PlanRequest& req, std::vector<std::string>* notes, const P
   Strategy& s = p.strategy;
   const int64_t world = p.cluster.world();
   if (!has("dp")) {
-    const int64_t tp_pp = checked_mul(s.tp, s.pp, "strategy: tp*pp");
+    const int64_t tp_pp = checked_product({s.tp, s.pp, s.cp}, "strategy: tp*pp*cp");
     if (world % tp_pp != 0)
-      throw InputError(fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", tp_pp, world));
+      throw InputError(s.cp == 1 ? fmt::format("strategy: tp*pp = {} does not divide the GPU count {}", tp_pp, world)
+                                 : fmt::format("strategy: tp*pp*cp = {} does not divide the GPU count {}", tp_pp, world));
     s.dp = static_cast<int>(world / tp_pp);
   }
   p.seq = req.seq ? *req.seq : default_seq(p.model);

@@ -35,6 +35,12 @@ struct PlanUse {
 // limits of `use` (check_use). Returns notes for legal but pointless choices
 // (zero>=1 with dp=1 shards nothing, sp with tp=1).
 std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use = {});
+// Context parallelism's rules (cp > 1): seq a multiple of 2*cp (Megatron's
+// causal load balancing, chunks i and 2cp-1-i per rank:
+// megatron/core/utils.py get_batch_on_this_cp_rank), a causal decoder without
+// sliding windows, and the runtime's rules under sp. The message, or "" when
+// the plan obeys them (check_compat throws it; the search skips the plan).
+std::string context_parallel_problem(const Plan& plan);
 // The mixture-of-experts rules of check_compat (ep divides the experts, tp
 // their widths; ep > 1 only for a mixture of experts). Throws InputError.
 void check_moe_compat(const ModelSpec& m, const Strategy& s);

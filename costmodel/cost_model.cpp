@@ -11,6 +11,7 @@
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
+#include "costmodel/cp_costs.hpp"
 #include "strategies/rank_grid.hpp"
 #include "strategies/step_program.hpp"
 
@@ -65,6 +66,7 @@ namespace {
 
 struct LayerSet {
   PassTimes layer, embedding, head;
+  PassTimes layer_block;  // cp > 1: a layer with one block of attention (the ring's overlap); else unused
 };
 
 // Units that cost the same share one table entry: per stage, the embedding, a
@@ -80,18 +82,19 @@ struct Links {
   std::vector<GroupLink> dp;       // per stage, the DP group of the stage's representative rank
   std::vector<GroupLink> next;     // per stage, the link to stage (s + 1) mod pp
   std::vector<GroupLink> tp;       // per stage, the TP group of the representative (beside its node's others)
+  std::vector<GroupLink> cp;       // per stage, the representative's send to the next rank of its CP ring
   GroupLink pp;                    // the representatives' pipeline group (alone: it carries one float)
 };
 
-int64_t layer_key(const Strategy& s) {
-  // ep (at most 2^20) above the rest (below 2^40): a MoE layer's experts depend on it. Fine-tuning
-  // (below 2^56) never comes with ep > 1 (Strategy::validate), and one search keeps one finetune.
+// The layer times depend on mbs, tp, sp, precision, ckpt and fine-tuning
+// (first), and on cp and ep (second: each at most 2^20, so both fit without overlap).
+std::pair<int64_t, int64_t> layer_key(const Strategy& s) {
   const Finetune& f = s.finetune;  // below 2^36: mode, targets, rank above it
   const int64_t ft = f.frozen_base() ? (int64_t(f.r) * 32 + f.targets) * 4 + int(f.mode) : 0;
-  return ((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt) + (ft << 36) +
-         (s.ep > 1 ? int64_t(s.ep) << 40 : 0);
+  return {((((int64_t(s.mbs) * 1024 + s.tp) * 2 + s.sp) * 4 + int(s.precision)) * 4) + int(s.ckpt) + (ft << 36),
+          (int64_t(s.cp) << 21) | s.ep};
 }
-int64_t grid_key(const Strategy& s) { return (int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp; }
+int64_t grid_key(const Strategy& s) { return ((int64_t(s.dp) * 65536 + s.tp) * 65536 + s.pp) * 1024 + s.cp; }
 
 }  // namespace
 
@@ -102,7 +105,7 @@ struct CostContext::Impl {
   HardwareProfile profile;
   Topology topo;
   std::unordered_map<int, GroupLink> tp_links;
-  std::unordered_map<int64_t, LayerSet> layers;
+  std::map<std::pair<int64_t, int64_t>, LayerSet> layers;
   std::unordered_map<int64_t, Links> links;
   std::unordered_map<int64_t, Layout> layouts;
   std::unordered_map<int64_t, std::vector<StepList>> step_ends;
@@ -118,7 +121,7 @@ struct CostContext::Impl {
   // NormReduce) as add_step_tail emits them, per shape: which ones a stage has
   // depends on pp, whether dp and tp exceed 1, sp and ZeRO-2/3 only.
   const std::vector<StepList>& step_end_reductions(const Strategy& s, const LayerPartition& part) {
-    const int64_t key = (int64_t(s.pp) << 8) | (s.dp > 1) << 3 | (s.tp > 1) << 2 | int(s.sp) << 1 | (s.zero >= 2);
+    const int64_t key = (int64_t(s.pp) << 8) | (s.dp_cp() > 1) << 3 | (s.tp > 1) << 2 | int(s.sp) << 1 | (s.zero >= 2);
     auto it = step_ends.find(key);
     if (it != step_ends.end()) return it->second;
     std::vector<StepList> out(size_t(s.pp));
@@ -145,19 +148,25 @@ struct CostContext::Impl {
   }
 
   const LayerSet& layer_set(const Strategy& s) {
-    const int64_t key = layer_key(s);
+    const auto key = layer_key(s);
     auto it = layers.find(key);
     if (it != layers.end()) return it->second;
-    const LayerShape shape{seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
+    // Context parallelism: each rank computes seq/cp tokens (its two chunks),
+    // and its attention is cp blocks of that size (costmodel/cp_costs.hpp).
+    const LayerShape shape{seq / s.cp, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt};
     const GroupLink& l = tp_link(s.tp);
     // A mixture of experts' mean layer (moe_costs.hpp; the dense layer itself otherwise).
     LayerSet set{model.moe.enabled() ? moe_mean_layer_times(profile, model, shape, l, s.ep)
                                      : transformer_layer_times(profile, model, shape, l),
-                 embedding_times(profile, model, shape, l), head_times(profile, model, shape, l)};
+                 embedding_times(profile, model, shape, l), head_times(profile, model, shape, l), {}};
     if (s.finetune.frozen_base()) {  // LoRA/QLoRA (costmodel/finetune.hpp)
       apply_finetune_layer_times(profile, model, shape, s.finetune, set.layer);
       apply_finetune_embedding_times(set.embedding);
       apply_finetune_head_times(profile, model, shape, set.head);
+    }
+    if (s.cp > 1) {
+      set.layer_block = set.layer;
+      scale_attention_for_cp(set.layer, s.cp);
     }
     return layers[key] = set;
   }
@@ -187,50 +196,76 @@ struct CostContext::Impl {
     auto it = links.find(key);
     if (it != links.end()) return it->second;
     Links out;
-    const RankGrid grid(s.dp, s.pp, s.tp);
+    const RankGrid grid(s.dp, s.pp, s.tp, s.cp);
     const int g = std::max(1, cluster.gpus_per_node);
     std::vector<std::vector<int>> groups;
     int groups_node = -1;  // the node whose DP groups `groups` holds
+    int rep_group = 0;     // the representative's index in `groups`
     std::vector<std::pair<int, int>> pairs;
-    const int64_t block = int64_t(s.pp) * s.tp;  // ranks of one DP index
+    const int64_t block = int64_t(s.pp) * s.cp * s.tp;  // ranks of one DP index
     // Stages on one node share its DP groups and find their sends among their
     // own ranks: a deep pipeline on a large node was a scan of the node per
     // stage (and of the ranks before each rank for the DP groups).
     for (int st = 0; st < s.pp; ++st) {
-      const int rep = grid.rank({0, st, 0});
+      const int rep = grid.rank({0, st, 0, 0});
       const int node_first = (rep / g) * g, node_last = std::min(grid.world(), node_first + g);
-      // DP: every DP group with a member on the representative's node, each
-      // through its first rank there. A DP group is a (pp, tp) pair, which is
-      // rank mod pp*tp (RankGrid: rank = (dp_i pp + pp_i) tp + tp_i), so the
-      // first pp*tp ranks of the node bring in each group once, in rank order,
-      // the representative (dp_i = 0) at index rep - node_first. Stages on
+      // DP (the gradients' dp-cp group): every such group with a member on
+      // the representative's node, each through its first rank there. A
+      // dp-cp group is a (pp, tp) pair: the first pp*cp*tp ranks of the node
+      // bring in each group once per cp index, in rank order; the first
+      // (cp index 0) stands for it (with cp = 1, every rank of that block:
+      // RankGrid: rank = ((dp_i pp + pp_i) cp + cp_i) tp + tp_i). Stages on
       // the same node share them.
-      if (s.dp > 1) {
+      if (s.dp_cp() > 1) {
         if (groups_node != node_first) {
           groups.clear();
           const int groups_end = int(std::min<int64_t>(node_last, node_first + block));
-          for (int x = node_first; x < groups_end; ++x) groups.push_back(grid.dp_group(x));
+          for (int x = node_first; x < groups_end; ++x)
+            if (s.cp == 1 || grid.coord(x).cp == 0) groups.push_back(grid.dp_cp_group(x));
           groups_node = node_first;
         }
-        out.dp.push_back(topo.ring(groups, rep - node_first));
+        rep_group = rep - node_first;  // cp = 1: every rank of the block is its own group's first
+        if (s.cp > 1) {
+          const std::vector<int> mine = grid.dp_cp_group(rep);
+          for (size_t k = 0; k < groups.size(); ++k)
+            if (groups[k] == mine) rep_group = int(k);
+        }
+        out.dp.push_back(topo.ring(groups, rep_group));
       } else {
         out.dp.push_back(GroupLink{});
       }
       // PP: every rank of this stage on the node sends to its next stage at
-      // once; in rank order, the ranks (d pp + st) tp + t of each DP index d.
+      // once; in rank order, the ranks ((d pp + st) cp + c) tp + t of each DP index d.
       if (s.pp > 1) {
         pairs.clear();
         int rep_pair = 0;
         for (int64_t d = node_first / block; d * block < node_last; ++d)
-          for (int t = 0; t < s.tp; ++t) {
-            const int64_t x = (d * s.pp + st) * s.tp + t;
-            if (x < node_first || x >= node_last) continue;
-            if (x == rep) rep_pair = int(pairs.size());
-            pairs.push_back({int(x), grid.rank({int(d), (st + 1) % s.pp, t})});
-          }
+          for (int c = 0; c < s.cp; ++c)
+            for (int t = 0; t < s.tp; ++t) {
+              const int64_t x = ((d * s.pp + st) * s.cp + c) * s.tp + t;
+              if (x < node_first || x >= node_last) continue;
+              if (x == rep) rep_pair = int(pairs.size());
+              pairs.push_back({int(x), grid.rank({int(d), (st + 1) % s.pp, t, c})});
+            }
         out.next.push_back(topo.p2p(pairs, rep_pair));
       } else {
         out.next.push_back(GroupLink{});
+      }
+      // CP: every rank of the node sends its K/V to the next rank of its
+      // context-parallel ring at once (ring attention, one step).
+      if (s.cp > 1) {
+        pairs.clear();
+        int rep_pair = 0;
+        for (int x = node_first; x < node_last; ++x) {
+          RankCoord rc = grid.coord(x);
+          if (rc.pp != st) continue;
+          if (x == rep) rep_pair = int(pairs.size());
+          rc.cp = (rc.cp + 1) % s.cp;
+          pairs.push_back({x, grid.rank(rc)});
+        }
+        out.cp.push_back(topo.p2p(pairs, rep_pair));
+      } else {
+        out.cp.push_back(GroupLink{});
       }
       // TP: every TP group with a member on the node at once (consecutive ranks).
       if (s.tp > 1) {
@@ -271,6 +306,17 @@ double replicated_params(const ModelSpec& m, int layers, bool first, bool last) 
   return params;
 }
 
+// Pipeline sends, per virtual stage: one micro-batch's activation of
+// `act_bytes` to the next virtual stage and its gradient back.
+void price_sends(const Strategy& s, int chunks, double act_bytes, const Links& links, double base, TableCostModel& out) {
+  for (int v = 0; v < chunks; ++v) {
+    const int st = v % s.pp, c = v / s.pp;
+    SendCost& sc = out.send(st, c);
+    sc.forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, links.next[st], base) : 0;
+    sc.backward_seconds = v > 0 ? send_recv_seconds(act_bytes, links.next[(st + s.pp - 1) % s.pp], base) : 0;
+  }
+}
+
 }  // namespace
 
 void CostContext::build(const Strategy& s, TableCostModel& out) {
@@ -287,14 +333,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const Layout& layout = x.layout(s.pp, vpp);
   out.reset_shared(layout.part, size_t(s.pp) * kKinds, layout.entry);
 
-  // Pipeline sends, per virtual stage.
-  const double act_bytes = e * double(x.seq) * s.mbs * m.hidden / s.tp;  // Megatron scatter/gather: 1/t per rank
-  for (int v = 0; v < chunks; ++v) {
-    const int st = v % s.pp, c = v / s.pp;
-    SendCost& sc = out.send(st, c);
-    sc.forward_seconds = v < chunks - 1 ? send_recv_seconds(act_bytes, links.next[st], base) : 0;
-    sc.backward_seconds = v > 0 ? send_recv_seconds(act_bytes, links.next[(st + s.pp - 1) % s.pp], base) : 0;
-  }
+  // Pipeline sends. Megatron scatter/gather: 1/t per rank; a cp rank sends its seq/cp tokens.
+  price_sends(s, chunks, e * double(x.seq / s.cp) * s.mbs * m.hidden / s.tp, links, base, out);
 
   // Parameters per rank of each kind of unit (their sum over a stage's units is
   // stage_params_per_rank of the stage).
@@ -304,15 +344,15 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
   const double P_emb = ft ? 0.0 : double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp));
   const double P_head = ft ? 0.0 : double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp));
   // Mixture of experts: the mean layer's parameters, those ZeRO shards over
-  // dp and the local experts' over the expert-data-parallel group (dp/ep),
+  // dp-cp and the local experts' over the expert-data-parallel group (dp/ep x cp),
   // whose gradients are reduced there; the all-to-all in each layer's passes.
   const MoeLinks* moe_links = m.moe.enabled() ? &x.moe_links_for(s) : nullptr;
   const MoeLayerParams mean = mean_layer_params_per_rank(m, s, int64_t(P_layer));
   const double P_layer_dense = moe_links ? double(mean.shared) : P_layer, P_layer_experts = double(mean.experts);
-  const int expert_dp = std::max(1, s.dp / s.ep);
+  const int expert_dp = std::max(1, s.dp / s.ep) * s.cp;  // the cp ranks hold the same experts
   const bool offload = s.offload != Offload::None;
   const int procs = std::max(1, x.cluster.gpus_per_node);
-  const MoeUnitContext moe_unit{m, s, p, x.cluster, LayerShape{x.seq, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt},
+  const MoeUnitContext moe_unit{m, s, p, x.cluster, LayerShape{x.seq / s.cp, s.mbs, s.tp, s.sp && s.tp > 1, s.precision, s.ckpt},
                                 e, eg, base, x.host_Bps};
   for (int st = 0; st < s.pp; ++st) {
     const GroupLink& dl = links.dp[st];
@@ -328,11 +368,11 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       u.backward_seconds = t.backward.total_seconds() + u.recompute_seconds;
       u.forward_comm_seconds = t.forward.tp_comm_seconds;
       u.backward_comm_seconds = t.backward.tp_comm_seconds + t.recompute.tp_comm_seconds;
-      const double grad_bytes = P * eg, shard = s.zero >= 1 ? P / s.dp : P;
+      const double grad_bytes = P * eg, shard = s.zero >= 1 ? P / s.dp_cp() : P;
       u.all_reduce_seconds = all_reduce_seconds(grad_bytes, dl, base);
       u.reduce_scatter_seconds = reduce_scatter_seconds(grad_bytes, dl, base);
       if (s.zero == 3) u.gather_seconds = all_gather_seconds(P * e, dl, base);
-      if (s.offload == Offload::All) u.fetch_seconds = host_copy_seconds(p, P * e / s.dp, x.host_Bps);
+      if (s.offload == Offload::All) u.fetch_seconds = host_copy_seconds(p, P * e / s.dp_cp(), x.host_Bps);
       if (offload) {
         u.to_host_seconds = host_copy_seconds(p, shard * eg, x.host_Bps);
         u.cpu_adam_seconds = cpu_adam_seconds(p, x.cluster, shard, procs);
@@ -346,6 +386,11 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // option, which the simulator reads too): priced 0 here as well, so
       // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
+      if (kind == kLayer && s.cp > 1) {
+        const CpRingSeconds ring = cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base);
+        u.cp_ring_forward_seconds = ring.forward;
+        u.cp_ring_backward_seconds = ring.backward;
+      }
       if (moe_links && kind == kLayer)
         add_moe_unit_costs(u, moe_unit, moe_links->ep[size_t(st)], moe_links->expert_dp[size_t(st)], P_layer_experts, shard);
       if (kind == kLayer) {
@@ -358,12 +403,12 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       }
     }
     StageCost& sc = out.stage(st);
-    // The DP/ZeRO collectives' group size picks the slowdowns where the
-    // profile measured them per group size (collective_groups).
-    const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp);
+    // The DP/ZeRO collectives' group size (the dp-cp group) picks the
+    // slowdowns where the profile measured them per group size (collective_groups).
+    const CollectiveGroupAt at = collective_group_at(p.collective_groups, s.dp_cp());
     sc.compute_slowdown_beside_comm = at.found ? at.value.compute_slowdown_beside_comm : p.compute_slowdown_beside_comm;
     sc.comm_slowdown_beside_compute = at.found ? at.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
-    const double shard = s.zero >= 1 ? stage_params / s.dp + stage_expert_params / expert_dp
+    const double shard = s.zero >= 1 ? stage_params / s.dp_cp() + stage_expert_params / expert_dp
                                      : stage_params + stage_expert_params;
     sc.cpu_optimizer = offload;  // per unit above (cpu_adam_seconds is linear in the parameters)
     if (!offload) sc.optimizer_seconds = gpu_adam_seconds(p, shard, s.precision);

@@ -40,6 +40,8 @@ struct UnitCost {
                                       // unit after unit, each unit's ToDevice waits for its own update)
   double to_device_seconds = 0;       // ToDevice: the updated parameter shard host -> device
   double all_gather_seconds = 0;      // AllGather: ZeRO-1/2 all-gather of the updated parameters
+  double cp_ring_forward_seconds = 0;   // KVF (cp > 1): the forward K/V ring's time not hidden by the attention blocks
+  double cp_ring_backward_seconds = 0;  // KVB: the backward's (K/V and dK/dV; recomputation's forward ring included)
 };
 
 // Pipeline sends of one virtual stage (one micro-batch).

@@ -53,6 +53,9 @@ namespace {
 // pipelines from its PipelineModule, whose only schedule is its TrainSchedule
 // (1F1B), with ZeRO 0-1 (runtime/pipe/engine.py asserts it).
 std::string deepspeed_gap(const Strategy& s) {
+  if (s.cp > 1)
+    return "DeepSpeed has no ring (Megatron-style) context parallelism: its Ulysses sequence parallelism splits "
+           "attention heads with all-to-alls, a different scheme this export does not write; use --to megatron";
   if (s.sp && s.tp > 1)
     return "DeepSpeed has no Megatron-style sequence parallelism (its Ulysses splits attention heads instead); "
            "use --to megatron or sp=0";
@@ -111,6 +114,9 @@ std::string megatron_gap(const Plan& p) {
 // PyTorch 2.13: DDP (zero=0), DDP with ZeroRedundancyOptimizer (zero=1),
 // FSDP2 fully_shard (zero=2/3), DTensor tensor and sequence parallelism.
 std::string fsdp_gap(const Strategy& s) {
+  if (s.cp > 1)
+    return "this FSDP export writes no context parallelism (torch.distributed.tensor.experimental.context_parallel "
+           "is an experimental API it does not use); use --to megatron";
   if (s.pp > 1)
     return "PyTorch FSDP has no pipeline parallelism (torch.distributed.pipelining is a separate API this export "
            "does not write); use --to megatron or --to deepspeed";

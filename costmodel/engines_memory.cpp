@@ -9,7 +9,7 @@ namespace {
 // DeepSpeed 0.19.8 (deepspeed/runtime/fp16/fused_optimizer.py,
 // runtime/zero/stage_1_and_2.py, runtime/zero/stage3.py).
 ModelStateBytes deepspeed_states(double P, const Strategy& s) {
-  const double d = s.dp;
+  const double d = s.dp_cp();  // the dp-cp group (Megatron's distributed optimizer shards over it)
   const double lp = bytes_per_element(s.precision);  // 16-bit (or fp32) weights and gradients
   // ZeRO-0: FP16_Optimizer keeps an fp32 master copy and, at the step, flattens
   // the gradients into an fp32 buffer (fused_optimizer.py step: grads_groups_flat
@@ -61,7 +61,7 @@ ModelStateBytes megatron_states(double P, const Strategy& s) {
   double p = 2, g = 4, o = 12;  // bf16: weight, fp32 main grad, fp32 main weight + moments
   if (s.precision == Precision::FP16) p = 2, g = 2, o = 16;  // + fp32 grad copy at the step
   if (s.precision == Precision::FP32) p = 4, g = 4, o = 8;
-  const double d = s.dp;
+  const double d = s.dp_cp();  // the dp-cp group (Megatron's distributed optimizer shards over it)
   ModelStateBytes out;
   out.gpu_params = (s.zero == 3 ? p / d : p) * P;
   out.gpu_grads = (s.zero >= 2 ? g / d : g) * P;
@@ -85,7 +85,7 @@ ModelStateBytes megatron_states(double P, const Strategy& s) {
 // weight from its forward to its backward; CPUOffloadPolicy moves the shards
 // and the optimizer step to the host.
 ModelStateBytes fsdp_states(double P, const Strategy& s) {
-  const double d = s.dp;
+  const double d = s.dp_cp();  // the dp-cp group (Megatron's distributed optimizer shards over it)
   const double lp = bytes_per_element(s.precision);
   const double cache = s.precision == Precision::FP32 ? 0.0 : lp;
   ModelStateBytes out;
@@ -139,7 +139,7 @@ double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, d
       const DeepSpeedBuckets b;
       if (s.zero == 0) {
         // buffered_allreduce_fallback flattens up to 5e8 gradient elements at once.
-        if (s.dp > 1) comm += lp * std::min(b.allreduce_elements, stage_params);
+        if (s.dp_cp() > 1) comm += lp * std::min(b.allreduce_elements, stage_params);
       } else if (s.zero <= 2) {
         // Contiguous-gradient reduce buffers of reduce_bucket_size elements each,
         // allocated at full size (stage_1_and_2.py setup_buckets: torch.empty).

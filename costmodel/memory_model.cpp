@@ -1,5 +1,7 @@
 #include "costmodel/memory_model.hpp"
 
+#include "costmodel/cp_costs.hpp"
+
 #include "strategies/checked.hpp"
 
 #include <fmt/format.h>
@@ -66,14 +68,14 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
 
 // NCCL's own buffers on a rank of `stage`, as the runtime makes its
 // communicators (runtime/measure.cpp, runtime/engine.cpp): one per group used
-// for collectives (dp, tp, pp; the first and last stage of a tied model with
+// for collectives (dp-cp, tp, pp, the cp ring; the first and last stage of a tied model with
 // pp > 2 one more for the word matrix's gradient), and the pipeline's
 // send/receive links (runtime/comm/pipe_links.hpp), one per neighbour and
 // direction of travel: two on the first and the last stage, four on the
 // others and on every stage of the interleaved schedule's ring.
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k) {
   const bool ends = stage == 0 || stage == s.pp - 1;
-  const int collectives = (s.dp > 1) + (s.tp > 1) + (s.pp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
+  const int collectives = (s.dp_cp() > 1) + (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
   const bool ring = s.schedule == Schedule::Interleaved && s.vpp > 1;
   const int links = s.pp < 2 ? 0 : (ring || !ends) ? 4 : 2;
   return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link;
@@ -117,13 +119,14 @@ struct MemoryInputs {
   const Strategy& s;
   Engine engine;
   bool megatron;
-  int64_t seq;
+  int64_t seq;  // tokens of one sequence on a rank: seq/cp (context parallelism)
   MemoryConstants k;
   int e;                         // bytes per element of the working precision
   std::vector<int> chunk_layers;  // layers of each chunk (virtual stage)
   AttentionImpl impl;
   double layer_act;  // one layer's saved activations of one micro-batch on one rank
   double sbh;        // seq * mbs * hidden
+  int64_t plan_seq;  // the whole sequence (the cp ring's K/V chunks are sized from it)
   double sp_split() const { return s.sp ? s.tp : 1; }
 };
 
@@ -210,7 +213,8 @@ double comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const Strategy& s = in.s;
   // Pipeline send/receive: one activation and one gradient, double-buffered.
   const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * in.e * in.sbh / in.sp_split() : 0.0;
-  const double nccl = nccl_bytes(in.m, s, sm.stage, in.k);
+  // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
+  const double nccl = nccl_bytes(in.m, s, sm.stage, in.k) + cp_ring_buffer_bytes(in.m, in.plan_seq, s);
   if (in.engine != Engine::Ours) return engine_comm_bytes(in.m, s, in.engine, double(sm.params), pp_buffers) + nccl;
   // Buffers as the runtime's executor holds them (runtime/engine.hpp):
   // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
@@ -229,7 +233,7 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
                           ? 0.0
                           : std::min(in.k.optimizer_work_bytes,
                                      4.0 * trainable_params_per_rank(in.m, s, double(sm.params), sm.layers) /
-                                         (s.zero >= 1 ? s.dp : 1));
+                                         (s.zero >= 1 ? s.dp_cp() : 1));
   // Fragmentation of the caching allocator: PyTorch's default segments keep
   // a fraction of the memory that comes and goes (the other engines); this
   // runtime uses expandable segments (runtime/device.hpp), which keep
@@ -244,7 +248,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   const Strategy& s = in.s;
   StageMemory sm = stage_layout(in, st);
   // Mixture of experts: the stage's MoE layers corrected, their local
-  // experts' states sharded over the expert-data-parallel group (dp/ep).
+  // experts' states sharded over the expert-data-parallel group (dp/ep x cp:
+  // expert_data_parallel keeps cp, and the states shard over dp_cp()).
   const MoeStageParams moe = moe_stage_params(in.m, s, st, in.chunk_layers, sm.params);
   sm.params = moe.dense + moe.experts;
   auto states = [&](double P, const Strategy& x) {
@@ -326,13 +331,18 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   AttentionImpl impl{};
   impl.flash = megatron || profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
+  // Context parallelism: a rank holds the activations and logits of its
+  // seq/cp tokens (its two chunks of the sequence).
+  const int64_t seq = plan.seq / s.cp;
   const bool ft = s.finetune.frozen_base();  // LoRA/QLoRA: costmodel/finetune.hpp
-  const double layer_act =
-      ft ? finetune_layer_activation_bytes(padded, plan.seq, s.mbs, e, s.ckpt, impl, s.tp, s.sp, s.finetune)
-         : layer_activation_bytes(padded, plan.seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
-  const MemoryInputs in{padded,   s, engine, megatron, plan.seq, constants_of(c, profile), e,
+  double layer_act = ft ? finetune_layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl, s.tp, s.sp, s.finetune)
+                        : layer_activation_bytes(padded, seq, s.mbs, e, s.ckpt, impl).total(s.tp, s.sp);
+  // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
+  // log-sum-exp per head and token, as flash without recomputation does.
+  if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;
+  const MemoryInputs in{padded,   s, engine, megatron, seq, constants_of(c, profile), e,
                         partition_layers(padded, s.pp * s.vpp), impl, layer_act,
-                        double(plan.seq) * s.mbs * padded.hidden};
+                        double(seq) * s.mbs * padded.hidden, plan.seq};
 
   MemoryReport r;
   r.engine = engine;

@@ -62,7 +62,7 @@ StateBytesPerParam state_bytes_per_param(Precision p) {
 
 ModelStateBytes model_state_bytes(double P, const Strategy& s, const MemoryConstants& /*k*/) {
   const StateBytesPerParam b = state_bytes_per_param(s.precision);
-  const double nd = s.dp;
+  const double nd = s.dp_cp();  // ZeRO shards over every rank holding the same parameters (dp-cp)
   ModelStateBytes out;
   const double params_full = b.param * P, grads_full = b.grad * P, opt_full = b.optimizer * P;
   switch (s.zero) {

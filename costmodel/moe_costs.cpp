@@ -193,7 +193,7 @@ void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& e
                         double Pe, double dense_shard) {
   const Strategy& s = c.s;
   const double base = c.base_latency_s, e = c.e, eg = c.eg;
-  const int expert_dp = std::max(1, s.dp / std::max(1, s.ep));
+  const int expert_dp = std::max(1, s.dp / std::max(1, s.ep)) * s.cp;  // the cp ranks hold the same experts
   const bool offload = s.offload != Offload::None;
   const double a2a = moe_all_to_all_seconds(c.m, c.shape, s.ep, ep_link, base);
   const double again = s.ckpt == Ckpt::Full ? a2a : 0.0;
@@ -219,7 +219,7 @@ void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& e
 
 MoeLinks moe_links(const Topology& topo, const Strategy& s, int gpus_per_node) {
   MoeLinks out;
-  const RankGrid grid(s.dp, s.pp, s.tp);
+  const RankGrid grid(s.dp, s.pp, s.tp, s.cp);
   const int g = std::max(1, gpus_per_node);
   // Every group of a kind with a member on the representative's node runs at
   // once; each is found through one of its members there.
@@ -241,8 +241,8 @@ MoeLinks moe_links(const Topology& topo, const Strategy& s, int gpus_per_node) {
   for (int st = 0; st < s.pp; ++st) {
     const int rep = grid.rank({0, st, 0});
     out.ep.push_back(s.ep > 1 ? link(rep, [&](int r) { return grid.ep_group(r, s.ep); }) : GroupLink{});
-    out.expert_dp.push_back(s.dp / s.ep > 1 ? link(rep, [&](int r) { return grid.expert_dp_group(r, s.ep); })
-                                            : GroupLink{});
+    out.expert_dp.push_back(s.dp / s.ep * s.cp > 1 ? link(rep, [&](int r) { return grid.expert_dp_group(r, s.ep); })
+                                                    : GroupLink{});
   }
   return out;
 }

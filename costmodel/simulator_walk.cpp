@@ -215,6 +215,8 @@ class Simulator::Walk {
       case StepOp::ReplicaReduce:
       case StepOp::LossReduce:
       case StepOp::NormReduce: return blocking_collective(s, i);
+      case StepOp::CpRingF:
+      case StepOp::CpRingB: cp_ring(s, i); return true;
       case StepOp::Opt: optimizer(s, i); return true;
       case StepOp::ToDevice: {
         const double t0 = std::max(st.copy_free, sim_.param_updated_[size_t(a.unit)]);
@@ -230,6 +232,21 @@ class Simulator::Walk {
       }
     }
     return true;
+  }
+
+  // Context parallelism (KVF/KVB): the part of the layer's K/V ring that its
+  // attention blocks do not hide (costmodel/cp_costs.hpp), waited for on the
+  // compute stream inside the pass that follows.
+  void cp_ring(int s, size_t i) {
+    StageState& st = S_[size_t(s)];
+    StageTime& tm = r_.stages[size_t(s)];
+    const StepAction& a = prog_.stages[size_t(s)][i];
+    const UnitCost& uc = cost_.unit(a.unit);
+    const double t0 = st.compute_free;
+    const double d = a.op == StepOp::CpRingF ? uc.cp_ring_forward_seconds : uc.cp_ring_backward_seconds;
+    st.compute_free = t0 + d;
+    tm.exposed_comm_seconds += d;
+    emit(s, Stream::Compute, t0, st.compute_free, trace_name(a, false), a, int(i));
   }
 
   // Forward or backward of one unit of one micro-batch.

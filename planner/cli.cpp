@@ -46,7 +46,7 @@ void add_plan_options(CLI::App* cmd, PlanOptions& o, bool with_strategy) {
   if (with_strategy)
     cmd->add_option("--strategy,-s", o.strategy,
                     "dp=2,tp=1,pp=1,zero=1,offload=none,ckpt=none,mbs=4,gas=8,precision=bf16 (unnamed keys take defaults; "
-                    "dp defaults to GPUs/(tp*pp))");
+                    "dp defaults to GPUs/(tp*pp*cp)); cp=2 for context parallelism (ring attention over 2 ranks)");
   cmd->add_option("--seq", o.seq, "sequence length (default: the model's training length)");
   cmd->add_option("--global-batch", o.global_batch, "sequences per step (default: dp*mbs*gas; sets gas when gas is not given)");
   cmd->add_option("--host-memory", o.host_memory, "host memory per node, e.g. 128GiB (default per GPU type)");

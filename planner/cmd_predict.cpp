@@ -54,6 +54,8 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       "  planner predict --model llama-2-70b --gpus 128x8xH100 --strategy tp=8,pp=4,mbs=1 --seq 4096 "
       "--global-batch 1024 --trace step.json\n"
       "  planner predict --plan plan.json --json\n"
+      "  planner predict --model llama-2-7b --gpus 8xH100 --strategy tp=2,cp=4,zero=1,ckpt=full --seq 32768 "
+      "--global-batch 8\n"
       "  planner predict --model llama-2-7b --gpus 8xH100 --strategy tp=2,mbs=2 --global-batch 512 --tokens 1T "
       "--price 2.5\n"
       "  planner predict --model llama-2-7b --gpus 8xA100-80GB --strategy zero=1,mbs=2 --global-batch 512 "

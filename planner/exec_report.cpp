@@ -105,7 +105,7 @@ std::vector<Row> comparison_rows(const Strategy& s, const StepPrediction& p, con
   if (s.pp > 1 && p.memory.stages.size() == size_t(s.pp)) {
     // Pipeline stages hold different layers: each stage's predicted peak against
     // the fullest rank of that stage.
-    const RankGrid grid(s.dp, s.pp, s.tp);
+    const RankGrid grid(s.dp, s.pp, s.tp, s.cp);
     std::vector<double> meas(size_t(s.pp), 0.0);
     for (const auto& x : m.value("ranks", json::array())) {
       const int r = x.value("rank", 0);

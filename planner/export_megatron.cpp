@@ -62,6 +62,9 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
   a.opt("--pipeline-model-parallel-size", s.pp);
   if (s.pp > 1 && s.schedule == Schedule::Interleaved) a.opt("--num-virtual-stages-per-pipeline-rank", s.vpp);
   if (s.sp && s.tp > 1) a.flag("--sequence-parallel");
+  // Context parallelism: Megatron's ring attention (Transformer Engine's
+  // p2p communication type, the default) over cp ranks.
+  if (s.cp > 1) a.opt("--context-parallel-size", s.cp);
   if (m.moe.enabled()) {
     // Mixture of experts (megatron/core/transformer/moe/): the experts split
     // over ep ranks of the dp group and each by tp, as the cost model has it;

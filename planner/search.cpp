@@ -37,7 +37,7 @@ constexpr const char* kFamilyDef[kFamilies] = {
 
 uint8_t families_of(const Strategy& s) {
   uint8_t f = 0;
-  if (s.tp == 1 && s.pp == 1 && s.zero == 0 && s.offload == Offload::None) f |= 1 << kPureDP;
+  if (s.tp == 1 && s.pp == 1 && s.cp == 1 && s.zero == 0 && s.offload == Offload::None) f |= 1 << kPureDP;
   if (s.zero == 3 && s.offload == Offload::None) f |= 1 << kZero3;
   if (s.tp > 1 && s.pp == 1) f |= 1 << kTP;
   if (s.pp > 1) f |= 1 << kPP;
@@ -98,8 +98,8 @@ class ProgramCache {
   const StepProgram& get(const Strategy& s) {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
-    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp > 1, int(s.schedule), s.tp > 1,
-                                     s.sp && s.tp > 1);
+    const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp_cp() > 1, int(s.schedule), s.tp > 1,
+                                     s.sp && s.tp > 1, s.cp > 1);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_.emplace(key, build_step_program(s, layers_, opt_)).first->second;
@@ -108,7 +108,7 @@ class ProgramCache {
  private:
   int64_t layers_;
   StepOptions opt_;
-  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool>, StepProgram> cache_;
+  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool>, StepProgram> cache_;
 };
 
 }  // namespace
@@ -116,13 +116,13 @@ class ProgramCache {
 // Settings that change nothing on their plan: ZeRO without data parallelism to
 // shard over, SP without TP.
 static int needless(const Strategy& s) {
-  return (s.dp == 1 ? s.zero : 0) + (s.tp == 1 && s.sp ? 1 : 0);
+  return (s.dp_cp() == 1 ? s.zero : 0) + (s.tp == 1 && s.sp ? 1 : 0);
 }
 
 // `s` with those settings at their least (ZeRO at dp=1 to 0, or 1 where
 // offload needs it; SP at tp=1 off): two strategies equal so differ only there.
 static Strategy normalized(Strategy s) {
-  if (s.dp == 1) s.zero = s.offload == Offload::None ? 0 : s.offload == Offload::All ? 3 : 1;
+  if (s.dp_cp() == 1) s.zero = s.offload == Offload::None ? 0 : s.offload == Offload::All ? 3 : 1;
   if (s.tp == 1) s.sp = false;
   return s;
 }
@@ -140,6 +140,11 @@ SpaceLimits space_limits(const SearchRequest& req) {
   L.fp16 = req.cluster.gpu.peak_fp16 > 0;
   L.fp32 = req.search_fp32;
   L.max_vpp = req.max_vpp;
+  // Context parallelism is searched at long sequences only (seq >= 8192,
+  // kCpSearchMinSeq): below, attention is a small share of a layer and cp only
+  // adds ring traffic, so the space stays as it was (and as fast).
+  L.seq = req.seq;
+  if (req.seq >= kCpSearchMinSeq) L.max_cp = L.world;
   return L;
 }
 
@@ -224,8 +229,9 @@ struct Searcher {
       }
       if (req.progress && (i & 0x3FF) == 0) req.progress(0.5 + 0.5 * double(i) / cands.size(), "simulating");
       // check_compat's rule from the runtime: sp splits the sequence over tp.
-      if (c.strategy.sp && c.strategy.tp > 1 && req.seq % c.strategy.tp != 0) continue;
+      if (c.strategy.sp && c.strategy.tp > 1 && c.strategy.cp == 1 && req.seq % c.strategy.tp != 0) continue;
       plan.strategy = c.strategy;
+      if (c.strategy.cp > 1 && !context_parallel_problem(plan).empty()) continue;
       // The rules every plan obeys hold by construction (search_space.hpp); the
       // limits of simulating it and of the engine are check_compat's (check_use).
       if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
@@ -389,7 +395,7 @@ SearchResult search_plans(const SearchRequest& req) {
   // The shown plan with the largest collective group names the extrapolation once.
   {
     const RankedPlan* widest = nullptr;
-    auto width = [](const Strategy& s) { return std::max({s.dp, s.tp, s.pp > 1 ? 2 : 1}); };
+    auto width = [](const Strategy& s) { return std::max({s.dp_cp(), s.tp, s.pp > 1 ? 2 : 1}); };
     for (const auto& rp : out.plans)
       if (!widest || width(rp.plan.strategy) > width(widest->plan.strategy)) widest = &rp;
     if (widest)

@@ -22,6 +22,10 @@
 
 namespace planner {
 
+// Context parallelism (cp) is searched where seq is at least this many tokens
+// (docs/SIMULATOR.md, "The search").
+constexpr int64_t kCpSearchMinSeq = 8192;
+
 struct SearchRequest {
   ModelSpec model;
   ClusterSpec cluster;

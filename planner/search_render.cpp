@@ -30,6 +30,7 @@ nlohmann::json ranked_plan_json(const RankedPlan& p, int rank) {
 
 std::string short_strategy(const Strategy& s) {
   std::string out = fmt::format("dp={},tp={},pp={}", s.dp, s.tp, s.pp);
+  if (s.cp > 1) out += fmt::format(",cp={}", s.cp);
   if (s.zero) out += fmt::format(",zero={}", s.zero);
   if (s.offload != Offload::None) out += fmt::format(",offload={}", to_string(s.offload));
   if (s.ckpt != Ckpt::None) out += fmt::format(",ckpt={}", to_string(s.ckpt));

@@ -2,6 +2,7 @@
 // program and inspection. The handlers are in engine_pipeline.cpp,
 // engine_zero.cpp and engine_tail.cpp (engine_detail.hpp lists them).
 #include "runtime/engine_detail.hpp"
+#include "runtime/model/context_parallel.hpp"
 
 namespace planner::rt {
 
@@ -28,7 +29,7 @@ StepOptions step_options(const RunConfig& c) {
 }  // namespace
 
 Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
-               Communicator* pp, Communicator* tp)
+               Communicator* pp, Communicator* tp, Communicator* cp)
     : cfg_(config), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
       pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(config.strategy(), config.model().layers, step_options(config))),
@@ -44,13 +45,16 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
       throw std::invalid_argument("Engine: the plan has pp=" + std::to_string(s.pp) + " but the pp group has " +
                                   std::to_string(pp ? pp->size() : 1) + " ranks");
   }
-  if (s.dp > 1 && (!dp || dp->size() != s.dp))
-    throw std::invalid_argument("Engine: the plan has dp=" + std::to_string(s.dp) + " but the dp group has " +
+  if (s.dp_cp() > 1 && (!dp || dp->size() != s.dp_cp()))
+    throw std::invalid_argument("Engine: the plan has dp*cp=" + std::to_string(s.dp_cp()) + " but the dp group has " +
                                 std::to_string(dp ? dp->size() : 1) + " ranks");
+  if (s.cp > 1 && (!cp || cp->size() != s.cp))
+    throw std::invalid_argument("Engine: the plan has cp=" + std::to_string(s.cp) + " but the cp group has " +
+                                std::to_string(cp ? cp->size() : 1) + " ranks");
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;
-  I.ow = s.zero >= 1 ? s.dp : 1;
+  I.ow = s.zero >= 1 ? s.dp_cp() : 1;
   I.orank = s.zero >= 1 ? I.dp_rank : 0;
   I.dt = working_dtype(s.precision);
   I.mixed = I.dt != at::kFloat;
@@ -66,6 +70,10 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   model_->prepare(device_, I.dt);
+  if (s.cp > 1) {
+    cp_ = std::make_unique<ContextParallel>(cp, cfg_.seq());
+    model_->set_context_parallel(cp_.get());
+  }
 
   const int64_t full = lay_out_units();
   if (tp_) replicated_ranges();
@@ -203,6 +211,9 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Norm: return norm();
     case StepOp::NormReduce: return norm_reduce(a.group);
     case StepOp::Clip: return clip();
+    case StepOp::CpRingF:
+    case StepOp::CpRingB: return;  // cp: the ring runs inside the attention of the F/B that follows
+                                   // (runtime/model/context_parallel.cpp); the action carries its price
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);
     case StepOp::AllGather: return all_gather(a.unit);

@@ -45,6 +45,7 @@
 namespace planner::rt {
 
 class SideStream;
+class ContextParallel;  // runtime/model/context_parallel.hpp
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
@@ -81,8 +82,12 @@ class Engine {
   // summed over tp (the ReplicaReduce action); the gradient norm counts the
   // replicated ranges once.
   // With sp and pp > 1 the stages exchange sequence shards.
+  // Context parallelism (cp > 1): `dp` is the dp-cp group (RankGrid::
+  // dp_cp_group: gradients, ZeRO shards and the loss over every rank holding
+  // the same parameters), `cp` the ring (RankGrid::cp_group); each rank runs
+  // its two chunks of every sequence (runtime/model/context_parallel.hpp).
   Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
-         Communicator* pp = nullptr, Communicator* tp = nullptr);
+         Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
@@ -190,6 +195,7 @@ class Engine {
   std::unique_ptr<PipeLinks> links_;  // pipeline send/receive links (pp > 1)
   Communicator* tp_ = nullptr;  // null unless strategy.tp > 1
   int stage_ = 0;
+  std::unique_ptr<ContextParallel> cp_;  // null unless strategy.cp > 1
   std::unique_ptr<TransformerModel> model_;
   StepProgram program_;
   std::unique_ptr<Impl> impl_;

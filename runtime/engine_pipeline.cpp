@@ -1,6 +1,7 @@
 // The Engine's compute and pipeline handlers (runtime/engine_detail.hpp):
 // F and B of one unit for one micro-batch, and the pipeline's sends and receives.
 #include "runtime/engine_detail.hpp"
+#include "runtime/model/context_parallel.hpp"
 
 namespace planner::rt {
 
@@ -11,9 +12,10 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   const int head = program_.partition.head_unit();
   if (u == 0) {
     std::vector<int64_t> scratch;
-    const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+    const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
     auto [ids, labels] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
                                     device_, scratch);
+    if (cp_) ids = cp_->shard(ids), labels = cp_->shard(labels);  // this cp rank's two chunks
     if (program_.partition.owner(head).first == stage_) I.labels[mb] = labels;
     I.out[key(mb, 0)] = model_->embed(ids);
     return;
@@ -32,11 +34,12 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
     if (before_head) before_head();
     if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
       std::vector<int64_t> scratch;
-      const int64_t micro = int64_t(I.dp_rank) * st_.gas + mb;
+      const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
       I.labels[mb] = make_batch(*tokens_, spec_, cfg_.seq(), cfg_.options.seed, cfg_.options.mlm_mask_fraction, step, micro, st_.mbs,
                                 device_, scratch).second;
+      if (cp_) I.labels[mb] = cp_->shard(I.labels[mb]);
     }
-    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
     at::Tensor loss = model_->head_loss(x, I.labels.at(mb), mult);
     I.loss_sum.add_(loss.detach());
     I.out[key(mb, u)] = loss;
@@ -68,7 +71,7 @@ void Engine::backward(int mb, int u, int chunk) {
   const auto [first, last] = program_.partition.units_of(stage_, chunk);
   at::Tensor y = I.out.at(key(mb, u));
   if (u == head) {
-    const double mult = loss_scale_ / double(st_.gas * st_.dp);
+    const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
     torch::autograd::backward({y * mult});
   } else if (u == last - 1) {  // the gradient of the stage's output, received from the next stage (RecvB)
     torch::autograd::backward({y}, {I.recv.at(key(mb, -1 - u))});
@@ -126,7 +129,10 @@ void Engine::recv_b(int mb, int chunk) {
 }
 
 // The sequence length of what stages exchange: a shard under sequence parallelism.
-int64_t Engine::stage_seq() const { return st_.sp && st_.tp > 1 ? cfg_.seq() / st_.tp : cfg_.seq(); }
+int64_t Engine::stage_seq() const {
+  const int64_t seq = cfg_.seq() / st_.cp;  // cp: this rank's two chunks
+  return st_.sp && st_.tp > 1 ? seq / st_.tp : seq;
+}
 
 at::Tensor Engine::I_out_detached(int mb, int u) { return impl_->out.at(key(mb, u)).detach().contiguous(); }
 

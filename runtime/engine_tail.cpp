@@ -72,7 +72,7 @@ void Engine::loss_reduce(CommGroup g) {
   if (g == CommGroup::Pp && pp_) pp_->all_reduce(I.loss_sum)->wait();  // only the last stage has it
   if (g == CommGroup::Dp && dp_) {
     dp_->all_reduce(I.loss_sum)->wait();
-    I.loss_sum.div_(double(st_.dp));
+    I.loss_sum.div_(double(st_.dp_cp()));
   }
 }
 

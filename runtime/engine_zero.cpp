@@ -58,12 +58,12 @@ void Engine::gather(int u) {
     WorkPtr w;
     I.copy->run([&] {
       mine.copy_(src, /*non_blocking=*/true);
-      if (dp_ && st_.dp > 1) w = dp_->all_gather(mine, buf);
+      if (dp_ && st_.dp_cp() > 1) w = dp_->all_gather(mine, buf);
     });
     I.keep.push_back(src);
     if (w) I.gather_work[size_t(u)] = w;
     else I.gather_mark[size_t(u)] = I.copy->mark();
-  } else if (dp_ && st_.dp > 1) {
+  } else if (dp_ && st_.dp_cp() > 1) {
     I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
   } else {
     mine.copy_(src);
@@ -87,7 +87,7 @@ void Engine::reduce(int u, bool scatter) {
   const Unit& un = I.units[size_t(u)];
   at::NoGradGuard ng;
   if (!scatter) {
-    if (dp_ && st_.dp > 1) {
+    if (dp_ && st_.dp_cp() > 1) {
       I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
       I.pending.push_back(I.reduce_work[size_t(u)]);
     }
@@ -111,7 +111,7 @@ void Engine::reduce(int u, bool scatter) {
   }
   // Finished collectives hold nothing worth keeping.
   I.reap();
-  if (dp_ && st_.dp > 1) {
+  if (dp_ && st_.dp_cp() > 1) {
     I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
     I.pending.push_back(I.reduce_work[size_t(u)]);
   } else {
@@ -121,7 +121,7 @@ void Engine::reduce(int u, bool scatter) {
   bind_unit_grad(u, at::Tensor());
   I.ugrad[size_t(u)] = at::Tensor();
   give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(),
-            dp_ && st_.dp > 1 ? I.reduce_work[size_t(u)] : nullptr);
+            dp_ && st_.dp_cp() > 1 ? I.reduce_work[size_t(u)] : nullptr);
 }
 
 at::Tensor Engine::shard_grad(int u) {
@@ -153,7 +153,7 @@ void Engine::issue_deferred() {
 
 void Engine::all_gather(int u) {
   Impl& I = *impl_;
-  if (I.skip || !dp_ || st_.dp < 2) return;
+  if (I.skip || !dp_ || st_.dp_cp() < 2) return;
   const Unit& un = I.units[size_t(u)];
   at::Tensor full = I.params.narrow(0, un.base, un.padded);
   at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
@@ -182,7 +182,7 @@ at::Tensor Engine::full_params_fp32() {
     } else {
       unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
       at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
-      if (dp_ && st_.dp > 1) dp_->all_gather(src, unit)->wait();
+      if (dp_ && st_.dp_cp() > 1) dp_->all_gather(src, unit)->wait();
       else unit.copy_(src);
     }
     for (size_t k = 0; k < un.ids.size(); ++k) {

@@ -66,7 +66,7 @@ struct RunSetup {
   WorldInfo wi;
   at::Device device = at::Device(at::kCPU);
   std::shared_ptr<TokenSource> tokens;
-  std::unique_ptr<Communicator> dp, pp, tp, world;
+  std::unique_ptr<Communicator> dp, pp, tp, cp, world;  // dp: the dp-cp group (the dp group when cp = 1)
   int64_t outside0 = 0;  // memory outside the allocator before the first communicator
 };
 
@@ -146,12 +146,14 @@ void setup_comms(const RunConfig& cfg, RunSetup& su) {
   const int world = st.world();
   if (world <= 1) return;
   su.outside0 = memory_outside_allocator(su.cuda);
-  const RankGrid grid(st.dp, st.pp, st.tp);
+  const RankGrid grid(st.dp, st.pp, st.tp, st.cp);
   const auto timeout = std::chrono::seconds(cfg.options.comm_timeout_seconds);
   std::vector<int> all(static_cast<size_t>(world));
   for (int i = 0; i < world; ++i) all[size_t(i)] = i;
   su.world = make_communicator(std::vector<std::vector<int>>{all}, "world", at::Device(at::kCPU), timeout);
-  if (st.dp > 1) su.dp = make_communicator(grid.all_dp_groups(), "dp", su.device, timeout);
+  // The gradients' group: dp-cp (the dp group when cp = 1).
+  if (st.dp_cp() > 1) su.dp = make_communicator(grid.all_dp_cp_groups(), "dp", su.device, timeout);
+  if (st.cp > 1) su.cp = make_communicator(grid.all_cp_groups(), "cp", su.device, timeout);
   if (st.pp > 1) su.pp = make_communicator(grid.all_pp_groups(), "pp", su.device, timeout);
   if (st.tp > 1) su.tp = make_communicator(grid.all_tp_groups(), "tp", su.device, timeout);
 }
@@ -264,7 +266,7 @@ void measure_steps(const RunConfig& cfg, const RunSetup& su, Measurement& r) {
   const auto t0 = std::chrono::steady_clock::now();
   reset_peak_memory(cuda);
   const MemStats before = memory_stats(cuda);
-  Engine engine(cfg, su.device, su.tokens, su.dp.get(), su.pp.get(), su.tp.get());
+  Engine engine(cfg, su.device, su.tokens, su.dp.get(), su.pp.get(), su.tp.get(), su.cp.get());
   synchronize(cuda);
   empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
   r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -36,7 +36,7 @@ std::vector<double> all_gather_doubles(Communicator* world, const std::vector<do
 // are padded to the longest list for the all-gather.
 void gather_trace(const RunConfig& cfg, Communicator* world, Engine& engine, Measurement& r) {
   const Strategy& st = cfg.strategy();
-  const RankGrid grid(st.dp, st.pp, st.tp);
+  const RankGrid grid(st.dp, st.pp, st.tp, st.cp);
   const auto spans = engine.traced_spans();
   std::vector<double> flat;
   for (const auto& [a, b] : spans) flat.push_back(a), flat.push_back(b);

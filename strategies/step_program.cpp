@@ -33,6 +33,8 @@ const char* to_string(StepOp op) {
     case StepOp::LossReduce: return "LR";
     case StepOp::NormReduce: return "NR";
     case StepOp::Clip: return "Clip";
+    case StepOp::CpRingF: return "KVF";
+    case StepOp::CpRingB: return "KVB";
   }
   return "?";
 }
@@ -63,7 +65,7 @@ const char* print_name(const StepAction& a) {
   return to_string(a.op);
 }
 
-bool has_microbatch(StepOp op) { return int(op) <= int(StepOp::RecvB); }
+bool has_microbatch(StepOp op) { return int(op) <= int(StepOp::RecvB) || is_cp_ring(op); }
 bool has_unit(StepOp op) {
   switch (op) {
     case StepOp::Gather:
@@ -83,7 +85,7 @@ std::string StepAction::to_string() const {
   std::string out = fmt::format("{}{}", stage, print_name(*this));
   if (has_microbatch(op)) {
     out += fmt::format("{}", microbatch);
-    if (is_compute(op) && unit >= 0) out += fmt::format(".{}", unit);
+    if ((is_compute(op) || is_cp_ring(op)) && unit >= 0) out += fmt::format(".{}", unit);
     if (chunk > 0) out += fmt::format(".c{}", chunk);
   } else if (has_unit(op)) {
     out += fmt::format("{}", unit);
@@ -126,7 +128,7 @@ StepAction parse_step_action(std::string_view t) {
   if (!found) throw bad("unknown op");
   if (has_microbatch(a.op)) {
     a.microbatch = number();
-    if (is_compute(a.op) && i + 1 < t.size() && t[i] == '.' && std::isdigit(static_cast<unsigned char>(t[i + 1])))
+    if ((is_compute(a.op) || is_cp_ring(a.op)) && i + 1 < t.size() && t[i] == '.' && std::isdigit(static_cast<unsigned char>(t[i + 1])))
       ++i, a.unit = number();
     if (i + 1 < t.size() && t[i] == '.' && t[i + 1] == 'c') i += 2, a.chunk = number();
   } else if (has_unit(a.op)) {
@@ -174,7 +176,9 @@ StepList expand_units(const StepList& in, const LayerPartition& part) {
 }
 
 StepList add_grad_reductions(const StepList& in, const Strategy& s) {
-  const bool dp_reduce = s.dp > 1 || s.zero >= 2;
+  // Gradients are summed over every rank holding the same parameters: the
+  // dp-cp group (context-parallel ranks see different tokens of one sequence).
+  const bool dp_reduce = s.dp_cp() > 1 || s.zero >= 2;
   const bool every = s.zero >= 2;
   const bool offload = s.offload != Offload::None;
   if (!dp_reduce && !offload) return in;
@@ -198,6 +202,21 @@ StepList add_grad_reductions(const StepList& in, const Strategy& s) {
       out.push_back(r);
     }
     if (offload && last) out.push_back({StepOp::ToHost, a.stage, -1, a.unit});
+  }
+  return out;
+}
+
+StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part) {
+  if (s.cp == 1) return in;
+  StepList out;
+  out.reserve(in.size() * 2);
+  for (const StepAction& a : in) {
+    if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
+      StepAction x = a;
+      x.op = a.op == StepOp::Forward ? StepOp::CpRingF : StepOp::CpRingB;
+      out.push_back(x);
+    }
+    out.push_back(a);
   }
   return out;
 }
@@ -273,17 +292,17 @@ StepList add_step_tail(StepList out, const Strategy& s, const LayerPartition& pa
   if (opt.tied_embeddings && s.pp > 1 && (stage == 0 || stage == s.pp - 1)) out.push_back({StepOp::TiedReduce, stage});
   if (s.sp && s.tp > 1) out.push_back({StepOp::ReplicaReduce, stage});
   if (s.pp > 1) group_op(StepOp::LossReduce, CommGroup::Pp);
-  if (s.dp > 1) group_op(StepOp::LossReduce, CommGroup::Dp);
+  if (s.dp_cp() > 1) group_op(StepOp::LossReduce, CommGroup::Dp);  // Dp: the dp-cp group
   out.push_back({StepOp::Norm, stage});
   if (s.tp > 1) group_op(StepOp::NormReduce, CommGroup::Tp);
-  if (s.zero >= 2 && s.dp > 1) group_op(StepOp::NormReduce, CommGroup::Dp);
+  if (s.zero >= 2 && s.dp_cp() > 1) group_op(StepOp::NormReduce, CommGroup::Dp);
   if (s.pp > 1) group_op(StepOp::NormReduce, CommGroup::Pp);
   out.push_back({StepOp::Clip, stage});
   out.push_back({StepOp::Opt, stage});
   const std::vector<int> units = part.stage_units(stage);
   if (s.offload != Offload::None && !(s.offload == Offload::All && s.zero == 3))
     for (int u : units) out.push_back({StepOp::ToDevice, stage, -1, u});
-  if ((s.zero == 1 || s.zero == 2) && s.dp > 1)
+  if ((s.zero == 1 || s.zero == 2) && s.dp_cp() > 1)
     for (int u : units) out.push_back({StepOp::AllGather, stage, -1, u});
   return out;
 }
@@ -295,6 +314,7 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
   for (int st = 0; st < s.pp; ++st) {
     const bool tied = opt.tied_embeddings && st == 0 && st == s.pp - 1 && part.vpp() == 1;
     StepList list = expand_units(sched[size_t(st)], part);
+    list = add_cp_exchanges(list, s, part);
     list = add_grad_reductions(list, s);
     list = add_param_gathers(list, s, part, tied);
     prog.stages.push_back(add_step_tail(std::move(list), s, part, st, opt));

@@ -54,6 +54,14 @@
 //   D u        ToDevice: offload, unit u's updated parameter shard host -> device.
 //   AG u       AllGather: ZeRO-1/2 (dp > 1) all-gather of unit u's updated parameters.
 //   SF/RF/SB/RB mb  pipeline sends and receives (activation forward, gradient back).
+//   KVF mb.u / KVB mb.u  context parallelism (cp > 1): the ring exchange of
+//              layer unit u's attention for micro-batch mb, just before its F
+//              (K/V passed around the cp ranks, cp - 1 steps) or its B (K/V
+//              again, and dK/dV back to their owners). The exchange runs
+//              inside the attention of the pass that follows
+//              (runtime/model/context_parallel.hpp), overlapped with its
+//              blocks; the action carries the part the blocks do not hide
+//              (costmodel/cp_costs.hpp), on the compute stream.
 //
 // Printed (to_string, and parse_step_action reads it back) as the stage, the
 // op's name and its operands: "0F3.5" (stage 0, forward, micro-batch 3, unit
@@ -86,16 +94,19 @@ enum class StepOp : uint8_t {
   Sync, Norm, Opt,
   ToDevice, AllGather,
   TiedReduce, ReplicaReduce, LossReduce, NormReduce, Clip,
+  CpRingF, CpRingB,
 };
-constexpr int kStepOps = int(StepOp::Clip) + 1;
+constexpr int kStepOps = int(StepOp::CpRingB) + 1;
 // The op's name: "F", "B", "SF", "RF", "SB", "RB", "G", "R", "Red", "H",
-// "Sync", "Norm", "Opt", "D", "AG", "TE", "Rep", "LR", "NR", "Clip" (the keys
+// "Sync", "Norm", "Opt", "D", "AG", "TE", "Rep", "LR", "NR", "Clip", "KVF", "KVB" (the keys
 // of per-op times).
 const char* to_string(StepOp op);
 // The inverse of to_string(StepOp); false for any other text.
 bool parse_step_op(std::string_view name, StepOp& op);
 
-// The group a LossReduce or NormReduce runs over.
+// The group a LossReduce or NormReduce runs over. Dp is the dp-cp group: the
+// data-parallel ranks and, under context parallelism, the cp ranks beside
+// them (every rank that holds the same parameters; Megatron's dp-cp group).
 enum class CommGroup : uint8_t { None, Tp, Dp, Pp };
 
 struct StepAction {
@@ -111,6 +122,7 @@ struct StepAction {
   bool operator==(const StepAction&) const = default;
 };
 inline bool is_compute(StepOp op) { return op == StepOp::Forward || op == StepOp::Backward; }
+inline bool is_cp_ring(StepOp op) { return op == StepOp::CpRingF || op == StepOp::CpRingB; }
 
 using StepList = std::vector<StepAction>;
 
@@ -166,6 +178,9 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
 // The passes (each takes one stage's list and returns the longer list).
 StepList expand_units(const StepList& compute, const LayerPartition& part);
 StepList add_grad_reductions(const StepList& in, const Strategy& s);
+// cp > 1: a KVF before every layer unit's F and a KVB before its B (not the
+// embedding or the head, which hold no attention).
+StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
 StepList add_param_gathers(const StepList& in, const Strategy& s, const LayerPartition& part, bool tied_here);
 StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& part, int stage,
                        const StepOptions& opt = {});

@@ -91,7 +91,7 @@ int parse_degree(const std::string& key, const std::string& v, bool allow_zero =
 }
 
 const std::vector<std::string> kKeys = {"dp", "tp", "pp", "zero", "offload", "ckpt", "mbs", "gas",
-                                        "schedule", "vpp", "precision", "sp", "ep", "finetune", "lora_r", "lora_alpha",
+                                        "schedule", "vpp", "precision", "sp", "cp", "ep", "finetune", "lora_r", "lora_alpha",
                                         "lora_targets"};
 
 // lora_* keys without finetune=lora|qlora say nothing: refused, not ignored.
@@ -114,10 +114,11 @@ void set_key(Strategy& s, const std::string& key, const std::string& value) {
   else if (key == "vpp") s.vpp = parse_degree(key, value);
   else if (key == "precision") s.precision = parse_precision(value);
   else if (key == "sp") s.sp = parse_bool(key, value);
+  else if (key == "cp") s.cp = parse_degree(key, value);
   else if (key == "ep") s.ep = parse_degree(key, value);
   else if (is_finetune_key(key)) set_finetune_key(s.finetune, key, value);
   else
-    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp zero offload ckpt mbs gas schedule vpp precision sp ep finetune lora_r lora_alpha lora_targets)",
+    throw InputError(fmt::format("strategy: unknown key '{}'; did you mean '{}'? (keys: dp tp pp cp zero offload ckpt mbs gas schedule vpp precision sp ep finetune lora_r lora_alpha lora_targets)",
                                  key, nearest(key, kKeys)));
 }
 
@@ -130,6 +131,7 @@ void Strategy::validate() const {
   in_range("dp", dp, 1);
   in_range("tp", tp, 1);
   in_range("pp", pp, 1);
+  in_range("cp", cp, 1);
   in_range("vpp", vpp, 1);
   in_range("gas", gas, 1);
   in_range("ep", ep, 1);
@@ -142,9 +144,11 @@ void Strategy::validate() const {
     throw InputError(fmt::format("strategy: finetune={} with ep={} is not modelled (adapters on experts split over "
                                  "ranks); use ep=1", planner::to_string(finetune.mode), ep));
   if (mbs < 1 || mbs > kMaxMbs) throw InputError(fmt::format("strategy: mbs={} must be between 1 and {}", mbs, kMaxMbs));
-  const int64_t w = checked_product({dp, tp, pp}, "strategy: dp*tp*pp");
+  const int64_t w = checked_product({dp, tp, pp, cp}, "strategy: dp*tp*pp*cp");
   if (w > kMaxDegree)
-    throw InputError(fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} is more than {} GPUs", dp, tp, pp, w, kMaxDegree));
+    throw InputError(cp == 1 ? fmt::format("strategy: dp*tp*pp = {}*{}*{} = {} is more than {} GPUs", dp, tp, pp, w, kMaxDegree)
+                             : fmt::format("strategy: dp*tp*pp*cp = {}*{}*{}*{} = {} is more than {} GPUs", dp, tp, pp,
+                                           cp, w, kMaxDegree));
   const int64_t stages = checked_mul(pp, vpp, "strategy: pp*vpp");
   if (stages > kMaxDegree)
     throw InputError(fmt::format("strategy: pp*vpp = {}*{} = {} is more than {} pipeline stages", pp, vpp, stages, kMaxDegree));
@@ -179,8 +183,8 @@ void Strategy::validate() const {
 }
 
 std::string Strategy::to_string() const {
-  std::string text = fmt::format("dp={},tp={},pp={},zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
-                     dp, tp, pp, zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
+  std::string text = fmt::format("dp={},tp={},pp={},{}zero={},offload={},ckpt={},mbs={},gas={},schedule={},vpp={},precision={},sp={}",
+                     dp, tp, pp, cp > 1 ? fmt::format("cp={},", cp) : std::string(), zero, planner::to_string(offload), planner::to_string(ckpt), mbs, gas,
                      planner::to_string(schedule), vpp, planner::to_string(precision), sp ? 1 : 0);
   if (ep != 1) text += fmt::format(",ep={}", ep);
   return text + finetune.text_suffix();
@@ -217,6 +221,7 @@ void to_json(nlohmann::json& j, const Strategy& s) {
                      {"schedule", to_string(s.schedule)},
                      {"vpp", s.vpp},       {"precision", to_string(s.precision)},
                      {"sp", s.sp},         {"text", s.to_string()}};
+  if (s.cp > 1) j["cp"] = s.cp;  // absent at 1: the JSON of plans without context parallelism is unchanged
   if (s.ep != 1) j["ep"] = s.ep;  // only when used, so dense plans' JSON is unchanged
   // Only when not full training, so full-training JSON is unchanged.
   if (s.finetune.frozen_base()) {

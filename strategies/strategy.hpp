@@ -6,6 +6,8 @@
 //   dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,precision=bf16
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
 //   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything),
+//   cp=2 (context parallelism: the sequence split over cp ranks, attention
+//   exchanging K/V around a ring; Megatron-LM --context-parallel-size),
 //   ep=2 (expert parallelism: a mixture of experts' routed experts split over
 //   ep ranks of the data-parallel group, Megatron's --expert-model-parallel-size),
 //   finetune=full|lora|qlora with lora_r, lora_alpha, lora_targets
@@ -51,11 +53,15 @@ struct Strategy {
   int vpp = 1;   // virtual pipeline stages per rank (interleaved only)
   Precision precision = Precision::BF16;
   bool sp = false;  // sequence parallelism (Megatron-3)
+  int cp = 1;       // context parallelism: ranks that split one sequence (Megatron-LM context parallel)
   int ep = 1;       // expert parallelism: divides dp; the text form and JSON carry it only when it is not 1
   Finetune finetune{};  // full training (default), LoRA or QLoRA on a frozen base
 
-  // Valid once validate() passed (dp*tp*pp <= 2^20).
-  int world() const { return dp * tp * pp; }
+  // Valid once validate() passed (dp*tp*pp*cp <= 2^20).
+  int world() const { return dp * tp * pp * cp; }
+  // The ranks over which gradients are reduced and ZeRO shards: every rank
+  // that holds the same parameters (Megatron reduces over its dp-cp group).
+  int dp_cp() const { return dp * cp; }
   int64_t global_batch() const { return int64_t(dp) * mbs * gas; }
 
   // Internal rules only (offload needs ZeRO, vpp needs interleaved, ranges).
@@ -64,8 +70,9 @@ struct Strategy {
   void validate() const;
 
   // Canonical text form with every key, e.g.
-  // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0",
-  // followed by ",ep=N" when ep is not 1 (so the form of every dense plan is unchanged).
+  // "dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,schedule=1f1b,vpp=1,precision=bf16,sp=0";
+  // cp only where it is above 1 ("dp=2,tp=1,pp=1,cp=2,zero=2,..."), followed by
+  // ",ep=N" when ep is not 1, so the text of every plan with neither is what it always was.
   std::string to_string() const;
 
   // Parses the text form. `given` (optional) receives the keys that were

@@ -28,10 +28,11 @@ inline rt::RunConfig run_config(const ModelSpec& m, const Strategy& s, int64_t s
   return rt::make_run_config(m, s, seq);
 }
 
-// One process, dp * gas micro-batches of mbs: the step the dp ranks compute together.
+// One process, dp * gas micro-batches of mbs: the step the dp ranks compute
+// together (the cp ranks of a dp index share its samples, whole sequences here).
 inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, int steps) {
   Strategy one = s;
-  one.gas = s.gas * s.dp, one.dp = 1;
+  one.gas = s.gas * s.dp, one.dp = 1, one.cp = 1;
   const rt::RunConfig c = run_config(m, one, seq);
   Trainer t(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed));
   RunResult r;
@@ -41,9 +42,10 @@ inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, 
 }
 
 inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, rt::Communicator* dp,
-                            rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr) {
+                            rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr,
+                            rt::Communicator* cp = nullptr) {
   const rt::RunConfig c = run_config(m, s, seq);
-  rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), dp, pp, tp);
+  rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), dp, pp, tp, cp);
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(e.step(k).item<double>());
   r.params = e.full_params_fp32().to(at::kFloat);

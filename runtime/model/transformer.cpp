@@ -1,5 +1,7 @@
 #include "runtime/model/transformer.hpp"
 
+#include "runtime/model/context_parallel.hpp"
+
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -556,8 +558,9 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   k = k.transpose(1, 2);  // (b, nkv, s, hd)
   v = v.transpose(1, 2);
   const bool causal = spec_.arch == Arch::Decoder, gqa = nkv != nh;
-  at::Tensor o = selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
-                                                         : sdpa(q, k, v, causal, gqa);
+  at::Tensor o = cp_                                       ? cp_->attention(q, k, v)  // ring attention (causal)
+                 : selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
+                                                           : sdpa(q, k, v, causal, gqa);
   o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
   return row_linear(o, l.o_w, l.o_b);
 }
@@ -602,6 +605,16 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
   return a + row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b);
 }
 
+void TransformerModel::set_context_parallel(const ContextParallel* cp) {
+  cp_ = cp;
+  // Rotary tables by the rank's positions: attention() reads their first rows.
+  if (cp_ && rope_cos_.defined()) {
+    const at::Tensor pos = cp_->positions(rope_cos_.device());
+    rope_cos_ = rope_cos_.index_select(0, pos);
+    rope_sin_ = rope_sin_.index_select(0, pos);
+  }
+}
+
 at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
   at::Tensor x;
   if (!tp_) {
@@ -619,7 +632,9 @@ at::Tensor TransformerModel::embed(const at::Tensor& ids) const {
   const int64_t b = x.size(0), s = x.size(1);
   if (proj_in_ >= 0) x = linear(x, proj_in_, -1);
   if (wpe_ >= 0) {
-    if (!sp_ || b == 1) {  // one run of consecutive positions
+    if (cp_) {  // this cp rank's two chunks (sp with learned positions is refused under cp: costmodel/compat.cpp)
+      x = x + at::embedding(p(wpe_), cp_->positions(x.device()).add_(spec_.position_offset));
+    } else if (!sp_ || b == 1) {  // one run of consecutive positions
       x = x + p(wpe_).narrow(0, spec_.position_offset + (sp_ ? int64_t(tp_rank_) * s : 0), s);
     } else {
       const int64_t n = b * s;

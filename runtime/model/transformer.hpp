@@ -67,6 +67,8 @@
 
 namespace planner::rt {
 
+class ContextParallel;  // runtime/model/context_parallel.hpp
+
 enum class Init { Normal, OutputNormal, Zeros, Ones };
 
 struct ParamInfo {
@@ -212,6 +214,11 @@ class TransformerModel {
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
 
+  // Context parallelism (after prepare()): the model then runs on this cp
+  // rank's two chunks of the sequence (positions from cp), and attention is
+  // ring attention over the cp group. `cp` outlives the model's use.
+  void set_context_parallel(const ContextParallel* cp);
+
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
@@ -241,6 +248,7 @@ class TransformerModel {
 
   ModelSpec spec_;
   int64_t seq_;
+  const ContextParallel* cp_ = nullptr;  // null without context parallelism
   Communicator* tp_ = nullptr;  // null without tensor parallelism
   int tp_size_ = 1, tp_rank_ = 0;
   bool sp_ = false;

@@ -61,7 +61,8 @@ Strategy from_megatron(const std::vector<std::string>& args, int world) {
     s.vpp = num("--num-virtual-stages-per-pipeline-rank"), s.schedule = Schedule::Interleaved;
   s.sp = a.count("--sequence-parallel") > 0;
   s.mbs = num("--micro-batch-size");
-  s.dp = world / (s.tp * s.pp);
+  if (a.count("--context-parallel-size")) s.cp = num("--context-parallel-size");
+  s.dp = world / (s.tp * s.pp * s.cp);
   s.gas = num("--global-batch-size") / (s.mbs * s.dp);
   if (a.count("--recompute-granularity"))
     s.ckpt = a["--recompute-granularity"] == "full" ? Ckpt::Full : Ckpt::Selective;
@@ -141,6 +142,8 @@ const Case kCases[] = {
     {"gpt2-xl", "8xA100-80GB", "pp=2,zero=1,offload=optimizer,mbs=2,gas=4", true, true, false},
     {"gpt2-large", "8xV100-32GB", "zero=2,precision=fp16,mbs=2,gas=2", true, true, true},
     {"gpt2", "4xA100-80GB", "tp=2,sp=1,ckpt=selective,precision=fp32,mbs=8,gas=1", false, true, true},
+    // Context parallelism: Megatron's --context-parallel-size; DeepSpeed and FSDP refuse.
+    {"llama-2-7b", "8xH100", "tp=2,cp=2,zero=1,mbs=1,gas=4", false, true, false},
 };
 
 }  // namespace
