@@ -167,6 +167,7 @@ struct CostContext::Impl {
     if (s.cp > 1) {
       set.layer_block = set.layer;
       scale_attention_for_cp(set.layer, s.cp);
+      add_cp_ring_memory(set.layer, profile, model, seq, s);
     }
     return layers[key] = set;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/op_costs.hpp"
 
 namespace planner {
 
@@ -34,6 +35,51 @@ CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_
   // (runtime/model/context_parallel.hpp).
   if (s.ckpt == Ckpt::Full) out.backward += out.forward;
   return out;
+}
+
+CpRingBytes cp_ring_memory_bytes(const ModelSpec& m, int64_t seq, const Strategy& s) {
+  CpRingBytes out;
+  if (s.cp == 1) return out;
+  const double e = bytes_per_element(s.precision), f = 4.0;  // activations; fp32 accumulators
+  const double L = double(seq / s.cp), hd = double(m.head_dim());
+  const double nq = s.mbs * L * double(m.heads / s.tp) * hd;      // q, out: elements on the rank
+  const double nkv = s.mbs * L * double(m.kv_heads / s.tp) * hd;  // k, v
+  const bool gqa = m.kv_heads != m.heads;
+  const double steps = double(s.cp - 1);
+  // Forward. Step 0: expand K and V (read kv, write q-sized), the output to fp32.
+  double fwd = (gqa ? 2.0 * (nkv + nq) * e : 0.0) + nq * (e + f);
+  // Later steps, mean of the two kinds: an earlier rank's block copies K/V's
+  // first half and expands it, and merges over all queries; a later rank's
+  // copies the second query half, expands all of K/V, and merges over half.
+  const double copies = 0.5 * (2.0 * nkv * e + nq * e);
+  const double expand = gqa ? 1.5 * (nkv + nq) * e : 0.0;
+  const double merge = 0.75 * nq * (2.0 * f + f + e);  // out *= a (r+w fp32); out += o b (r out, r o, w)
+  fwd += steps * (copies + expand + merge);
+  fwd += nq * (f + e);  // the merged output back to the activations' dtype
+  // Backward. dQ zeroed (fp32); per block: dQ += gQ; dK, dV summed to kv heads
+  // in fp32 (reading the expanded gradient once) or converted.
+  const double heads_full = gqa ? 2.0 * (nq * e + nkv * f) : 2.0 * nq * (e + f);
+  const double dq_add = nq * (2.0 * f + e);
+  double bwd = nq * f + (gqa ? 2.0 * (nkv + nq) * e : 0.0) + dq_add + heads_full;
+  const double earlier = 2.0 * nkv * e + (gqa ? (nkv + nq) * e : 0.0) + dq_add + 0.5 * heads_full +
+                         2.0 * nkv * f /* dK, dV zeroed */ + 2.0 * 0.5 * nkv * 2.0 * f /* half copied in */;
+  const double later = 3.0 * nq * e /* dout, q, out halves */ + (gqa ? 2.0 * (nkv + nq) * e : 0.0) + 0.5 * dq_add +
+                       heads_full;
+  bwd += steps * (0.5 * (earlier + later) + 2.0 * nkv * 3.0 * f /* dK, dV += the travelling sums */);
+  bwd += nq * (f + e) + 2.0 * nkv * (f + e);  // dQ, dK, dV back to the activations' dtype
+  out.forward = fwd;
+  out.backward = bwd;
+  return out;
+}
+
+void add_cp_ring_memory(PassTimes& layer, const HardwareProfile& p, const ModelSpec& m, int64_t seq,
+                        const Strategy& s) {
+  if (s.cp == 1) return;
+  const CpRingBytes b = cp_ring_memory_bytes(m, seq, s);
+  const double fwd = memory_bound_seconds(p, b.forward), bwd = memory_bound_seconds(p, b.backward);
+  layer.forward.memory_seconds += fwd;
+  layer.backward.memory_seconds += bwd;
+  if (s.ckpt == Ckpt::Full) layer.recompute.memory_seconds += fwd;
 }
 
 double cp_ring_buffer_bytes(const ModelSpec& m, int64_t seq, const Strategy& s) {

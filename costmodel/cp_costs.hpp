@@ -16,6 +16,7 @@
 // last step returns dK/dV to their owner.
 #include <cstdint>
 
+#include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/topology.hpp"
 #include "specs/model_spec.hpp"
@@ -46,6 +47,27 @@ void scale_attention_for_cp(PassTimes& layer, int cp);
 // t_kv: send_recv_seconds of cp_kv_chunk_bytes over `cp_link`; t_dkv: the same in fp32.
 CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_t seq, const Strategy& s,
                               const GroupLink& cp_link, double base_latency_s);
+
+// Device memory traffic (bytes read + written) of the ring's elementwise work
+// in one layer on one rank, beyond the attention kernels themselves, as
+// runtime/model/context_parallel.cpp does it: GQA's K/V expanded per block,
+// K/V and query halves made contiguous for a block, each block's output merged
+// into the fp32 running output (out = out a + o b), the fp32 dQ accumulated,
+// the expanded dK/dV summed back to the kv heads in fp32, dK/dV added to the
+// travelling sums, and the conversions at either end. Blocks from an earlier
+// and from a later rank differ; the cp - 1 ring steps are priced at their mean.
+// Counted in docs/TIME_MODEL.md ("Context parallelism"); cp21's kernel profile
+// (validation/h100x4/cp21/kernels) is why: 45 ms a step of such kernels that
+// the model did not price.
+struct CpRingBytes {
+  double forward = 0, backward = 0;
+};
+CpRingBytes cp_ring_memory_bytes(const ModelSpec& m, int64_t seq, const Strategy& s);
+
+// Adds cp_ring_memory_bytes at the profile's memory-bound rate to a layer's
+// times (the forward's to the recomputation too under ckpt=full).
+void add_cp_ring_memory(PassTimes& layer, const HardwareProfile& p, const ModelSpec& m, int64_t seq,
+                        const Strategy& s);
 
 // Device bytes the ring holds while a layer's attention runs: two K/V chunk
 // buffers (the one computed on, the one arriving) and, in the backward, two

@@ -1,5 +1,7 @@
 #include "runtime/model/context_parallel.hpp"
 
+#include "runtime/model/attention_block.hpp"
+
 #include <torch/autograd.h>
 
 #include <stdexcept>
@@ -12,38 +14,13 @@ using torch::autograd::tensor_list;
 
 namespace {
 
-// One block of attention and its log-sum-exp (fp32, (b, heads, sq)), by the
-// flash kernel of the device. q (b, heads, sq, d); k, v (b, heads, sk, d).
-std::pair<at::Tensor, at::Tensor> block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                bool causal) {
-  if (q.is_cuda()) {
-    auto r = at::_scaled_dot_product_flash_attention(q, k, v, /*dropout_p=*/0.0, causal);
-    return {std::get<0>(r), std::get<1>(r)};
-  }
-  auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0, causal);
-  return {std::get<0>(r), std::get<1>(r)};
-}
-
-// dQ, dK, dV of one block, given the merged output and log-sum-exp of the
-// whole attention (the flash backward recomputes P = exp(S - lse) and uses
-// rowsum(dO * O): both must be the final ones, not the block's).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> block_backward(const at::Tensor& dout, const at::Tensor& q,
-                                                              const at::Tensor& k, const at::Tensor& v,
-                                                              const at::Tensor& out, const at::Tensor& lse,
-                                                              bool causal) {
-  if (q.is_cuda())
-    return at::_scaled_dot_product_flash_attention_backward(dout, q, k, v, out, lse, at::Tensor(), at::Tensor(),
-                                                            q.size(2), k.size(2), /*dropout_p=*/0.0, causal,
-                                                            at::Tensor(), at::Tensor());
-  return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, /*dropout_p=*/0.0, causal);
-}
-
 // Merges a block's (o, l) into the running (out, lse), both views of the
 // accumulators (fp32): lse' = logaddexp(lse, l), out' = out e^(lse - lse') + o e^(l - lse').
 void merge(at::Tensor out, at::Tensor lse, const at::Tensor& o, const at::Tensor& l) {
   const at::Tensor lf = l.to(at::kFloat);
   const at::Tensor next = at::logaddexp(lse, lf);
-  out.mul_(at::exp(lse - next).unsqueeze(-1)).add_(o.to(at::kFloat) * at::exp(lf - next).unsqueeze(-1));
+  // addcmul_ reads o in its own dtype: no fp32 copy of the block's output.
+  out.mul_(at::exp(lse - next).unsqueeze(-1)).addcmul_(o, at::exp(lf - next).unsqueeze(-1));
   lse.copy_(next);
 }
 
@@ -105,6 +82,7 @@ std::vector<WorkPtr> ContextParallel::exchange(const std::vector<at::Tensor>& ou
 std::pair<at::Tensor, at::Tensor> ContextParallel::ring_forward(const at::Tensor& q, const at::Tensor& k,
                                                                 const at::Tensor& v) const {
   const int64_t c = chunk_, groups = q.size(1) / k.size(1);
+  const BlockKernel kernel = choose_block_kernel(q);
   auto expand = [&](const at::Tensor& t) { return groups == 1 ? t : t.repeat_interleave(groups, 1); };
   at::Tensor kc = k, vc = v, out, lse;
   for (int j = 0; j < size_; ++j) {
@@ -116,14 +94,14 @@ std::pair<at::Tensor, at::Tensor> ContextParallel::ring_forward(const at::Tensor
     }
     const int src = (rank_ - j + size_) % size_;
     if (j == 0) {  // own K/V: causal over the two local chunks
-      auto [o, l] = block_forward(q, expand(kc), expand(vc), true);
+      auto [o, l] = block_forward(kernel, q, expand(kc), expand(vc), true);
       out = o.to(at::kFloat), lse = l.to(at::kFloat).contiguous();
     } else if (src < rank_) {  // an earlier rank's: its first chunk, for every query
-      auto [o, l] = block_forward(q, expand(kc.narrow(2, 0, c).contiguous()), expand(vc.narrow(2, 0, c).contiguous()),
+      auto [o, l] = block_forward(kernel, q, expand(kc.narrow(2, 0, c).contiguous()), expand(vc.narrow(2, 0, c).contiguous()),
                                   false);
       merge(out, lse, o, l);
     } else {  // a later rank's: all of it, for the second query chunk
-      auto [o, l] = block_forward(q.narrow(2, c, c).contiguous(), expand(kc), expand(vc), false);
+      auto [o, l] = block_forward(kernel, q.narrow(2, c, c).contiguous(), expand(kc), expand(vc), false);
       merge(out.narrow(2, c, c), lse.narrow(2, c, c), o, l);
     }
     for (auto& w : work) w->wait();
@@ -136,12 +114,14 @@ std::vector<at::Tensor> ContextParallel::ring_backward(const at::Tensor& dout, c
                                                        const at::Tensor& k, const at::Tensor& v,
                                                        const at::Tensor& out, const at::Tensor& lse) const {
   const int64_t c = chunk_, b = k.size(0), nkv = k.size(1), d = k.size(3), groups = q.size(1) / nkv;
+  const BlockKernel kernel = choose_block_kernel(q);
   auto expand = [&](const at::Tensor& t) { return groups == 1 ? t : t.repeat_interleave(groups, 1); };
   // An expanded head gradient back to the kv heads (the sum over each group), in fp32.
   // Contiguous: it is sent around the ring (the kernel's gradients may be strided views).
+  // (The sum converts as it reduces: one pass over the expanded gradient.)
   auto heads = [&](const at::Tensor& t) {
-    const at::Tensor f = t.to(at::kFloat);
-    return groups == 1 ? f.contiguous() : f.reshape({b, nkv, groups, t.size(2), d}).sum(2);
+    return groups == 1 ? t.to(at::kFloat).contiguous()
+                       : t.reshape({b, nkv, groups, t.size(2), d}).sum(2, /*keepdim=*/false, at::kFloat);
   };
   const auto f32 = k.options().dtype(at::kFloat);
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
@@ -157,16 +137,16 @@ std::vector<at::Tensor> ContextParallel::ring_backward(const at::Tensor& dout, c
     const int src = (rank_ - j + size_) % size_;
     at::Tensor dk, dv;  // this block's contribution to the held K/V's gradient (fp32, kv heads)
     if (j == 0) {
-      auto [gq, gk, gv] = block_backward(dout, q, expand(kc), expand(vc), out, lse, true);
+      auto [gq, gk, gv] = block_backward(kernel, dout, q, expand(kc), expand(vc), out, lse, true);
       dq.add_(gq), dk = heads(gk), dv = heads(gv);
     } else if (src < rank_) {
-      auto [gq, gk, gv] = block_backward(dout, q, expand(kc.narrow(2, 0, c).contiguous()),
+      auto [gq, gk, gv] = block_backward(kernel, dout, q, expand(kc.narrow(2, 0, c).contiguous()),
                                          expand(vc.narrow(2, 0, c).contiguous()), out, lse, false);
       dq.add_(gq);
       dk = at::zeros(kc.sizes(), f32), dv = at::zeros(vc.sizes(), f32);
       dk.narrow(2, 0, c).copy_(heads(gk)), dv.narrow(2, 0, c).copy_(heads(gv));
     } else {
-      auto [gq, gk, gv] = block_backward(dout.narrow(2, c, c).contiguous(), q.narrow(2, c, c).contiguous(),
+      auto [gq, gk, gv] = block_backward(kernel, dout.narrow(2, c, c).contiguous(), q.narrow(2, c, c).contiguous(),
                                          expand(kc), expand(vc), out.narrow(2, c, c).contiguous(),
                                          lse.narrow(2, c, c).contiguous(), false);
       dq.narrow(2, c, c).add_(gq), dk = heads(gk), dv = heads(gv);

@@ -8,6 +8,7 @@
 #include "costmodel/cp_costs.hpp"
 #include "costmodel/engines.hpp"
 #include "costmodel/memory_model.hpp"
+#include "costmodel/op_costs.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/simulator.hpp"
 #include "strategies/search_space.hpp"
@@ -156,6 +157,37 @@ TEST_CASE("cp: K/V chunk bytes and the exposed ring, by hand", "[cp][time]") {
   CHECK(layer.backward.attention_seconds == Approx(1e-3));
   s.cp = 1;
   CHECK(cp_ring_seconds(block, m, 8192, s, link, 2e-5).backward == 0);
+}
+
+TEST_CASE("cp: the ring's elementwise memory traffic, by hand", "[cp][time]") {
+  // llama-2-7b (no GQA: 32 heads of 128), tp=2, cp=2, seq 8: 4 tokens a rank,
+  // nq = nkv = 4 x 16 x 128 = 8192 elements, bf16 (2 bytes), fp32 sums (4).
+  //   forward  = out to fp32 8192x6 + one step (copies 0.5(2x8192x2 + 8192x2)
+  //              + merge 0.75x8192x14) + out back 8192x6            = 208896
+  //   backward = dQ zeroed 8192x4 + dQ += 8192x10 + dK, dV 2x8192x6
+  //              + one step (mean of earlier 294912, later 188416; + dK, dV
+  //              sums 2x8192x12) + dQ, dK, dV back 3x8192x6         = 798720
+  const ModelSpec m = resolve_model("llama-2-7b");
+  Strategy s = Strategy::parse("tp=2,cp=2,mbs=1");
+  CpRingBytes b = cp_ring_memory_bytes(m, 8, s);
+  CHECK(b.forward == Approx(208896.0));
+  CHECK(b.backward == Approx(798720.0));
+  // GQA (llama-3-8b: 32 heads, 8 kv heads of 128), tp=1, cp=2, seq 8:
+  // nq = 16384, nkv = 4096; K/V expanded per block, dK/dV summed to kv heads.
+  const ModelSpec g = resolve_model("llama-3-8b");
+  s = Strategy::parse("cp=2,mbs=1");
+  b = cp_ring_memory_bytes(g, 8, s);
+  CHECK(b.forward == Approx(536576.0));
+  CHECK(b.backward == Approx(1003520.0));
+  // None without cp; priced into the layer at the memory rate (and rerun by full recomputation).
+  CHECK(cp_ring_memory_bytes(g, 8, Strategy::parse("tp=2,mbs=1")).forward == 0.0);
+  const HardwareProfile p = default_profile(gpu_by_name("H100-SXM"));
+  PassTimes t;
+  s.ckpt = Ckpt::Full;
+  add_cp_ring_memory(t, p, g, 8, s);
+  CHECK(t.forward.memory_seconds == Approx(memory_bound_seconds(p, 536576.0)));
+  CHECK(t.backward.memory_seconds == Approx(memory_bound_seconds(p, 1003520.0)));
+  CHECK(t.recompute.memory_seconds == Approx(t.forward.memory_seconds));
 }
 
 TEST_CASE("cp: memory holds seq/cp tokens and the ring's buffers", "[cp][memory]") {

@@ -1,0 +1,165 @@
+#include "runtime/model/attention_block.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+
+namespace planner::rt {
+
+const char* to_string(BlockKernel k) {
+  switch (k) {
+    case BlockKernel::CpuFlash: return "cpu-flash";
+    case BlockKernel::Flash: return "flash";
+    case BlockKernel::Cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+namespace {
+
+// What cuDNN's forward returned besides the output, reused by its backward:
+// the log-sum-exp's rank (LibTorch returns it as (b, heads, sq, 1)) and the
+// dropout RNG state (dropout is 0 here; the backward still takes the tensors).
+struct CudnnState {
+  bool lse_has_unit_dim = true;
+  at::Tensor philox_seed, philox_offset;
+};
+CudnnState& cudnn_state() {
+  static CudnnState s;
+  return s;
+}
+
+std::pair<at::Tensor, at::Tensor> cudnn_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                bool causal) {
+  auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true,
+                                                   /*dropout_p=*/0.0, causal, /*return_debug_mask=*/false);
+  const at::Tensor& lse = std::get<1>(r);
+  const int64_t b = q.size(0), h = q.size(1), sq = q.size(2);
+  if (lse.numel() != b * h * sq) throw std::runtime_error("cuDNN attention's log-sum-exp has an unexpected shape");
+  auto& st = cudnn_state();
+  st.lse_has_unit_dim = lse.dim() == 4;
+  if (!st.philox_seed.defined()) st.philox_seed = std::get<6>(r), st.philox_offset = std::get<7>(r);
+  return {std::get<0>(r), lse.reshape({b, h, sq}).to(at::kFloat)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                              const at::Tensor& k, const at::Tensor& v,
+                                                              const at::Tensor& out, const at::Tensor& lse,
+                                                              bool causal) {
+  const auto& st = cudnn_state();
+  const at::Tensor l = (st.lse_has_unit_dim ? lse.unsqueeze(-1) : lse).contiguous();
+  return at::_scaled_dot_product_cudnn_attention_backward(dout, q, k, v, out, l, st.philox_seed, st.philox_offset,
+                                                          /*attn_bias=*/at::Tensor(), /*cum_seq_q=*/at::Tensor(),
+                                                          /*cum_seq_k=*/at::Tensor(), q.size(2), k.size(2),
+                                                          /*dropout_p=*/0.0, causal);
+}
+
+// |a - b| <= tol * max|b| elementwise (bf16/fp16 blocks: both sides rounded).
+bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
+  const at::Tensor bf = b.to(at::kFloat), diff = (a.to(at::kFloat) - bf).abs().max();
+  const double scale = std::max(bf.abs().max().item<double>(), 1e-3);
+  return diff.item<double>() <= tol * scale;
+}
+
+// Two blocks of cuDNN merged against one flash call over the whole K/V, and
+// the blocks' backward given the merged output and log-sum-exp; also a causal
+// square block. Empty on success, else what failed.
+std::string cudnn_self_check(const at::Tensor& like) {
+  const int64_t h = like.size(1), d = like.size(3), n = 128;
+  // Deterministic inputs without touching the training's random generator.
+  auto input = [&](double f) {
+    return at::arange(h * 2 * n * d, like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, h, 2 * n, d}).to(
+        like.scalar_type());
+  };
+  const at::Tensor q = input(0.37), k = input(0.71), v = input(1.13), dout = input(0.53);
+  const auto ref = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/false);
+  const at::Tensor out_ref = std::get<0>(ref), lse_ref = std::get<1>(ref).to(at::kFloat);
+  const at::Tensor k1 = k.narrow(2, 0, n).contiguous(), k2 = k.narrow(2, n, n).contiguous();
+  const at::Tensor v1 = v.narrow(2, 0, n).contiguous(), v2 = v.narrow(2, n, n).contiguous();
+  auto [o1, l1] = cudnn_forward(q, k1, v1, false);
+  auto [o2, l2] = cudnn_forward(q, k2, v2, false);
+  const at::Tensor lse = at::logaddexp(l1, l2);
+  const at::Tensor out =
+      o1.to(at::kFloat) * at::exp(l1 - lse).unsqueeze(-1) + o2.to(at::kFloat) * at::exp(l2 - lse).unsqueeze(-1);
+  if (!close(lse, lse_ref, 1e-2)) return "merged log-sum-exp differs from flash's";
+  if (!close(out, out_ref, 2e-2)) return "merged output differs from flash's";
+  const auto causal_ref = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true);
+  auto [oc, lc] = cudnn_forward(q, k, v, true);
+  if (!close(oc, std::get<0>(causal_ref), 2e-2)) return "causal output differs from flash's";
+  if (!close(lc, std::get<1>(causal_ref), 1e-2)) return "causal log-sum-exp differs from flash's";
+  const auto g = at::_scaled_dot_product_flash_attention_backward(dout, q, k, v, out_ref, std::get<1>(ref),
+                                                                  at::Tensor(), at::Tensor(), 2 * n, 2 * n, 0.0,
+                                                                  false, at::Tensor(), at::Tensor());
+  const at::Tensor out_b = out_ref.contiguous();
+  auto [gq1, gk1, gv1] = cudnn_backward(dout, q, k1, v1, out_b, lse_ref, false);
+  auto [gq2, gk2, gv2] = cudnn_backward(dout, q, k2, v2, out_b, lse_ref, false);
+  if (!close(gq1.to(at::kFloat) + gq2.to(at::kFloat), std::get<0>(g), 5e-2)) return "block dQ differs from flash's";
+  if (!close(at::cat({gk1, gk2}, 2), std::get<1>(g), 5e-2)) return "block dK differs from flash's";
+  if (!close(at::cat({gv1, gv2}, 2), std::get<2>(g), 5e-2)) return "block dV differs from flash's";
+  return {};
+}
+
+}  // namespace
+
+BlockKernel choose_block_kernel(const at::Tensor& q, std::string* why) {
+  if (!q.is_cuda()) return BlockKernel::CpuFlash;
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int64_t, int64_t>, std::pair<BlockKernel, std::string>> cache;
+  const char* env = std::getenv("PLANNER_CP_ATTENTION");
+  if (env && std::string(env) == "flash") {
+    if (why) *why = "PLANNER_CP_ATTENTION=flash";
+    return BlockKernel::Flash;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(int(q.get_device()), int(q.scalar_type()), q.size(1), q.size(3));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::string fail;
+    try {
+      fail = cudnn_self_check(q);
+    } catch (const std::exception& e) {
+      fail = std::string("cuDNN attention failed: ") + e.what();
+      fail = fail.substr(0, fail.find('\n'));
+    }
+    const BlockKernel k = fail.empty() ? BlockKernel::Cudnn : BlockKernel::Flash;
+    if (!fail.empty())
+      std::fprintf(stderr, "note: ring attention runs FlashAttention-2 blocks, not cuDNN's: %s\n", fail.c_str());
+    it = cache.emplace(key, std::make_pair(k, fail)).first;
+  }
+  if (why) *why = it->second.second;
+  return it->second.first;
+}
+
+std::pair<at::Tensor, at::Tensor> block_forward(BlockKernel kernel, const at::Tensor& q, const at::Tensor& k,
+                                                const at::Tensor& v, bool causal) {
+  switch (kernel) {
+    case BlockKernel::Cudnn: return cudnn_forward(q, k, v, causal);
+    case BlockKernel::Flash: {
+      auto r = at::_scaled_dot_product_flash_attention(q, k, v, /*dropout_p=*/0.0, causal);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case BlockKernel::CpuFlash: break;
+  }
+  auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0, causal);
+  return {std::get<0>(r), std::get<1>(r)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> block_backward(BlockKernel kernel, const at::Tensor& dout,
+                                                              const at::Tensor& q, const at::Tensor& k,
+                                                              const at::Tensor& v, const at::Tensor& out,
+                                                              const at::Tensor& lse, bool causal) {
+  switch (kernel) {
+    case BlockKernel::Cudnn: return cudnn_backward(dout, q, k, v, out, lse, causal);
+    case BlockKernel::Flash:
+      return at::_scaled_dot_product_flash_attention_backward(dout, q, k, v, out, lse, at::Tensor(), at::Tensor(),
+                                                              q.size(2), k.size(2), /*dropout_p=*/0.0, causal,
+                                                              at::Tensor(), at::Tensor());
+    case BlockKernel::CpuFlash: break;
+  }
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, /*dropout_p=*/0.0, causal);
+}
+
+}  // namespace planner::rt
