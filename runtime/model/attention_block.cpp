@@ -57,11 +57,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_backward(const at::Tensor& 
                                                           /*dropout_p=*/0.0, causal);
 }
 
-// |a - b| <= tol * max|b| elementwise (bf16/fp16 blocks: both sides rounded).
+// |a - b| <= tol * max|b| + 1e-3 elementwise (bf16/fp16 blocks: both sides
+// rounded; the floor, against inputs of magnitude 1, keeps an output that
+// averages values of both signs to near 0 from failing on rounding alone:
+// validation/h100/cudnn_blocks measured 3e-4 against a largest |out| of 0.0056).
 bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
   const at::Tensor bf = b.to(at::kFloat), diff = (a.to(at::kFloat) - bf).abs().max();
-  const double scale = std::max(bf.abs().max().item<double>(), 1e-3);
-  return diff.item<double>() <= tol * scale;
+  return diff.item<double>() <= tol * bf.abs().max().item<double>() + 1e-3;
 }
 
 // Two blocks of cuDNN merged against one flash call over the whole K/V, and
@@ -74,7 +76,8 @@ std::string cudnn_self_check(const at::Tensor& like) {
     return at::arange(h * 2 * n * d, like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, h, 2 * n, d}).to(
         like.scalar_type());
   };
-  const at::Tensor q = input(0.37), k = input(0.71), v = input(1.13), dout = input(0.53);
+  // q scaled so that the softmax is peaked and the outputs are not all near 0.
+  const at::Tensor q = input(0.37).mul(4.0), k = input(0.71), v = input(1.13), dout = input(0.53);
   const auto ref = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/false);
   const at::Tensor out_ref = std::get<0>(ref), lse_ref = std::get<1>(ref).to(at::kFloat);
   const at::Tensor k1 = k.narrow(2, 0, n).contiguous(), k2 = k.narrow(2, n, n).contiguous();
