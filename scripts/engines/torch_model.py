@@ -117,12 +117,16 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(h, spec["vocab"], bias=spec.get("lm_head_bias", False))
         if spec.get("tied_embeddings"):
             self.lm_head.weight = self.embedding.weight
+        self.seq_shard_rank = 0  # this rank's index along a sequence-sharded residual stream (TP with sp)
         self.checkpoint = None  # set by the trainer: a function (block, x) -> x that recomputes
 
     def forward(self, tokens):
         x = self.embedding(tokens)
         if self.positions is not None:
-            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+            # Under sequence parallelism the embedding's output holds this rank's slice of the sequence
+            # (Shard(1)); its positions are that slice's (seq_shard_rank, set by the trainer).
+            first = self.seq_shard_rank * x.shape[1] if x.shape[1] != tokens.shape[1] else 0
+            x = x + self.positions(torch.arange(first, first + x.shape[1], device=tokens.device))
         for blk in self.layers:
             x = self.checkpoint(blk, x) if self.checkpoint else blk(x)
         return self.lm_head(self.norm(x))
