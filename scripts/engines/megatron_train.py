@@ -77,6 +77,34 @@ def forward_step(data_iterator, model, return_schedule_plan=False):
     return out, partial(loss_func, b["loss_mask"])
 
 
+def without_fused_kernels(args):
+    """Megatron's defaults assume Transformer Engine or apex's CUDA extensions: gradient-accumulation fusion
+    (fused_weight_gradient_mlp_cuda), the fused masked softmax (scaled_*_softmax_cuda), the persistent layer
+    norm and the fused rotary embedding (TE); with neither installed each raises at the model's build or first
+    step. Turned off here when missing - what a user does with --no-gradient-accumulation-fusion
+    --no-masked-softmax-fusion --no-persist-layer-norm --no-rope-fusion - and named on stdout."""
+    import importlib.util
+    have = {m: importlib.util.find_spec(m) is not None
+            for m in ("transformer_engine", "fused_weight_gradient_mlp_cuda", "scaled_masked_softmax_cuda")}
+    off = []
+    if args.gradient_accumulation_fusion and not (have["fused_weight_gradient_mlp_cuda"] or have["transformer_engine"]):
+        args.gradient_accumulation_fusion = False
+        off.append("--no-gradient-accumulation-fusion")
+    if args.masked_softmax_fusion and not have["scaled_masked_softmax_cuda"]:
+        args.masked_softmax_fusion = False
+        off.append("--no-masked-softmax-fusion")
+    if not args.no_persist_layer_norm and not have["transformer_engine"]:
+        args.no_persist_layer_norm = True
+        off.append("--no-persist-layer-norm")
+    if getattr(args, "apply_rope_fusion", False) and not have["transformer_engine"]:
+        args.apply_rope_fusion = False
+        off.append("--no-rope-fusion")
+    if off and int(os.environ.get("RANK", "0")) == 0:
+        print("note: neither Transformer Engine nor apex's extensions are installed: running as with " + " ".join(off),
+              flush=True)
+    return off
+
+
 def main():
     from megatron.core.enums import ModelType
     from megatron.core.distributed import finalize_model_grads
@@ -88,8 +116,9 @@ def main():
     from megatron.training.training import setup_model_and_optimizer, train_step
 
     parse_and_validate_args()  # the exported list, through Megatron's own parser and validate_args
-    initialize_megatron()
     args = get_args()
+    without_fused_kernels(args)
+    initialize_megatron()
     if args.use_megatron_fsdp:
         print("megatron_train: Megatron-FSDP (zero 2/3 exports) is not wired here", file=sys.stderr)
         return 2
@@ -111,7 +140,9 @@ def main():
         config.finalize_model_grads_func = finalize_model_grads
     from megatron.core import parallel_state as mpu
     seed = 1000 + mpu.get_data_parallel_rank()
-    its = [Tokens(args.vocab_size, args.micro_batch_size, args.seq_length, seed) for _ in model]
+    from megatron.core.rerun_state_machine import RerunDataIterator
+    # Wrapped as Megatron's training loop wraps its loaders (its rerun state machine, on by default, asserts it).
+    its = [RerunDataIterator(Tokens(args.vocab_size, args.micro_batch_size, args.seq_length, seed)) for _ in model]
     data = its if len(model) > 1 else its[0]
     fb = get_forward_backward_func()
     steps, warmup = torch_model.steps_from_env()
@@ -121,10 +152,10 @@ def main():
     timer = torch_model.StepTimer(True)
     loss = float("nan")
     for it in range(steps):
+        args.curr_iteration = it  # as Megatron's train() sets it before each step
         timer.start()
         out = train_step(forward_step, data, model, optimizer, scheduler, config, fb, iteration=it)
         dt = timer.stop()
-        args.curr_iteration = it + 1
         try:  # the reduced loss exists on the last pipeline stage only; its form differs between releases
             v = out[0]["lm loss"]
             loss = float(v[0] / v[1]) if isinstance(v, (tuple, list)) or getattr(v, "numel", lambda: 1)() == 2 else float(v)
