@@ -105,6 +105,19 @@ def without_fused_kernels(args):
     return off
 
 
+def skip_dataset_helper_build():
+    """initialize_megatron runs `make` in megatron/core/datasets on rank 0 to build the dataset index helpers
+    (_compile_dependencies); the wheel ships them prebuilt (helpers_cpp*.so) but no Makefile, so that `make`
+    fails and Megatron exits. No dataset is built here (synthetic tokens), so the step is skipped; the barrier
+    after it stays."""
+    import megatron.training.initialize as mi
+
+    def barrier_only():
+        torch.distributed.barrier()
+
+    mi._compile_dependencies = barrier_only
+
+
 def main():
     from megatron.core.enums import ModelType
     from megatron.core.distributed import finalize_model_grads
@@ -118,6 +131,7 @@ def main():
     parse_and_validate_args()  # the exported list, through Megatron's own parser and validate_args
     args = get_args()
     without_fused_kernels(args)
+    skip_dataset_helper_build()
     initialize_megatron()
     if args.use_megatron_fsdp:
         print("megatron_train: Megatron-FSDP (zero 2/3 exports) is not wired here", file=sys.stderr)
