@@ -55,6 +55,10 @@ def apply_tp(model, tp_mesh, plan_styles):
     if "norms" in st:
         top["norm"] = st["norms"]
     parallelize_module(model, tp_mesh, top)
+    if model.cfg_tied and "embedding" in top and "lm_head" in top:
+        # Each style made its own DTensor of the one tied matrix; both shard the vocabulary rows (Shard(0)) on
+        # the same mesh, so the output layer takes the embedding's again (else the tie is lost, and its memory doubles).
+        model.lm_head.weight = model.embedding.weight
     model.seq_shard_rank = tp_mesh.get_local_rank()
     for blk in model.layers:
         p = {}
@@ -197,7 +201,8 @@ def main():
     dp = cfg["device_mesh"]["shape"][0]
     torch_model.report("fsdp", timer, warmup, mbs * gas * seq * dp,
                        {"zero_stage": cfg["zero_stage"], "mesh": cfg["device_mesh"], "mbs": mbs, "gas": gas, "seq": seq,
-                        "final_loss": float(loss.item() * gas)})
+                        "final_loss": float(loss.item() * gas),
+                        "params": sum(p.numel() for p in model.parameters())})  # global counts (DTensor), tied once
     dist.destroy_process_group()
     return 0
 

@@ -115,7 +115,8 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(Block(spec) for _ in range(spec["layers"]))
         self.norm = norm_of(spec, h)
         self.lm_head = nn.Linear(h, spec["vocab"], bias=spec.get("lm_head_bias", False))
-        if spec.get("tied_embeddings"):
+        self.cfg_tied = bool(spec.get("tied_embeddings"))
+        if self.cfg_tied:
             self.lm_head.weight = self.embedding.weight
         self.seq_shard_rank = 0  # this rank's index along a sequence-sharded residual stream (TP with sp)
         self.checkpoint = None  # set by the trainer: a function (block, x) -> x that recomputes
