@@ -31,7 +31,7 @@ std::string torchrun_prefix(const ClusterSpec& c) {
                      c.nodes, c.gpus_per_node);
 }
 
-ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file) {
+ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file, const std::string& plan_file) {
   if (engine == Engine::Ours)
     throw InputError("export: --to takes deepspeed, megatron or fsdp (the plan file itself is what ours runs)");
   PlanUse use;
@@ -39,7 +39,7 @@ ExportResult export_plan(const Plan& plan, Engine engine, const std::string& fil
   check_compat(plan, use);  // an engine's gap names the search that finds a plan it runs
   ExportResult r;
   switch (engine) {
-    case Engine::DeepSpeed: r = export_deepspeed(plan, file); break;
+    case Engine::DeepSpeed: r = export_deepspeed(plan, file, plan_file); break;
     case Engine::Megatron: r = export_megatron(plan, file); break;
     default: r = export_fsdp(plan, file); break;
   }
@@ -99,7 +99,7 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
     const Engine engine = parse_engine(o->to);
     const Plan plan = load_plan(o->plan);
     if (!o->output.empty()) check_writable(o->output);
-    const ExportResult r = export_plan(plan, engine, o->output);
+    const ExportResult r = export_plan(plan, engine, o->output, o->plan);
     if (!o->output.empty()) write_file_atomically(o->output, r.file_text);
     if (o->json) {
       nlohmann::json j{{"engine", to_string(engine)}, {"version", engine_version(engine)}, {"file", r.file},

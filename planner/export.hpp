@@ -11,7 +11,10 @@
 //   fsdp       PyTorch settings (device mesh, DDP / ZeroRedundancyOptimizer /
 //              FSDP2 fully_shard with its mixed precision and offload policy,
 //              tensor parallel plan, activation checkpointing) as JSON and a
-//              torchrun line for the user's train.py
+//              torchrun line for scripts/engines/fsdp_train.py (the model
+//              spec rides along under "model")
+// The launch lines name this repository's trainers (scripts/engines/), which
+// run each export as written on synthetic tokens.
 //
 // Versions targeted: costmodel/engines.hpp. A strategy or model the engine
 // cannot express is refused with engine_gap's one line (InputError).
@@ -39,11 +42,13 @@ std::string default_export_file(Engine e);
 
 // Throws InputError (exit 2) naming what the engine lacks. `file` is where the
 // config will be written (for the launch line); empty: the default name.
-ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file = "");
+// `plan_file`: the plan's path, which the DeepSpeed launch line passes to
+// scripts/engines/deepspeed_train.py (--plan; empty: "plan.json").
+ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file = "", const std::string& plan_file = "");
 
 // One engine each (export_deepspeed.cpp, export_megatron.cpp, export_fsdp.cpp);
 // the plan is known to be expressible.
-ExportResult export_deepspeed(const Plan& plan, const std::string& file);
+ExportResult export_deepspeed(const Plan& plan, const std::string& file, const std::string& plan_file = "");
 ExportResult export_megatron(const Plan& plan, const std::string& file);
 ExportResult export_fsdp(const Plan& plan, const std::string& file);
 // `--to peft` (export_peft.cpp): a LoRA/QLoRA plan as PEFT's LoraConfig, for

@@ -8,7 +8,7 @@
 
 namespace planner {
 
-ExportResult export_deepspeed(const Plan& plan, const std::string& file) {
+ExportResult export_deepspeed(const Plan& plan, const std::string& file, const std::string& plan_file) {
   const Strategy& s = plan.strategy;
   const ClusterSpec& c = plan.cluster;
   ExportResult r;
@@ -68,9 +68,14 @@ ExportResult export_deepspeed(const Plan& plan, const std::string& file) {
   std::string launcher = fmt::format("deepspeed --num_gpus {}", c.gpus_per_node);
   if (c.nodes > 1) launcher = fmt::format("deepspeed --hostfile hostfile --num_nodes {} --num_gpus {}", c.nodes,
                                           c.gpus_per_node);
-  r.launch = fmt::format("{} train.py --deepspeed --deepspeed_config {}", launcher, r.file);
-  r.notes.insert(r.notes.begin(), "train.py is your training script: it passes the config to deepspeed.initialize() "
-                                  "(DeepSpeed has no stock trainer)");
+  r.launch = fmt::format("{} scripts/engines/deepspeed_train.py --plan {} --deepspeed --deepspeed_config {}", launcher,
+                         plan_file.empty() ? "plan.json" : plan_file, r.file);
+  r.notes.insert(r.notes.begin(), "scripts/engines/deepspeed_train.py (this repository) builds the plan's model and "
+                                  "passes this config to deepspeed.initialize() on synthetic tokens; your own "
+                                  "train.py does the same with your data (DeepSpeed has no stock trainer)");
+  if (s.tp > 1 || s.pp > 1)
+    r.notes.push_back("scripts/engines/deepspeed_train.py refuses AutoTP and pipeline configs (they need a Hugging "
+                      "Face model or a PipelineModule)");
   if (c.nodes > 1) r.notes.push_back("hostfile lists the nodes, one line each: 'host slots=N'");
   return r;
 }

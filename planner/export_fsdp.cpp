@@ -36,6 +36,8 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file) {
   j["micro_batch_size"] = s.mbs;
   j["gradient_accumulation_steps"] = s.gas;
   j["seq_length"] = plan.seq;
+  // The model itself (the plan's spec), so scripts/engines/fsdp_train.py builds it from this file alone.
+  j["model"] = plan.model;
   j["optimizer"] = {{"class", "torch.optim.AdamW"}, {"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"weight_decay", 0.1},
                     {"fused", true}};
   j["zero_stage"] = s.zero;
@@ -105,9 +107,10 @@ ExportResult export_fsdp(const Plan& plan, const std::string& file) {
     r.notes.push_back("activation_checkpointing selective: checkpoint only the attention core "
                       "(scaled_dot_product_attention), as Megatron's selective recompute");
   r.file_text = j.dump(2) + "\n";
-  r.launch = fmt::format("{} train.py --fsdp-config {}", torchrun_prefix(plan.cluster), r.file);
-  r.notes.insert(r.notes.begin(), "train.py is your training script: it builds the device mesh and applies these "
-                                  "settings (PyTorch has no stock trainer)");
+  r.launch = fmt::format("{} scripts/engines/fsdp_train.py --fsdp-config {}", torchrun_prefix(plan.cluster), r.file);
+  r.notes.insert(r.notes.begin(), "scripts/engines/fsdp_train.py (this repository) builds the model and device mesh "
+                                  "and applies these settings on synthetic tokens; your own train.py can read the "
+                                  "same file (PyTorch has no stock trainer)");
   return r;
 }
 

@@ -133,10 +133,12 @@ ExportResult export_megatron(const Plan& plan, const std::string& file) {
   // Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1; TP/SP overlap wants it.
   const std::string env = s.tp > 1 && s.zero < 2 ? "CUDA_DEVICE_MAX_CONNECTIONS=1 " : "";
   const std::string args_text = file.empty() ? inline_args : fmt::format(" $(cat {})", file);
-  r.launch = fmt::format("{}{} pretrain_gpt.py{}", env, torchrun_prefix(c), args_text);
+  r.launch = fmt::format("{}{} scripts/engines/megatron_train.py{}", env, torchrun_prefix(c), args_text);
   if (r.file.empty()) r.file = default_export_file(Engine::Megatron);
-  r.notes.push_back("run from a Megatron-LM checkout at core_v0.19.0; --mock-data trains on synthetic tokens: "
-                    "replace it with --data-path and your tokenizer");
+  r.notes.push_back("scripts/engines/megatron_train.py (this repository) trains with megatron-core 0.19's GPTModel, "
+                    "its pipeline schedules, DistributedDataParallel and optimizer on synthetic tokens; a Megatron-LM "
+                    "checkout at core_v0.19.0 takes the same arguments with pretrain_gpt.py in its place");
+  r.notes.push_back("--mock-data trains on synthetic tokens: replace it with --data-path and your tokenizer");
   r.notes.push_back("dropout stays at Megatron's default 0.1 (its masks are in --engine megatron's memory); "
                     "add --hidden-dropout 0 --attention-dropout 0 to train without");
   return r;

@@ -10,7 +10,7 @@ FLAGS="$ROOT/tests/data/megatron_core_v0.19.0_arguments.txt"
 expect_exit 0 $P predict --model llama-2-13b --gpus 4x8xH100 --strategy tp=8,pp=4,schedule=interleaved,vpp=2,sp=1,zero=1,ckpt=selective,mbs=1 \
   --global-batch 64 -o "$TMP/mg.json"
 expect_exit 0 $P export "$TMP/mg.json" --to megatron -o "$TMP/args.txt"
-expect_grep "^launch: CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 4 --nproc-per-node 8 .* pretrain_gpt.py \\$\\(cat $TMP/args.txt\\)" "$TMP/out"
+expect_grep "^launch: CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 4 --nproc-per-node 8 .* scripts/engines/megatron_train.py \\$\\(cat $TMP/args.txt\\)" "$TMP/out"
 python3 - "$TMP/args.txt" "$FLAGS" <<'PY' || fails=$((fails+1))
 import sys
 args = [line.split() for line in open(sys.argv[1]) if line.strip()]
@@ -46,7 +46,7 @@ python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
 import json, sys
 j = json.load(open(sys.argv[1]))
 c = j["config"]
-assert j["engine"] == "fsdp" and j["launch"].startswith("torchrun --nproc-per-node 8 train.py --fsdp-config")
+assert j["engine"] == "fsdp" and j["launch"].startswith("torchrun --nproc-per-node 8 scripts/engines/fsdp_train.py --fsdp-config") and j["config"]["model"]["hidden"] > 0
 assert c["device_mesh"] == {"shape": [4, 2], "dim_names": ["dp", "tp"]}
 assert c["fully_shard"]["reshard_after_forward"] is True
 assert c["fully_shard"]["mp_policy"] == {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
@@ -64,7 +64,7 @@ expect_bad_input $P export "$TMP/ds3.json" --to deepspeed && expect_grep "stages
 expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=2,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
 expect_exit 0 $P export "$TMP/ds.json" --to deepspeed
 expect_grep "^# DeepSpeed 0.19.8 configuration" "$TMP/out"
-expect_grep '"autotp_size": 2' "$TMP/out" && expect_grep "^launch: deepspeed --num_gpus 8 train.py" "$TMP/out"
+expect_grep '"autotp_size": 2' "$TMP/out" && expect_grep "^launch: deepspeed --num_gpus 8 scripts/engines/deepspeed_train.py --plan " "$TMP/out"
 expect_exit 0 $P export "$TMP/fs.json" --to megatron --json
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["args"]; i=a.index("--data-parallel-sharding-strategy"); assert a[i+1]=="optim_grads_params" and "--use-megatron-fsdp" in a and not j["launch"].startswith("CUDA_DEVICE")' "$TMP/out" || fails=$((fails+1))
 

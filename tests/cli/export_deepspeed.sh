@@ -26,7 +26,7 @@ for c in "${cases[@]}"; do
   IFS='|' read -r model gpus strategy gb <<<"$c"
   expect_exit 0 $P predict --model "$model" --gpus "$gpus" --strategy "$strategy" --global-batch "$gb" -o "$TMP/plan$i.json" || continue
   expect_exit 0 $P export "$TMP/plan$i.json" --to deepspeed -o "$TMP/ds$i.json" || continue
-  expect_grep "deepspeed --num_gpus .* train.py --deepspeed --deepspeed_config $TMP/ds$i.json" "$TMP/out"
+  expect_grep "deepspeed --num_gpus .* scripts/engines/deepspeed_train.py --plan .* --deepspeed --deepspeed_config $TMP/ds$i.json" "$TMP/out"
   i=$((i+1))
 done
 [ "$i" = "${#cases[@]}" ] || { finish; exit 1; }

@@ -176,7 +176,7 @@ TEST_CASE("export round trips: each configuration parses back into the plan's st
         const auto& choices = flags.at(a);
         if (!choices.empty() && i + 1 < r.args.size()) CHECK(choices.count(r.args[i + 1]) == 1);
       }
-      CHECK(test_util::contains(r.launch, "pretrain_gpt.py"));
+      CHECK(test_util::contains(r.launch, "scripts/engines/megatron_train.py"));
       ++megatron;
     }
     if (c.fsdp) {

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# scripts/engines/launch.sh with `planner export --to fsdp` on CPU (gloo, two
+# ranks): the export's launch line runs as written (scripts/engines/fsdp_train.py),
+# for FSDP2 ZeRO-3 over dp=2 and for TP=2 with sequence parallelism (the
+# exported parallelize plan applied by module name); each run writes its
+# ENGINE_RESULT with three steps, finite step times and a finite loss, and
+# launch.sh puts the --engine fsdp predictions beside it. Skips (77) without torch.
+. "$(dirname "$0")/../cli_lib.sh"
+P="$PLANNER"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+python3 -c 'import torch, torch.distributed.fsdp' 2>/dev/null || { echo "SKIP: torch is not installed"; exit 77; }
+expect_exit 2 bash "$ROOT/scripts/engines/launch.sh" x "$ROOT/examples/plans/tiny-cpu.json" tensorflow
+expect_grep "engine must be deepspeed, megatron or fsdp" "$TMP/err"
+for plan in tiny-cpu-dp2-zero3 tiny-cpu-tp2-sp; do
+  (cd "$ROOT" && X="$P" R="$TMP/r" PLANNER_ENGINE_STEPS=3 PLANNER_ENGINE_WARMUP=1 OMP_NUM_THREADS=1 \
+     timeout 240 bash scripts/engines/launch.sh "$plan" "examples/plans/$plan.json" fsdp) >"$TMP/$plan.log" 2>&1 ||
+    { echo "FAIL: $plan"; tail -20 "$TMP/$plan.log"; fails=$((fails+1)); continue; }
+  expect_grep "^launch: torchrun --nproc-per-node 2 scripts/engines/fsdp_train.py --fsdp-config" "$TMP/$plan.log"
+  python3 - "$TMP/r/engines/$plan.result.json" "$TMP/r/engines/$plan.predict.json" <<'PY' || fails=$((fails+1))
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["engine"] == "fsdp" and r["steps"] == 3 and r["world_size"] == 2, r
+assert len(r["step_s"]) == 2 and all(t > 0 and math.isfinite(t) for t in r["step_s"]), r
+assert r["final_loss"] < 60, r
+assert json.load(open(sys.argv[2]))["step_seconds"] > 0
+PY
+  passes=$((passes+1))
+done
+finish
