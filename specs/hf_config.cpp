@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -89,9 +90,11 @@ ModelSpec parse_hf(const json& config, std::string name, const std::string& sour
     // Local layers (GPTNeoSelfAttention, attention_type "local") see the last
     // window_size keys. The gpt-neo presets keep them global, as the runtime
     // builds GPT-Neo and as the validation sweeps measured it (docs/MODELS.md).
-    if (const int64_t local = hf::gpt_neo_local_layers(r, m.layers); local > 0) {
+    const std::vector<bool> local = hf::gpt_neo_local_layers(r, m.layers);
+    if (const int64_t n = std::count(local.begin(), local.end(), true); n > 0) {
       m.sliding_window = r.optional("window_size", 256, kMaxPositions);
-      m.window_layers = local;
+      m.window_layers = n;
+      m.window_pattern = hf::window_pattern_of(local);
     }
   } else if (type == "gptj") {
     // GPTJConfig: rotary, attention without biases, one ln_1 per block (parallel

@@ -161,21 +161,30 @@ void read_window(const ConfigReader& r, const Family& fam, ModelSpec& m) {
   const bool listed = r.has("layer_types");
   if (!use || w == 0) return;
   int64_t windowed = m.layers;
+  WindowPattern placed = WindowPattern::Last;
   if (listed) {
     const json& t = r.j.at("layer_types");
     if (!t.is_array() || int64_t(t.size()) != m.layers)
       r.fail(fmt::format("field 'layer_types' must list one type per layer ({}), got {}", m.layers, json_excerpt(t)));
-    windowed = std::count(t.begin(), t.end(), json("sliding_attention"));
+    std::vector<bool> each;
+    for (const auto& k : t) each.push_back(k == json("sliding_attention"));
+    windowed = std::count(each.begin(), each.end(), true);
+    placed = window_pattern_of(each);
   } else if (pattern > 0) {
     windowed = m.layers - m.layers / pattern;  // Gemma-3: every pattern-th layer is global
+    std::vector<bool> each;
+    for (int64_t i = 0; i < m.layers; ++i) each.push_back((i + 1) % pattern != 0);
+    placed = window_pattern_of(each);
   } else if (fam.alternate_window) {
     windowed = (m.layers + 1) / 2;  // Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
+    placed = WindowPattern::Even;
   } else if (max_window_layers >= 0) {
     windowed = std::max<int64_t>(0, m.layers - max_window_layers);  // Qwen2: layers from max_window_layers on
   }
   if (windowed == 0) return;
   m.sliding_window = w;
   m.window_layers = windowed;
+  m.window_pattern = placed;
 }
 
 // A mixture of experts by its fields: the routed experts' count
@@ -265,23 +274,37 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
   return m;
 }
 
-int64_t gpt_neo_local_layers(const ConfigReader& r, int64_t layers) {
+WindowPattern window_pattern_of(const std::vector<bool>& windowed) {
+  const int64_t n = int64_t(windowed.size());
+  auto all = [&](auto pred) {
+    for (int64_t i = 0; i < n; ++i)
+      if (windowed[size_t(i)] != pred(i)) return false;
+    return true;
+  };
+  const int64_t count = std::count(windowed.begin(), windowed.end(), true);
+  if (all([&](int64_t i) { return i >= n - count; })) return WindowPattern::Last;
+  if (all([](int64_t i) { return i % 2 == 0; })) return WindowPattern::Even;
+  if (all([](int64_t i) { return i % 2 == 1; })) return WindowPattern::Odd;
+  return WindowPattern::Other;
+}
+
+std::vector<bool> gpt_neo_local_layers(const ConfigReader& r, int64_t layers) {
   // GPTNeoConfig.expand_attention_types_params: [[["global", "local"], 12]]
   // repeats the pattern 12 times; its length must equal num_layers.
-  if (!r.has("attention_types")) return 0;
+  if (!r.has("attention_types")) return {};
   const json& spec = r.j.at("attention_types");
-  int64_t total = 0, local = 0;
+  int64_t total = 0;
+  std::vector<bool> local;
   auto bad = [&] { r.fail(fmt::format("field 'attention_types' must be [[[\"global\"|\"local\", ...], repeats], ...], got {}", json_excerpt(spec))); };
   if (!spec.is_array()) bad();
   for (const auto& item : spec) {
     if (!item.is_array() || item.size() != 2 || !item[0].is_array() || !item[1].is_number_integer()) bad();
     const int64_t repeats = item[1].get<int64_t>();
     if (repeats < 0 || repeats > kMaxLayers) bad();
-    for (const auto& kind : item[0]) {
-      if (kind == "local") local += repeats;
-      else if (kind != "global") bad();
-      total += repeats;
-    }
+    for (const auto& kind : item[0])
+      if (kind != "local" && kind != "global") bad();
+    for (int64_t k = 0; k < repeats && total <= kMaxLayers; ++k)
+      for (const auto& kind : item[0]) local.push_back(kind == "local"), ++total;
   }
   if (total != layers)
     r.fail(fmt::format("field 'attention_types' describes {} layers, num_layers is {}", total, layers));

@@ -66,6 +66,7 @@ ModelSpec gemma2(std::string name, int64_t layers, int64_t hidden, int64_t heads
   m.rope_theta = 0;  // 10000
   m.sliding_window = 4096;
   m.window_layers = (layers + 1) / 2;
+  m.window_pattern = WindowPattern::Even;  // layers 0, 2, ... (Gemma2DecoderLayer)
   m.default_seq = 8192;
   return m;
 }

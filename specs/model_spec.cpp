@@ -82,16 +82,24 @@ double attended_pairs(int64_t seq, int64_t window) {
 
 std::string runtime_model_gap(const ModelSpec& m) {
   std::vector<std::string> gaps;
-  if (m.head_size > 0 && m.head_size * m.heads != m.hidden) gaps.push_back("head_dim != hidden/heads");
-  if (m.qk_norm) gaps.push_back("q/k norms");
-  if (m.sandwich_norm) gaps.push_back("post-attention/post-MLP norms");
-  if (m.gelu_gate) gaps.push_back("a GELU-gated MLP");
   if (m.logit_softcap) gaps.push_back("logit soft-capping");
-  if (m.window_layers > 0) gaps.push_back("sliding-window attention");
+  if (m.window_layers > 0 && m.window_pattern == WindowPattern::Other)
+    gaps.push_back("sliding windows on this pattern of layers (only all/last, even or odd layers)");
   if (m.moe.enabled()) gaps.push_back("mixture-of-experts layers");
   std::string out;
   for (const auto& g : gaps) out += (out.empty() ? "" : ", ") + g;
   return out.empty() ? out : "the runtime does not build " + out;
+}
+
+bool ModelSpec::layer_windowed(int64_t i) const {
+  if (window_layers <= 0 || i < 0 || i >= layers) return false;
+  switch (window_pattern) {
+    case WindowPattern::Last: return i >= layers - window_layers;
+    case WindowPattern::Even: return i % 2 == 0;
+    case WindowPattern::Odd: return i % 2 == 1;
+    case WindowPattern::Other: return false;
+  }
+  return false;
 }
 
 int64_t ModelSpec::embedding_params() const {
@@ -161,6 +169,12 @@ void ModelSpec::validate() const {
     throw InputError(fmt::format("{}: gelu_gate needs the gated MLP (mlp=swiglu)", who));
   if (window_layers > 0 && arch != Arch::Decoder)
     throw InputError(fmt::format("{}: a sliding window is modelled for causal decoders only", who));
+  if (window_layers > 0 && window_pattern == WindowPattern::Even && window_layers != (layers + 1) / 2)
+    throw InputError(fmt::format("{}: window_pattern=even windows layers 0, 2, ...: window_layers must be {}, got {}", who,
+                                 (layers + 1) / 2, window_layers));
+  if (window_layers > 0 && window_pattern == WindowPattern::Odd && window_layers != layers / 2)
+    throw InputError(fmt::format("{}: window_pattern=odd windows layers 1, 3, ...: window_layers must be {}, got {}", who,
+                                 layers / 2, window_layers));
   if (moe.experts != 0 || moe.top_k != 0 || moe.expert_ffn != 0 || moe.shared_ffn != 0 || moe.dense_layers != 0 ||
       moe.shared_experts != 0 || moe.shared_gate || moe.capacity_factor != 0 || moe.imbalance != 1.0) {
     positive(moe.experts, "moe.experts", 1 << 16);
@@ -273,6 +287,8 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
   if (m.logit_softcap) j["logit_softcap"] = true;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.window_layers > 0) j["window_layers"] = m.window_layers;
+  if (m.window_layers > 0 && m.window_pattern != WindowPattern::Last)
+    j["window_pattern"] = m.window_pattern == WindowPattern::Even ? "even" : m.window_pattern == WindowPattern::Odd ? "odd" : "other";
   if (m.rope_theta > 0) j["rope_theta"] = m.rope_theta;
   if (m.moe.enabled()) {
     nlohmann::json e{{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn}};
@@ -336,7 +352,7 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
       "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq",
       "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers",
-      "rope_theta", "moe"};
+      "window_pattern", "rope_theta", "moe"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
   for (const char* req : {"layers", "hidden", "heads", "vocab"})
@@ -380,6 +396,11 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
   if (j.contains("head_size")) r.head_size = int_field(j, "head_size", who);
   if (j.contains("sliding_window")) r.sliding_window = int_field(j, "sliding_window", who);
   if (j.contains("window_layers")) r.window_layers = int_field(j, "window_layers", who);
+  if (j.contains("window_pattern"))
+    r.window_pattern = enum_field<WindowPattern>(
+        j, "window_pattern",
+        {{"last", WindowPattern::Last}, {"even", WindowPattern::Even}, {"odd", WindowPattern::Odd}, {"other", WindowPattern::Other}},
+        who);
   if (j.contains("rope_theta")) {
     const auto& v = j.at("rope_theta");
     if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1e12)

@@ -17,6 +17,13 @@ enum class Arch { Decoder, Encoder };              // GPT-style causal LM, BERT-
 enum class PosEmbed { Learned, Rotary };
 enum class MlpKind { Gelu, Relu, SwiGlu };          // SwiGLU has three matrices (LLaMA)
 enum class NormKind { LayerNorm, RmsNorm };         // LayerNorm has weight+bias, RMSNorm weight only
+// Which layers attend through the sliding window (ModelSpec::window_layers of
+// them): the last ones (Mistral: all; Qwen2: from max_window_layers on), the
+// even layers 0, 2, ... (Gemma-2: is_sliding = not layer_idx % 2), the odd ones
+// (GPT-Neo's [global, local] pattern), or another placement (Gemma-3's five
+// local to one global, a layer_types list of no such shape), which the cost
+// model prices by the count alone and the runtime does not build.
+enum class WindowPattern { Last, Even, Odd, Other };
 
 // Mixture of experts (absent when experts == 0): the MLP of every layer past
 // the first `dense_layers` is replaced by a router (hidden -> experts, no
@@ -85,6 +92,7 @@ struct ModelSpec {
   bool logit_softcap = false;       // Gemma-2: final logits pass through cap * tanh(logits / cap)
   int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
   int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
+  WindowPattern window_pattern = WindowPattern::Last;  // which ones (the runtime needs it; costs need the count)
   double rope_theta = 0;            // rotary base (HF rope_theta); 0 = 10000, RoFormer's and Llama-2's. Changes
                                     // neither time nor memory; the exports pass it on (Megatron --rotary-base)
   double rotary_base() const { return rope_theta > 0 ? rope_theta : 10000.0; }
@@ -98,6 +106,9 @@ struct ModelSpec {
   // Layers whose attention is windowed (0 when there is no window, or the
   // window covers the whole sequence `seq`).
   int64_t windowed_layers(int64_t seq) const { return sliding_window > 0 && sliding_window < seq ? window_layers : 0; }
+  // Whether layer i (0-based) is one of the window_layers windowed layers
+  // (window_pattern says which); false for WindowPattern::Other.
+  bool layer_windowed(int64_t i) const;
 
   int64_t norm_params() const;        // one norm of width hidden
   int64_t attention_params() const;   // q, k, v, o (+ biases) of one layer

@@ -57,5 +57,33 @@ inline ModelSpec bert_like() {
   return m;
 }
 
+// Today's dense decoders (specs/model_presets_current.cpp), small.
+inline ModelSpec mistral_like() {  // every layer windowed; at seq 16 a window of 5 keys
+  ModelSpec m = llama_like();
+  m.name = "tiny-mistral";
+  m.sliding_window = 5, m.window_layers = m.layers;
+  m.rope_theta = 1e6;
+  return m;
+}
+inline ModelSpec qwen2_like() {  // q, k, v biased, o not; tied; rope base 1e6; window on the last layer
+  ModelSpec m = llama_like();
+  m.name = "tiny-qwen2";
+  m.qkv_bias = true, m.tied_embeddings = true, m.rope_theta = 1e6;
+  m.sliding_window = 6, m.window_layers = 1;
+  return m;
+}
+inline ModelSpec qwen3_like() {  // head_dim 12 != hidden/heads = 8, per-head q/k norms
+  ModelSpec m = llama_like();
+  m.name = "tiny-qwen3";
+  m.head_size = 12, m.qk_norm = true, m.rope_theta = 1e6;
+  return m;
+}
+inline ModelSpec gemma2_like() {  // sandwich norms, GeGLU, head_dim 16, windows on the even layers
+  ModelSpec m = llama_like();
+  m.name = "tiny-gemma2";
+  m.layers = 3, m.head_size = 16, m.sandwich_norm = true, m.gelu_gate = true, m.tied_embeddings = true;
+  m.sliding_window = 4, m.window_layers = 2, m.window_pattern = WindowPattern::Even;
+  return m;
+}
 
 }  // namespace planner::test

@@ -1,5 +1,6 @@
 #include "runtime/model/transformer.hpp"
 
+#include "runtime/model/attention.hpp"
 #include "runtime/model/context_parallel.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -130,11 +131,6 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
   }
 };
 
-at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, bool gqa) {
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal,
-                                          /*scale=*/std::nullopt, /*enable_gqa=*/gqa);
-}
-
 // y = x w^T (+ b) whose backward accumulates the weight and bias gradients
 // straight into the parameters' views of the flat gradient buffer (an in-place
 // addmm with beta = 1: Megatron-LM's gradient-accumulation fusion), instead of
@@ -245,11 +241,12 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
 // almost nothing over none; it matters only for the math backend.
 struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoint> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            bool causal, bool gqa) {
+                            bool causal, bool gqa, int64_t window) {
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["gqa"] = gqa;
-    return sdpa(q, k, v, causal, gqa);
+    ctx->saved_data["window"] = window;
+    return attend(q, k, v, causal, gqa, window);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -259,10 +256,11 @@ struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoi
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
-      out = sdpa(q, k, v, ctx->saved_data["causal"].toBool(), ctx->saved_data["gqa"].toBool());
+      out = attend(q, k, v, ctx->saved_data["causal"].toBool(), ctx->saved_data["gqa"].toBool(),
+                   ctx->saved_data["window"].toInt());
     }
     auto g = torch::autograd::grad({out}, {q, k, v}, {grads[0]});
-    return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -361,13 +359,13 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communica
     if (sp_) need(seq, "the sequence (sp=1)");
   }
 
-  const int64_t h = spec_.hidden, kv = spec_.kv_dim(), f = spec_.ffn, V = spec_.vocab;
+  const int64_t h = spec_.hidden, qd = spec_.q_dim(), kv = spec_.kv_dim(), f = spec_.ffn, V = spec_.vocab;
   const int64_t width = spec_.word_embed_dim > 0 ? spec_.word_embed_dim : h;
   const bool ln = spec_.norm == NormKind::LayerNorm;
   const int L = static_cast<int>(spec_.layers);
   auto& S = store_;
   // Tensor-parallel splits (runtime/model/tensor_parallel.hpp); replicated when not given.
-  const TpSplit rows_vocab{0, {V}}, rows_qkv{0, {h, kv, kv}}, cols_h{1, {h}}, cols_f{1, {f}};
+  const TpSplit rows_vocab{0, {V}}, rows_qkv{0, {qd, kv, kv}}, cols_h{1, {qd}}, cols_f{1, {f}};
   const TpSplit rows_fc1{0, spec_.mlp == MlpKind::SwiGlu ? std::vector<int64_t>{f, f} : std::vector<int64_t>{f}};
   auto add = [&](std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}) {
     return S.add(std::move(name), std::move(shape), init, group, split, tp_size_);
@@ -397,9 +395,21 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communica
       l.norm2_w = add(pre + "norm2.w", {h}, Init::Ones, g);
       if (ln) l.norm2_b = add(pre + "norm2.b", {h}, Init::Zeros, g);
     }
-    l.qkv_w = add(pre + "attn.qkv.w", {h + 2 * kv, h}, Init::Normal, g, rows_qkv);
-    if (spec_.qkv_bias) l.qkv_b = add(pre + "attn.qkv.b", {h + 2 * kv}, Init::Zeros, g, rows_qkv);
-    l.o_w = add(pre + "attn.o.w", {h, h}, Init::OutputNormal, g, cols_h);
+    if (spec_.sandwich_norm && !spec_.parallel_block) {  // Gemma-2's post-attention and post-MLP norms
+      l.post1_w = add(pre + "post_norm1.w", {h}, Init::Ones, g);
+      if (ln) l.post1_b = add(pre + "post_norm1.b", {h}, Init::Zeros, g);
+      l.post2_w = add(pre + "post_norm2.w", {h}, Init::Ones, g);
+      if (ln) l.post2_b = add(pre + "post_norm2.b", {h}, Init::Zeros, g);
+    }
+    l.qkv_w = add(pre + "attn.qkv.w", {qd + 2 * kv, h}, Init::Normal, g, rows_qkv);
+    if (spec_.qkv_bias) l.qkv_b = add(pre + "attn.qkv.b", {qd + 2 * kv}, Init::Zeros, g, rows_qkv);
+    if (spec_.qk_norm) {  // Qwen3: a norm of width head_dim over each q head and each k head
+      l.q_norm_w = add(pre + "attn.q_norm.w", {spec_.head_dim()}, Init::Ones, g);
+      if (ln) l.q_norm_b = add(pre + "attn.q_norm.b", {spec_.head_dim()}, Init::Zeros, g);
+      l.k_norm_w = add(pre + "attn.k_norm.w", {spec_.head_dim()}, Init::Ones, g);
+      if (ln) l.k_norm_b = add(pre + "attn.k_norm.b", {spec_.head_dim()}, Init::Zeros, g);
+    }
+    l.o_w = add(pre + "attn.o.w", {h, qd}, Init::OutputNormal, g, cols_h);
     if (spec_.out_bias) l.o_b = add(pre + "attn.o.b", {h}, Init::Zeros, g);
     const int64_t up = spec_.mlp == MlpKind::SwiGlu ? 2 * f : f;
     l.fc1_w = add(pre + "mlp.fc1.w", {up, h}, Init::Normal, g, rows_fc1);
@@ -478,10 +488,11 @@ void TransformerModel::init_tensor(const ParamInfo& i, at::Tensor t) const {
 void TransformerModel::prepare(at::Device device, at::ScalarType dtype) {
   no_bias_ = at::empty({0}, at::TensorOptions().device(device).dtype(dtype));
   if (spec_.pos == PosEmbed::Rotary) {
-    // GPT-NeoX rotary: theta_j = 10000^(-2j/d), angles (s, d/2) duplicated to (s, d).
+    // GPT-NeoX rotary: theta_j = base^(-2j/d) (base = rope_theta, 10000 unless the spec says), angles
+    // (s, d/2) duplicated to (s, d).
     const int64_t d = spec_.head_dim();
     auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
-    at::Tensor inv = at::pow(10000.0, at::arange(0, d, 2, f32) / static_cast<double>(d)).reciprocal();
+    at::Tensor inv = at::pow(spec_.rotary_base(), at::arange(0, d, 2, f32) / static_cast<double>(d)).reciprocal();
     at::Tensor ang = at::outer(at::arange(seq_, f32), inv);
     at::Tensor emb = at::cat({ang, ang}, -1).unsqueeze(1);  // (s, 1, d)
     rope_cos_ = emb.cos().to(dtype);
@@ -528,6 +539,23 @@ at::Tensor TransformerModel::row_out(const at::Tensor& y, int bias) const {
   return bias >= 0 && !bias_in_row_gemm() ? r + p(bias) : r;
 }
 
+at::Tensor TransformerModel::post_norm(const at::Tensor& x, int w, int b) const {
+  return w >= 0 ? norm(x, w, b) : x;
+}
+
+at::Tensor TransformerModel::head_norm(const at::Tensor& x, int w, int b) const {
+  // Qwen3's q_norm/k_norm over each head's head_dim values. Under tp without
+  // sp each rank normalises only its heads, so the replicated weight's
+  // gradient is partial: copy_to_tp (identity forward, all-reduce backward)
+  // sums it over the tp group; under sp the engine's ReplicaReduce sums the
+  // replicated gradients already.
+  at::Tensor wt = tp_ && !sp_ ? copy_to_tp(p(w), tp_) : p(w);
+  at::Tensor bt = b < 0 ? at::Tensor() : tp_ && !sp_ ? copy_to_tp(p(b), tp_) : p(b);
+  const int64_t d = spec_.head_dim();
+  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {d}, wt, bt, 1e-5);
+  return at::rms_norm(x, {d}, wt, 1e-6);
+}
+
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
   if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {spec_.hidden}, p(w), popt(b), 1e-5);
   return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
@@ -549,6 +577,7 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   at::Tensor q = parts[0].view({b, s, nh, hd});
   at::Tensor k = parts[1].view({b, s, nkv, hd});
   at::Tensor v = parts[2].view({b, s, nkv, hd});
+  if (spec_.qk_norm) q = head_norm(q, l.q_norm_w, l.q_norm_b), k = head_norm(k, l.k_norm_w, l.k_norm_b);
   if (spec_.pos == PosEmbed::Rotary) {
     at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
     q = q * c + rotate_half(q) * sn;
@@ -558,9 +587,14 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   k = k.transpose(1, 2);  // (b, nkv, s, hd)
   v = v.transpose(1, 2);
   const bool causal = spec_.arch == Arch::Decoder, gqa = nkv != nh;
-  at::Tensor o = cp_                                       ? cp_->attention(q, k, v)  // ring attention (causal)
-                 : selective && at::GradMode::is_enabled() ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa)
-                                                           : sdpa(q, k, v, causal, gqa);
+  // Sliding window (runtime/model/attention.hpp): the layers the spec windows;
+  // s is the whole sequence here (sp's column-parallel GEMM gathered it; cp
+  // with a window is refused in set_context_parallel).
+  const int64_t window = spec_.layer_windowed(i) ? spec_.sliding_window : 0;
+  at::Tensor o = cp_ ? cp_->attention(q, k, v)  // ring attention (causal)
+                 : selective && at::GradMode::is_enabled()
+                     ? AttentionCoreCheckpoint::apply(q, k, v, causal, gqa, window)
+                     : attend(q, k, v, causal, gqa, window);
   o = o.transpose(1, 2).reshape({b, s, h});  // (b, s, h)
   return row_linear(o, l.o_w, l.o_b);
 }
@@ -574,7 +608,8 @@ at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
     case MlpKind::Relu: a = at::relu(u); break;
     case MlpKind::SwiGlu: {
       const int64_t f = spec_.ffn / tp_size_;  // this rank's [gate_r; up_r]
-      a = at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f);
+      at::Tensor gate = u.narrow(-1, 0, f);  // GeGLU (Gemma): GELU-tanh gate; SwiGLU: SiLU
+      a = (spec_.gelu_gate ? at::gelu(gate, "tanh") : at::silu(gate)) * u.narrow(-1, f, f);
       break;
     }
   }
@@ -601,11 +636,14 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
     }
     return x + y;
   }
-  at::Tensor a = x + row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b);
-  return a + row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b);
+  at::Tensor a = x + post_norm(row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b),
+                               l.post1_w, l.post1_b);
+  return a + post_norm(row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b), l.post2_w, l.post2_b);
 }
 
 void TransformerModel::set_context_parallel(const ContextParallel* cp) {
+  if (cp && spec_.windowed_layers(seq_) > 0)  // also refused in legality (costmodel/compat.cpp)
+    throw InputError("context parallelism with sliding-window attention is not run (the ring attends every K/V chunk)");
   cp_ = cp;
   // Rotary tables by the rank's positions: attention() reads their first rows.
   if (cp_ && rope_cos_.defined()) {

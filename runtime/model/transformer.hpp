@@ -22,9 +22,14 @@
 //    parallel block: x = x + attn(n) + mlp(n) with n = norm1(x); a final norm when
 //    the spec says so. Attention is causal at::scaled_dot_product_attention (the
 //    flash kernel on the GPU, the CPU flash kernel on the CPU); grouped-query
-//    attention through its enable_gqa flag. Rotary positions are GPT-NeoX style
-//    (rotate-half over the whole head dimension). GELU is the tanh approximation
-//    (GPT-2's gelu_new).
+//    attention through its enable_gqa flag; a sliding window on the layers
+//    spec.layer_windowed() names (runtime/model/attention.hpp). Rotary
+//    positions are GPT-NeoX style (rotate-half over the whole head dimension,
+//    base spec.rotary_base()). GELU is the tanh approximation (GPT-2's
+//    gelu_new). Today's decoders: q is heads x head_dim wide (head_dim may
+//    differ from hidden/heads), Qwen3's per-head q/k norms before the
+//    rotation, Gemma-2's sandwich norms (x = x + norm(attn(norm1(x))), the
+//    same around the MLP), GeGLU (gelu_gate).
 //  - encoder: post-norm (BERT), x = norm1(x + attn(x)); x = norm2(x + mlp(x)),
 //    bidirectional attention, exact GELU; MLM head = dense + GELU + LayerNorm, then
 //    the tied word embedding with a vocabulary bias. The pooler's parameters exist
@@ -129,6 +134,8 @@ struct LayerIds {
   int norm1_w = -1, norm1_b = -1, norm2_w = -1, norm2_b = -1;
   int qkv_w = -1, qkv_b = -1, o_w = -1, o_b = -1;
   int fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;  // fc1 = gate+up for SwiGLU
+  int post1_w = -1, post1_b = -1, post2_w = -1, post2_b = -1;  // Gemma-2's sandwich norms (sandwich_norm)
+  int q_norm_w = -1, q_norm_b = -1, k_norm_w = -1, k_norm_b = -1;  // Qwen3's per-head q/k norms (qk_norm)
 };
 
 class TransformerModel {
@@ -221,6 +228,8 @@ class TransformerModel {
 
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
+  at::Tensor post_norm(const at::Tensor& x, int w, int b) const;  // norm(), or x when w < 0
+  at::Tensor head_norm(const at::Tensor& x, int w, int b) const;  // over the last dim, head_dim wide
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
   // A column-parallel layer: under sp x is this rank's sequence shard and the
   // GEMM gathers the sequence itself (LinearAccum); linear() otherwise.

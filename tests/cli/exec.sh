@@ -33,6 +33,24 @@ s = r["plan"]["strategy"]
 assert s["ckpt"] == "full" and s["mbs"] == 2 and s["gas"] == 2, s
 assert len(r["measurement"]["losses"]) == 3
 PY
+# Today's dense decoders run: a Mistral-shaped config with a 16-key window at
+# seq 64, a Qwen2-shaped one (q/k/v biases, tied, rope base 1e6), a
+# Qwen3-shaped one (head_dim 24 != 64/4, q/k norms).
+for cfg in '{"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16}' \
+           '{"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "tie_word_embeddings": true, "rope_theta": 1000000.0}' \
+           '{"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "intermediate_size": 128, "vocab_size": 512}'; do
+  echo "$cfg" > "$TMP/today.json"
+  expect_exit 0 $P predict --model "$TMP/today.json" --gpus 1xH100 --strategy mbs=2,precision=fp32 --seq 64 \
+    --global-batch 2 -o "$TMP/today-plan.json"
+  expect_exit 0 $P exec "$TMP/today-plan.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/today-r.json"
+done
+# What the runtime does not build is refused by name before any work:
+# Gemma-2's final logit soft-capping.
+echo '{"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "final_logit_softcapping": 30.0}' > "$TMP/gemma.json"
+expect_exit 0 $P predict --model "$TMP/gemma.json" --gpus 1xH100 --strategy mbs=2,precision=fp32 --seq 64 \
+  --global-batch 2 -o "$TMP/gemma-plan.json"
+expect_bad_input $P exec "$TMP/gemma-plan.json" --device cpu -o "$TMP/gemma-r.json" && expect_grep "logit soft-capping" "$TMP/err"
+[ ! -e "$TMP/gemma-r.json" ] || { echo "FAIL: a refused exec wrote its result file"; fails=$((fails+1)); }
 # Bad plans: one line, exit 2, no result file.
 echo '{"format": "planner-plan"' > "$TMP/bad.json"
 expect_bad_input $P exec "$TMP/bad.json" -o "$TMP/r2.json"
