@@ -23,7 +23,10 @@ struct LoraEngineRun {
 
 inline rt::RunConfig lora_config(const ModelSpec& m, const Strategy& s, int64_t seq) {
   rt::RunConfig c = rt::make_run_config(m, s, seq);
-  c.options.optim.lr = 1e-2;  // the adapters move visibly in a few steps
+  // The adapters move visibly in a few steps; larger rates magnify fp32
+  // rounding of near-zero gradients through AdamW's g / (sqrt(v) + eps)
+  // beyond the equivalence checks' 1e-5.
+  c.options.optim.lr = 1e-3;
   return c;
 }
 
