@@ -56,9 +56,13 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
   // A stage with a layer unit gets at least the pool's two slots.
   auto slots = [&](int peak) { return layers > 0 ? std::max(2, peak) : 0; };
   // The largest layer: a MoE layer's non-expert and local-expert parameters (costmodel/moe_costs.hpp).
-  const double L = double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp) + moe_extra_layer_params_per_rank(m, s));
-  const double E = emb ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
-  const double H = head ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
+  // Fine-tuning: the units hold the adapters only (runtime/engine.hpp); the
+  // embedding and head units are empty.
+  const bool ft = s.finetune.frozen_base();
+  const double L = ft ? double(adapter_params_per_layer(m, s.finetune, s.tp))
+                      : double(stage_params_per_rank(m, 1, false, false, s.pp, s.tp) + moe_extra_layer_params_per_rank(m, s));
+  const double E = emb && !ft ? double(stage_params_per_rank(m, 0, true, false, s.pp, s.tp)) : 0;
+  const double H = head && !ft ? double(stage_params_per_rank(m, 0, false, true, s.pp, s.tp)) : 0;
   const double grads = E + H + slots(it->second.gradient_layers) * L;
   const double gathered = s.zero == 3 ? E + H + slots(it->second.gathered_layers) * L : 0.0;
   return double(e) * (grads + gathered);

@@ -147,12 +147,8 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     check_compat(checked, use);
     // The cost model prices some model features the runtime's layers lack: a
     // run would time a different model than the one predicted.
-    // The LoRA/QLoRA model (runtime/model/lora.*) is checked by the runtime
-    // tests; the step executor (Engine) does not drive it yet.
-    if (checked.strategy.finetune.frozen_base())
-      throw InputError(fmt::format("exec: finetune={} is predicted but not executed yet: the step executor trains every "
-                                   "weight (runtime/model/lora.hpp holds the adapters and NF4 storage, not wired to it)",
-                                   to_string(checked.strategy.finetune.mode)));
+    // (finetune=lora|qlora runs: the Engine trains the adapters on a frozen
+    // base, runtime/engine.hpp; what it cannot run, legality refuses.)
     if (const std::string gap = runtime_model_gap(checked.model); !gap.empty())
       throw InputError(fmt::format("exec: {} (model '{}'): the run would time another model than the prediction's",
                                    gap, clip(checked.model.name)));

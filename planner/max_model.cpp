@@ -93,8 +93,11 @@ MaxModelResult find_max_model(const MaxModelRequest& req) {
     if (m.pos == PosEmbed::Learned && m.max_positions < req.seq) m.max_positions = req.seq;
     auto strategies = fit_strategies(m, res.cluster, req.max_offload, req.mbs);
     if (req.finetune.frozen_base()) {
-      // Only the adapters train: ZeRO-1 at most, no offload (Strategy::validate).
-      std::erase_if(strategies, [](const Strategy& s) { return s.zero >= 2 || s.offload != Offload::None; });
+      // Only the adapters train: ZeRO-1 at most (2/3 save almost nothing), no
+      // offload; tp without sp (Strategy::validate).
+      std::erase_if(strategies, [](const Strategy& s) {
+        return s.zero >= 2 || s.offload != Offload::None || (s.tp > 1 && s.sp);
+      });
       for (Strategy& s : strategies) s.finetune = req.finetune;
     }
     // Each candidate goes through the rules that every command applies (the

@@ -154,8 +154,12 @@ std::vector<Candidate> bound_candidates(const SearchRequest& req, const SpaceLim
   std::vector<Candidate> cands;
   cands.reserve(size_t(count_strategies(L)));
   for_each_strategy(L, [&](const Strategy& full) {
-    // Fine-tuning: the same space less what it does not model (Strategy::validate).
-    if (req.finetune.frozen_base() && (full.zero >= 2 || full.offload != Offload::None || full.ep > 1)) return;
+    // Fine-tuning: the same space less what it does not model or run
+    // (Strategy::validate: sp, offload, ep); ZeRO-2/3 of the small adapters
+    // are legal but not searched (they save almost nothing).
+    if (req.finetune.frozen_base() &&
+        (full.zero >= 2 || full.offload != Offload::None || full.ep > 1 || (full.tp > 1 && full.sp)))
+      return;
     Strategy s = full;
     s.finetune = req.finetune;
     ctx.build(s, table);

@@ -3,6 +3,7 @@
 // engine_zero.cpp and engine_tail.cpp (engine_detail.hpp lists them).
 #include "runtime/engine_detail.hpp"
 #include "runtime/model/context_parallel.hpp"
+#include "runtime/model/lora.hpp"
 
 namespace planner::rt {
 
@@ -35,6 +36,11 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
       program_(build_step_program(config.strategy(), config.model().layers, step_options(config))),
       impl_(std::make_unique<Impl>()) {
   const Strategy& s = st_;
+  // The rules strategies/strategy.cpp's legality gives fine-tuning, again
+  // here for runs built without a parsed plan (tests, calibrate).
+  if (s.finetune.frozen_base() && ((s.tp > 1 && s.sp) || s.cp > 1 || s.offload != Offload::None))
+    throw InputError("Engine: finetune=" + std::string(to_string(s.finetune.mode)) +
+                     " runs with sp=0, cp=1 and offload=none only (adapters on sequence shards are not executed)");
   if (s.tp > 1) {
     if (!tp || tp->size() != s.tp)
       throw std::invalid_argument("Engine: the plan has tp=" + std::to_string(s.tp) + " but the tp group has " +
@@ -67,8 +73,11 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp);
-  ParamStore& store = model_->store();
-  store.make_leaves(device_, I.dt);
+  model_->store().make_leaves(device_, I.dt);
+  if (s.finetune.frozen_base()) {  // the adapters are what the units hold
+    lora_ = std::make_unique<LoraAdapters>(*model_, s.finetune, tp_);
+    lora_->store().make_leaves(device_, I.dt);
+  }
   model_->prepare(device_, I.dt);
   if (s.cp > 1) {
     cp_ = std::make_unique<ContextParallel>(cp, cfg_.seq());
@@ -96,11 +105,14 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
 
 Engine::~Engine() {
   if (impl_ && impl_->adam_thread.joinable()) impl_->adam_thread.join();
+  lora_.reset();  // unhooks the model's linears before the model goes
 }
+
+ParamStore& Engine::tstore() { return lora_ ? lora_->store() : model_->store(); }
 
 void Engine::bind_unit(int u, const at::Tensor& data) {
   const Unit& un = impl_->units[size_t(u)];
-  ParamStore& store = model_->store();
+  ParamStore& store = tstore();
   for (size_t k = 0; k < un.ids.size(); ++k) {
     const ParamInfo& info = store.infos()[size_t(un.ids[k])];
     store.bind(un.ids[k], data.defined() ? data.narrow(0, un.offs[k], info.numel).view(info.shape) : impl_->empty);
@@ -109,7 +121,7 @@ void Engine::bind_unit(int u, const at::Tensor& data) {
 
 void Engine::bind_unit_grad(int u, const at::Tensor& grad) {
   const Unit& un = impl_->units[size_t(u)];
-  ParamStore& store = model_->store();
+  ParamStore& store = tstore();
   for (size_t k = 0; k < un.ids.size(); ++k) {
     const ParamInfo& info = store.infos()[size_t(un.ids[k])];
     store.bind_grad(un.ids[k], grad.defined() ? grad.narrow(0, un.offs[k], info.numel).view(info.shape) : at::Tensor());
@@ -118,8 +130,8 @@ void Engine::bind_unit_grad(int u, const at::Tensor& grad) {
 
 int64_t Engine::param_bytes() const {
   const Impl& I = *impl_;
-  if (I.params.defined()) return I.params.numel() * I.params.element_size();
-  return I.pshard.is_cuda() || !cuda_ ? I.pshard.numel() * I.pshard.element_size() : 0;
+  if (I.params.defined()) return base_bytes_ + I.params.numel() * I.params.element_size();
+  return base_bytes_ + (I.pshard.is_cuda() || !cuda_ ? I.pshard.numel() * I.pshard.element_size() : 0);
 }
 
 int64_t Engine::grad_bytes() const {

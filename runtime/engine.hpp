@@ -22,6 +22,13 @@
 //    in pinned host memory with offload (then updated by LibTorch's vectorised,
 //    multithreaded CPU fused AdamW, unit by unit on a worker thread while the
 //    updated units travel back to the device).
+// Fine-tuning (strategy finetune=lora|qlora, runtime/model/lora.hpp): the
+// units hold the adapters only (each layer's in its layer's unit; the
+// embedding and head units are empty), so gradients, reductions over dp,
+// ZeRO chunks and AdamW's states are the adapters'. The frozen base is kept
+// apart, whole on every dp rank (replicated, as costmodel/finetune.hpp
+// prices it), only this stage's layers under pp, in the working precision
+// without gradients; for QLoRA the layer matrices in NF4 instead.
 // Micro-batch i of data-parallel rank r reads the global micro-batch r*gas + i,
 // and every loss is scaled by 1/(gas*dp): a dp-way run computes the same step as
 // one process with dp*gas micro-batches.
@@ -46,6 +53,7 @@ namespace planner::rt {
 
 class SideStream;
 class ContextParallel;  // runtime/model/context_parallel.hpp
+class LoraAdapters;     // runtime/model/lora.hpp
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
@@ -103,7 +111,7 @@ class Engine {
   // would leave collectives or gathered units behind (std::logic_error).
   void compute_pass(int64_t step, int mb);
 
-  // Every parameter in fp32, laid out as ParamStore::layout() orders them (the
+  // Every trained parameter (the adapters under fine-tuning) in fp32, laid out as ParamStore::layout() orders them (the
   // layout of one process's flat buffer), gathered from all ranks under ZeRO and tp
   // (full tensors, the single-process layout; a collective: every rank must
   // call it). For tests and checks.
@@ -111,7 +119,9 @@ class Engine {
 
   const StepProgram& program() const { return program_; }
   TransformerModel& model() { return *model_; }
-  int64_t param_bytes() const;            // device bytes of persistent parameters (shards under ZeRO-3)
+  // Fine-tuning: the adapters (their merged weights, for checks); null otherwise.
+  const LoraAdapters* lora() const { return lora_.get(); }
+  int64_t param_bytes() const;            // device bytes of persistent parameters (shards under ZeRO-3; + a frozen base)
   int64_t grad_bytes() const;             // device bytes of persistent gradients (shards under ZeRO-2/3)
   int64_t optimizer_state_bytes() const;  // device bytes of master + moments (0 with offload)
   int64_t host_state_bytes() const;       // pinned host bytes (offload)
@@ -153,6 +163,9 @@ class Engine {
   void replicated_ranges();
   void allocate_buffers(int64_t full);
   void initial_values();
+  void init_base();      // fine-tuning: the frozen base's values (NF4 for QLoRA's matrices)
+  ParamStore& tstore();  // the trained tensors' store: the model's, or the adapters' (fine-tuning)
+  void init_trained(const ParamInfo& info, at::Tensor t) const;
   void run_action(const StepAction& a, int64_t step);
   void forward(int mb, int u, int chunk, int64_t step);
   void backward(int mb, int u, int chunk);
@@ -197,6 +210,9 @@ class Engine {
   int stage_ = 0;
   std::unique_ptr<ContextParallel> cp_;  // null unless strategy.cp > 1
   std::unique_ptr<TransformerModel> model_;
+  std::unique_ptr<LoraAdapters> lora_;  // fine-tuning only
+  std::vector<at::Tensor> base_;        // fine-tuning: the frozen base's tensors this rank keeps
+  int64_t base_bytes_ = 0;              // their device bytes (with QLoRA's NF4 storage)
   StepProgram program_;
   std::unique_ptr<Impl> impl_;
   int64_t shard_numel_ = 0;

@@ -2,6 +2,7 @@
 // copy of a tied word matrix, tp's replicated ranges, the flat buffers of the
 // ZeRO stage and offload, and their initial values.
 #include "runtime/engine_detail.hpp"
+#include "runtime/model/lora.hpp"
 
 namespace planner::rt {
 
@@ -13,7 +14,7 @@ int64_t Engine::lay_out_units() {
   const Strategy& s = st_;
   const ModelSpec& spec = spec_;
   Impl& I = *impl_;
-  const ParamStore& store = model_->store();
+  const ParamStore& store = tstore();
   const int U = program_.partition.units();
   I.units.assign(size_t(U), Unit{});
   const auto& infos = store.infos();
@@ -35,7 +36,9 @@ int64_t Engine::lay_out_units() {
   // stage (Sync), so both apply the same update; the global gradient norm
   // counts the copy once.
   const int head_u = program_.partition.head_unit();
-  if (spec.tied_embeddings && s.pp > 1) {
+  // Fine-tuning: the word matrix is frozen base, no unit's (init_base keeps
+  // it on the last stage too; there is no gradient to sum).
+  if (spec.tied_embeddings && s.pp > 1 && !lora_) {
     for (size_t k = 0; k < infos.size(); ++k)
       if (infos[k].name == "wte") I.tied_id = int(k);
     if (I.tied_id < 0) throw std::logic_error("Engine: tied embeddings but no word matrix");
@@ -77,7 +80,7 @@ int64_t Engine::lay_out_units() {
 void Engine::replicated_ranges() {
   const Strategy& s = st_;
   Impl& I = *impl_;
-  const auto& infos = model_->store().infos();
+  const auto& infos = tstore().infos();
   auto add = [](std::vector<Impl::Range>& v, Impl::Range r) {
     if (!v.empty() && v.back().dev + v.back().len == r.dev && v.back().host + v.back().len == r.host)
       v.back().len += r.len;
@@ -137,10 +140,11 @@ void Engine::allocate_buffers(int64_t full) {
 void Engine::initial_values() {
   const Strategy& s = st_;
   Impl& I = *impl_;
-  const auto& infos = model_->store().infos();
+  const auto& infos = tstore().infos();
   const int U = program_.partition.units();
   auto dev = [&](at::ScalarType t) { return at::TensorOptions().device(device_).dtype(t); };
   at::manual_seed(cfg_.options.seed);
+  if (lora_) init_base();  // then the adapters, from the same generator
   {
     at::NoGradGuard ng;
     at::Tensor tied_init;
@@ -156,7 +160,7 @@ void Engine::initial_values() {
           tmp.narrow(0, un.offs[k], info.numel).copy_(tied_init);
           continue;
         }
-        model_->init_tensor(info, tmp.narrow(0, un.offs[k], info.numel));
+        init_trained(info, tmp.narrow(0, un.offs[k], info.numel));
         if (un.ids[k] == I.tied_id) tied_init = tmp.narrow(0, un.offs[k], info.numel).clone();
       }
       if (!un.owned) continue;  // drawn all the same: the generator's sequence is the model's
@@ -166,6 +170,44 @@ void Engine::initial_values() {
       if (!I.master_is_param) I.master.narrow(0, un.sbase, un.chunk).copy_(mine);
     }
   }
+}
+
+void Engine::init_trained(const ParamInfo& info, at::Tensor t) const {
+  if (lora_) lora_->init_tensor(info, t);
+  else model_->init_tensor(info, t);
+}
+
+// Fine-tuning: the frozen base, drawn tensor by tensor in declaration order
+// (the generator's sequence of TransformerModel::materialize, on every rank),
+// kept in the working precision for the tensors of this stage's units (and the
+// word matrix on the last stage when the head is tied to it); QLoRA keeps its
+// layer matrices in NF4 only, quantised from the drawn fp32 values, the
+// model's tensor left unbound (the adapters' hook computes those layers).
+void Engine::init_base() {
+  at::NoGradGuard ng;
+  ParamStore& store = model_->store();
+  const auto& infos = store.infos();
+  const int head = program_.partition.head_unit();
+  const bool last = program_.partition.owner(head).first == stage_;
+  std::vector<bool> owned(size_t(program_.partition.units()), false);
+  for (int u : program_.partition.stage_units(stage_)) owned[size_t(u)] = true;
+  const auto f32 = at::TensorOptions().device(device_).dtype(at::kFloat);
+  base_.assign(infos.size(), at::Tensor());
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const ParamInfo& info = infos[k];
+    at::Tensor v = at::empty(info.shape, f32);
+    model_->init_tensor(info, v);
+    const bool tied_head = spec_.tied_embeddings && last && info.name == "wte";
+    if (!owned[size_t(info.group)] && !tied_head) continue;  // another stage's: drawn, not kept
+    if (st_.finetune.quantized_base() && lora_->is_matrix(int(k))) {
+      lora_->quantize(int(k), v);
+      continue;
+    }
+    base_[k] = v.to(impl_->dt);
+    store.bind(int(k), base_[k]);
+    base_bytes_ += base_[k].numel() * base_[k].element_size();
+  }
+  base_bytes_ += lora_->nf4_bytes();
 }
 
 }  // namespace planner::rt

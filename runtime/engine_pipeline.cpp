@@ -78,7 +78,8 @@ void Engine::backward(int mb, int u, int chunk) {
     I.recv.erase(key(mb, -1 - u));
   } else {
     at::Tensor g = I.in.at(key(mb, u + 1)).grad();
-    torch::autograd::backward({y}, {g});
+    // Fine-tuning: a frozen embedding's output needs no backward.
+    if (y.requires_grad()) torch::autograd::backward({y}, {g});
     I.in.erase(key(mb, u + 1));
   }
   I.out.erase(key(mb, u));

@@ -51,7 +51,7 @@ at::Tensor Engine::tied_grad() {
     if (!un.owned) continue;
     for (size_t k = 0; k < un.ids.size(); ++k)
       if (un.ids[k] == I.tied_id)
-        return I.grads.narrow(0, un.base + un.offs[k], model_->store().infos()[size_t(I.tied_id)].numel);
+        return I.grads.narrow(0, un.base + un.offs[k], tstore().infos()[size_t(I.tied_id)].numel);
   }
   return {};
 }
@@ -170,7 +170,7 @@ void Engine::opt() {
   if (!I.offload) {
     for (int u = 0; u < U; ++u) {
       const Unit& un = I.units[size_t(u)];
-      if (!un.owned) continue;
+      if (!un.owned || un.chunk == 0) continue;  // another stage's, or empty (fine-tuning's embedding, head)
       at::Tensor p = param_chunk(un);
       at::Tensor master = I.master_is_param ? p : I.master.narrow(0, un.sbase, un.chunk);
       adam_range(master, I.m.narrow(0, un.sbase, un.chunk), I.v.narrow(0, un.sbase, un.chunk), shard_grad(u), I.work,

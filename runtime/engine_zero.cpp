@@ -52,7 +52,9 @@ void Engine::gather(int u) {
                        .narrow(0, 0, un.padded);
   at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk);
   at::Tensor mine = buf.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
-  if (st_.offload == Offload::All && cuda_) {
+  if (un.padded == 0) {
+    // An empty unit (fine-tuning's embedding and head): nothing to gather.
+  } else if (st_.offload == Offload::All && cuda_) {
     // The shard comes from pinned host memory on the copy stream; the all-gather
     // is issued from that stream so it waits for the copy, not for compute.
     WorkPtr w;
@@ -86,8 +88,9 @@ void Engine::reduce(int u, bool scatter) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
   at::NoGradGuard ng;
+  const bool comm = dp_ && st_.dp_cp() > 1 && un.padded > 0;  // an empty unit (fine-tuning's embedding, head): none
   if (!scatter) {
-    if (dp_ && st_.dp_cp() > 1) {
+    if (comm) {
       I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
       I.pending.push_back(I.reduce_work[size_t(u)]);
     }
@@ -111,7 +114,7 @@ void Engine::reduce(int u, bool scatter) {
   }
   // Finished collectives hold nothing worth keeping.
   I.reap();
-  if (dp_ && st_.dp_cp() > 1) {
+  if (comm) {
     I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
     I.pending.push_back(I.reduce_work[size_t(u)]);
   } else {
@@ -120,8 +123,7 @@ void Engine::reduce(int u, bool scatter) {
   ++I.reduces_done[size_t(u)];
   bind_unit_grad(u, at::Tensor());
   I.ugrad[size_t(u)] = at::Tensor();
-  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(),
-            dp_ && st_.dp_cp() > 1 ? I.reduce_work[size_t(u)] : nullptr);
+  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(), comm ? I.reduce_work[size_t(u)] : nullptr);
 }
 
 at::Tensor Engine::shard_grad(int u) {
@@ -155,6 +157,7 @@ void Engine::all_gather(int u) {
   Impl& I = *impl_;
   if (I.skip || !dp_ || st_.dp_cp() < 2) return;
   const Unit& un = I.units[size_t(u)];
+  if (un.padded == 0) return;  // an empty unit (fine-tuning's embedding, head)
   at::Tensor full = I.params.narrow(0, un.base, un.padded);
   at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
   WorkPtr w;
@@ -171,7 +174,7 @@ at::Tensor Engine::full_params_fp32() {
   for (WorkPtr& w : I.gather_work)  // overlap_param_gather: the last step's all-gathers
     if (w) w->wait(), w = nullptr;
   at::NoGradGuard ng;
-  const ParamStore& store = model_->store();
+  const ParamStore& store = tstore();
   at::Tensor out = at::zeros({store.numel()}, at::TensorOptions().device(device_).dtype(at::kFloat));
   for (size_t u = 0; u < I.units.size(); ++u) {
     const Unit& un = I.units[u];
@@ -182,7 +185,7 @@ at::Tensor Engine::full_params_fp32() {
     } else {
       unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
       at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
-      if (dp_ && st_.dp_cp() > 1) dp_->all_gather(src, unit)->wait();
+      if (dp_ && st_.dp_cp() > 1 && un.padded > 0) dp_->all_gather(src, unit)->wait();
       else unit.copy_(src);
     }
     for (size_t k = 0; k < un.ids.size(); ++k) {

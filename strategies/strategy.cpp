@@ -169,13 +169,16 @@ void Strategy::validate() const {
     throw InputError(fmt::format("strategy: zero={} with pp={} is not supported: gradient partitioning conflicts with pipeline accumulation (DeepSpeed allows only ZeRO-1 with PP)", zero, pp));
   if (finetune.frozen_base()) {
     validate_finetune(finetune, false);
-    // Only the adapters train: ZeRO shards their optimizer states (zero=1);
-    // the frozen base is replicated, as PEFT under DDP keeps it. Sharding the
-    // base (ZeRO-3/FSDP) and offloading adapters' tiny states are not modelled.
-    if (zero >= 2)
-      throw InputError(fmt::format("strategy: zero={} with finetune={} is not modelled: only the adapters train (their "
-                                   "states are a small fraction of the model) and the frozen base is not sharded; use zero=0 or 1",
-                                   zero, planner::to_string(finetune.mode)));
+    // Only the adapters train: ZeRO shards their states, gradients (zero=2)
+    // and values (zero=3); the frozen base stays replicated over dp, as PEFT
+    // under DDP keeps it (sharding the base, FSDP-style, is not modelled).
+    // Offloading the adapters' tiny states is not modelled either. Under tp
+    // the adapters split with their matrices (costmodel/finetune.hpp,
+    // runtime/model/lora.hpp); under sequence parallelism the runtime does
+    // not run them: refused, so that a recommended plan always runs.
+    if (tp > 1 && sp)
+      throw InputError(fmt::format("strategy: finetune={} with sp=1 is not executed (adapters on sequence shards); "
+                                   "use sp=0", planner::to_string(finetune.mode)));
     if (offload != Offload::None)
       throw InputError(fmt::format("strategy: offload={} with finetune={} is not modelled (only the adapters have optimizer "
                                    "states); use offload=none", planner::to_string(offload), planner::to_string(finetune.mode)));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace planner::rt {
 
@@ -46,6 +47,18 @@ at::Tensor blocked(const at::Tensor& flat, int64_t block) {
 
 }  // namespace
 
+namespace {
+
+// (256, 2): the two weights' levels of each byte of packed codes.
+at::Tensor pair_table(const at::Device& d) {
+  const auto& l = nf4_levels();
+  std::vector<float> t(512);
+  for (int p = 0; p < 256; ++p) t[size_t(2 * p)] = l[size_t(p & 15)], t[size_t(2 * p + 1)] = l[size_t(p >> 4)];
+  return at::tensor(t, at::TensorOptions().dtype(at::kFloat)).view({256, 2}).to(d);
+}
+
+}  // namespace
+
 Nf4Tensor nf4_quantize(const at::Tensor& w_in) {
   at::NoGradGuard no_grad;
   Nf4Tensor q;
@@ -59,7 +72,11 @@ Nf4Tensor nf4_quantize(const at::Tensor& w_in) {
   // Nearest level: the index among the 15 midpoints between adjacent levels.
   const at::Tensor levels = levels_tensor(w.device());
   const at::Tensor mid = (levels.narrow(0, 0, 15) + levels.narrow(0, 1, 15)) / 2;
-  q.codes = at::bucketize(norm, mid).to(at::kByte).narrow(0, 0, q.numel).contiguous();
+  // Two codes per byte (weight 2i in the low nibble): the paper's 4 bits per weight.
+  at::Tensor codes = at::bucketize(norm, mid).to(at::kByte).narrow(0, 0, q.numel);
+  codes = at::constant_pad_nd(codes, {0, q.numel % 2}).view({-1, 2});
+  q.codes = (codes.select(1, 0) + codes.select(1, 1) * 16).contiguous();
+  q.pairs = pair_table(w.device());
   // Double quantization (sec. 3): the fp32 constants, centred on their mean,
   // as 8-bit floats with one fp32 scale per block of 256.
   q.absmax_mean = absmax.mean().item<float>();
@@ -79,10 +96,22 @@ at::Tensor nf4_absmax(const Nf4Tensor& q) {
 
 at::Tensor nf4_dequantize(const Nf4Tensor& q, at::ScalarType dtype) {
   at::NoGradGuard no_grad;
-  const at::Tensor values = levels_tensor(q.codes.device()).index_select(0, q.codes.to(at::kLong));
+  const at::Device d = q.codes.device();
+  at::Tensor out = at::empty({q.numel}, at::TensorOptions().device(d).dtype(dtype));
+  const at::Tensor table = q.pairs.defined() ? q.pairs : pair_table(d);
   const at::Tensor absmax = nf4_absmax(q);
-  const at::Tensor w = blocked(values, kBlock) * absmax.unsqueeze(1);
-  return w.reshape({-1}).narrow(0, 0, q.numel).view(q.shape).to(dtype);
+  // In slices of 2^22 weights (a multiple of the block), so that the
+  // temporaries (int32 indices, fp32 values) stay small beside the output:
+  // the dequantised matrix itself is the one buffer the memory model counts.
+  constexpr int64_t kSlice = int64_t(1) << 22;
+  for (int64_t s0 = 0; s0 < q.numel; s0 += kSlice) {
+    const int64_t n = std::min(kSlice, q.numel - s0), bytes = (n + 1) / 2, blocks = (n + kBlock - 1) / kBlock;
+    at::Tensor v = table.index_select(0, q.codes.narrow(0, s0 / 2, bytes).to(at::kInt)).view({-1});
+    v = at::constant_pad_nd(v, {0, blocks * kBlock - 2 * bytes}).view({blocks, kBlock});
+    v = v * absmax.narrow(0, s0 / kBlock, blocks).unsqueeze(1);
+    out.narrow(0, s0, n).copy_(v.view({-1}).narrow(0, 0, n));
+  }
+  return out.view(q.shape);
 }
 
 namespace {
@@ -104,54 +133,154 @@ struct Nf4Linear : torch::autograd::Function<Nf4Linear> {
   }
 };
 
+enum class TpKind : int64_t { None, Column, Row };
+
+// One adapter's term t = (x A^T) B^T * scale. A custom function, so that
+// autograd saves A and B themselves (leaves), not views of them: under ZeRO-3
+// the Engine gathers a unit's parameters again for its backward into another
+// buffer (the leaf's data rebound), and a saved view (at::linear's A^T) would
+// read the forward's buffer, reused by then. dA and dB go to the leaves'
+// bound gradients as any parameter's. Under tp (lora.hpp): a column-parallel
+// matrix's A is whole, its gradient summed over tp here; a row-parallel one's
+// partial z is summed in the forward and the term is counted on tp rank 0
+// (zeros elsewhere; the gradient still reaches every rank's B).
+struct LoraTerm : torch::autograd::Function<LoraTerm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& A, const at::Tensor& B,
+                            double scale, int64_t tp, int64_t kind, bool first) {
+    at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    at::Tensor z = at::mm(x2, A.t());  // (tokens, r)
+    if (TpKind(kind) == TpKind::Row) reinterpret_cast<Communicator*>(tp)->all_reduce(z)->wait();
+    at::Tensor t = at::mm(z, B.t()).mul_(scale);  // (tokens, rows)
+    if (TpKind(kind) == TpKind::Row && !first) t.zero_();
+    ctx->save_for_backward({x, A, B, z});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["tp"] = tp;
+    ctx->saved_data["kind"] = kind;
+    auto shape = x.sizes().vec();
+    shape.back() = B.size(0);
+    return t.view(shape);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto s = ctx->get_saved_variables();
+    const at::Tensor &x = s[0], &A = s[1], &B = s[2], &z = s[3];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    at::Tensor g = grads[0].reshape({-1, B.size(0)}) * scale;  // (tokens, rows)
+    at::Tensor dB = at::mm(g.t(), z);                          // (rows, r)
+    at::Tensor dz = at::mm(g, B);                              // (tokens, r)
+    at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    at::Tensor dA = at::mm(dz.t(), x2);                        // (r, in)
+    if (TpKind(ctx->saved_data["kind"].toInt()) == TpKind::Column)
+      reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt())->all_reduce(dA)->wait();
+    at::Tensor dx = x.requires_grad() ? at::mm(dz, A).view(x.sizes()) : at::Tensor();
+    return {dx, dA, dB, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 LoraAdapters::LoraAdapters(TransformerModel& model, const Finetune& f, uint64_t seed) : model_(model), f_(f) {
-  if (!f.frozen_base()) throw std::invalid_argument("LoraAdapters: finetune=full has no adapters");
-  if (model.tp_size() > 1) throw std::invalid_argument("LoraAdapters: tensor parallelism is not supported (tp=1)");
-  const ModelSpec& m = model.spec();
-  ParamStore& store = model.store();
-  // The frozen base: no gradient anywhere (the flat gradient buffer unbound).
-  for (int id = 0; id < int(store.infos().size()); ++id) {
-    store.get(id).requires_grad_(false);
-    store.bind_grad(id, at::Tensor());
-  }
-  const at::Tensor any = store.get(0);
-  const auto opts = at::TensorOptions().device(any.device()).dtype(at::kFloat);
+  declare();
+  ParamStore& base = model.store();
+  store_.materialize(base.get(0).device(), at::kFloat);
   at::manual_seed(seed);
+  // Gradients: autograd's own tensors (a torch optimizer's zero_grad detaches
+  // them, which views of one flat buffer forbid).
+  for (size_t k = 0; k < store_.infos().size(); ++k) {
+    init_tensor(store_.infos()[k], store_.get(int(k)));
+    store_.bind_grad(int(k), at::Tensor());
+  }
+  for (int id = 0; id < int(base.infos().size()); ++id) base.bind_grad(id, at::Tensor());
+  if (f.quantized_base())
+    for (auto& [id, mx] : matrices_) quantize(id, base.get(id));
+}
+
+LoraAdapters::LoraAdapters(TransformerModel& model, const Finetune& f, Communicator* tp)
+    : model_(model), f_(f), tp_(model.tp_size() > 1 ? tp : nullptr), tp_rank_(tp_ ? tp_->rank() : 0) {
+  if (model.tp_size() > 1 && (!tp || tp->size() != model.tp_size()))
+    throw std::invalid_argument("LoraAdapters: the model is tensor-parallel but no tp group of its size was given");
+  declare();
+}
+
+void LoraAdapters::declare() {
+  if (!f_.frozen_base()) throw std::invalid_argument("LoraAdapters: finetune=full has no adapters");
+  if (model_.sequence_parallel())
+    throw std::invalid_argument("LoraAdapters: finetune with sequence parallelism is not executed (sp=0)");
+  if (model_.tp_size() > 1 && !tp_)
+    throw std::invalid_argument("LoraAdapters: a tensor-parallel model needs the Engine's constructor (its tp group)");
+  const int tp = model_.tp_size();
+  const ModelSpec& m = model_.spec();
+  ParamStore& base = model_.store();
+  // The frozen base: no gradient anywhere.
+  for (int id = 0; id < int(base.infos().size()); ++id)
+    if (base.get(id).defined()) base.get(id).requires_grad_(false);
   const int64_t q = m.q_dim(), kv = m.kv_dim(), ffn = m.ffn;
+  using Rows = std::vector<std::pair<unsigned, int64_t>>;
   for (int64_t i = 0; i < m.layers; ++i) {
-    const LayerIds& l = model.layer_ids(i);
-    // (id, target bit, rows of each part in the fused matrix)
-    const std::vector<std::tuple<int, std::vector<std::pair<unsigned, int64_t>>>> mats = {
-        {l.qkv_w, {{kLoraQ, q}, {kLoraK, kv}, {kLoraV, kv}}},
-        {l.o_w, {{kLoraO, m.hidden}}},
-        {l.fc1_w, m.mlp == MlpKind::SwiGlu ? std::vector<std::pair<unsigned, int64_t>>{{kLoraMlp, ffn}, {kLoraMlp, ffn}}
-                                           : std::vector<std::pair<unsigned, int64_t>>{{kLoraMlp, ffn}}},
-        {l.fc2_w, {{kLoraMlp, m.hidden}}}};
-    for (const auto& [id, parts] : mats) {
+    const LayerIds& l = model_.layer_ids(i);
+    const int group = int(i) + 1;  // the layer's unit (strategies/partition.hpp)
+    // (id, row-parallel, target bit and whole rows of each part in the fused matrix)
+    const std::vector<std::tuple<int, bool, Rows>> mats = {
+        {l.qkv_w, false, {{kLoraQ, q}, {kLoraK, kv}, {kLoraV, kv}}},
+        {l.o_w, true, {{kLoraO, m.hidden}}},
+        {l.fc1_w, false, m.mlp == MlpKind::SwiGlu ? Rows{{kLoraMlp, ffn}, {kLoraMlp, ffn}} : Rows{{kLoraMlp, ffn}}},
+        {l.fc2_w, true, {{kLoraMlp, m.hidden}}}};
+    for (const auto& [id, row_parallel, parts] : mats) {
       Matrix mx;
-      const int64_t in = store.get(id).size(1);
+      mx.row = row_parallel && tp > 1;
+      const ParamInfo& info = base.infos()[size_t(id)];
+      const int64_t in = info.full_shape.at(1);
       int64_t row = 0;
-      for (const auto& [bit, rows] : parts) {
+      for (const auto& [bit, whole] : parts) {
+        // Under tp the adapter splits as its matrix (costmodel/finetune.hpp,
+        // adapter_params): a column-parallel matrix's B by rows (this rank's
+        // heads or ffn columns), A whole; a row-parallel one's A by columns
+        // (this rank's inputs), B whole.
+        const int64_t rows = row_parallel ? whole : whole / tp;
         Part p;
         p.row0 = row, p.rows = rows;
         row += rows;
-        if (f.targets_any(bit)) {
-          // PEFT's init: A Kaiming-uniform (a = sqrt(5): bound 1/sqrt(in)), B zero,
-          // so the adapted model starts as the base.
-          const double bound = 1.0 / std::sqrt(double(in));
-          p.A = (at::rand({f.r, in}, opts) * 2 - 1).mul_(bound).requires_grad_(true);
-          p.B = at::zeros({rows, f.r}, opts).requires_grad_(true);
+        if (f_.targets_any(bit)) {
+          const std::string name = info.name + ".lora" + std::to_string(mx.parts.size());
+          p.a = store_.add(name + ".A", {f_.r, in}, Init::Normal, group, row_parallel ? TpSplit{1, {in}} : TpSplit{}, tp);
+          p.b = store_.add(name + ".B", {whole, f_.r}, Init::Zeros, group, row_parallel ? TpSplit{} : TpSplit{0, {whole}}, tp);
         }
-        mx.parts.push_back(std::move(p));
+        mx.parts.push_back(p);
       }
-      if (row != store.get(id).size(0)) throw std::logic_error("LoraAdapters: fused matrix rows do not add up");
-      if (f.quantized_base()) mx.nf4 = std::make_unique<Nf4Tensor>(nf4_quantize(store.get(id)));
+      if (row != info.shape.at(0)) throw std::logic_error("LoraAdapters: fused matrix rows do not add up");
       matrices_.emplace(id, std::move(mx));
     }
   }
-  model.linear_hook = [this](const at::Tensor& x, int w, int b) { return forward(x, w, b); };
+  model_.linear_hook = [this](const at::Tensor& x, int w, int b) { return forward(x, w, b); };
+}
+
+void LoraAdapters::init_tensor(const ParamInfo& i, at::Tensor t) const {
+  at::NoGradGuard no_grad;
+  if (i.init == Init::Zeros) {
+    t.zero_();  // B: the adapted model starts as the base (PEFT)
+    return;
+  }
+  // A: PEFT's Kaiming-uniform with a = sqrt(5), whose bound is 1/sqrt(fan_in).
+  // A part under tp: the whole matrix is drawn (the generator advances as in
+  // one process) and this rank keeps its columns.
+  const double bound = 1.0 / std::sqrt(double(i.full_shape.at(1)));
+  if (!i.split.split()) {
+    t.uniform_(-bound, bound);
+    return;
+  }
+  at::Tensor full = at::empty(i.full_shape, t.options()).uniform_(-bound, bound);
+  t.view(i.shape).copy_(tp_slice(full, i.split, tp_rank_, model_.tp_size()));
+}
+
+void LoraAdapters::quantize(int w, const at::Tensor& values) {
+  matrices_.at(w).nf4 = std::make_unique<Nf4Tensor>(nf4_quantize(values));
+}
+
+int64_t LoraAdapters::nf4_bytes() const {
+  int64_t b = 0;
+  for (const auto& [id, mx] : matrices_)
+    if (mx.nf4)
+      b += mx.nf4->codes.numel() + mx.nf4->absmax_codes.numel() + mx.nf4->absmax_scale.numel() * 4;
+  return b;
 }
 
 LoraAdapters::~LoraAdapters() { model_.linear_hook = nullptr; }
@@ -161,7 +290,11 @@ at::Tensor LoraAdapters::forward(const at::Tensor& x, int w, int b) const {
   if (it == matrices_.end()) return {};
   const Matrix& mx = it->second;
   const ParamStore& store = model_.store();
-  const at::Tensor bias = b >= 0 ? store.get(b) : at::empty({0}, x.options());
+  Communicator* tp = tp_;
+  // A row-parallel matrix under tp gives this rank's partial sum (the model
+  // sums it over tp): its bias and its adapter's term go in on rank 0 only.
+  const bool first = tp_rank_ == 0;
+  const at::Tensor bias = b >= 0 && (!mx.row || first) ? store.get(b) : at::empty({0}, x.options());
   at::Tensor y = mx.nf4 ? Nf4Linear::apply(x, bias, reinterpret_cast<int64_t>(mx.nf4.get()))
                         : (bias.numel() > 0 ? at::linear(x, store.get(w), bias) : at::linear(x, store.get(w)));
   // The adapters, in the compute precision: (x A^T) B^T * alpha / r per part,
@@ -169,9 +302,17 @@ at::Tensor LoraAdapters::forward(const at::Tensor& x, int w, int b) const {
   std::vector<at::Tensor> outs;
   bool any = false;
   for (const Part& p : mx.parts) {
-    if (p.A.defined()) {
-      const at::Tensor z = at::linear(x, p.A.to(x.scalar_type()));                 // (.., r)
-      outs.push_back(at::linear(z, p.B.to(x.scalar_type())) * f_.scale());         // (.., rows)
+    if (p.a >= 0) {
+      // Column-parallel under tp: A is whole on every rank but each rank's
+      // dZ = dY B covers only its rows of B, so A's gradient is summed over
+      // tp; x's gradient through A is summed by the model's enter_tp as the
+      // base's is. Row-parallel: x holds this rank's columns, z is partial
+      // (summed in the forward; dZ = dY B is whole on every rank).
+      const TpKind kind = !tp ? TpKind::None : mx.row ? TpKind::Row : TpKind::Column;
+      const at::Tensor A = store_.get(p.a), B = store_.get(p.b);
+      if (A.scalar_type() != x.scalar_type())
+        throw std::logic_error("LoraAdapters: adapters and activations in different precisions");
+      outs.push_back(LoraTerm::apply(x, A, B, f_.scale(), reinterpret_cast<int64_t>(tp), int64_t(kind), first));
       any = true;
     } else {
       auto shape = x.sizes().vec();
@@ -186,7 +327,7 @@ std::vector<at::Tensor> LoraAdapters::parameters() const {
   std::vector<at::Tensor> out;
   for (const auto& [id, mx] : matrices_)
     for (const Part& p : mx.parts)
-      if (p.A.defined()) out.push_back(p.A), out.push_back(p.B);
+      if (p.a >= 0) out.push_back(store_.get(p.a)), out.push_back(store_.get(p.b));
   return out;
 }
 
@@ -207,7 +348,8 @@ at::Tensor LoraAdapters::merged_weight(int w) const {
   const Matrix& mx = matrices_.at(w);
   at::Tensor W = mx.nf4 ? nf4_dequantize(*mx.nf4, at::kFloat) : model_.store().get(w).to(at::kFloat).clone();
   for (const Part& p : mx.parts)
-    if (p.A.defined()) W.narrow(0, p.row0, p.rows).add_(at::mm(p.B, p.A) * f_.scale());
+    if (p.a >= 0)
+      W.narrow(0, p.row0, p.rows).add_(at::mm(store_.get(p.b).to(at::kFloat), store_.get(p.a).to(at::kFloat)) * f_.scale());
   return W;
 }
 

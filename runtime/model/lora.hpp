@@ -18,7 +18,21 @@
 //
 // The base stays in the model's ParamStore (norms, embedding, head; and, for
 // LoRA, the matrices) with requires_grad off: no gradient, no optimizer state.
-// Tensor parallelism is not supported here (the constructor refuses tp > 1).
+// The adapters are tensors of their own ParamStore (store()): the Engine
+// (runtime/engine.hpp) lays them out in its units, one layer's adapters in
+// that layer's unit, as it lays out a model's parameters for full training.
+// Tensor parallelism (without sp): each adapter splits as its matrix (B of a
+// column-parallel matrix by rows, A of a row-parallel one by columns; the
+// other factor whole on every rank, its gradient equal on every rank);
+// sequence parallelism is refused (the constructors; strategy legality).
+//
+// model.linear_hook: LoRA sets it and is its only user; one hook, no chain.
+// A linear layer asks the hook first; an undefined result means "not an
+// adapted matrix, compute as usual". Under tp (not sp) the hook is asked too
+// (transformer.cpp: col_linear, row_linear): a column-parallel layer's x is
+// the full input (after enter_tp), a row-parallel layer's result this rank's
+// partial sum, whose bias the hook adds on tp rank 0 only. Another feature hooking the linears must
+// compose with this one inside forward() below, not install a second hook.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -39,10 +53,11 @@ const std::array<float, 16>& nf4_levels();
 struct Nf4Tensor {
   std::vector<int64_t> shape;
   int64_t numel = 0;
-  at::Tensor codes;          // (numel) uint8, one 4-bit code per weight (kept unpacked; 2 per byte when packed)
+  at::Tensor codes;          // (ceil(numel / 2)) uint8: two 4-bit codes per byte, weight 2i low nibble, 2i+1 high
   at::Tensor absmax_codes;   // (blocks) float8_e4m3fn: (absmax - mean) / scale of its 256-block
   at::Tensor absmax_scale;   // (ceil(blocks / 256)) fp32
   float absmax_mean = 0;     // mean of the fp32 absmax constants
+  at::Tensor pairs;          // (256, 2) fp32: the two levels of each code byte (a lookup table, not storage)
   // Storage at the paper's packing, in bits: 4 per weight, 8 per block of 64,
   // 32 per block of 256 constants (plus one mean).
   double packed_bits() const;
@@ -61,6 +76,23 @@ class LoraAdapters {
   // the adapters (A: Kaiming-uniform as PEFT, B: zeros) in fp32 on the model's
   // device, quantizes the layer matrices for QLoRA and sets model.linear_hook.
   LoraAdapters(TransformerModel& model, const Finetune& f, uint64_t seed);
+  // For the Engine: `model` not materialized. Declares the adapters in
+  // store() (group = their layer's unit; the caller allocates and binds them,
+  // and draws their values with init_tensor), freezes the model's tensors and
+  // sets model.linear_hook. For QLoRA the caller hands each layer matrix's
+  // values to quantize() and then leaves the model's tensor unbound.
+  // `tp`: the model's tensor-parallel group (null without tp).
+  LoraAdapters(TransformerModel& model, const Finetune& f, Communicator* tp);
+  ParamStore& store() { return store_; }
+  // A's initial values (PEFT: Kaiming-uniform with a = sqrt(5), bound
+  // 1/sqrt(in)) drawn from the default generator, or B's (zeros).
+  void init_tensor(const ParamInfo& i, at::Tensor t) const;
+  // Whether id is a layer matrix of the model (qkv, o, fc1, fc2).
+  bool is_matrix(int id) const { return matrices_.count(id) > 0; }
+  // QLoRA: stores `values` (matrix w's) as NF4; the forward reads only that.
+  void quantize(int w, const at::Tensor& values);
+  // Device bytes of the NF4 storage (packed codes, absmax codes and scales).
+  int64_t nf4_bytes() const;
   ~LoraAdapters();
   LoraAdapters(const LoraAdapters&) = delete;
   LoraAdapters& operator=(const LoraAdapters&) = delete;
@@ -77,16 +109,21 @@ class LoraAdapters {
  private:
   struct Part {
     int64_t row0 = 0, rows = 0;  // rows of the fused matrix this adapter covers
-    at::Tensor A, B;             // (r, in), (rows, r); undefined: no adapter on this part
+    int a = -1, b = -1;          // store_ ids of A (r, in) and B (rows, r); -1: no adapter on this part
   };
   struct Matrix {
     std::vector<Part> parts;
     std::unique_ptr<Nf4Tensor> nf4;  // QLoRA: the stored base
+    bool row = false;                // row-parallel under tp (o, MLP down): its output is a partial sum
   };
   at::Tensor forward(const at::Tensor& x, int w, int b) const;
+  void declare();  // the adapters into store_, the base frozen, the hook set
 
   TransformerModel& model_;
   Finetune f_;
+  Communicator* tp_ = nullptr;  // null unless the model is tensor-parallel
+  int tp_rank_ = 0;
+  ParamStore store_;
   std::map<int, Matrix> matrices_;
 };
 

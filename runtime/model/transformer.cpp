@@ -509,6 +509,8 @@ at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t p
 }
 
 at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const {
+  if (linear_hook && tp_ && !sp_)  // without tp, linear() asks the hook
+    if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   if (!bias_in_row_gemm()) return linear(x, w, tp_ ? -1 : b);  // under sp: the bias in row_out
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1), int64_t(0),
                             int64_t(tp_rank_ == 0 ? 1 : 0));
@@ -516,7 +518,7 @@ at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
                                         int64_t valid_rows) const {
-  if (linear_hook && !tp_)
+  if (linear_hook && !sp_)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
                             sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1));

@@ -51,6 +51,23 @@ expect_exit 0 $P predict --model "$TMP/gemma.json" --gpus 1xH100 --strategy mbs=
   --global-batch 2 -o "$TMP/gemma-plan.json"
 expect_bad_input $P exec "$TMP/gemma-plan.json" --device cpu -o "$TMP/gemma-r.json" && expect_grep "logit soft-capping" "$TMP/err"
 [ ! -e "$TMP/gemma-r.json" ] || { echo "FAIL: a refused exec wrote its result file"; fails=$((fails+1)); }
+# Fine-tuning (LoRA, QLoRA): the Engine trains the adapters on a frozen base;
+# memory measured and reported as for any plan: the parameters hold the base
+# (QLoRA: its layer matrices in NF4), the gradients only the adapters'.
+for ft in lora qlora; do
+  expect_exit 0 $P predict --model "$TMP/tiny.json" --gpus 1xH100 --strategy mbs=2,gas=2,precision=fp32,finetune=$ft,lora_r=4 \
+    --seq 64 --global-batch 4 -o "$TMP/$ft.json"
+  expect_exit 0 $P exec "$TMP/$ft.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/$ft.result.json"
+  python3 - "$TMP/$ft.result.json" "$ft" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["plan"]["strategy"]["finetune"] == sys.argv[2], r["plan"]["strategy"]
+m = r["measurement"]
+assert len(m["losses"]) == 3 and all(l == l for l in m["losses"]), m["losses"]
+mem = json.dumps(m)
+assert "parameters" in mem and "gradients" in mem, "memory categories reported"
+PY
+done
 # Bad plans: one line, exit 2, no result file.
 echo '{"format": "planner-plan"' > "$TMP/bad.json"
 expect_bad_input $P exec "$TMP/bad.json" -o "$TMP/r2.json"

@@ -10,7 +10,8 @@ expect_bad_input $P memory --model llama-2-7b --gpus 1xH100 --strategy finetune=
 expect_grep "finetune='dora' is not one of full\|lora\|qlora" "$TMP/err"
 expect_bad_input $P memory --model llama-2-7b --gpus 1xH100 --strategy lora_r=8
 expect_grep "need finetune=lora or finetune=qlora" "$TMP/err"
-expect_bad_input $P memory --model llama-2-7b --gpus 2xH100 --strategy zero=3,finetune=qlora
+expect_bad_input $P memory --model llama-2-7b --gpus 2xH100 --strategy tp=2,sp=1,finetune=qlora
+expect_grep "finetune=qlora with sp=1 is not executed" "$TMP/err"
 expect_bad_input $P max-model --gpus 2xRTX3090 --finetune qlora,lora_targets=embedding
 expect_bad_input $P plan --model llama-2-7b --gpus 1xH100 --finetune lorax
 

@@ -59,7 +59,11 @@ TEST_CASE("finetune: bad choices are refused with one line", "[finetune]") {
   CHECK(msg("finetune=lora,lora_r=5000") != "");
   CHECK(msg("finetune=lora,lora_targets=emb").find("'emb' is not one of") != std::string::npos);
   CHECK(msg("finetune=lora,lora_targets=") != "");
-  CHECK(msg("dp=2,zero=2,finetune=lora").find("zero=2 with finetune=lora is not modelled") != std::string::npos);
+  // ZeRO-2/3 shard the adapters (the base stays replicated); tp is not executed.
+  CHECK(msg("dp=2,zero=2,finetune=lora") == "");
+  CHECK(msg("dp=2,zero=3,finetune=qlora") == "");
+  CHECK(msg("tp=2,finetune=lora") == "");
+  CHECK(msg("tp=2,sp=1,finetune=lora").find("finetune=lora with sp=1 is not executed") != std::string::npos);
   CHECK(msg("dp=2,zero=1,offload=optimizer,finetune=qlora").find("offload=optimizer with finetune=qlora") !=
         std::string::npos);
   CHECK(msg("dp=2,zero=1,finetune=qlora") == "");
