@@ -46,6 +46,7 @@ namespace planner::rt {
 
 class SideStream;
 class ContextParallel;  // runtime/model/context_parallel.hpp
+class Fp8Linears;       // runtime/model/fp8_linear.hpp
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
@@ -197,6 +198,7 @@ class Engine {
   int stage_ = 0;
   std::unique_ptr<ContextParallel> cp_;  // null unless strategy.cp > 1
   std::unique_ptr<TransformerModel> model_;
+  std::unique_ptr<Fp8Linears> fp8_;  // precision=fp8: the layers' linears on FP8 GEMMs (after model_: unhooks it first)
   StepProgram program_;
   std::unique_ptr<Impl> impl_;
   int64_t shard_numel_ = 0;
