@@ -97,8 +97,8 @@ Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8) {
   // A one-element (not 0-dim) fp32 scale promotes the product to fp32, so
   // the scaling rounds once, at the cast. No clamp is needed: |x| <= amax,
   // so |x * scale| exceeds max_fp8 by a few fp32 rounding steps at most,
-  // which the cast rounds back to max_fp8 (the next binade's first value
-  // lies 1/15 (e4m3) or 1/14 (e5m2) higher), never to NaN or inf.
+  // which the cast rounds back to max_fp8 (the next step, 480 for e4m3 and
+  // 65536 for e5m2, lies 7% and 14% higher), never to NaN or inf.
   at::Tensor y = at::mul(x, scale).to(fp8);
   return {y, scale.reciprocal()};
 }
