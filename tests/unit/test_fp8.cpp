@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catch.hpp"
+#include "costmodel/calibration.hpp"
 #include "costmodel/compat.hpp"
 #include "costmodel/engines.hpp"
 #include "costmodel/hardware_profile.hpp"
@@ -175,4 +176,23 @@ TEST_CASE("search: fp8 only with --allow fp8, and only where the GPU has it", "[
   req.cluster = parse_cluster("1xA100");
   CHECK_FALSE(any_fp8(search_plans(req)));
   CHECK_THROWS_AS(apply_allow_option("fp4", req), InputError);
+}
+
+TEST_CASE("calibrate fits gemm_efficiency_fp8 from FP8 points against the FP8 peak", "[fp8]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  // 8192^3 (shape factor 1): bf16 at 0.8 of 989.5 TFLOP/s, fp8 at 0.7 of 1979.
+  const double flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  auto point = [&](const char* prec, double rate) {
+    return nlohmann::json{{"precision", prec}, {"label", "reference"}, {"layout", "nt"}, {"m", 8192}, {"n", 8192},
+                          {"k", 8192}, {"seconds", flops / rate}, {"back_to_back_seconds", flops / rate}};
+  };
+  nlohmann::json m = {{"format", "planner-calibration"}, {"device", "cuda"}, {"ranks", 1}, {"quick", false},
+                      {"created", "2026-01-01T00:00:00Z"},
+                      {"machine", {{"gpu_name", "NVIDIA H100 80GB HBM3"}, {"hostname", "test"}}}};
+  m["gemm"] = nlohmann::json::array({point("bf16", 0.8 * 989.5e12), point("fp8", 0.7 * 1979e12)});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.gemm_efficiency_bf16 == Approx(0.8));
+  CHECK(p.gemm_efficiency == Approx(0.8));  // the main (16-bit) figure stays bf16's
+  CHECK(p.gemm_efficiency_fp8 == Approx(0.7));
+  CHECK(p.gemm_flops(Precision::FP8) == Approx(0.7 * 1979e12));
 }
