@@ -10,6 +10,7 @@
 
 #include "calibration/measure_detail.hpp"
 #include "runtime/device.hpp"
+#include "runtime/model/fp8_linear.hpp"
 
 namespace planner::rt::calib {
 
@@ -87,6 +88,37 @@ double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double 
   return s[s.size() / 2];
 }
 
+namespace {
+
+// precision=fp8's GEMMs as runtime/model/fp8_linear.cpp calls them: the
+// forward ("nt") transformer shapes, e4m3 x e4m3 -> bf16 through
+// at::_scaled_mm with per-tensor scales (the casts are not in the time: the
+// layer model prices them as memory-bound kernels). Skipped with a note where
+// the GPU has no FP8 (before compute capability 8.9).
+void measure_fp8_gemms(const Ctx& c, const Filler& filler, json& out) {
+  if (!fp8_gemm_available(c.device)) {
+    if (c.notes) c.notes->push_back("gemm fp8: not measured (at::_scaled_mm does not run on this GPU)");
+    return;
+  }
+  const auto bf = at::TensorOptions().device(c.device).dtype(at::kBFloat16);
+  for (const Shape& s : gemm_shapes(c.quick)) {
+    if (s.layout != "nt" || s.m % 16 || s.n % 16 || s.k % 16) continue;
+    const Fp8Tensor a = quantize_fp8(at::randn({s.m, s.k}, bf), at::kFloat8_e4m3fn);
+    const Fp8Tensor w = quantize_fp8(at::randn({s.n, s.k}, bf), at::kFloat8_e4m3fn);
+    const Fp8Tensor b{w.data.t(), w.scale_inv};
+    std::function<void()> fn = [&] { fp8_mm(a, b, at::kBFloat16); };
+    const double alone = time_per_call(c, fn);
+    const double sec = time_interleaved(c, fn, alone, filler);
+    const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+    say(c, "gemm fp8 " + s.label + " (" + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+               "): " + fmt_num(sec * 1e3) + " ms, " + fmt_num(flops / sec / 1e12) + " TFLOP/s");
+    out.push_back({{"precision", "fp8"}, {"label", s.label}, {"layout", s.layout}, {"m", s.m}, {"n", s.n},
+                   {"k", s.k}, {"seconds", sec}, {"back_to_back_seconds", alone}});
+  }
+}
+
+}  // namespace
+
 json measure_gemms(const Ctx& c) {
   json out = json::array();
   // The CPU has no fp16 GEMM worth training with; the runtime's CPU plans run fp32.
@@ -122,6 +154,8 @@ json measure_gemms(const Ctx& c) {
                      {"k", s.k}, {"seconds", sec}, {"back_to_back_seconds", alone}});
     }
   }
+  if (c.cuda) measure_fp8_gemms(c, *filler, out);
+  else if (c.notes) c.notes->push_back("gemm fp8: not measured on the CPU (FP8 GEMM points are CUDA's: at::_scaled_mm)");
   return out;
 }
 

@@ -35,7 +35,7 @@ double median(std::vector<double> v) {
 }
 
 Precision precision_of(const std::string& p) {
-  return p == "bf16" ? Precision::BF16 : p == "fp16" ? Precision::FP16 : Precision::FP32;
+  return p == "bf16" ? Precision::BF16 : p == "fp16" ? Precision::FP16 : p == "fp8" ? Precision::FP8 : Precision::FP32;
 }
 
 double pct_error(double model, double measured) { return measured > 0 ? (model - measured) / measured * 100.0 : 0.0; }
@@ -258,6 +258,7 @@ struct Fitter {
     if (!gpu) {
       // No datasheet: the fastest shape of each precision is the peak.
       for (auto& [prec, pts] : by_prec) {
+        if (prec == "fp8") continue;  // measured on CUDA only (calibration/measure_compute.cpp)
         double best = 0;
         for (json* g : pts) best = std::max(best, 2.0 * (*g)["m"].get<double>() * (*g)["n"].get<double>() *
                                                       (*g)["k"].get<double>() / (*g)["seconds"].get<double>());
@@ -326,6 +327,7 @@ struct Fitter {
                                 "fitted forward and data-gradient efficiency",
                                 v.size(), fp32 ? "fp32 " : "16-bit "));
     };
+    fit_fp8(by_prec);
     fit_tn(tn16, "weight_grad_gemm_relative", p.weight_grad_gemm_relative, false);
     fit_tn(tn32, "weight_grad_gemm_relative_fp32", p.weight_grad_gemm_relative_fp32, true);
     if (main_eff > 0) {
@@ -340,6 +342,31 @@ struct Fitter {
       g["model_seconds"] = model;
       g["error_pct"] = pct_error(model, g["seconds"].get<double>());
     }
+  }
+
+  // FP8 GEMM points (at::_scaled_mm, e4m3 x e4m3 -> bf16, per-tensor scales):
+  // their efficiency against the FP8 peak, as the bf16 fit does (median over
+  // the shapes that are not memory-bound, operands one byte each).
+  void fit_fp8(std::map<std::string, std::vector<json*>>& by_prec) {
+    if (!by_prec.count("fp8") || p.peak_fp8_flops <= 0) return;
+    std::vector<double> effs;
+    for (json* g : by_prec["fp8"]) {
+      const int64_t M = (*g)["m"].get<int64_t>(), N = (*g)["n"].get<int64_t>(), K = (*g)["k"].get<int64_t>();
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      const double f = gemm_shape_factor(p, M, N, K, 1);
+      const double e = flops / (*g)["seconds"].get<double>() / (p.peak_fp8_flops * f);
+      const double bytes = double(M * K + K * N) + 2.0 * double(M * N);
+      (*g)["shape_factor"] = f;
+      (*g)["efficiency"] = e;
+      (*g)["memory_bound"] = bytes / p.memory_Bps() > flops / (p.peak_fp8_flops * f);
+      if (!(*g)["memory_bound"].get<bool>()) effs.push_back(e);
+    }
+    const double eff = fraction(median(effs), "gemm_efficiency_fp8", notes);
+    if (eff <= 0) return;
+    p.gemm_efficiency_fp8 = eff;
+    set("gemm_efficiency_fp8", eff,
+        fmt::format("median over {} FP8 shapes (at::_scaled_mm, e4m3, per-tensor scales) of measured FLOP/s / (FP8 "
+                    "peak {:.4g} TFLOP/s x shape factor)", effs.size(), p.peak_fp8_flops / 1e12));
   }
 
   // Kernels the layer model prices beside the fused backward (layer_costs.cpp):

@@ -90,6 +90,17 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     throw InputError(fmt::format("strategy: precision=bf16 needs a GPU with bfloat16 ({} has none; use fp16)", c.gpu.name));
   if (s.precision == Precision::FP16 && c.gpu.peak_fp16 <= 0)
     throw InputError(fmt::format("strategy: precision=fp16 is not supported on {}", c.gpu.name));
+  if (s.precision == Precision::FP8) {
+    if (!c.gpu.supports_fp8())
+      throw InputError(fmt::format("strategy: precision=fp8 needs FP8 tensor cores (Hopper or later); {} has none "
+                                   "(use bf16)", c.gpu.name));
+    if (m.moe.experts > 0)
+      throw InputError(fmt::format("strategy: precision=fp8 with a mixture of experts ({}) is not modelled (the "
+                                   "experts' GEMMs stay bf16 in this runtime); use bf16", m.name));
+    if (s.finetune.frozen_base())
+      throw InputError(fmt::format("strategy: precision=fp8 with finetune={} is not modelled (the adapters and the "
+                                   "frozen base are not cast to fp8); use bf16", planner::to_string(s.finetune.mode)));
+  }
   if (plan.seq < 1 || plan.seq > kMaxSeq)
     throw InputError(fmt::format("seq={} must be between 1 and {} (2^24)", plan.seq, kMaxSeq));
   if (const int64_t tokens = checked_mul(plan.seq, s.mbs, "seq*mbs"); tokens > kMaxMicroBatchTokens)
@@ -120,6 +131,10 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
     notes.push_back(fmt::format("cp={}: attention passes K/V around a ring of {} ranks (send/recv per step, "
                                 "overlapped with the blocks); Ulysses-style all-to-all context parallelism is not "
                                 "modelled", s.cp, s.cp));
+  if (s.precision == Precision::FP8)
+    notes.push_back(fmt::format("precision=fp8: the layers' qkv, o and MLP GEMMs in FP8 (per-tensor dynamic scaling; "
+                                "{} FP8 peak {:.0f} TFLOP/s), embedding, head, norms and attention in bf16; MFU is "
+                                "counted against the bf16 peak", c.gpu.name, c.gpu.peak_fp8 / 1e12));
   if (s.tp > c.gpus_per_node)
     notes.push_back(fmt::format("tp={} spans nodes ({} GPUs per node): its all-reduces cross the network", s.tp,
                                 c.gpus_per_node));

@@ -136,6 +136,11 @@ std::string fsdp_gap(const Strategy& s) {
 std::string expert_parallel_gap(const Plan& plan, Engine engine) {
   const Strategy& s = plan.strategy;
   if (s.ep <= 1) return "";
+  // FP8 (Transformer Engine in Megatron-LM, torchao float8 in FSDP, DeepSpeed
+  // through TE): their fp8 weight caches and recipes are not in their memory
+  // rules here, nor in the exports' flags.
+  if (engine != Engine::Ours && plan.strategy.precision == Precision::FP8)
+    return "precision=fp8 is modelled for this runtime only (the exports write no FP8 recipe); use bf16";
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::Megatron:
@@ -156,6 +161,11 @@ std::string engine_gap(const Plan& plan, Engine engine) {
   if (engine != Engine::Ours && plan.strategy.finetune.frozen_base())
     return fmt::format("finetune={} is not modelled for this engine (planner export --to peft writes a PEFT LoraConfig)",
                        to_string(plan.strategy.finetune.mode));
+  // FP8 (Transformer Engine in Megatron-LM, torchao float8 in FSDP, DeepSpeed
+  // through TE): their fp8 weight caches and recipes are not in their memory
+  // rules here, nor in the exports' flags.
+  if (engine != Engine::Ours && plan.strategy.precision == Precision::FP8)
+    return "precision=fp8 is modelled for this runtime only (the exports write no FP8 recipe); use bf16";
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);

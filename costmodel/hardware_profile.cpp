@@ -15,7 +15,8 @@ namespace planner {
 
 double HardwareProfile::peak_flops(Precision p) const {
   switch (p) {
-    case Precision::BF16: return peak_bf16_flops > 0 ? peak_bf16_flops : peak_fp16_flops;
+    case Precision::BF16:
+    case Precision::FP8: return peak_bf16_flops > 0 ? peak_bf16_flops : peak_fp16_flops;
     case Precision::FP16: return peak_fp16_flops;
     case Precision::FP32: return allow_tf32 && peak_tf32_flops > 0 ? peak_tf32_flops : peak_fp32_flops;
   }
@@ -23,6 +24,8 @@ double HardwareProfile::peak_flops(Precision p) const {
 }
 
 double HardwareProfile::gemm_efficiency_for(Precision p) const {
+  if (p == Precision::FP8 && gemm_efficiency_fp8 > 0) return gemm_efficiency_fp8;
+  if (p == Precision::FP8) p = Precision::BF16;
   const double e = p == Precision::FP32 ? gemm_efficiency_fp32 : p == Precision::FP16 ? gemm_efficiency_fp16
                                                                                       : gemm_efficiency_bf16;
   return e > 0 ? e : gemm_efficiency;
@@ -54,6 +57,10 @@ void HardwareProfile::validate() const {
   non_negative(peak_tf32_flops, "peak_tf32_flops");  // 0: the GPU has none
   non_negative(peak_fp16_flops, "peak_fp16_flops");
   non_negative(peak_bf16_flops, "peak_bf16_flops");
+  non_negative(peak_fp8_flops, "peak_fp8_flops");
+  if (gemm_efficiency_fp8 != 0 && !(gemm_efficiency_fp8 > 0 && gemm_efficiency_fp8 <= 1.0))
+    throw InputError(fmt::format("profile: gemm_efficiency_fp8={} must be 0 (unmeasured) or a fraction in (0, 1]",
+                                 gemm_efficiency_fp8));
   positive(gemm_k_half, "gemm_k_half");
   non_negative(kernel_overhead_seconds, "kernel_overhead_seconds");
   non_negative(collective_base_latency_seconds, "collective_base_latency_seconds");
@@ -166,6 +173,7 @@ HardwareProfile datasheet_profile(const GpuSpec& g) {
   p.peak_tf32_flops = g.peak_tf32;
   p.peak_fp16_flops = g.peak_fp16;
   p.peak_bf16_flops = g.peak_bf16;
+  p.peak_fp8_flops = g.peak_fp8;
   p.memory_bandwidth_Bps = g.memory_bandwidth_Bps;
   // Large-GEMM and streaming efficiencies are the catalog's, which takes them
   // from the micro-benchmarks of the reference file.
@@ -206,8 +214,8 @@ HardwareProfile measured_overlay(const GpuSpec& g, HardwareProfile base);
 HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, datasheet_profile(g)); }
 
 #define PLANNER_PROFILE_FIELDS(X)                                                                               \
-  X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(allow_tf32) \
-  X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(weight_grad_gemm_relative) X(weight_grad_gemm_relative_fp32) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
+  X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(peak_fp8_flops) X(allow_tf32) \
+  X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(gemm_efficiency_fp8) X(weight_grad_gemm_relative) X(weight_grad_gemm_relative_fp32) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(adamw_kernel_relative) X(attention_in_step_factor) X(memory_in_step_factor) X(kernel_overhead_seconds)      \
   X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds) X(reduce_scatter_relative) X(all_gather_relative) X(broadcast_relative) X(send_recv_relative) X(tp_collective_extra_seconds) X(tp_collective_extra_seconds_per_byte)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \

@@ -30,6 +30,13 @@ struct HardwareProfile {
   // Per working precision, when measured (planner calibrate: the median over
   // transformer GEMM shapes of measured / (peak x shape factor)); 0: gemm_efficiency.
   double gemm_efficiency_fp32 = 0, gemm_efficiency_fp16 = 0, gemm_efficiency_bf16 = 0;
+  // FP8 GEMMs (precision=fp8: the transformer layers' linear layers through
+  // at::_scaled_mm, e4m3/e5m2 inputs, bf16 output): the dense FP8 peak (the
+  // catalog's datasheet figure, twice bf16 on Hopper) and, when calibrate
+  // measured FP8 GEMM points, its efficiency; 0: the bf16 efficiency (the
+  // same shape model as bf16 until calibrated).
+  double peak_fp8_flops = 0;
+  double gemm_efficiency_fp8 = 0;
   // A weight gradient's GEMM, dW = X^T dY (the "tn" layout: both operands
   // read transposed, the reduction over the tokens), relative to the fitted
   // rate of the forward and data-gradient GEMMs: on an H100 TF32 runs it at
@@ -210,11 +217,17 @@ struct HardwareProfile {
   // profile was not calibrated.
   std::shared_ptr<const nlohmann::json> calibration;
 
-  // Dense tensor-core peak in a working precision (fp32 uses TF32 only when allowed).
+  // Dense tensor-core peak in a working precision (fp32 uses TF32 only when
+  // allowed). fp8 gives the bf16 peak: MFU of an fp8 plan is counted against
+  // the bf16 peak (as torchtitan and Megatron-LM report it), so it compares
+  // with its bf16 twin; gemm_flops(FP8) uses the FP8 peak.
   double peak_flops(Precision p) const;
   double gemm_efficiency_for(Precision p) const;
-  // The achievable large-GEMM rate.
-  double gemm_flops(Precision p) const { return peak_flops(p) * gemm_efficiency_for(p); }
+  // The achievable large-GEMM rate (fp8: the FP8 peak times its efficiency).
+  double gemm_flops(Precision p) const {
+    if (p == Precision::FP8 && peak_fp8_flops > 0) return peak_fp8_flops * gemm_efficiency_for(p);
+    return peak_flops(p) * gemm_efficiency_for(p);
+  }
   // GPU memory a process can use (calibrated, else the spec's), and what a
   // plan may take of it after the headroom.
   int64_t capacity_bytes(const GpuSpec& gpu) const { return gpu_memory_bytes > 0 ? gpu_memory_bytes : gpu.memory_bytes; }

@@ -1,6 +1,7 @@
 #include "costmodel/layer_costs.hpp"
 
 #include "costmodel/collectives.hpp"
+#include "costmodel/fp8_costs.hpp"
 #include "costmodel/mlp_ops.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -110,7 +111,7 @@ struct LayerDims {
 // recomputation repeats it), and its backward added to `out`.
 OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const LayerDims& x,
                              PassTimes& out) {
-  const Precision pr = s.precision;
+  const Precision pr = working_precision(s.precision);  // the attention core stays bf16 under fp8
   const double e = x.e;
   const int64_t d = x.d;
   const bool drop = p.dropout;
@@ -289,13 +290,21 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   const LayerDims x(m, s);
   const int64_t T = x.T, h = x.h;
 
-  // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down.
-  linear(p, pr, T, x.q_local + 2 * x.kv_local, h, out);
-  linear(p, pr, T, h, x.q_local, out);
+  // GEMMs: QKV, attention output, MLP up (gate+up for SwiGLU), MLP down; under
+  // fp8 these four run at the FP8 rate, with their casts (add_fp8_cast_ops).
+  MemoryOps f8f, f8b;
+  auto layer_linear = [&](int64_t n, int64_t k) {
+    linear(p, pr, T, n, k, out);
+    if (pr == Precision::FP8) add_fp8_cast_ops(double(T), double(n), double(k), f8f, f8b);
+  };
+  layer_linear(x.q_local + 2 * x.kv_local, h);
+  layer_linear(h, x.q_local);
   if (x.f_local > 0) {  // 0: a mixture-of-experts layer's attention part (costmodel/moe_costs.cpp)
-    linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * x.f_local, h, out);
-    linear(p, pr, T, h, x.f_local, out);
+    layer_linear((m.mlp == MlpKind::SwiGlu ? 2 : 1) * x.f_local, h);
+    layer_linear(h, x.f_local);
   }
+  out.forward.memory_seconds += p.memory_in_step_factor * f8f.seconds(p);
+  out.backward.memory_seconds += p.memory_in_step_factor * f8b.seconds(p);
 
   const OpTimes core_fwd = attention_core_times(p, m, s, x, out);
   memory_kernel_times(p, m, s, x, out);
@@ -322,7 +331,8 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   const bool learned = m.pos == PosEmbed::Learned && m.max_positions > 0;
   MemoryOps fm, bm;
   fm.add(MK::Streaming, 2 * e * Tw);  // lookup: read rows, write
-  if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden) linear(p, s.precision, T, m.hidden, width, out);  // project_in
+  if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden)
+    linear(p, working_precision(s.precision), T, m.hidden, width, out);  // project_in (bf16 under fp8)
   // Position (and token-type) rows broadcast over the batch: add (read two, write
   // one; the broadcast operand takes the non-vectorized path); their gradients are
   // sums over the batch.
@@ -362,7 +372,7 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
 PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerShape& s, const GroupLink& tp_link) {
   using MK = MemKernel;
   PassTimes out;
-  const Precision pr = s.precision;
+  const Precision pr = working_precision(s.precision);  // the head stays bf16 under fp8
   const double e = bytes_per_element(pr);
   const int64_t T = s.seq * s.mbs, t = s.tp;
   const double Tr = s.sp ? double(T) / t : double(T);

@@ -15,6 +15,7 @@
 #include "costmodel/activations.hpp"
 #include "costmodel/engines_memory.hpp"
 #include "costmodel/finetune.hpp"
+#include "costmodel/fp8_costs.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
@@ -245,7 +246,7 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // calibrate measures as workspace with no tensor alive
   // (validation/archive/h200x2/alloc).
   const double frag = in.engine == Engine::Ours ? 0.0 : in.k.fragmentation * dynamic;
-  return in.k.context_bytes + in.k.static_buffer_bytes + work + frag;
+  return in.k.context_bytes + in.k.static_buffer_bytes + work + frag + fp8_linear_transient_bytes(in.m, in.s, in.seq);
 }
 
 StageMemory estimate_stage(const MemoryInputs& in, int st) {

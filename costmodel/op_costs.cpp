@@ -50,7 +50,10 @@ double gemm_at(const HardwareProfile& p, int64_t m, int64_t n, int64_t k, Precis
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   const double flops = 2.0 * double(batch) * double(m) * double(n) * double(k);
   const double compute = flops / (p.gemm_flops(prec) * rel * gemm_shape_factor(p, m, n, k, batch));
-  const double bytes = double(batch) * (double(m) * k + double(k) * n + double(m) * n) * bytes_per_element(prec);
+  // fp8: the operands are one byte, the output bf16 (at::_scaled_mm's out_dtype).
+  const double in_e = prec == Precision::FP8 ? 1.0 : double(bytes_per_element(prec));
+  const double bytes =
+      double(batch) * ((double(m) * k + double(k) * n) * in_e + double(m) * n * bytes_per_element(prec));
   return std::max(compute, bytes / p.memory_Bps()) + p.kernel_overhead_seconds;
 }
 }  // namespace
@@ -97,12 +100,14 @@ double flash_work(int64_t batch_heads, int64_t seq, int64_t head_dim, bool causa
 
 double flash_attention_forward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
                                        Precision prec) {
+  prec = working_precision(prec);  // attention stays bf16 under fp8
   return flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_forward_rel(prec, d, s)) +
          p.kernel_overhead_seconds;
 }
 
 double flash_attention_backward_seconds(const HardwareProfile& p, int64_t bh, int64_t s, int64_t d, bool causal,
                                         Precision prec) {
+  prec = working_precision(prec);
   return 2.5 * flash_work(bh, s, d, causal) / (p.gemm_flops(prec) * p.attention_backward_rel(prec, d, s)) +
          p.kernel_overhead_seconds;
 }

@@ -53,7 +53,13 @@ void check_physical(const Plan& plan, const HardwareProfile& profile, const Step
     throw InputError(fmt::format("predict: step time {} s is not a finite positive time; check the cluster ({}) and "
                                  "profile values (bandwidths, efficiencies, latencies)",
                                  p.step_seconds, plan.cluster.name));
-  if (!std::isfinite(p.mfu) || p.mfu > 1.0)
+  // fp8: MFU is counted against the bf16 peak, and the FP8 GEMMs may run up
+  // to the FP8 peak: the bound is their ratio.
+  const Precision pr = plan.strategy.precision;
+  const double limit = pr == Precision::FP8 && profile.peak_fp8_flops > profile.peak_flops(pr)
+                           ? profile.peak_fp8_flops / profile.peak_flops(pr)
+                           : 1.0;
+  if (!std::isfinite(p.mfu) || p.mfu > limit)
     throw InputError(fmt::format(
         "predict: MFU {:.1f}% is above 100% of the {} peak of the profile ({:.0f} TFLOP/s) at seq={}: the model-FLOPs "
         "count (6N + 12*layers*hidden*seq, non-causal attention) exceeds the work the cost model times; refused",

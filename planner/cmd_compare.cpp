@@ -29,7 +29,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
       "a multiple of every cluster's GPU count, or of each cluster's own count when they have no common multiple\n"
       "near that; the assumed: line says which. headroom = GPU memory - predicted peak.");
   struct Opts {
-    std::string model, gpus, seq, global_batch, host_memory, profile, engine, finetune;
+    std::string model, gpus, seq, global_batch, host_memory, profile, engine, finetune, allow;
     TrainCostCli cost;
     bool json = false, profile_any = false;
   };
@@ -43,6 +43,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: each GPU's catalog profile)");
   cmd->add_flag("--profile-any", o->profile_any, "apply a --profile measured on another GPU or the CPU (refused otherwise)");
   add_engine_option(cmd, o->engine);
+  cmd->add_option("--allow", o->allow, "also search: fp8 (FP8 linear GEMMs on the GPUs that have FP8)");
   cmd->add_option("--finetune", o->finetune, "lora or qlora: compare fine-tuning with adapters on a frozen base");
   add_ignore_unmodelled_flag(cmd);
   add_train_cost_options(cmd, o->cost);
@@ -61,6 +62,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
                            : default_compare_batches(clusters, req.seq, &given.global_batch_rule);
     req.engine = o->engine.empty() ? Engine::Ours : parse_engine(o->engine);
     req.finetune = parse_finetune_option(o->finetune);
+    apply_allow_option(o->allow, req);
     req.profile_path = o->profile;
     req.profile_any = o->profile_any;
     const TrainCostOptions cost = parse_train_cost_options(o->cost.tokens, o->cost.price, o->cost.prices);

@@ -26,7 +26,7 @@ struct PlanCmdOpts {
   PlanOptions plan;
   TrainCostCli cost;
   ProfileCli profile;
-  std::string top = "5", output, rank, engine, objective = "throughput", finetune;
+  std::string top = "5", output, rank, engine, objective = "throughput", finetune, allow;
   bool explain = false, json = false, quiet = false;
 };
 
@@ -54,6 +54,7 @@ PlanSetup plan_setup(const PlanCmdOpts& o) {
   if (!o.rank.empty() && o.output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
   req.engine = o.engine.empty() ? Engine::Ours : parse_engine(o.engine);
   req.finetune = parse_finetune_option(o.finetune);
+  apply_allow_option(o.allow, req);
   ps.objective = parse_objective(o.objective);
   ps.cost = parse_train_cost_options(o.cost.tokens, o.cost.price, o.cost.prices);
   check_objective(ps.objective, ps.cost, ps.clusters);
@@ -191,6 +192,8 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
+  cmd->add_option("--allow", o->allow,
+                  "also search these choices, comma-separated: fp8 (FP8 linear GEMMs where the GPU has FP8)");
   cmd->add_option("--finetune", o->finetune,
                   "lora or qlora: adapters on a frozen base (with lora_* keys: qlora,lora_r=64,lora_targets=q+v)");
   cmd->callback([o, &exit_code] { run_plan_command(*o, exit_code); });

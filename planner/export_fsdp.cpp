@@ -14,7 +14,8 @@ namespace planner {
 
 const char* torch_dtype(Precision p) {
   switch (p) {
-    case Precision::BF16: return "bfloat16";
+    case Precision::BF16:
+    case Precision::FP8: return "bfloat16";  // engine_gap refuses fp8 exports; its working dtype
     case Precision::FP16: return "float16";
     case Precision::FP32: return "float32";
   }

@@ -127,6 +127,15 @@ static Strategy normalized(Strategy s) {
   return s;
 }
 
+void apply_allow_option(const std::string& allow, SearchRequest& req) {
+  if (allow.empty()) return;  // not given
+  for (const std::string& item : split(allow, ',')) {
+    const std::string v = to_lower(item);
+    if (v == "fp8") req.search_fp8 = true;
+    else throw InputError(fmt::format("--allow: '{}' is not one of: fp8", item));
+  }
+}
+
 namespace {
 
 // The search space's limits: the GPUs, the batch and the model's divisibility.
@@ -139,6 +148,9 @@ SpaceLimits space_limits(const SearchRequest& req) {
   L.bf16 = req.cluster.gpu.supports_bf16();
   L.fp16 = req.cluster.gpu.peak_fp16 > 0;
   L.fp32 = req.search_fp32;
+  // fp8 where asked and the GPU has it, for what it is modelled for (compat.cpp).
+  L.fp8 = req.search_fp8 && req.cluster.gpu.supports_fp8() && req.model.moe.experts == 0 &&
+          !req.finetune.frozen_base() && req.engine == Engine::Ours;
   L.max_vpp = req.max_vpp;
   // Context parallelism is searched at long sequences only (seq >= 8192,
   // kCpSearchMinSeq): below, attention is a small share of a layer and cp only

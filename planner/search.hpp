@@ -26,6 +26,11 @@ namespace planner {
 // (docs/SIMULATOR.md, "The search").
 constexpr int64_t kCpSearchMinSeq = 8192;
 
+// `--allow LIST` of plan and compare: extra choices the search leaves out by
+// default; today only "fp8". Sets them on `req`; throws InputError on others.
+struct SearchRequest;
+void apply_allow_option(const std::string& allow, SearchRequest& req);
+
 struct SearchRequest {
   ModelSpec model;
   ClusterSpec cluster;
@@ -38,6 +43,9 @@ struct SearchRequest {
   int top_k = 5;
   bool explain = false;
   bool search_fp32 = true;                  // also try fp32 training
+  // Also try precision=fp8 where the GPU has FP8 (`--allow fp8`): opt-in, so
+  // that `plan` answers stay comparable with earlier validation.
+  bool search_fp8 = false;
   int max_vpp = 8;                          // interleaved: virtual stages per rank to try
   bool prune = true;                        // false: simulate everything that fits (tests compare the two)
   Engine engine = Engine::Ours;             // keep what this engine can run; its memory decides what fits

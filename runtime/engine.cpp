@@ -4,6 +4,7 @@
 #include "runtime/engine_detail.hpp"
 #include "runtime/model/context_parallel.hpp"
 #include "runtime/model/lora.hpp"
+#include "runtime/model/fp8_linear.hpp"
 
 namespace planner::rt {
 
@@ -11,7 +12,8 @@ at::ScalarType working_dtype(Precision p) {
   switch (p) {
     case Precision::FP32: return at::kFloat;
     case Precision::FP16: return at::kHalf;
-    case Precision::BF16: return at::kBFloat16;
+    case Precision::BF16:
+    case Precision::FP8: return at::kBFloat16;  // fp8: bf16 except the layers' linear GEMMs (fp8_linear.hpp)
   }
   return at::kFloat;
 }
@@ -83,6 +85,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
     cp_ = std::make_unique<ContextParallel>(cp, cfg_.seq());
     model_->set_context_parallel(cp_.get());
   }
+  if (s.precision == Precision::FP8) fp8_ = std::make_unique<Fp8Linears>(*model_);
 
   const int64_t full = lay_out_units();
   if (tp_) replicated_ranges();

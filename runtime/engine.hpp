@@ -54,6 +54,7 @@ namespace planner::rt {
 class SideStream;
 class ContextParallel;  // runtime/model/context_parallel.hpp
 class LoraAdapters;     // runtime/model/lora.hpp
+class Fp8Linears;       // runtime/model/fp8_linear.hpp
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
@@ -213,6 +214,7 @@ class Engine {
   std::unique_ptr<LoraAdapters> lora_;  // fine-tuning only
   std::vector<at::Tensor> base_;        // fine-tuning: the frozen base's tensors this rank keeps
   int64_t base_bytes_ = 0;              // their device bytes (with QLoRA's NF4 storage)
+  std::unique_ptr<Fp8Linears> fp8_;  // precision=fp8: the layers' linears on FP8 GEMMs (after model_: unhooks it first)
   StepProgram program_;
   std::unique_ptr<Impl> impl_;
   int64_t shard_numel_ = 0;

@@ -21,6 +21,7 @@
 #include "runtime/device.hpp"
 #include "runtime/exec_launch.hpp"
 #include "runtime/measure.hpp"
+#include "runtime/model/fp8_linear.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -183,6 +184,24 @@ void check_runnable(const ExecOptions& o, const Plan& plan) {
   if (s.sp && s.tp > 1 && plan.seq % s.tp != 0)
     throw InputError(where + ": sp=1 splits the sequence over the tp ranks, so seq " + std::to_string(plan.seq) +
                      " must be a multiple of tp=" + std::to_string(s.tp));
+  if (s.precision == Precision::FP8) {
+    // runtime/model/fp8_linear.hpp: the FP8 linears bypass the tensor-parallel GEMMs, and
+    // at::_scaled_mm takes dimensions that are multiples of 16.
+    if (s.tp > 1)
+      throw InputError(where + ": precision=fp8 with tp=" + std::to_string(s.tp) +
+                       " is predicted but not run (the FP8 linear layers are not tensor-parallel here); use tp=1");
+    const ModelSpec& m = plan.model;
+    const int64_t tokens = plan.seq / s.cp * s.mbs;
+    for (int64_t d : {m.hidden, m.q_dim(), m.kv_dim(), m.ffn, tokens})
+      if (d % 16 != 0)
+        throw InputError(where + ": precision=fp8 needs the hidden, attention and FFN widths and the tokens of a "
+                         "micro-batch (seq/cp*mbs) to be multiples of 16 (at::_scaled_mm); " + std::to_string(d) +
+                         " is not");
+    const bool cuda = o.device == "cuda" || o.device == "gpu" || (o.device == "auto" && cuda_available());
+    if (!fp8_gemm_available(cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU)))
+      throw InputError(where + ": precision=fp8 needs at::_scaled_mm, which this LibTorch does not run on the " +
+                       (cuda ? "GPU (FP8 needs compute capability 8.9 or later)" : "CPU") + "; use precision=bf16");
+  }
   // The token file's type, size and shape (the ids are checked as they are read).
   if (!o.tokens_path.empty()) FileTokens(o.tokens_path, parse_token_dtype(o.tokens_dtype), plan.model.vocab, plan.seq, 0);
 }
@@ -198,7 +217,8 @@ int launch_ranks(const ExecOptions& o, const Plan& plan) {
     if (world > gpus)
       throw InputError("the plan needs " + std::to_string(world) + " GPUs (dp*tp*pp) but this machine has " +
                        std::to_string(gpus) + "; start it across nodes with mpirun/srun and a hostfile");
-  } else {
+  }
+  if (!cuda) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (world > cores && !o.oversubscribe)
       throw InputError("the plan needs " + std::to_string(world) + " ranks but this machine has " +

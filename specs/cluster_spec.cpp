@@ -293,6 +293,8 @@ void to_json(json& j, const GpuSpec& g) {
            {"source", g.source},
            {"calibrated", g.calibrated},
            {"prediction_only", g.prediction_only}};
+  // Only GPUs with FP8 carry the key (the other GPUs' JSON is what it was).
+  if (g.peak_fp8 > 0) j["peak_fp8_TFLOPS"] = in_units(g.peak_fp8, 1e12);
 }
 
 void from_json(const json& j, GpuSpec& out) {
@@ -302,7 +304,7 @@ void from_json(const json& j, GpuSpec& out) {
   }
   Obj o{j, "gpu"};
   o.only({"name", "aliases", "memory", "memory_bytes", "memory_GBps", "peak_fp32_TFLOPS", "peak_tf32_TFLOPS",
-          "peak_fp16_TFLOPS", "peak_bf16_TFLOPS", "gemm_efficiency", "memory_efficiency", "has_nvlink", "nvlink",
+          "peak_fp16_TFLOPS", "peak_bf16_TFLOPS", "peak_fp8_TFLOPS", "gemm_efficiency", "memory_efficiency", "has_nvlink", "nvlink",
           "nvlink_GBps", "pcie", "default_intra", "default_gpus_per_node", "source", "calibrated", "prediction_only"});
   if (!o.has("name")) o.fail("missing 'name' (a catalog GPU such as \"RTX3090\", or a new name with its figures)");
   std::string name = o.text("name");
@@ -336,6 +338,7 @@ void from_json(const json& j, GpuSpec& out) {
   if (o.has("peak_tf32_TFLOPS")) g.peak_tf32 = o.number("peak_tf32_TFLOPS", true) * 1e12;
   if (o.has("peak_fp16_TFLOPS")) g.peak_fp16 = o.number("peak_fp16_TFLOPS", true) * 1e12;
   if (o.has("peak_bf16_TFLOPS")) g.peak_bf16 = o.number("peak_bf16_TFLOPS", true) * 1e12;
+  if (o.has("peak_fp8_TFLOPS")) g.peak_fp8 = o.number("peak_fp8_TFLOPS", true) * 1e12;
   if (o.has("gemm_efficiency")) g.gemm_efficiency = o.number("gemm_efficiency");
   if (o.has("memory_efficiency")) g.memory_efficiency = o.number("memory_efficiency");
   if (o.has("has_nvlink")) g.has_nvlink = o.boolean("has_nvlink");
@@ -357,7 +360,7 @@ void from_json(const json& j, GpuSpec& out) {
   if (in_catalog && !o.has("calibrated")) {
     const GpuSpec& c = gpu_by_name(name);
     if (g.memory_bandwidth_Bps != c.memory_bandwidth_Bps || g.peak_fp32 != c.peak_fp32 ||
-        g.peak_tf32 != c.peak_tf32 || g.peak_fp16 != c.peak_fp16 || g.peak_bf16 != c.peak_bf16 ||
+        g.peak_tf32 != c.peak_tf32 || g.peak_fp16 != c.peak_fp16 || g.peak_bf16 != c.peak_bf16 || g.peak_fp8 != c.peak_fp8 ||
         g.gemm_efficiency != c.gemm_efficiency || g.memory_efficiency != c.memory_efficiency)
       g.calibrated.clear();
   }

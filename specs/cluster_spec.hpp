@@ -43,6 +43,8 @@ struct GpuSpec {
   double memory_bandwidth_Bps = 0;     // datasheet HBM/GDDR bandwidth
   // Dense peak FLOP/s (no sparsity) by datasheet; 0 where the GPU lacks the type.
   double peak_fp32 = 0, peak_tf32 = 0, peak_fp16 = 0, peak_bf16 = 0;
+  // Dense FP8 (e4m3/e5m2) tensor-core peak; 0: no FP8 (before Hopper).
+  double peak_fp8 = 0;
   // Measured large-GEMM and memory efficiencies (fraction of peak) used as
   // default hardware profile; cited in the catalog source.
   double gemm_efficiency = 0.7;
@@ -60,6 +62,7 @@ struct GpuSpec {
   std::string calibrated;
   bool prediction_only = false;        // not a CUDA device: `planner exec` cannot run on it
   bool supports_bf16() const { return peak_bf16 > 0; }
+  bool supports_fp8() const { return peak_fp8 > 0; }
   friend bool operator==(const GpuSpec&, const GpuSpec&) = default;
 };
 

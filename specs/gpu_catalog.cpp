@@ -235,6 +235,10 @@ void add_hopper(std::vector<GpuSpec>& c) {
     g.peak_fp32 = h.fp32 * TF;
     g.peak_tf32 = h.tf32 * TF;
     g.peak_fp16 = g.peak_bf16 = h.bf16 * TF;
+    // FP8 tensor core, dense: the datasheets give FP8 with sparsity, 3,958 TF
+    // (H100 SXM, H200) and 3,026 TF (H100 PCIe); dense is half, 1,979 and
+    // 1,513 TF: twice the bf16 rate (1,979 and 1,512 here).
+    g.peak_fp8 = 2 * h.bf16 * TF;
     // SXM parts: measured on this workplace's H100/H200 (gpu-microbenchmarks.md,
     // device KINDS.md). H100 PCIe (350 W): assumed 0.75 and 0.85.
     g.gemm_efficiency = std::min(0.95, h.gemm);

@@ -127,6 +127,12 @@ void add_datasheet_gpus(std::vector<GpuSpec>& c) {
     g.default_gpus_per_node = e.per_node;
     g.prediction_only = e.prediction_only;
     g.source = std::string(e.source) + "; efficiencies assumed";
+    // FP8 tensor cores, dense, where the catalog counts the GPU as Hopper or
+    // later: HGX H20 specifications, FP8 296 TF; DGX/HGX B200 datasheets, FP8
+    // 72 PF with sparsity for 8 GPUs = 4.5 PF dense per GPU. Both twice the
+    // bf16 rate. (Ada and AMD parts with FP8 are left without it: the FP8
+    // runtime and model are checked on Hopper only.)
+    if (g.name == "H20" || g.name == "B200") g.peak_fp8 = 2 * g.peak_bf16;
     c.push_back(g);
   }
 }

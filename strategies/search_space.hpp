@@ -12,7 +12,8 @@
 // optimizer (ZeRO>=1) / all (ZeRO-3); checkpointing none / selective / full;
 // GPipe, 1F1B and interleaved with every vpp up to max_vpp (pp > 1, gas a
 // multiple of pp, pp * vpp at most the layers); sequence parallelism with tp > 1;
-// precision: bf16 where the GPU has it, else fp16, and fp32; for a mixture of
+// precision: bf16 where the GPU has it, else fp16, and fp32; fp8 too when asked
+// (SpaceLimits::fp8: `--allow fp8`, and the GPU has FP8); for a mixture of
 // experts, every expert-parallel degree ep dividing dp and the experts (tp
 // dividing the experts' and the shared MLP's widths too).
 //
@@ -36,6 +37,7 @@ struct SpaceLimits {
   bool bf16 = true;        // the GPU has bfloat16
   bool fp16 = true;        // the GPU has fp16 tensor cores
   bool fp32 = true;        // also search fp32 training
+  bool fp8 = false;        // also search fp8 linear GEMMs (the caller checks the GPU has FP8)
   int max_vpp = 8;         // interleaved: virtual stages per rank to try
   int64_t max_mbs = 0;     // 0: every divisor of the per-replica batch
   // Context parallelism: cp from 1 to max_cp dividing the GPUs left by tp,
@@ -88,10 +90,11 @@ void for_each_setting(const SpaceLimits& L, const Precision* precs, int n_prec, 
 template <class F>
 void for_each_strategy(const SpaceLimits& L, F&& visit) {
   Strategy s;
-  Precision precs[2];
+  Precision precs[3];
   int n_prec = 0;
   if (L.bf16) precs[n_prec++] = Precision::BF16;
   else if (L.fp16) precs[n_prec++] = Precision::FP16;
+  if (L.fp8) precs[n_prec++] = Precision::FP8;
   if (L.fp32) precs[n_prec++] = Precision::FP32;
   for (int tp = 1; tp <= L.world; ++tp) {
     if (L.world % tp || L.heads % tp || L.kv_heads % tp || L.ffn % tp) continue;

@@ -40,11 +40,13 @@ const char* to_string(Precision p) {
     case Precision::FP32: return "fp32";
     case Precision::FP16: return "fp16";
     case Precision::BF16: return "bf16";
+    case Precision::FP8: return "fp8";
   }
   return "?";
 }
 
 int bytes_per_element(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+Precision working_precision(Precision p) { return p == Precision::FP8 ? Precision::BF16 : p; }
 
 namespace {
 
@@ -74,7 +76,7 @@ Schedule parse_schedule(const std::string& v) {
 }
 Precision parse_precision(const std::string& v) {
   return parse_enum<Precision>("precision", v, {{"bf16", Precision::BF16}, {"fp16", Precision::FP16},
-                                                {"fp32", Precision::FP32}});
+                                                {"fp32", Precision::FP32}, {"fp8", Precision::FP8}});
 }
 bool parse_bool(const std::string& key, const std::string& v) {
   std::string l = to_lower(v);

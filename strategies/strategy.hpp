@@ -4,6 +4,7 @@
 //
 // Text form (keys in any order, unnamed keys take the defaults below):
 //   dp=2,tp=1,pp=1,zero=2,offload=none,ckpt=full,mbs=4,gas=8,precision=bf16
+//   (precision=fp32|fp16|bf16|fp8; fp8 only where the GPU has FP8 tensor cores),
 //   schedule=1f1b|gpipe|interleaved, vpp=2 (virtual stages per rank, interleaved),
 //   sp=0|1 (Megatron sequence parallelism; needs tp>1 to do anything),
 //   cp=2 (context parallelism: the sequence split over cp ranks, attention
@@ -25,15 +26,22 @@ namespace planner {
 enum class Offload { None, Optimizer, All };      // All = optimizer and parameters (ZeRO-Infinity/Offload)
 enum class Ckpt { None, Selective, Full };        // Korthikanti et al. 2022
 enum class Schedule { GPipe, OneFOneB, Interleaved };
-enum class Precision { FP32, FP16, BF16 };
+// FP8: bf16 training whose transformer-layer linear GEMMs (qkv, o, mlp) run
+// in FP8 with per-tensor dynamic scaling (Micikevicius et al. 2022, "FP8
+// formats for deep learning"; torchtitan's float8 tensorwise recipe); every
+// other tensor, master weights and optimizer states as under bf16.
+enum class Precision { FP32, FP16, BF16, FP8 };
 
 const char* to_string(Offload o);
 const char* to_string(Ckpt c);
 const char* to_string(Schedule s);
 const char* to_string(Precision p);
 
-// Bytes of one parameter/activation element in the working precision.
+// Bytes of one parameter/activation element in the working precision (fp8:
+// 2, its activations and weights are bf16; only GEMM operands are cast).
 int bytes_per_element(Precision p);
+// The precision of everything but the FP8 linear GEMMs: bf16 for fp8, else p.
+Precision working_precision(Precision p);
 
 // Input limits (docs/ARCHITECTURE.md, "Input limits"): every degree (dp, tp,
 // pp, vpp, gas) and their product dp*tp*pp at most 2^20; mbs at most 2^16.

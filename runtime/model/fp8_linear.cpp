@@ -1,0 +1,162 @@
+// FP8 linear layers through at::_scaled_mm (runtime/model/fp8_linear.hpp).
+#include "runtime/model/fp8_linear.hpp"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/model/transformer.hpp"
+
+namespace planner::rt {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+namespace {
+
+double max_of(at::ScalarType fp8) {
+  if (fp8 == at::kFloat8_e4m3fn) return kE4m3Max;
+  if (fp8 == at::kFloat8_e5m2) return kE5m2Max;
+  throw std::invalid_argument("fp8: expected Float8_e4m3fn or Float8_e5m2");
+}
+
+// at::_scaled_mm (cuBLASLt on Hopper) wants every dimension a multiple of 16.
+void check_dims(int64_t tokens, int64_t out, int64_t in) {
+  if (tokens % 16 || out % 16 || in % 16)
+    throw std::invalid_argument("precision=fp8: the FP8 GEMM needs tokens, in and out features multiples of 16, got " +
+                                std::to_string(tokens) + " x " + std::to_string(in) + " -> " + std::to_string(out));
+}
+
+// y = x w^T + b with x (.., in), w (out, in), b (out) or empty; see the header.
+struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    const int64_t out = w.size(0), in = w.size(1);
+    const at::Tensor x2 = x.reshape({-1, in});
+    check_dims(x2.size(0), out, in);
+    const Fp8Tensor x8 = quantize_fp8(x2, at::kFloat8_e4m3fn);
+    const Fp8Tensor w8 = quantize_fp8(w, at::kFloat8_e4m3fn);
+    // x (row-major) times w^T: w8 is (out, in) contiguous, so its transpose is column-major.
+    at::Tensor y = fp8_mm(x8, {w8.data.t(), w8.scale_inv}, x.scalar_type(), b.numel() > 0 ? b : at::Tensor());
+    ctx->save_for_backward({x, w, b});
+    ctx->saved_data["gx"] = x.requires_grad();
+    auto shape = x.sizes().vec();
+    shape.back() = out;
+    // Not a view (y is this function's own), as LinearAccum returns it: a
+    // later in-place op on a custom function's view output is refused.
+    return at::_unsafe_view(y, shape);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &b = saved[2];
+    const int64_t out = w.size(0), in = w.size(1);
+    const at::ScalarType dt = x.scalar_type();
+    const at::Tensor g2 = grads[0].reshape({-1, out});  // (tokens, out)
+    const Fp8Tensor g8 = quantize_fp8(g2, at::kFloat8_e5m2);
+    at::Tensor gx, gw_ret, gb_ret;
+    if (ctx->saved_data["gx"].toBool()) {
+      // dX (tokens x in) = dY (tokens x out) W (out x in): W column-major is
+      // its transpose made contiguous, transposed back (a copy).
+      const Fp8Tensor w8 = quantize_fp8(w, at::kFloat8_e4m3fn);
+      gx = fp8_mm(g8, {w8.data.t().contiguous().t(), w8.scale_inv}, dt).view(x.sizes());
+    }
+    // dW (out x in) = dY^T (out x tokens, row-major: a copy) X (tokens x in, column-major: a copy).
+    const Fp8Tensor x8 = quantize_fp8(x.reshape({-1, in}), at::kFloat8_e4m3fn);
+    const at::Tensor dw = fp8_mm({g8.data.t().contiguous(), g8.scale_inv},
+                                 {x8.data.t().contiguous().t(), x8.scale_inv}, dt);
+    // Saved leaves unpack as the parameters themselves, so .grad() is the
+    // gradient buffer bound now (as LinearAccum, runtime/model/transformer.cpp).
+    at::Tensor gw = w.grad();
+    if (gw.defined()) gw.add_(dw);
+    else gw_ret = dw;
+    if (b.numel() > 0) {
+      at::Tensor db = g2.sum(0);
+      at::Tensor gb = b.grad();
+      if (gb.defined()) gb.add_(db);
+      else gb_ret = db;
+    }
+    return {gx, gw_ret, gb_ret};
+  }
+};
+
+}  // namespace
+
+at::Tensor fp8_scale(const at::Tensor& x, at::ScalarType fp8) {
+  const double mx = max_of(fp8);
+  // One reduction kernel reading x (no |x| temporary), in fp32.
+  const at::Tensor amax = at::linalg_vector_norm(x, INFINITY, std::nullopt, false, at::kFloat);
+  return at::where(amax > 0, amax.reciprocal().mul_(mx), 1.0).reshape({1});
+}
+
+Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8) {
+  const at::Tensor scale = fp8_scale(x, fp8);
+  // A one-element (not 0-dim) fp32 scale promotes the product to fp32, so
+  // the scaling rounds once, at the cast. No clamp is needed: |x| <= amax,
+  // so |x * scale| exceeds max_fp8 by a few fp32 rounding steps at most,
+  // which the cast rounds back to max_fp8 (the next step, 480 for e4m3 and
+  // 65536 for e5m2, lies 7% and 14% higher), never to NaN or inf.
+  at::Tensor y = at::mul(x, scale).to(fp8);
+  return {y, scale.reciprocal()};
+}
+
+at::Tensor dequantize_fp8(const Fp8Tensor& q, at::ScalarType out) {
+  return (q.data.to(at::kFloat) * q.scale_inv).to(out);
+}
+
+at::Tensor fp8_mm(const Fp8Tensor& a, const Fp8Tensor& b, at::ScalarType out, const at::Tensor& bias) {
+  std::optional<at::Tensor> bias_opt;
+  if (bias.defined()) bias_opt = bias;
+  return at::_scaled_mm(a.data, b.data, a.scale_inv, b.scale_inv, bias_opt, /*scale_result=*/std::nullopt, out,
+                        /*use_fast_accum=*/false);
+}
+
+at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return Fp8LinearFn::apply(x, w, b);
+}
+
+bool fp8_gemm_available(const at::Device& device) {
+  // A 16 x 16 FP8 GEMM, tried once per device: CUDA needs compute capability
+  // 8.9 or later, and whether a CPU kernel exists depends on the LibTorch build.
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string key = device.str();
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  bool ok = false;
+  try {
+    const auto opts = at::TensorOptions().device(device);
+    const at::Tensor a = at::ones({16, 16}, opts.dtype(at::kFloat)).to(at::kFloat8_e4m3fn);
+    const at::Tensor one = at::ones({1}, opts.dtype(at::kFloat));
+    const at::Tensor y = at::_scaled_mm(a, a.t(), one, one, std::nullopt, std::nullopt, at::kBFloat16, false);
+    ok = y.to(at::kFloat).sum().item<double>() == 16.0 * 16 * 16;
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  known[key] = ok;
+  return ok;
+}
+
+Fp8Linears::Fp8Linears(TransformerModel& model) : model_(model) {
+  if (model.tp_size() > 1)
+    throw std::invalid_argument("precision=fp8: the FP8 linear layers are not tensor-parallel in this runtime (tp=1)");
+  if (model.linear_hook) throw std::invalid_argument("precision=fp8: the model's linear layers are already hooked (LoRA)");
+  for (int64_t i = 0; i < model.spec().layers; ++i) {
+    const LayerIds& l = model.layer_ids(i);
+    for (int id : {l.qkv_w, l.o_w, l.fc1_w, l.fc2_w})
+      if (id >= 0) weights_.insert(id);
+  }
+  model.linear_hook = [this](const at::Tensor& x, int w, int b) -> at::Tensor {
+    if (!weights_.count(w)) return {};  // the embedding projection, the head, the MLM transform: bf16
+    const ParamStore& store = model_.store();
+    const at::Tensor bias = b >= 0 ? store.get(b) : at::empty({0}, x.options());
+    return fp8_linear(x, store.get(w), bias);
+  };
+}
+
+Fp8Linears::~Fp8Linears() { model_.linear_hook = nullptr; }
+
+}  // namespace planner::rt

@@ -1,0 +1,81 @@
+#pragma once
+// FP8 linear layers (precision=fp8): the transformer layers' qkv, attention
+// output and MLP GEMMs run on FP8 tensor cores through at::_scaled_mm, with
+// per-tensor dynamic scaling, as torchtitan's float8 "tensorwise" recipe
+// (torchao Float8Linear) does:
+//   amax  = max |x| over the whole tensor (fp32),
+//   scale = max_fp8 / amax (1 when amax is 0),
+//   x8    = cast(x * scale) (|x * scale| <= max_fp8),    x ~= x8 / scale.
+// Forward activations and weights in e4m3 (max 448), output gradients in e5m2
+// (max 57344): the "hybrid" format of Micikevicius et al. 2022, "FP8 formats
+// for deep learning" (e4m3's precision forward, e5m2's range for gradients),
+// which is also Transformer Engine's Format.HYBRID and torchao's default for
+// the tensorwise recipe's grad_output. Everything else (embedding, head,
+// norms, attention core, master weights, gradients, optimizer states) stays
+// as under bf16.
+//
+// The GEMMs accumulate in fp32 and write bf16 (out_dtype). The bf16 input and
+// weight are what the backward keeps (torchao saves the high-precision
+// tensors too): the backward casts them again, so the saved activations are
+// those of bf16 training. Hopper's FP8 tensor cores take one operand layout,
+// A row-major and B column-major, so the backward's GEMMs use transposed
+// copies (costmodel/layer_costs.cpp prices them, memory_model.cpp holds them).
+//
+// at::_scaled_mm: CUDA only, compute capability 8.9 or later, every dimension
+// a multiple of 16; its signature is the same from torch 2.4 through 2.11 and
+// the 2.13 this project builds with.
+#include <ATen/ATen.h>
+
+#include <set>
+
+namespace planner::rt {
+
+class TransformerModel;
+
+// The largest finite magnitudes of the two formats (Micikevicius et al. 2022, Table 1).
+constexpr double kE4m3Max = 448.0;
+constexpr double kE5m2Max = 57344.0;
+
+struct Fp8Tensor {
+  at::Tensor data;       // float8 (e4m3fn or e5m2), the shape of the input
+  at::Tensor scale_inv;  // fp32, one element: 1 / scale (what at::_scaled_mm multiplies by)
+};
+
+// max_fp8 / max|x| as a one-element fp32 tensor on x's device (1 where x is all zero).
+at::Tensor fp8_scale(const at::Tensor& x, at::ScalarType fp8);
+// The scaled cast of x (any floating dtype) to `fp8` (Float8_e4m3fn or Float8_e5m2).
+Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8);
+// data * scale_inv in `out` (the inverse of quantize_fp8, up to its rounding).
+at::Tensor dequantize_fp8(const Fp8Tensor& q, at::ScalarType out);
+// a (m x k, row-major) times b (k x n, column-major: the transpose of a
+// contiguous n x k tensor), both fp8, into `out` (bf16): at::_scaled_mm.
+// bias (empty: none) is added in the GEMM's epilogue, in `out`.
+at::Tensor fp8_mm(const Fp8Tensor& a, const Fp8Tensor& b, at::ScalarType out, const at::Tensor& bias = {});
+// y = x w^T + b (b empty: none) with its GEMMs in FP8, forward and backward
+// (the autograd function the hook below calls). x (.., in), w (out, in).
+at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// Whether at::_scaled_mm runs on `device` (a CUDA device of compute
+// capability 8.9 or later); the CPU has no kernel for it.
+bool fp8_gemm_available(const at::Device& device);
+
+// Routes the layers' linear layers (qkv, o, fc1, fc2 of every layer; not the
+// embedding's projection, the head or the MLM transform) through the FP8
+// autograd function, by the model's linear_hook (the hook LoRA uses as well:
+// the two are not combined, check_compat refuses fp8 with a frozen base).
+// Without tensor parallelism only (under tp the column- and row-parallel
+// GEMMs bypass the hook); the exec refuses tp>1 with fp8. The weight and bias
+// gradients accumulate into the parameters' gradient buffers as the bf16
+// linear does (runtime/model/transformer.cpp, LinearAccum).
+class Fp8Linears {
+ public:
+  explicit Fp8Linears(TransformerModel& model);
+  ~Fp8Linears();
+  Fp8Linears(const Fp8Linears&) = delete;
+  Fp8Linears& operator=(const Fp8Linears&) = delete;
+
+ private:
+  TransformerModel& model_;
+  std::set<int> weights_;  // the layer matrices' parameter ids
+};
+
+}  // namespace planner::rt
