@@ -29,9 +29,10 @@ StepOptions step_options(const RunConfig& c) {
 }  // namespace
 
 Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
-               Communicator* pp, Communicator* tp, Communicator* cp)
+               Communicator* pp, Communicator* tp, Communicator* cp, Communicator* ep, Communicator* edp)
     : cfg_(config), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
-      pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
+      pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), ep_(config.strategy().ep > 1 ? ep : nullptr),
+      edp_(ep_ && edp && edp->size() > 1 ? edp : nullptr), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(config.strategy(), config.model().layers, step_options(config))),
       impl_(std::make_unique<Impl>()) {
   const Strategy& s = st_;
@@ -51,6 +52,15 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   if (s.cp > 1 && (!cp || cp->size() != s.cp))
     throw std::invalid_argument("Engine: the plan has cp=" + std::to_string(s.cp) + " but the cp group has " +
                                 std::to_string(cp ? cp->size() : 1) + " ranks");
+  if (s.ep > 1) {
+    if (!ep || ep->size() != s.ep)
+      throw std::invalid_argument("Engine: the plan has ep=" + std::to_string(s.ep) + " but the ep group has " +
+                                  std::to_string(ep ? ep->size() : 1) + " ranks");
+    if (s.zero > 0 || s.cp > 1)
+      throw InputError("the runtime executes expert parallelism (ep=" + std::to_string(s.ep) +
+                       ") with ZeRO-0 and cp=1 only; this plan has zero=" + std::to_string(s.zero) +
+                       ", cp=" + std::to_string(s.cp));
+  }
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;
@@ -66,7 +76,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
 
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
-  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp);
+  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp, ep_);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   model_->prepare(device_, I.dt);
