@@ -179,7 +179,8 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
                     std::vector<int64_t>(size_t(ep_size_), El))
       ->wait();
   const at::Tensor sc = counts.view({ep_size_, El}).sum(1).cpu(), rc = peer_counts.view({ep_size_, El}).cpu();
-  std::vector<int64_t> send(size_t(ep_size_)), recv(size_t(ep_size_)), per_expert(size_t(El), 0);
+  std::vector<int64_t> send(static_cast<size_t>(ep_size_), 0), recv(static_cast<size_t>(ep_size_), 0),
+      per_expert(static_cast<size_t>(El), 0);
   for (int p = 0; p < ep_size_; ++p) {
     send[size_t(p)] = sc[p].item<int64_t>();
     for (int64_t j = 0; j < El; ++j) {
