@@ -166,7 +166,7 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
                             at::Tensor& order) const {
   const int64_t k = idx.size(1), E = spec_.moe.experts, El = local_experts_;
   const at::Tensor flat = idx.reshape({-1});
-  order = std::get<1>(at::sort(flat, /*stable=*/true));
+  order = std::get<1>(at::sort(flat, std::optional<bool>(true), 0, false));
   at::Tensor xs = xt.index_select(0, order.div(k, "floor"));  // (T k, h), grouped by expert
   const at::Tensor counts = at::bincount(flat, {}, E);           // int64 (E)
   if (!ep_) {
@@ -192,7 +192,7 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
   // Group the received rows by local expert (stably: peer order within an expert).
   const at::Tensor expert_of_row =
       at::repeat_interleave(at::arange(El, counts.options()).repeat({ep_size_}), rc.reshape({-1}).to(counts.device()));
-  const at::Tensor perm = std::get<1>(at::sort(expert_of_row, /*stable=*/true));
+  const at::Tensor perm = std::get<1>(at::sort(expert_of_row, std::optional<bool>(true), 0, false));
   at::Tensor yg = experts(S, l, xr.index_select(0, perm), per_expert);
   at::Tensor yr = yg.index_select(0, at::argsort(perm));  // back to peer-major
   return all_to_all_rows(yr, recv, send, ep_);
