@@ -36,8 +36,8 @@ const char* trace_name(const StepAction& a, bool cpu_optimizer) {
     case StepOp::Clip: return "clip";
     case StepOp::CpRingF: return "cp ring (forward)";
     case StepOp::CpRingB: return "cp ring (backward)";
-    case StepOp::MoeA2AF: return "moe all-to-all (forward)";
-    case StepOp::MoeA2AB: return "moe all-to-all (backward)";
+    case StepOp::MoeATAF: return "moe all-to-all (forward)";
+    case StepOp::MoeATAB: return "moe all-to-all (backward)";
     case StepOp::Opt: return cpu_optimizer ? "cpu adam" : "optimizer";
     case StepOp::ToDevice: return "to device";
     case StepOp::AllGather: return "all-gather";

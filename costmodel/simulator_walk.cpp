@@ -217,8 +217,8 @@ class Simulator::Walk {
       case StepOp::NormReduce: return blocking_collective(s, i);
       case StepOp::CpRingF:
       case StepOp::CpRingB: cp_ring(s, i); return true;
-      case StepOp::MoeA2AF:
-      case StepOp::MoeA2AB: cp_ring(s, i); return true;  // the same: a wait on the compute stream
+      case StepOp::MoeATAF:
+      case StepOp::MoeATAB: cp_ring(s, i); return true;  // the same: a wait on the compute stream
       case StepOp::Opt: optimizer(s, i); return true;
       case StepOp::ToDevice: {
         const double t0 = std::max(st.copy_free, sim_.param_updated_[size_t(a.unit)]);
@@ -239,7 +239,7 @@ class Simulator::Walk {
   // Context parallelism (KVF/KVB): the part of the layer's K/V ring that its
   // attention blocks do not hide (costmodel/cp_costs.hpp), waited for on the
   // compute stream inside the pass that follows. Mixture of experts
-  // (A2AF/A2AB): the dispatch and combine all-to-alls of the pass that
+  // (ATAF/ATAB): the dispatch and combine all-to-alls of the pass that
   // follows (costmodel/moe_costs.hpp), which block it the same way.
   void cp_ring(int s, size_t i) {
     StageState& st = S_[size_t(s)];
@@ -249,7 +249,7 @@ class Simulator::Walk {
     const double t0 = st.compute_free;
     const double d = a.op == StepOp::CpRingF   ? uc.cp_ring_forward_seconds
                      : a.op == StepOp::CpRingB ? uc.cp_ring_backward_seconds
-                     : a.op == StepOp::MoeA2AF ? uc.moe_a2a_forward_seconds
+                     : a.op == StepOp::MoeATAF ? uc.moe_a2a_forward_seconds
                                                : uc.moe_a2a_backward_seconds;
     st.compute_free = t0 + d;
     tm.exposed_comm_seconds += d;

@@ -223,8 +223,8 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Clip: return clip();
     case StepOp::CpRingF:
     case StepOp::CpRingB: return;  // cp: the ring runs inside the attention of the F/B that follows
-    case StepOp::MoeA2AF:
-    case StepOp::MoeA2AB: return;  // ep: the all-to-alls run inside the MoE layer of the F/B that follows
+    case StepOp::MoeATAF:
+    case StepOp::MoeATAB: return;  // ep: the all-to-alls run inside the MoE layer of the F/B that follows
                                    // (runtime/model/context_parallel.cpp); the action carries its price
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);

@@ -35,8 +35,8 @@ const char* to_string(StepOp op) {
     case StepOp::Clip: return "Clip";
     case StepOp::CpRingF: return "KVF";
     case StepOp::CpRingB: return "KVB";
-    case StepOp::MoeA2AF: return "A2AF";
-    case StepOp::MoeA2AB: return "A2AB";
+    case StepOp::MoeATAF: return "ATAF";
+    case StepOp::MoeATAB: return "ATAB";
   }
   return "?";
 }
@@ -230,7 +230,7 @@ StepList add_moe_exchanges(const StepList& in, const Strategy& s, const LayerPar
   for (const StepAction& a : in) {
     if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
       StepAction x = a;
-      x.op = a.op == StepOp::Forward ? StepOp::MoeA2AF : StepOp::MoeA2AB;
+      x.op = a.op == StepOp::Forward ? StepOp::MoeATAF : StepOp::MoeATAB;
       out.push_back(x);
     }
     out.push_back(a);

@@ -1,5 +1,5 @@
-// Expert parallelism's all-to-alls as actions of the step program (A2AF,
-// A2AB; strategies/step_program.hpp) and their walk in the simulator
+// Expert parallelism's all-to-alls as actions of the step program (ATAF,
+// ATAB; strategies/step_program.hpp) and their walk in the simulator
 // (costmodel/simulator_walk.cpp): where they sit, their text form, and the
 // time they add on the compute stream, by hand.
 #include "catch.hpp"
@@ -10,15 +10,15 @@
 
 using namespace planner;
 
-TEST_CASE("moe: an A2AF before every layer's F and an A2AB before its B", "[moe][step_program]") {
+TEST_CASE("moe: an ATAF before every layer's F and an ATAB before its B", "[moe][step_program]") {
   Strategy s = Strategy::parse("dp=2,ep=2,mbs=1,gas=1,precision=fp32");
   const StepProgram p = build_step_program(s, 2);
   // Units: 0 embedding, 1-2 layers, 3 head; no exchange around the embedding or the head.
   CHECK(to_string(p) ==
-        "0F0.0 0A2AF0.1 0F0.1 0A2AF0.2 0F0.2 0F0.3 0B0.3 0AR3 0A2AB0.2 0B0.2 0AR2 0A2AB0.1 0B0.1 0AR1 0B0.0 0AR0 "
+        "0F0.0 0ATAF0.1 0F0.1 0ATAF0.2 0F0.2 0F0.3 0B0.3 0AR3 0ATAB0.2 0B0.2 0AR2 0ATAB0.1 0B0.1 0AR1 0B0.0 0AR0 "
         "0Sync 0LRdp 0Norm 0Clip 0Opt\n");
   CHECK(parse_step_lists(to_string(p).substr(0, to_string(p).size() - 1)) == p.stages);
-  CHECK(parse_step_action("1A2AB3.7.c1") == StepAction{StepOp::MoeA2AB, 1, 3, 7, 1});
+  CHECK(parse_step_action("1ATAB3.7.c1") == StepAction{StepOp::MoeATAB, 1, 3, 7, 1});
   // ep=1: none.
   s.ep = 1;
   CHECK(to_string(build_step_program(s, 2)).find("A2A") == std::string::npos);
