@@ -108,7 +108,7 @@ class ProgramCache {
  private:
   int64_t layers_;
   StepOptions opt_;
-  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool>, StepProgram> cache_;
+  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool, bool>, StepProgram> cache_;
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ TEST_CASE("moe: top-k by probability, ties to the lower expert", "[moe]") {
 TEST_CASE("moe: load-balancing loss E * sum f_i P_i by hand", "[moe]") {
   // T = 2 tokens, E = 2, k = 1, both to expert 0: f = (1, 0), P = (0.65, 0.35): 2 * 0.65 = 1.3.
   at::Tensor probs = at::tensor({0.7, 0.3, 0.6, 0.4}, at::kFloat).view({2, 2}).requires_grad_(true);
-  const at::Tensor idx = at::tensor({int64_t(0), int64_t(0)}).view({2, 1});
+  const at::Tensor idx = at::zeros({2, 1}, at::kLong);
   at::Tensor aux = rt::load_balancing_loss(probs, idx);
   CHECK(aux.item<double>() == Approx(1.3).epsilon(1e-6));
   // d aux / d probs[t][i] = E f_i / T = (1, 0) for every token.
@@ -36,7 +36,7 @@ TEST_CASE("moe: load-balancing loss E * sum f_i P_i by hand", "[moe]") {
   CHECK(probs.grad()[1][1].item<double>() == Approx(0.0).margin(1e-7));
   // Balanced routing gives 1: T = 4, E = 4, k = 2, every expert chosen twice, uniform probabilities.
   const at::Tensor uni = at::full({4, 4}, 0.25, at::kFloat);
-  const at::Tensor two = at::tensor({int64_t(0), 1, 2, 3, 0, 1, 2, 3}).view({4, 2});
+  const at::Tensor two = at::arange(4, at::kLong).repeat({2}).view({4, 2});  // (0,1) (2,3) (0,1) (2,3)
   CHECK(rt::load_balancing_loss(uni, two).item<double>() == Approx(1.0).epsilon(1e-6));
 }
 
