@@ -61,6 +61,9 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
                        ") with ZeRO-0 and cp=1 only; this plan has zero=" + std::to_string(s.zero) +
                        ", cp=" + std::to_string(s.cp));
   }
+  if (spec_.moe.enabled() && s.zero >= 2)  // ZeRO-3 with a MoE model missed the single-process result in tests/runtime
+    throw InputError("the runtime executes mixture-of-experts models with ZeRO-0/1 only; this plan has zero=" +
+                     std::to_string(s.zero));
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;
