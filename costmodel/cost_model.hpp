@@ -42,6 +42,8 @@ struct UnitCost {
   double all_gather_seconds = 0;      // AllGather: ZeRO-1/2 all-gather of the updated parameters
   double cp_ring_forward_seconds = 0;   // KVF (cp > 1): the forward K/V ring's time not hidden by the attention blocks
   double cp_ring_backward_seconds = 0;  // KVB: the backward's (K/V and dK/dV; recomputation's forward ring included)
+  double moe_a2a_forward_seconds = 0;   // ATAF (ep > 1): the forward's dispatch and combine all-to-alls
+  double moe_a2a_backward_seconds = 0;  // ATAB: the backward's (recomputation's forward ones included)
 };
 
 // Pipeline sends of one virtual stage (one micro-batch).

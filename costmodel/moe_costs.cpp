@@ -197,11 +197,9 @@ void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& e
   const bool offload = s.offload != Offload::None;
   const double a2a = moe_all_to_all_seconds(c.m, c.shape, s.ep, ep_link, base);
   const double again = s.ckpt == Ckpt::Full ? a2a : 0.0;
-  u.forward_seconds += a2a;
-  u.forward_comm_seconds += a2a;
-  u.backward_seconds += a2a + again;
-  u.backward_comm_seconds += a2a + again;
-  u.recompute_seconds += again;
+  // Their own actions of the step program (ATAF/ATAB), outside F and B.
+  u.moe_a2a_forward_seconds += a2a;
+  u.moe_a2a_backward_seconds += a2a + again;
   const double shard_e = s.zero >= 1 ? Pe / expert_dp : Pe;
   u.all_reduce_seconds += all_reduce_seconds(Pe * eg, el, base);
   u.reduce_scatter_seconds += reduce_scatter_seconds(Pe * eg, el, base);

@@ -36,6 +36,8 @@ const char* trace_name(const StepAction& a, bool cpu_optimizer) {
     case StepOp::Clip: return "clip";
     case StepOp::CpRingF: return "cp ring (forward)";
     case StepOp::CpRingB: return "cp ring (backward)";
+    case StepOp::MoeATAF: return "moe all-to-all (forward)";
+    case StepOp::MoeATAB: return "moe all-to-all (backward)";
     case StepOp::Opt: return cpu_optimizer ? "cpu adam" : "optimizer";
     case StepOp::ToDevice: return "to device";
     case StepOp::AllGather: return "all-gather";
@@ -75,9 +77,11 @@ double makespan_lower_bound(const CostModel& cost, int m) {
       const auto [b, e] = part.units_of(s, c);
       for (int u = b; u < e; ++u) {
         const UnitCost& uc = cost.unit(u);
-        const double ring = uc.cp_ring_forward_seconds + uc.cp_ring_backward_seconds;  // cp: on the compute stream
-        busy += uc.forward_seconds + uc.backward_seconds + ring;
-        if (c == 0) f0 += uc.forward_seconds + uc.cp_ring_forward_seconds, b0 += uc.backward_seconds + uc.cp_ring_backward_seconds;
+        // cp's ring and MoE's all-to-alls: their own actions, on the compute stream.
+        const double xf = uc.cp_ring_forward_seconds + uc.moe_a2a_forward_seconds;
+        const double xb = uc.cp_ring_backward_seconds + uc.moe_a2a_backward_seconds;
+        busy += uc.forward_seconds + uc.backward_seconds + xf + xb;
+        if (c == 0) f0 += uc.forward_seconds + xf, b0 += uc.backward_seconds + xb;
         if (sc.cpu_optimizer) cpu += uc.cpu_adam_seconds;
         to_device += uc.to_device_seconds, all_gather += uc.all_gather_seconds;
         td_last = uc.to_device_seconds, ag_last = uc.all_gather_seconds;

@@ -217,6 +217,8 @@ class Simulator::Walk {
       case StepOp::NormReduce: return blocking_collective(s, i);
       case StepOp::CpRingF:
       case StepOp::CpRingB: cp_ring(s, i); return true;
+      case StepOp::MoeATAF:
+      case StepOp::MoeATAB: cp_ring(s, i); return true;  // the same: a wait on the compute stream
       case StepOp::Opt: optimizer(s, i); return true;
       case StepOp::ToDevice: {
         const double t0 = std::max(st.copy_free, sim_.param_updated_[size_t(a.unit)]);
@@ -236,14 +238,19 @@ class Simulator::Walk {
 
   // Context parallelism (KVF/KVB): the part of the layer's K/V ring that its
   // attention blocks do not hide (costmodel/cp_costs.hpp), waited for on the
-  // compute stream inside the pass that follows.
+  // compute stream inside the pass that follows. Mixture of experts
+  // (ATAF/ATAB): the dispatch and combine all-to-alls of the pass that
+  // follows (costmodel/moe_costs.hpp), which block it the same way.
   void cp_ring(int s, size_t i) {
     StageState& st = S_[size_t(s)];
     StageTime& tm = r_.stages[size_t(s)];
     const StepAction& a = prog_.stages[size_t(s)][i];
     const UnitCost& uc = cost_.unit(a.unit);
     const double t0 = st.compute_free;
-    const double d = a.op == StepOp::CpRingF ? uc.cp_ring_forward_seconds : uc.cp_ring_backward_seconds;
+    const double d = a.op == StepOp::CpRingF   ? uc.cp_ring_forward_seconds
+                     : a.op == StepOp::CpRingB ? uc.cp_ring_backward_seconds
+                     : a.op == StepOp::MoeATAF ? uc.moe_a2a_forward_seconds
+                                               : uc.moe_a2a_backward_seconds;
     st.compute_free = t0 + d;
     tm.exposed_comm_seconds += d;
     emit(s, Stream::Compute, t0, st.compute_free, trace_name(a, false), a, int(i));

@@ -99,7 +99,7 @@ class ProgramCache {
     const int vpp = s.schedule == Schedule::Interleaved ? s.vpp : 1;
     // The step's end has a reduction over tp (and under sp of the replicated ranges): tp > 1 and sp count too.
     const auto key = std::make_tuple(s.pp, vpp, s.gas, s.zero, int(s.offload), s.dp_cp() > 1, int(s.schedule), s.tp > 1,
-                                     s.sp && s.tp > 1, s.cp > 1);
+                                     s.sp && s.tp > 1, s.cp > 1, s.ep > 1);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     return cache_.emplace(key, build_step_program(s, layers_, opt_)).first->second;
@@ -108,7 +108,7 @@ class ProgramCache {
  private:
   int64_t layers_;
   StepOptions opt_;
-  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool>, StepProgram> cache_;
+  std::map<std::tuple<int, int, int, int, int, bool, int, bool, bool, bool, bool>, StepProgram> cache_;
 };
 
 }  // namespace

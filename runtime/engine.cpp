@@ -32,9 +32,10 @@ StepOptions step_options(const RunConfig& c) {
 }  // namespace
 
 Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
-               Communicator* pp, Communicator* tp, Communicator* cp)
+               Communicator* pp, Communicator* tp, Communicator* cp, Communicator* ep, Communicator* edp)
     : cfg_(config), device_(device), cuda_(device.is_cuda()), tokens_(std::move(tokens)), dp_(dp),
-      pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), stage_(pp ? pp->rank() : 0),
+      pp_(pp), tp_(config.strategy().tp > 1 ? tp : nullptr), ep_(config.strategy().ep > 1 ? ep : nullptr),
+      edp_(ep_ && edp && edp->size() > 1 ? edp : nullptr), stage_(pp ? pp->rank() : 0),
       program_(build_step_program(config.strategy(), config.model().layers, step_options(config))),
       impl_(std::make_unique<Impl>()) {
   const Strategy& s = st_;
@@ -59,6 +60,20 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   if (s.cp > 1 && (!cp || cp->size() != s.cp))
     throw std::invalid_argument("Engine: the plan has cp=" + std::to_string(s.cp) + " but the cp group has " +
                                 std::to_string(cp ? cp->size() : 1) + " ranks");
+  if (s.ep > 1) {
+    if (!ep || ep->size() != s.ep)
+      throw std::invalid_argument("Engine: the plan has ep=" + std::to_string(s.ep) + " but the ep group has " +
+                                  std::to_string(ep ? ep->size() : 1) + " ranks");
+    if (s.zero > 0 || s.cp > 1)
+      throw InputError("the runtime executes expert parallelism (ep=" + std::to_string(s.ep) +
+                       ") with ZeRO-0 and cp=1 only; this plan has zero=" + std::to_string(s.zero) +
+                       ", cp=" + std::to_string(s.cp));
+  }
+  if (spec_.moe.enabled() && s.finetune.frozen_base())
+    throw InputError("the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)");
+  if (spec_.moe.enabled() && s.zero >= 2)  // ZeRO-3 with a MoE model missed the single-process result in tests/runtime
+    throw InputError("the runtime executes mixture-of-experts models with ZeRO-0/1 only; this plan has zero=" +
+                     std::to_string(s.zero));
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;
@@ -74,8 +89,9 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
 
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
-  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp);
-  model_->store().make_leaves(device_, I.dt);
+  model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp, ep_);
+  ParamStore& store = model_->store();
+  store.make_leaves(device_, I.dt);
   if (s.finetune.frozen_base()) {  // the adapters are what the units hold
     lora_ = std::make_unique<LoraAdapters>(*model_, s.finetune, tp_);
     lora_->store().make_leaves(device_, I.dt);
@@ -228,6 +244,8 @@ void Engine::run_action(const StepAction& a, int64_t step) {
     case StepOp::Clip: return clip();
     case StepOp::CpRingF:
     case StepOp::CpRingB: return;  // cp: the ring runs inside the attention of the F/B that follows
+    case StepOp::MoeATAF:
+    case StepOp::MoeATAB: return;  // ep: the all-to-alls run inside the MoE layer of the F/B that follows
                                    // (runtime/model/context_parallel.cpp); the action carries its price
     case StepOp::Opt: return opt();
     case StepOp::ToDevice: return to_device(a.unit);

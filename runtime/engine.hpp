@@ -95,8 +95,15 @@ class Engine {
   // dp_cp_group: gradients, ZeRO shards and the loss over every rank holding
   // the same parameters), `cp` the ring (RankGrid::cp_group); each rank runs
   // its two chunks of every sequence (runtime/model/context_parallel.hpp).
+  // Mixture of experts with ep > 1 (runtime/model/moe.hpp): `ep` the
+  // expert-parallel group (RankGrid::ep_group: the all-to-all's members),
+  // `edp` the expert-data-parallel group (RankGrid::expert_dp_group; null
+  // when dp == ep): each MoE layer unit's stacked experts (one contiguous
+  // range) are all-reduced over edp, the rest of the unit over dp, and the
+  // gradient norm sums the experts' squares over ep. ZeRO-0 only.
   Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
-         Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr);
+         Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr,
+         Communicator* ep = nullptr, Communicator* edp = nullptr);
   ~Engine();
 
   // One optimizer step: walks the step program. Returns the mean loss over the
@@ -208,6 +215,8 @@ class Engine {
   Communicator* pp_ = nullptr;
   std::unique_ptr<PipeLinks> links_;  // pipeline send/receive links (pp > 1)
   Communicator* tp_ = nullptr;  // null unless strategy.tp > 1
+  Communicator* ep_ = nullptr;   // null unless strategy.ep > 1
+  Communicator* edp_ = nullptr;  // null unless dp / ep > 1 with ep > 1
   int stage_ = 0;
   std::unique_ptr<ContextParallel> cp_;  // null unless strategy.cp > 1
   std::unique_ptr<TransformerModel> model_;

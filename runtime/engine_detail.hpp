@@ -41,6 +41,7 @@ struct Engine::Unit {
   bool owned = true;                         // held by this rank's pipeline stage
   int64_t base = 0;                          // offset in the full flat buffers (ZeRO-0/1/2)
   int64_t sbase = 0;                         // offset in the shard buffers
+  int64_t ebeg = 0, elen = 0;                // a MoE layer's stacked experts inside the unit (elen 0: none)
 };
 
 // Reused device buffers for ZeRO-2/3 units (DeepSpeed keeps fixed buffers the

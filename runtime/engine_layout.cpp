@@ -27,6 +27,17 @@ int64_t Engine::lay_out_units() {
       un.numel += infos[k].numel;
       if (pass == 0) un.decay = un.numel;
     }
+  for (Unit& un : I.units) {  // a MoE layer's stacked experts: one contiguous range (runtime/model/moe.cpp)
+    int64_t end = 0;
+    for (size_t k = 0; k < un.ids.size(); ++k) {
+      const ParamInfo& info = infos[size_t(un.ids[k])];
+      if (!info.expert) continue;
+      if (un.elen == 0) un.ebeg = un.offs[k];
+      else if (un.offs[k] != end) throw std::logic_error("Engine: a unit's experts are not contiguous");
+      end = un.offs[k] + info.numel;
+      un.elen = end - un.ebeg;
+    }
+  }
   for (Unit& un : I.units) un.owned = false;
   for (int u : program_.partition.stage_units(stage_)) I.units[size_t(u)].owned = true;
   // Tied embeddings over a pipeline (Megatron-LM's scheme, Shoeybi et al.
@@ -71,7 +82,8 @@ int64_t Engine::lay_out_units() {
     base += un.padded, sbase += un.chunk;
   }
   shard_numel_ = sbase;
-  if (U > 2) I.layer_padded = I.units[1].padded;
+  // The largest layer (dense first layers and MoE layers differ in size).
+  for (int u = 1; u + 1 < U; ++u) I.layer_padded = std::max(I.layer_padded, I.units[size_t(u)].padded);
   return base;  // the full buffers' length (this stage's units)
 }
 

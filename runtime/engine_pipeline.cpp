@@ -30,6 +30,7 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
     x = I.out.at(key(mb, u - 1)).detach().requires_grad_(true);
   }
   I.in[key(mb, u)] = x;
+  model_->moe_grad_scale = loss_scale_ / double(st_.gas * st_.dp_cp());  // the MoE auxiliary loss's gradient
   if (u == head) {
     if (before_head) before_head();
     if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself

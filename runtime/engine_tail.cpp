@@ -94,6 +94,16 @@ void Engine::norm() {
     at::Tensor r = replicated_grads(g);
     if (r.defined()) sq = sq - at::linalg_vector_norm(r, 2, std::nullopt, false, at::kFloat).square() * (1.0 - 1.0 / st_.tp);
   }
+  if (ep_) {
+    // Each ep rank holds other experts: their squares are summed over the ep group.
+    at::Tensor e = at::zeros({}, sq.options());
+    for (const Unit& un : I.units)
+      if (un.owned && un.elen > 0)
+        e = e + at::linalg_vector_norm(g.narrow(0, un.base + un.ebeg, un.elen), 2, std::nullopt, false, at::kFloat).square();
+    at::Tensor all = e.clone();
+    ep_->all_reduce(all)->wait();
+    sq = sq - e + all;
+  }
   I.norm_sq = sq;
 }
 

@@ -90,6 +90,17 @@ void Engine::reduce(int u, bool scatter) {
   at::NoGradGuard ng;
   const bool comm = dp_ && st_.dp_cp() > 1 && un.padded > 0;  // an empty unit (fine-tuning's embedding, head): none
   if (!scatter) {
+    if (ep_ && un.elen > 0) {  // experts over the expert-data-parallel group, the rest over dp
+      const int64_t eend = un.ebeg + un.elen;
+      std::vector<WorkPtr> ws;
+      if (comm) {
+        if (un.ebeg > 0) ws.push_back(dp_->all_reduce(I.grads.narrow(0, un.base, un.ebeg)));
+        if (eend < un.padded) ws.push_back(dp_->all_reduce(I.grads.narrow(0, un.base + eend, un.padded - eend)));
+      }
+      if (edp_) ws.push_back(edp_->all_reduce(I.grads.narrow(0, un.base + un.ebeg, un.elen)));
+      for (const WorkPtr& w : ws) I.pending.push_back(w), I.reduce_work[size_t(u)] = w;
+      return;
+    }
     if (comm) {
       I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
       I.pending.push_back(I.reduce_work[size_t(u)]);
@@ -194,7 +205,7 @@ at::Tensor Engine::full_params_fp32() {
       out.narrow(0, info.offset, info.numel).copy_(unit.narrow(0, un.offs[k], info.numel));
     }
   }
-  if (tp_) {
+  if (tp_ || ep_) {
     // The full tensors in the single-process layout: each split one gathered
     // from the tp group and put together (tp_assemble), the others as they are.
     at::Tensor whole = at::zeros({store.full_numel()}, out.options());
@@ -202,12 +213,20 @@ at::Tensor Engine::full_params_fp32() {
       if (!I.units[size_t(info.group)].owned) continue;
       at::Tensor mine = out.narrow(0, info.offset, info.numel);
       at::Tensor t = mine;
-      if (info.split.split()) {
+      std::vector<int64_t> full_here = info.full_shape;  // this ep rank's experts, whole over tp
+      if (info.ep > 1) full_here[0] /= info.ep;
+      if (tp_ && info.split.split()) {
         std::vector<int64_t> shape{st_.tp};
         shape.insert(shape.end(), info.shape.begin(), info.shape.end());
         at::Tensor all = at::empty(shape, out.options());
         tp_->all_gather(mine, all)->wait();
-        t = tp_assemble(all, info.split, info.full_shape);
+        t = tp_assemble(all, info.split, full_here);
+      }
+      if (ep_ && info.ep > 1) {  // the ep ranks' blocks of experts, in rank order
+        at::Tensor local = t.contiguous();
+        at::Tensor all = at::empty({local.numel() * st_.ep}, out.options());
+        ep_->all_gather(local.reshape({-1}), all)->wait();
+        t = all;
       }
       whole.narrow(0, info.full_offset, info.full_numel).copy_(t.reshape({-1}));
     }

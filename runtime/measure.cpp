@@ -66,7 +66,7 @@ struct RunSetup {
   WorldInfo wi;
   at::Device device = at::Device(at::kCPU);
   std::shared_ptr<TokenSource> tokens;
-  std::unique_ptr<Communicator> dp, pp, tp, cp, world;  // dp: the dp-cp group (the dp group when cp = 1)
+  std::unique_ptr<Communicator> dp, pp, tp, cp, ep, edp, world;  // dp: the dp-cp group (the dp group when cp = 1)
   int64_t outside0 = 0;  // memory outside the allocator before the first communicator
 };
 
@@ -156,6 +156,10 @@ void setup_comms(const RunConfig& cfg, RunSetup& su) {
   if (st.cp > 1) su.cp = make_communicator(grid.all_cp_groups(), "cp", su.device, timeout);
   if (st.pp > 1) su.pp = make_communicator(grid.all_pp_groups(), "pp", su.device, timeout);
   if (st.tp > 1) su.tp = make_communicator(grid.all_tp_groups(), "tp", su.device, timeout);
+  // Mixture of experts: the all-to-all's group and the experts' gradient group.
+  if (st.ep > 1) su.ep = make_communicator(grid.all_ep_groups(st.ep), "ep", su.device, timeout);
+  if (st.ep > 1 && st.dp / st.ep > 1)
+    su.edp = make_communicator(grid.all_expert_dp_groups(st.ep), "edp", su.device, timeout);
 }
 
 // Set-up: device, world, token source (a bad token file is bad input, found
@@ -266,7 +270,8 @@ void measure_steps(const RunConfig& cfg, const RunSetup& su, Measurement& r) {
   const auto t0 = std::chrono::steady_clock::now();
   reset_peak_memory(cuda);
   const MemStats before = memory_stats(cuda);
-  Engine engine(cfg, su.device, su.tokens, su.dp.get(), su.pp.get(), su.tp.get(), su.cp.get());
+  Engine engine(cfg, su.device, su.tokens, su.dp.get(), su.pp.get(), su.tp.get(), su.cp.get(), su.ep.get(),
+                su.edp.get());
   synchronize(cuda);
   empty_cache(cuda);  // the initialisation's temporaries are not part of the step's memory
   r.init_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

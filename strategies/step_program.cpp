@@ -35,6 +35,8 @@ const char* to_string(StepOp op) {
     case StepOp::Clip: return "Clip";
     case StepOp::CpRingF: return "KVF";
     case StepOp::CpRingB: return "KVB";
+    case StepOp::MoeATAF: return "ATAF";
+    case StepOp::MoeATAB: return "ATAB";
   }
   return "?";
 }
@@ -65,7 +67,7 @@ const char* print_name(const StepAction& a) {
   return to_string(a.op);
 }
 
-bool has_microbatch(StepOp op) { return int(op) <= int(StepOp::RecvB) || is_cp_ring(op); }
+bool has_microbatch(StepOp op) { return int(op) <= int(StepOp::RecvB) || is_pass_exchange(op); }
 bool has_unit(StepOp op) {
   switch (op) {
     case StepOp::Gather:
@@ -85,7 +87,7 @@ std::string StepAction::to_string() const {
   std::string out = fmt::format("{}{}", stage, print_name(*this));
   if (has_microbatch(op)) {
     out += fmt::format("{}", microbatch);
-    if ((is_compute(op) || is_cp_ring(op)) && unit >= 0) out += fmt::format(".{}", unit);
+    if ((is_compute(op) || is_pass_exchange(op)) && unit >= 0) out += fmt::format(".{}", unit);
     if (chunk > 0) out += fmt::format(".c{}", chunk);
   } else if (has_unit(op)) {
     out += fmt::format("{}", unit);
@@ -128,7 +130,7 @@ StepAction parse_step_action(std::string_view t) {
   if (!found) throw bad("unknown op");
   if (has_microbatch(a.op)) {
     a.microbatch = number();
-    if ((is_compute(a.op) || is_cp_ring(a.op)) && i + 1 < t.size() && t[i] == '.' && std::isdigit(static_cast<unsigned char>(t[i + 1])))
+    if ((is_compute(a.op) || is_pass_exchange(a.op)) && i + 1 < t.size() && t[i] == '.' && std::isdigit(static_cast<unsigned char>(t[i + 1])))
       ++i, a.unit = number();
     if (i + 1 < t.size() && t[i] == '.' && t[i + 1] == 'c') i += 2, a.chunk = number();
   } else if (has_unit(a.op)) {
@@ -214,6 +216,21 @@ StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPart
     if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
       StepAction x = a;
       x.op = a.op == StepOp::Forward ? StepOp::CpRingF : StepOp::CpRingB;
+      out.push_back(x);
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+StepList add_moe_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part) {
+  if (s.ep <= 1) return in;
+  StepList out;
+  out.reserve(in.size() * 2);
+  for (const StepAction& a : in) {
+    if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
+      StepAction x = a;
+      x.op = a.op == StepOp::Forward ? StepOp::MoeATAF : StepOp::MoeATAB;
       out.push_back(x);
     }
     out.push_back(a);
@@ -315,6 +332,7 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
     const bool tied = opt.tied_embeddings && st == 0 && st == s.pp - 1 && part.vpp() == 1;
     StepList list = expand_units(sched[size_t(st)], part);
     list = add_cp_exchanges(list, s, part);
+    list = add_moe_exchanges(list, s, part);
     list = add_grad_reductions(list, s);
     list = add_param_gathers(list, s, part, tied);
     prog.stages.push_back(add_step_tail(std::move(list), s, part, st, opt));

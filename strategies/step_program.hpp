@@ -95,10 +95,11 @@ enum class StepOp : uint8_t {
   ToDevice, AllGather,
   TiedReduce, ReplicaReduce, LossReduce, NormReduce, Clip,
   CpRingF, CpRingB,
+  MoeATAF, MoeATAB,
 };
-constexpr int kStepOps = int(StepOp::CpRingB) + 1;
+constexpr int kStepOps = int(StepOp::MoeATAB) + 1;
 // The op's name: "F", "B", "SF", "RF", "SB", "RB", "G", "R", "Red", "H",
-// "Sync", "Norm", "Opt", "D", "AG", "TE", "Rep", "LR", "NR", "Clip", "KVF", "KVB" (the keys
+// "Sync", "Norm", "Opt", "D", "AG", "TE", "Rep", "LR", "NR", "Clip", "KVF", "KVB", "ATAF", "ATAB" (the keys
 // of per-op times).
 const char* to_string(StepOp op);
 // The inverse of to_string(StepOp); false for any other text.
@@ -123,6 +124,9 @@ struct StepAction {
 };
 inline bool is_compute(StepOp op) { return op == StepOp::Forward || op == StepOp::Backward; }
 inline bool is_cp_ring(StepOp op) { return op == StepOp::CpRingF || op == StepOp::CpRingB; }
+inline bool is_moe_a2a(StepOp op) { return op == StepOp::MoeATAF || op == StepOp::MoeATAB; }
+// Actions of one micro-batch's pass through one unit besides F and B itself (KVF/KVB, ATAF/ATAB).
+inline bool is_pass_exchange(StepOp op) { return is_cp_ring(op) || is_moe_a2a(op); }
 
 using StepList = std::vector<StepAction>;
 
@@ -181,6 +185,12 @@ StepList add_grad_reductions(const StepList& in, const Strategy& s);
 // cp > 1: a KVF before every layer unit's F and a KVB before its B (not the
 // embedding or the head, which hold no attention).
 StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
+// ep > 1 (mixture of experts): an ATAF (the dispatch and combine all-to-alls
+// of the forward) before every layer unit's F and an ATAB (the backward's)
+// before its B. Every layer unit, as the cost model prices the mean layer
+// (costmodel/moe_costs.hpp); the runtime exchanges inside the pass that
+// follows (runtime/model/moe.hpp), in its MoE layers.
+StepList add_moe_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
 StepList add_param_gathers(const StepList& in, const Strategy& s, const LayerPartition& part, bool tied_here);
 StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& part, int stage,
                        const StepOptions& opt = {});

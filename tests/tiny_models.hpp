@@ -49,6 +49,15 @@ inline ModelSpec llama_like() {
   m.tied_embeddings = false;
   return m;
 }
+// A LLaMA-like mixture of experts: 8 experts of width 16, top-2, a shared
+// MLP of width 32 with Qwen2-MoE's sigmoid gate, dropless.
+inline ModelSpec moe_like() {
+  ModelSpec m = llama_like();
+  m.name = "tiny-moe";
+  m.moe.experts = 8, m.moe.top_k = 2, m.moe.expert_ffn = 16;
+  m.moe.shared_experts = 1, m.moe.shared_ffn = 32, m.moe.shared_gate = true;
+  return m;
+}
 inline ModelSpec bert_like() {
   ModelSpec m = gpt2_like();
   m.name = "tiny-bert";

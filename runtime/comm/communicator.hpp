@@ -96,6 +96,13 @@ class Communicator {
   virtual WorkPtr broadcast(at::Tensor t, int root) = 0;  // root: rank in this group
   virtual WorkPtr send(const at::Tensor& t, int peer) = 0;  // peer: rank in this group
   virtual WorkPtr recv(at::Tensor t, int peer) = 0;
+  // All-to-all with per-peer counts (MPI_Alltoallv; NCCL: grouped sends and
+  // receives): `in` holds send_counts[r] elements for rank r, one run after
+  // another in rank order, `out` receives recv_counts[r] elements from rank r
+  // the same way. Counts are elements; in and out of one dtype, not aliased.
+  // Mixture of experts' token dispatch and combine (runtime/model/moe.hpp).
+  virtual WorkPtr all_to_all_v(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor out,
+                               const std::vector<int64_t>& recv_counts) = 0;
   // Blocks the host until every member arrives (with the timeout).
   virtual void barrier() = 0;
 };

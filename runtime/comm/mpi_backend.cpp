@@ -159,6 +159,25 @@ class MpiCommunicator final : public GroupCommunicator {
     return w;
   }
 
+  WorkPtr all_to_all_v(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor out,
+                       const std::vector<int64_t>& recv_counts) override {
+    static const char* op = "all_to_all_v";
+    check_tensor(*g_, op, "in", in, at::kCPU);
+    check_tensor(*g_, op, "out", out, at::kCPU);
+    check_pair(*g_, op, in, out);
+    auto sc = std::make_shared<std::vector<int>>(), sd = std::make_shared<std::vector<int>>();
+    auto rc = std::make_shared<std::vector<int>>(), rd = std::make_shared<std::vector<int>>();
+    a2a_counts(op, send_counts, in.numel(), *sc, *sd);
+    a2a_counts(op, recv_counts, out.numel(), *rc, *rd);
+    // The count arrays must outlive the non-blocking call: the work keeps them.
+    auto w = start(op, {in, out}, [sc, sd, rc, rd] {});
+    const MPI_Datatype type = mpi_type(in.scalar_type()).type;
+    check(MPI_Ialltoallv(in.data_ptr(), sc->data(), sd->data(), type, out.data_ptr(), rc->data(), rd->data(), type,
+                         comm_, w->request()),
+          op, "MPI_Ialltoallv");
+    return w;
+  }
+
   void barrier() override {
     static const char* op = "barrier";
     auto w = start(op, {});
@@ -176,6 +195,21 @@ class MpiCommunicator final : public GroupCommunicator {
       throw std::runtime_error("communicator " + g_->name + ": " + op +
                                ": called from a second thread, but this MPI does not provide MPI_THREAD_MULTIPLE");
     return std::make_shared<MpiWork>(g_, op, std::move(keep), std::move(finish));
+  }
+  // Counts and displacements as MPI's ints, checked against the group and the tensor.
+  void a2a_counts(const char* op, const std::vector<int64_t>& counts, int64_t numel, std::vector<int>& c,
+                  std::vector<int>& d) const {
+    if (static_cast<int>(counts.size()) != size())
+      throw std::runtime_error("communicator " + g_->name + ": " + op + ": " + std::to_string(counts.size()) +
+                               " counts for a group of " + std::to_string(size()));
+    int64_t off = 0;
+    for (const int64_t n : counts) {
+      if (n < 0 || off + n > numel)
+        throw std::runtime_error("communicator " + g_->name + ": " + op + ": counts exceed the tensor");
+      c.push_back(static_cast<int>(n));
+      d.push_back(static_cast<int>(off));
+      off += n;
+    }
   }
   void check(int rc, const char* op, const char* call) { check_mpi(rc, "communicator " + g_->name + ": " + op + ": " + call); }
 

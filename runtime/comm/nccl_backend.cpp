@@ -245,6 +245,31 @@ class NcclCommunicator final : public GroupCommunicator {
     });
   }
 
+  WorkPtr all_to_all_v(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor out,
+                       const std::vector<int64_t>& recv_counts) override {
+    static const char* op = "all_to_all_v";
+    check(op, "in", in);
+    check(op, "out", out);
+    check_pair(*g_, op, in, out);
+    if (static_cast<int>(send_counts.size()) != size() || static_cast<int>(recv_counts.size()) != size())
+      throw std::runtime_error("communicator " + g_->name + ": all_to_all_v: counts do not match the group");
+    const ncclDataType_t type = nccl_type(in.scalar_type());
+    const size_t esz = static_cast<size_t>(in.element_size());
+    // NCCL has no all-to-all call; its documented form is one group of sends and receives.
+    return launch(op, {in, out}, [&](ncclComm_t c, cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      size_t so = 0, ro = 0;
+      for (int p = 0; p < size() && r == ncclSuccess; ++p) {
+        const auto sn = static_cast<size_t>(send_counts[size_t(p)]), rn = static_cast<size_t>(recv_counts[size_t(p)]);
+        if (sn > 0) r = ncclSend(static_cast<char*>(in.data_ptr()) + so * esz, sn, type, p, c, s);
+        if (r == ncclSuccess && rn > 0) r = ncclRecv(static_cast<char*>(out.data_ptr()) + ro * esz, rn, type, p, c, s);
+        so += sn, ro += rn;
+      }
+      const ncclResult_t e = ncclGroupEnd();
+      return r != ncclSuccess ? r : e;
+    });
+  }
+
   // The host barrier goes over the group's MPI communicator.
   void barrier() override {
     if (!mpi_thread_ok())

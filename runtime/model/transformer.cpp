@@ -2,6 +2,7 @@
 
 #include "runtime/model/attention.hpp"
 #include "runtime/model/context_parallel.hpp"
+#include "runtime/model/moe.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -21,13 +22,15 @@ using torch::autograd::tensor_list;
 
 // ---- ParamStore -------------------------------------------------------------
 
-int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split, int tp) {
+int ParamStore::add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split, int tp,
+                    int ep, int ep_rank) {
   if (materialized()) throw std::logic_error("ParamStore::add after materialize");
   ParamInfo info;
   info.name = std::move(name);
   info.full_shape = shape;
   info.shape = tp_local_shape(shape, split, tp);
   if (tp > 1) info.split = split;
+  if (ep > 0) info.expert = true, info.ep = ep, info.ep_rank = ep_rank, info.shape[0] /= ep;
   info.numel = 1, info.full_numel = 1;
   for (auto d : info.shape) info.numel *= d;
   for (auto d : shape) info.full_numel *= d;
@@ -336,7 +339,7 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 // ---- TransformerModel -------------------------------------------------------
 
-TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp, bool sp)
+TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp, bool sp, Communicator* ep)
     : spec_(spec), seq_(seq), tp_(tp && tp->size() > 1 ? tp : nullptr), tp_size_(tp_ ? tp_->size() : 1),
       tp_rank_(tp_ ? tp_->rank() : 0), sp_(sp && tp_ != nullptr) {
   spec_.validate();
@@ -358,6 +361,7 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communica
     need(spec_.ffn, "the MLP width (ffn)");
     if (sp_) need(seq, "the sequence (sp=1)");
   }
+  if (spec_.moe.enabled()) moe_ = std::make_shared<MoeBlock>(spec_, tp_, ep, sp_);
 
   const int64_t h = spec_.hidden, qd = spec_.q_dim(), kv = spec_.kv_dim(), f = spec_.ffn, V = spec_.vocab;
   const int64_t width = spec_.word_embed_dim > 0 ? spec_.word_embed_dim : h;
@@ -411,6 +415,10 @@ TransformerModel::TransformerModel(const ModelSpec& spec, int64_t seq, Communica
     }
     l.o_w = add(pre + "attn.o.w", {h, qd}, Init::OutputNormal, g, cols_h);
     if (spec_.out_bias) l.o_b = add(pre + "attn.o.b", {h}, Init::Zeros, g);
+    if (moe_ && moe_->is_moe_layer(i)) {  // router, experts, shared MLP instead of the dense MLP
+      moe_->declare(S, i, pre, g);
+      continue;
+    }
     const int64_t up = spec_.mlp == MlpKind::SwiGlu ? 2 * f : f;
     l.fc1_w = add(pre + "mlp.fc1.w", {up, h}, Init::Normal, g, rows_fc1);
     if (spec_.mlp_bias) l.fc1_b = add(pre + "mlp.fc1.b", {up}, Init::Zeros, g, rows_fc1);
@@ -466,14 +474,15 @@ void TransformerModel::init_tensor(const ParamInfo& i, at::Tensor t) const {
   // GPT-2's scheme; the output projections scaled by 1/sqrt(2 * layers).
   const double std_out = 0.02 / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, spec_.layers)));
   at::NoGradGuard no_grad;
-  if (i.split.split() && (i.init == Init::Normal || i.init == Init::OutputNormal)) {
+  if ((i.split.split() || i.ep > 1) && (i.init == Init::Normal || i.init == Init::OutputNormal)) {
     // A tensor-parallel part: the full tensor is drawn (the generator advances
     // as in one process) and this rank keeps its part, so the values are the
     // single-process run's.
     ParamInfo whole = i;
-    whole.split = {}, whole.shape = i.full_shape, whole.numel = i.full_numel;
+    whole.split = {}, whole.ep = 1, whole.shape = i.full_shape, whole.numel = i.full_numel;
     at::Tensor full = at::empty(i.full_shape, t.options());
     init_tensor(whole, full);
+    if (i.ep > 1) full = full.narrow(0, int64_t(i.ep_rank) * (i.full_shape[0] / i.ep), i.full_shape[0] / i.ep);
     t.view(i.shape).copy_(tp_slice(full, i.split, tp_rank_, tp_size_));
     return;
   }
@@ -640,6 +649,7 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
   }
   at::Tensor a = x + post_norm(row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b),
                                l.post1_w, l.post1_b);
+  if (moe_ && moe_->is_moe_layer(i)) return a + moe_->forward(store_, i, norm(a, l.norm2_w, l.norm2_b), moe_grad_scale);
   return a + post_norm(row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b), l.post2_w, l.post2_b);
 }
 
@@ -718,6 +728,7 @@ at::Tensor TransformerModel::head_loss(const at::Tensor& x, const at::Tensor& la
 }
 
 at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {
+  moe_grad_scale = grad_hint;
   at::Tensor x = embed(ids);
   for (int64_t i = 0; i < spec_.layers; ++i) x = block(i, x, ckpt);
   if (before_head) before_head();

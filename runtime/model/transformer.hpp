@@ -63,6 +63,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@
 namespace planner::rt {
 
 class ContextParallel;  // runtime/model/context_parallel.hpp
+class MoeBlock;         // runtime/model/moe.hpp
 
 enum class Init { Normal, OutputNormal, Zeros, Ones };
 
@@ -89,6 +91,11 @@ struct ParamInfo {
   TpSplit split;
   std::vector<int64_t> full_shape;
   int64_t full_numel = 0, full_offset = 0;
+  // Mixture of experts (runtime/model/moe.hpp): a stacked experts tensor
+  // (dim 0: experts), split over the ep group in contiguous blocks (ep > 1:
+  // this rank holds block ep_rank, after its tp split).
+  bool expert = false;
+  int ep = 1, ep_rank = 0;
 };
 
 // One flat parameter buffer and one flat gradient buffer, each parameter a leaf
@@ -99,7 +106,9 @@ class ParamStore {
  public:
   // `shape` is the full shape; with tp > 1 and a split the tensor declared is
   // this rank's part of it (tp_local_shape()).
-  int add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}, int tp = 1);
+  // `ep` > 0 marks a stacked experts tensor (ep > 1: split over ep, block ep_rank).
+  int add(std::string name, std::vector<int64_t> shape, Init init, int group, const TpSplit& split = {}, int tp = 1,
+          int ep = 0, int ep_rank = 0);
   // Assigns the offsets, of the local tensors and of the full ones in the
   // single-process layout (done by add(); cheap, the list is short).
   void layout();
@@ -160,7 +169,10 @@ class TransformerModel {
   // embeddings on shards); needs seq divisible by tp. The replicated
   // parameters' gradients are then partial per rank: the runtime sums them over
   // the tp group (runtime/engine.cpp, sync()).
-  TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp = nullptr, bool sp = false);
+  // `ep` (null or of size 1: none): the expert-parallel group of a mixture of
+  // experts (runtime/model/moe.hpp); this rank then holds experts/ep experts.
+  TransformerModel(const ModelSpec& spec, int64_t seq, Communicator* tp = nullptr, bool sp = false,
+                   Communicator* ep = nullptr);
 
   // Allocates the flat buffers on `device` in `dtype` and initialises them
   // deterministically from `seed` (GPT-2's scheme: N(0, 0.02) for matrices and
@@ -218,6 +230,10 @@ class TransformerModel {
   // ask it first; an undefined result means "not adapted, compute as usual".
   std::function<at::Tensor(const at::Tensor& x, int w, int b)> linear_hook;
   const LayerIds& layer_ids(int64_t i) const { return layers_.at(size_t(i)); }
+  // Mixture of experts: the factor the loss is multiplied by before backward
+  // (the auxiliary loss's gradient scale; loss() sets it, the Engine before each forward).
+  double moe_grad_scale = 1.0;
+  const MoeBlock* moe() const { return moe_.get(); }
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
 
@@ -262,6 +278,7 @@ class TransformerModel {
   int tp_size_ = 1, tp_rank_ = 0;
   bool sp_ = false;
   ParamStore store_;
+  std::shared_ptr<MoeBlock> moe_;  // mixture of experts (null for a dense model)
   std::vector<LayerIds> layers_;
   int wte_ = -1, wpe_ = -1, wtt_ = -1, emb_norm_w_ = -1, emb_norm_b_ = -1, proj_in_ = -1;
   int final_norm_w_ = -1, final_norm_b_ = -1, proj_out_ = -1, head_w_ = -1, head_b_ = -1;

@@ -1,0 +1,118 @@
+// The runtime's mixture of experts (runtime/model/moe.hpp): the router's
+// top-k and its tie rule, the auxiliary load-balancing loss and its gradient
+// by hand on tiny cases, the parameter count against ModelSpec's, one MoE
+// layer against a token-by-token reference, and the Engine (one process)
+// against the plain Trainer.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "equivalence.hpp"
+#include "runtime/model/moe.hpp"
+#include "runtime/model/transformer.hpp"
+#include "strategies/errors.hpp"
+#include "tiny_models.hpp"
+#include "catch.hpp"
+
+using namespace planner;
+using namespace planner::test;
+
+TEST_CASE("moe: top-k by probability, ties to the lower expert", "[moe]") {
+  const at::Tensor probs = at::tensor({0.25, 0.25, 0.25, 0.25, 0.1, 0.4, 0.1, 0.4, 0.05, 0.15, 0.7, 0.1}).view({3, 4});
+  const at::Tensor idx = rt::route_topk(probs, 2);
+  const std::vector<int64_t> want{0, 1, 1, 3, 2, 1};
+  REQUIRE(idx.sizes() == at::IntArrayRef({3, 2}));
+  for (size_t i = 0; i < want.size(); ++i) CHECK(idx.view({-1})[int64_t(i)].item<int64_t>() == want[i]);
+}
+
+TEST_CASE("moe: load-balancing loss E * sum f_i P_i by hand", "[moe]") {
+  // T = 2 tokens, E = 2, k = 1, both to expert 0: f = (1, 0), P = (0.65, 0.35): 2 * 0.65 = 1.3.
+  at::Tensor probs = at::tensor({0.7, 0.3, 0.6, 0.4}, at::kFloat).view({2, 2}).requires_grad_(true);
+  const at::Tensor idx = at::zeros({2, 1}, at::kLong);
+  at::Tensor aux = rt::load_balancing_loss(probs, idx);
+  CHECK(aux.item<double>() == Approx(1.3).epsilon(1e-6));
+  // d aux / d probs[t][i] = E f_i / T = (1, 0) for every token.
+  aux.backward();
+  CHECK(probs.grad()[0][0].item<double>() == Approx(1.0));
+  CHECK(probs.grad()[1][1].item<double>() == Approx(0.0).margin(1e-7));
+  // Balanced routing gives 1: T = 4, E = 4, k = 2, every expert chosen twice, uniform probabilities.
+  const at::Tensor uni = at::full({4, 4}, 0.25, at::kFloat);
+  const at::Tensor two = at::arange(4, at::kLong).repeat({2}).view({4, 2});  // (0,1) (2,3) (0,1) (2,3)
+  CHECK(rt::load_balancing_loss(uni, two).item<double>() == Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("moe: the auxiliary loss reaches the gradient with its scale", "[moe]") {
+  at::Tensor y = at::ones({3}, at::kFloat).requires_grad_(true);
+  at::Tensor a = at::full({}, 2.0, at::kFloat).requires_grad_(true);
+  at::Tensor out = rt::attach_aux_loss(y, a * a, 0.5);  // d(a^2)/da * 0.5 = 2
+  out.sum().backward();
+  CHECK(a.grad().item<double>() == Approx(2.0));
+  CHECK(y.grad().sum().item<double>() == Approx(3.0));
+}
+
+TEST_CASE("moe: parameters as ModelSpec counts them", "[moe]") {
+  ModelSpec m = moe_like();
+  CHECK(rt::count_model_params(m, 16) == m.total_params());
+  m.moe.dense_layers = 1;
+  CHECK(rt::count_model_params(m, 16) == m.total_params());
+}
+
+TEST_CASE("moe: a layer equals the token-by-token mixture", "[moe]") {
+  const ModelSpec m = moe_like();
+  rt::TransformerModel model(m, 8);
+  model.materialize(at::kCPU, at::kFloat, 5);
+  at::manual_seed(3);
+  const at::Tensor xn = at::randn({2, 8, m.hidden}, at::kFloat);
+  const at::Tensor got = model.moe()->forward(model.store(), 0, xn, 1.0).view({-1, m.hidden});
+  // By hand: the layer's tensors by name.
+  auto P = [&](const std::string& n) {
+    for (const auto& i : model.store().infos())
+      if (i.name == "h.0." + n) return model.store().params.narrow(0, i.offset, i.numel).view(i.shape);
+    FAIL("no " << n);
+    return at::Tensor();
+  };
+  const at::Tensor R = P("moe.router.w"), W1 = P("moe.experts.fc1.w"), W2 = P("moe.experts.fc2.w");
+  const at::Tensor S1 = P("moe.shared.fc1.w"), S2 = P("moe.shared.fc2.w"), G = P("moe.shared.gate.w");
+  auto mlp = [](const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
+    const at::Tensor u = at::matmul(x, w1.t());
+    const int64_t f = u.size(-1) / 2;
+    return at::matmul(at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f), w2.t());
+  };
+  const at::Tensor x = xn.view({-1, m.hidden});
+  for (int64_t t = 0; t < x.size(0); ++t) {
+    const at::Tensor p = at::softmax(at::matmul(x[t], R.t()), -1);
+    const auto [vals, idx] = at::sort(p, true, -1, true);
+    at::Tensor want = at::sigmoid(at::dot(x[t], G[0])) * mlp(x[t], S1, S2);
+    const double norm = (vals[0] + vals[1]).item<double>();
+    for (int k = 0; k < 2; ++k) {
+      const int64_t e = idx[k].item<int64_t>();
+      want = want + vals[k] / norm * mlp(x[t], W1[e], W2[e]);
+    }
+    CHECK(max_abs_diff(got[t], want) <= 1e-5);
+  }
+}
+
+TEST_CASE("moe: the Engine equals the single-process trainer", "[moe]") {
+  ModelSpec m = moe_like();
+  m.moe.dense_layers = 1;
+  for (const char* text : {"zero=0,mbs=2,gas=2", "zero=1,mbs=1,gas=2,ckpt=full"}) {
+    Strategy s = Strategy::parse(text);
+    s.precision = Precision::FP32;
+    INFO(text);
+    const RunResult a = run_single(m, s, 16, 3);
+    const RunResult b = run_engine(m, s, 16, 3, nullptr);
+    for (size_t k = 0; k < a.losses.size(); ++k) CHECK(std::abs(a.losses[k] - b.losses[k]) <= 1e-5);
+    CHECK(max_abs_diff(b.params, a.params) <= 1e-5);
+  }
+}
+
+TEST_CASE("moe: what the runtime does not execute is refused by name", "[moe]") {
+  ModelSpec m = moe_like();
+  m.moe.capacity_factor = 1.25;
+  std::string what;
+  try {
+    rt::TransformerModel model(m, 16);
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  CHECK(what.find("capacity factor") != std::string::npos);
+}
