@@ -85,7 +85,6 @@ std::string runtime_model_gap(const ModelSpec& m) {
   if (m.logit_softcap) gaps.push_back("logit soft-capping");
   if (m.window_layers > 0 && m.window_pattern == WindowPattern::Other)
     gaps.push_back("sliding windows on this pattern of layers (only all/last, even or odd layers)");
-  if (m.moe.enabled()) gaps.push_back("mixture-of-experts layers");
   std::string out;
   for (const auto& g : gaps) out += (out.empty() ? "" : ", ") + g;
   return out.empty() ? out : "the runtime does not build " + out;

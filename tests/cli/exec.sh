@@ -68,6 +68,11 @@ mem = json.dumps(m)
 assert "parameters" in mem and "gradients" in mem, "memory categories reported"
 PY
 done
+# A mixture-of-experts model runs (runtime/model/moe.*): exec must not refuse it
+# (a stale "does not build" gap did, on the 4xH100 run today22).
+echo '{"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 512, "num_local_experts": 4, "num_experts_per_tok": 2}' > "$TMP/moe.json"
+expect_exit 0 $P predict --model "$TMP/moe.json" --gpus 1xH100 --strategy mbs=2,precision=fp32 --seq 64 --global-batch 2 -o "$TMP/moe-plan.json"
+expect_exit 0 $P exec "$TMP/moe-plan.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/moe-r.json"
 # Bad plans: one line, exit 2, no result file.
 echo '{"format": "planner-plan"' > "$TMP/bad.json"
 expect_bad_input $P exec "$TMP/bad.json" -o "$TMP/r2.json"
