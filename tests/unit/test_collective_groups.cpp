@@ -87,7 +87,12 @@ TEST_CASE("the extrapolation note names the largest measured group and the plan'
   s.dp = 2, s.tp = 16;
   CHECK(collective_extrapolation_note(p, s).find("tp group has 16") != std::string::npos);
   // A profile without the table (every profile measured before it) says nothing.
-  CHECK(collective_extrapolation_note(default_profile(gpu_by_name("H100-SXM")), s).empty());
+  HardwareProfile without = default_profile(gpu_by_name("H100-SXM"));
+  without.collective_groups.clear();  // the shipped H100 profile has one (calib20: 2 and 4 GPUs)
+  CHECK(collective_extrapolation_note(without, s).empty());
+  // The shipped H100 profile measured groups of 2 and 4: a tp group of 16 extrapolates.
+  CHECK(collective_extrapolation_note(default_profile(gpu_by_name("H100-SXM")), s).find("tp group has 16") !=
+        std::string::npos);
 }
 
 TEST_CASE("the collective table round-trips through JSON; profiles without it read as before", "[collective_groups]") {
