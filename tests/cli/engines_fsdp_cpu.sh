@@ -21,7 +21,11 @@ import json, math, sys
 r = json.load(open(sys.argv[1]))
 assert r["engine"] == "fsdp" and r["steps"] == 3 and r["world_size"] == 2, r
 assert len(r["step_s"]) == 2 and all(t > 0 and math.isfinite(t) for t in r["step_s"]), r
-assert r["final_loss"] < 60, r
+# Random tokens: a model initialised as GPT-2/Llama are (embeddings N(0, 0.02))
+# starts at about ln(vocab) and cannot learn them; torch's N(0, 1) embeddings
+# gave losses far above it (validation/engines/h100x4).
+vocab = json.load(open(sys.argv[2]))["plan"]["model"]["vocab"]
+assert abs(r["final_loss"] - math.log(vocab)) < 1.0, (r["final_loss"], math.log(vocab))
 assert json.load(open(sys.argv[2]))["step_seconds"] > 0
 PY
   passes=$((passes+1))
