@@ -182,9 +182,14 @@ std::vector<int> gather_nodes(Communicator& world, int64_t key) {
 // none) is spent since t0. One failing part (a kernel this GPU lacks, out of
 // memory) costs its points and a note, not the rest of the calibration.
 void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes, double budget_s,
-                         std::chrono::steady_clock::time_point t0, std::pair<int64_t, int64_t> after_context) {
+                         std::chrono::steady_clock::time_point t0, std::pair<int64_t, int64_t> after_context,
+                         const std::vector<std::string>& only) {
   const bool cuda = c.cuda;
   auto part = [&](const char* key, const std::function<json()>& fn) {
+    if (!only.empty() && std::find(only.begin(), only.end(), key) == only.end()) {
+      notes.push_back(std::string(key) + ": not measured (--only)");
+      return;
+    }
     const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (budget_s > 0 && spent >= budget_s) {
       notes.push_back(std::string(key) + ": not measured (--budget: " + calib::fmt_num(budget_s, 3) +
@@ -204,6 +209,7 @@ void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes,
   };
   part("gemm", [&] { return calib::measure_gemms(c); });
   part("attention", [&] { return calib::measure_attention(c); });
+  part("attention_window", [&] { return calib::measure_attention_window(c); });
   part("memory_kernels", [&] { return calib::measure_memory_kernels(c); });
   part("kernel_overhead_seconds", [&] { return json(calib::measure_kernel_overhead(c)); });
   if (cuda) part("host_copies", [&] { return calib::measure_host_copies(c); });
@@ -232,7 +238,21 @@ void multi_rank_parts(const Ctx& c, Communicator& worldc, const WorldInfo& wi, j
 
 }  // namespace
 
+const std::vector<std::string>& calibration_part_names() {
+  static const std::vector<std::string> names{"gemm",        "attention",   "attention_window", "memory_kernels",
+                                              "kernel_overhead_seconds", "host_copies", "host_memcpy",
+                                              "cpu_adam",    "memory",      "in_step",          "collectives"};
+  return names;
+}
+
 CalibrateRun run_calibration(const CalibrateOptions& o) {
+  for (const auto& p : o.only)
+    if (std::find(calibration_part_names().begin(), calibration_part_names().end(), p) == calibration_part_names().end())
+      throw InputError("--only: '" + p + "' is not a part of calibrate (" + [] {
+        std::string all;
+        for (const auto& n : calibration_part_names()) all += (all.empty() ? "" : ", ") + n;
+        return all;
+      }() + ")");
   if (o.device != "auto" && o.device != "cuda" && o.device != "gpu" && o.device != "cpu")
     throw InputError("--device '" + o.device + "' is not one of auto|cuda|cpu");
   bool cuda = o.device == "auto" ? cuda_available() : o.device != "cpu";
@@ -304,10 +324,12 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
                                                   calib::fmt_num(o.budget_seconds, 3) + " less " +
                                                   calib::fmt_num(reserve, 3) + " s kept for the collectives)"
                                             : ""));
-    single_device_parts(c, m, notes, single_budget, t0, after_context);
+    single_device_parts(c, m, notes, single_budget, t0, after_context, o.only);
   }
   at::set_num_threads(threads_before);
-  if (worldc) multi_rank_parts(c, *worldc, wi, m, notes);
+  const bool collectives = o.only.empty() || std::find(o.only.begin(), o.only.end(), "collectives") != o.only.end();
+  if (worldc && collectives) multi_rank_parts(c, *worldc, wi, m, notes);
+  else if (worldc) notes.push_back("collectives: not measured (--only)");
   else notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");
   m["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m["notes"] = notes;

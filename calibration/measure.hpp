@@ -41,6 +41,7 @@
 // collectives.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace planner::rt {
 
@@ -50,6 +51,9 @@ struct CalibrateOptions {
   bool progress = true;          // one line per measurement on stderr
   int comm_timeout_seconds = 120;
   double budget_seconds = 0;     // > 0: parts not started within it are skipped, with a note
+  // Non-empty: only these single-GPU parts are measured (calibration_part_names()), the
+  // others skipped with a note; under mpirun the collectives run only if "collectives" is named.
+  std::vector<std::string> only;
 };
 
 // Without a GPU the calibration measures the CPU with CPU-sized shapes (those
@@ -57,6 +61,9 @@ struct CalibrateOptions {
 // calibration, printed before it starts: `cuda` full sizes about 170 s (one
 // H100, validation/h100/calib19: 169 s), CPU-sized shapes about 60 s here.
 double estimated_calibration_seconds(bool cuda, bool quick);
+
+// The parts calibrate --only takes, in the order they run.
+const std::vector<std::string>& calibration_part_names();
 
 struct CalibrateRun {
   bool report = true;            // false on ranks other than 0

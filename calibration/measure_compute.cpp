@@ -10,6 +10,7 @@
 
 #include "calibration/measure_detail.hpp"
 #include "runtime/device.hpp"
+#include "runtime/model/attention.hpp"
 #include "runtime/model/fp8_linear.hpp"
 
 namespace planner::rt::calib {
@@ -210,6 +211,59 @@ json measure_attention(const Ctx& c) {
       out.push_back({{"precision", p}, {"batch", g.b}, {"heads", g.heads}, {"kv_heads", g.kv_heads}, {"seq", g.s},
                      {"head_dim", g.d}, {"causal", true}, {"forward_seconds", f}, {"backward_seconds", bwd}});
     }
+  }
+  return out;
+}
+
+// Causal attention with a sliding window as the runtime runs it
+// (rt::attend with a window: FlashAttention-2's kernel with its window, and
+// the layout copies around it), beside the full causal attention of the same
+// shape (rt::attend without one: SDPA's kernel, cuDNN's on Hopper). The fit
+// compares their rates on the work each does (attention_window_*_relative).
+// CUDA 16-bit only: elsewhere the runtime masks the full scores, which costs
+// what full attention costs.
+json measure_attention_window(const Ctx& c) {
+  json out = json::array();
+  if (!c.cuda) {
+    if (c.notes) c.notes->push_back("attention_window: not measured on the CPU (the band mask costs full attention)");
+    return out;
+  }
+  struct Cfg {
+    int64_t b, heads, kv_heads, s, d, window;
+  };
+  // Mistral's shape (32 heads, 8 kv heads of 128) at windows of a quarter and
+  // an eighth of the sequence, and heads of 64 with a window of half.
+  const std::vector<Cfg> cfgs = c.quick ? std::vector<Cfg>{{1, 4, 4, 256, 32, 64}}
+                                        : std::vector<Cfg>{{1, 32, 8, 16384, 128, 4096},
+                                                           {1, 32, 8, 16384, 128, 2048},
+                                                           {2, 16, 16, 8192, 128, 2048},
+                                                           {2, 32, 32, 8192, 64, 4096}};
+  const auto opt = at::TensorOptions().device(c.device).dtype(at::kBFloat16);
+  for (const Cfg& g : cfgs) {
+    at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);
+    at::Tensor k = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
+    at::Tensor v = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
+    at::Tensor dout = at::randn({g.b, g.heads, g.s, g.d}, opt);
+    const bool gqa = g.kv_heads != g.heads;
+    json row = {{"precision", "bf16"}, {"batch", g.b},   {"heads", g.heads}, {"kv_heads", g.kv_heads},
+                {"seq", g.s},          {"head_dim", g.d}, {"window", g.window}};
+    for (const int64_t w : {int64_t(0), g.window}) {
+      auto fwd = [&] { return attend(q, k, v, /*causal=*/true, gqa, w); };
+      const double f = time_per_call(c, [&] { (void)fwd(); });
+      const double fb = time_per_call(c, [&] {
+        at::Tensor o = fwd();
+        (void)torch::autograd::grad({o}, {q, k, v}, {dout});
+      });
+      const std::string pre = w == 0 ? "full_" : "";
+      row[pre + "forward_seconds"] = f;
+      row[pre + "backward_seconds"] = std::max(fb - f, 1e-9);
+    }
+    say(c, "attention window " + std::to_string(g.window) + " s=" + std::to_string(g.s) + " d=" +
+               std::to_string(g.d) + ": forward " + fmt_num(row["forward_seconds"].get<double>() * 1e3) +
+               " ms (full " + fmt_num(row["full_forward_seconds"].get<double>() * 1e3) + " ms), backward " +
+               fmt_num(row["backward_seconds"].get<double>() * 1e3) + " ms (full " +
+               fmt_num(row["full_backward_seconds"].get<double>() * 1e3) + " ms)");
+    out.push_back(row);
   }
   return out;
 }

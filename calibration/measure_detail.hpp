@@ -58,6 +58,8 @@ struct Filler {
 double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double alone, const Filler& f);
 nlohmann::json measure_gemms(const Ctx& c);
 nlohmann::json measure_attention(const Ctx& c);
+// Sliding-window attention beside full causal attention of the same shapes (CUDA 16-bit).
+nlohmann::json measure_attention_window(const Ctx& c);
 nlohmann::json measure_memory_kernels(const Ctx& c);
 // {kernel_overhead_seconds (GPU: queued behind work, as in a step), launch_bound_seconds}
 nlohmann::json measure_kernel_overhead(const Ctx& c);

@@ -481,6 +481,33 @@ struct Fitter {
     }
   }
 
+  // Sliding-window attention (calibrate's attention_window part): the
+  // windowed kernel's rate on the attended pairs it computes over the full
+  // causal kernel's rate at the same shape, i.e. (full time x the window's
+  // share of the causal pairs) / windowed time; the median over the cases.
+  void attention_window() {
+    if (!m.contains("attention_window") || m["attention_window"].empty()) return;
+    std::vector<double> fwd, bwd;
+    for (auto& a : m["attention_window"]) {
+      const int64_t s = a["seq"].get<int64_t>(), w = a["window"].get<int64_t>();
+      const double share = attended_pairs(s, w) / attended_pairs(s, 0);
+      const double f = share * a["full_forward_seconds"].get<double>() / a["forward_seconds"].get<double>();
+      const double b = share * a["full_backward_seconds"].get<double>() / a["backward_seconds"].get<double>();
+      a["forward_relative"] = f;
+      a["backward_relative"] = b;
+      fwd.push_back(f);
+      bwd.push_back(b);
+    }
+    const std::string how = "median over {} cases of the windowed kernel's rate on its attended pairs (the runtime's "
+                            "FlashAttention-2 with a window) / the full causal kernel's at the same shape, {}";
+    p.attention_window_forward_relative = std::clamp(median(fwd), 0.05, 2.0);
+    set("attention_window_forward_relative", p.attention_window_forward_relative,
+        fmt::format(fmt::runtime(how), fwd.size(), "forward"));
+    p.attention_window_backward_relative = std::clamp(median(bwd), 0.05, 2.0);
+    set("attention_window_backward_relative", p.attention_window_backward_relative,
+        fmt::format(fmt::runtime(how), bwd.size(), "backward"));
+  }
+
   void host() {
     if (m.contains("cpu_adam") && m["cpu_adam"].value("seconds", 0.0) > 0) {
       const json& a = m["cpu_adam"];
@@ -873,6 +900,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.kernel_overhead();
   f.gemms();
   f.attention();
+  f.attention_window();
   f.in_step_classes();  // after the memory-bound and attention rates it scales
   f.host();
   f.memory();

@@ -80,6 +80,15 @@ struct HardwareProfile {
     friend bool operator==(const AttentionRate&, const AttentionRate&) = default;
   };
   std::vector<AttentionRate> attention_rates;
+  // Causal attention with a sliding window (Mistral, Gemma-2's local layers):
+  // the runtime runs FlashAttention-2's kernel with its window
+  // (runtime/model/attention.cpp), not the kernel the rates above were
+  // measured on (cuDNN's on Hopper). Its rate on the work it does (the
+  // window's attended pairs), relative to the full causal kernel's rate at
+  // the same shape, forward and backward: planner calibrate's
+  // attention_window part. 0: not measured, windowed layers are priced at
+  // the full kernel's rate (and predict says so).
+  double attention_window_forward_relative = 0, attention_window_backward_relative = 0;
   double attention_forward_rel(Precision p, int64_t head_dim, int64_t seq) const;
   double attention_backward_rel(Precision p, int64_t head_dim, int64_t seq) const;
   double memory_bandwidth_Bps = 0;    // datasheet HBM/GDDR

@@ -24,13 +24,17 @@ OpTimes operator*(double k, const OpTimes& o) {
 
 namespace {
 
-// The mean attention work of a layer relative to causal attention over the
-// whole sequence: windowed layers do attended_pairs(s, w) of the s(s+1)/2.
-double window_work_factor(const ModelSpec& m, int64_t seq) {
+// The mean attention time of a layer relative to causal attention over the
+// whole sequence on the full kernel: windowed layers do attended_pairs(s, w)
+// of the s(s+1)/2, on the windowed kernel, whose rate relative to the full
+// kernel's is `relative` (the profile's attention_window_*_relative; 0: not
+// measured, taken as the full kernel's).
+double window_time_factor(const ModelSpec& m, int64_t seq, double relative) {
   const int64_t windowed = m.windowed_layers(seq);
   if (windowed == 0) return 1.0;
   const double local = attended_pairs(seq, m.sliding_window) / attended_pairs(seq, 0);
-  return (double(m.layers - windowed) + double(windowed) * local) / double(m.layers);
+  const double r = relative > 0 ? relative : 1.0;
+  return (double(m.layers - windowed) + double(windowed) * local / r) / double(m.layers);
 }
 
 // A linear layer Y(T x n) = X(T x k) W(k x n): forward one GEMM; backward the
@@ -123,14 +127,16 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
   if (p.flash_attention) {
     // Sliding windows (Mistral, Gemma-2's local layers): the fused kernel skips
     // the key blocks outside the window, so a windowed layer's work is its
-    // attended pairs over the causal layer's. This returns the mean layer of
-    // the model (windowed and global layers by their counts); the placement of
+    // attended pairs over the causal layer's, done at the windowed kernel's
+    // rate. This returns the mean layer of the model (windowed and global
+    // layers by their counts); the placement of
     // local layers across pipeline stages (at most one layer's difference for
     // alternating patterns) is not modelled.
-    const double window = window_work_factor(m, s.seq);
-    core_fwd.attention_seconds = window * attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
+    const double window_f = window_time_factor(m, s.seq, p.attention_window_forward_relative);
+    const double window_b = window_time_factor(m, s.seq, p.attention_window_backward_relative);
+    core_fwd.attention_seconds = window_f * attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
     out.backward.attention_seconds +=
-        window * attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
+        window_b * attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
   } else {
     // Without a fused kernel the window is a mask on the full s x s scores:
     // same GEMMs, same bytes, no saving.

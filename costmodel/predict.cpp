@@ -104,6 +104,14 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   // A group larger than any the profile measured (collective_groups): said
   // in every answer that carries this prediction.
   if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty()) p.memory.notes.push_back(n);
+  // Windowed layers without a measured windowed kernel: priced at the full kernel's rate.
+  if (plan.model.windowed_layers(plan.seq) > 0 && profile.flash_attention &&
+      !(profile.attention_window_forward_relative > 0 && profile.attention_window_backward_relative > 0))
+    p.memory.notes.push_back(fmt::format(
+        "sliding window: the {} windowed layers' attention is priced at the full causal kernel's rate on the "
+        "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
+        "attention_window)",
+        plan.model.windowed_layers(plan.seq)));
   if (sim_out) *sim_out = sim;
   return p;
 }

@@ -47,6 +47,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "  mpirun -np 4 planner calibrate -o h100x4.json  # every group size a 4-GPU plan uses (2 and 4)\n"
       "  planner calibrate --device cpu --quick -o cpu.json\n"
       "  planner calibrate --from h100.json --gpu H100-SXM -o refit.json   # re-fit saved measurements\n"
+      "  planner calibrate --only gemm,attention_window -o part.json   # just these parts\n"
       "  planner predict --plan plan.json --profile h100.json\n"
       "Measures GEMMs over transformer shapes per precision, fused attention forward/backward, the memory-bound\n"
       "kernel classes, kernel launch cost, host<->device copies, host memcpy, the CPU AdamW of the offload path,\n"
@@ -58,6 +59,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
   struct Opts {
     std::string output, device = "auto", gpu, from, budget;
     bool quick = false, json = false, quiet = false;
+    std::vector<std::string> only;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("-o,--output", o->output, "write the profile here (JSON; --profile of every command reads it)");
@@ -68,6 +70,11 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--budget", o->budget,
                   "seconds the measurements may take: parts not started by then are skipped, with a note "
                   "(checked between parts; 1 to 86400)");
+  cmd->add_option("--only", o->only,
+                  "measure only these parts, comma-separated (gemm, attention, attention_window, memory_kernels, "
+                  "kernel_overhead_seconds, host_copies, host_memcpy, cpu_adam, memory, in_step, collectives); "
+                  "the others keep the datasheet defaults")
+      ->delimiter(',');
   cmd->add_flag("--json", o->json, "print the profile JSON instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
@@ -77,6 +84,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
     }
     const int64_t budget = o->budget.empty() ? 0 : parse_capped(o->budget, "--budget", 86400);
     if (budget > 0 && !o->from.empty()) throw InputError("--budget limits measuring; --from measures nothing");
+    if (!o->only.empty() && !o->from.empty()) throw InputError("--only chooses what to measure; --from measures nothing");
     nlohmann::json measured;
     bool report = true;
     if (!o->from.empty()) {
@@ -89,6 +97,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       co.quick = o->quick;
       co.progress = !o->quiet;
       co.budget_seconds = double(budget);
+      co.only = o->only;
       rt::CalibrateRun run = rt::run_calibration(co);
       report = run.report;
       measured = std::move(run.measured);

@@ -652,3 +652,25 @@ TEST_CASE("calibrate takes the queued kernel overhead; older measurements hold o
   m["kernel_overhead_seconds"] = {{"launch_bound_seconds", 7.5e-6}};  // no queued figure: the datasheet's stays
   CHECK(fit_profile(m, &gpu).kernel_overhead_seconds == Approx(datasheet_profile(gpu).kernel_overhead_seconds));
 }
+
+TEST_CASE("calibrate fits the windowed attention kernel's rate against the full kernel's (hand numbers)",
+          "[calibrate][window]") {
+  const GpuSpec gpu = gpu_by_name("H100");
+  json m = h100_measurements();
+  // seq 16384, window 4096: 4096 * 16384 - 4096 * 4095 / 2 of 16384 * 16385 / 2 pairs.
+  const double share = (4096.0 * 16384 - 4096.0 * 4095 / 2) / (16384.0 * 16385 / 2);
+  // Full 40 ms forward, 100 ms backward; windowed: the share of it at 0.6 (0.5, 0.7) and 0.75 (0.7, 0.8) of the rate.
+  m["attention_window"] = json::array();
+  for (auto [rf, rb] : {std::pair{0.6, 0.75}, std::pair{0.5, 0.7}, std::pair{0.7, 0.8}})
+    m["attention_window"].push_back({{"precision", "bf16"}, {"batch", 1}, {"heads", 32}, {"kv_heads", 8},
+                                     {"seq", 16384}, {"head_dim", 128}, {"window", 4096},
+                                     {"full_forward_seconds", 0.04}, {"full_backward_seconds", 0.1},
+                                     {"forward_seconds", share * 0.04 / rf}, {"backward_seconds", share * 0.1 / rb}});
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.attention_window_forward_relative == Approx(0.6));
+  CHECK(p.attention_window_backward_relative == Approx(0.75));
+  // Without the part: 0, the full kernel's rate.
+  const HardwareProfile q = fit_profile(h100_measurements(), &gpu);
+  CHECK(q.attention_window_forward_relative == 0);
+  CHECK(q.attention_window_backward_relative == 0);
+}

@@ -107,14 +107,17 @@ TEST_CASE("head_dim apart from hidden/heads sizes the layer's GEMMs", "[model][t
 TEST_CASE("a sliding window scales the fused attention by its attended pairs", "[model][window][time]") {
   const HardwareProfile p = default_profile(gpu_by_name("H100"));
   REQUIRE(p.flash_attention);
+  // The windowed kernel at the full kernel's rate (a profile without the measurement).
+  HardwareProfile p0 = p;
+  p0.attention_window_forward_relative = p0.attention_window_backward_relative = 0;
   ModelSpec global = model_preset("mistral-7b");
   global.sliding_window = global.window_layers = 0;
   ModelSpec windowed = model_preset("mistral-7b");
   REQUIRE(windowed.sliding_window == 4096);
   REQUIRE(windowed.window_layers == 32);
   const LayerShape s{32768, 1, 1, false, Precision::BF16, Ckpt::None};
-  const PassTimes g = transformer_layer_times(p, global, s, GroupLink{});
-  const PassTimes w = transformer_layer_times(p, windowed, s, GroupLink{});
+  const PassTimes g = transformer_layer_times(p0, global, s, GroupLink{});
+  const PassTimes w = transformer_layer_times(p0, windowed, s, GroupLink{});
   // 4096 * 32768 - 4096 * 4095 / 2 of 32768 * 32769 / 2 pairs: 23.4%.
   const double r = (4096.0 * 32768 - 4096.0 * 4095 / 2) / (32768.0 * 32769 / 2);
   CHECK(r == Approx(0.234375).epsilon(1e-3));
@@ -124,12 +127,12 @@ TEST_CASE("a sliding window scales the fused attention by its attended pairs", "
   // Alternating local and global layers (Gemma-2): the mean of the two.
   ModelSpec half = windowed;
   half.window_layers = 16;
-  const PassTimes a = transformer_layer_times(p, half, s, GroupLink{});
+  const PassTimes a = transformer_layer_times(p0, half, s, GroupLink{});
   CHECK(a.forward.attention_seconds == Approx((1 + r) / 2 * g.forward.attention_seconds).epsilon(1e-12));
   // A window as long as the sequence is no window.
   const LayerShape short_seq{4096, 1, 1, false, Precision::BF16, Ckpt::None};
-  CHECK(transformer_layer_times(p, windowed, short_seq, GroupLink{}).forward.attention_seconds ==
-        transformer_layer_times(p, global, short_seq, GroupLink{}).forward.attention_seconds);
+  CHECK(transformer_layer_times(p0, windowed, short_seq, GroupLink{}).forward.attention_seconds ==
+        transformer_layer_times(p0, global, short_seq, GroupLink{}).forward.attention_seconds);
 
   // The step: Mistral-7B on one H100 at seq 32768, with and without its
   // window, differs by the layers' attention difference, 32 layers x 2
@@ -155,6 +158,31 @@ TEST_CASE("a sliding window scales the fused attention by its attended pairs", "
   CHECK(pg.step_seconds - pw.step_seconds == Approx(expected).epsilon(0.01));
   CHECK(pg.compute_by_class.attention_seconds / pg.step_seconds > 0.2);  // long sequences: attention matters
   CHECK(pw.model_flops_per_step < pg.model_flops_per_step);
+}
+
+TEST_CASE("windowed layers run at the windowed kernel's measured rate", "[model][window][time]") {
+  HardwareProfile p = default_profile(gpu_by_name("H100"));
+  p.attention_window_forward_relative = p.attention_window_backward_relative = 0;
+  ModelSpec global = model_preset("mistral-7b");
+  global.sliding_window = global.window_layers = 0;
+  const ModelSpec windowed = model_preset("mistral-7b");
+  const LayerShape s{32768, 1, 1, false, Precision::BF16, Ckpt::None};
+  const PassTimes g = transformer_layer_times(p, global, s, GroupLink{});
+  const double r = (4096.0 * 32768 - 4096.0 * 4095 / 2) / (32768.0 * 32769 / 2);
+  // The windowed kernel at half the full kernel's rate forward, 0.8 of it backward:
+  // each windowed layer's attention takes r / 0.5 and r / 0.8 of the full layer's.
+  p.attention_window_forward_relative = 0.5;
+  p.attention_window_backward_relative = 0.8;
+  const PassTimes w = transformer_layer_times(p, windowed, s, GroupLink{});
+  CHECK(w.forward.attention_seconds == Approx(r / 0.5 * g.forward.attention_seconds).epsilon(1e-12));
+  CHECK(w.backward.attention_seconds == Approx(r / 0.8 * g.backward.attention_seconds).epsilon(1e-12));
+  // Half the layers windowed: the global half at the full rate, the local half at the windowed one.
+  ModelSpec half = windowed;
+  half.window_layers = 16;
+  const PassTimes a = transformer_layer_times(p, half, s, GroupLink{});
+  CHECK(a.forward.attention_seconds == Approx((1 + r / 0.5) / 2 * g.forward.attention_seconds).epsilon(1e-12));
+  // A model without a window is not touched by the windowed rate.
+  CHECK(transformer_layer_times(p, global, s, GroupLink{}).forward.attention_seconds == g.forward.attention_seconds);
 }
 
 TEST_CASE("today's presets are within 0.5% of their published parameter counts", "[model][published]") {
