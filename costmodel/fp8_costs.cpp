@@ -18,16 +18,23 @@ namespace planner {
 // copy transposed and dW = dY^T X needs dY's and X's (read and write one byte
 // each); _scaled_mm cannot accumulate into the gradient buffer, so dW (bf16) is
 // added to it (read two, write one).
+// Kernel classes, from the kernels of validation/h100x4/diag23 (llama-3.2-1b,
+// one H100): the scale multiply runs on PyTorch's non-vectorized path (a
+// bf16 tensor times a 0-dim fp32 tensor into fp32: BinaryFunctor<float> in
+// gpu_kernel_impl), most of the fp8 casts and the transposed copies on the
+// non-vectorized float8_copy kernel: all at the strided class's measured
+// rate (strided_kernel_relative); the amax a reduction; the dW add a
+// vectorized stream.
 void add_fp8_cast_ops(double T, double n, double k, MemoryOps& fm, MemoryOps& bm) {
   using MK = MemKernel;
   constexpr double kCast = 11;
   const double X = T * k, W = k * n, G = T * n;
   fm.add(MK::Reduction, 2 * (X + W), 2 * (1 + 5));  // forward: X and W
-  fm.add(MK::Streaming, kCast * (X + W), 2 * 2);
+  fm.add(MK::Strided, kCast * (X + W), 2 * 2);
   bm.add(MK::Reduction, 2 * (G + X + W), 3 * (1 + 5));  // backward: dY, X and W
-  bm.add(MK::Streaming, kCast * (G + X + W), 3 * 2);
-  bm.add(MK::Streaming, 2 * (W + G + X), 3);  // the transposed copies
-  bm.add(MK::Streaming, 3 * 2 * W);           // dW into the gradient buffer
+  bm.add(MK::Strided, kCast * (G + X + W), 3 * 2);
+  bm.add(MK::Strided, 2 * (W + G + X), 3);  // the transposed copies
+  bm.add(MK::Streaming, 3 * 2 * W);         // dW into the gradient buffer
 }
 
 // precision=fp8: the fp8 copies that live while one layer linear's backward

@@ -2,8 +2,10 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
@@ -63,6 +65,44 @@ struct AuxLossGrad : public torch::autograd::Function<AuxLossGrad> {
   }
 };
 
+// x's rows in the order `perm` (a permutation of them); the backward puts the
+// gradient back with the inverse permutation `inv`: a gather both ways, where
+// index_select's own backward would scatter-add (atomics) into zeros.
+struct PermuteRows : public torch::autograd::Function<PermuteRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& perm, const at::Tensor& inv) {
+    ctx->save_for_backward({inv});
+    return x.index_select(0, perm);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list g) {
+    const at::Tensor inv = ctx->get_saved_variables()[0];
+    return {g[0].index_select(0, inv), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor permute_rows(const at::Tensor& x, const at::Tensor& perm, const at::Tensor& inv) {
+  return PermuteRows::apply(x, perm, inv);
+}
+
+// The inverse of the permutation p (int64, on its device, no host sync).
+at::Tensor inverse_permutation(const at::Tensor& p) {
+  return at::empty_like(p).scatter_(0, p, at::arange(p.size(0), p.options()));
+}
+
+// Assignments per expert (int64 (E)), counted on the device: bincount would
+// sync the host to size its output.
+at::Tensor expert_counts(const at::Tensor& flat_idx, int64_t experts) {
+  return at::zeros({experts}, flat_idx.options()).scatter_add_(0, flat_idx, at::ones_like(flat_idx));
+}
+
+// A host vector on `device`: through pinned memory and a non-blocking copy on
+// CUDA, so that the host does not wait for the queued kernels.
+at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
+  const auto n = static_cast<int64_t>(v.size());
+  at::Tensor h = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  std::copy(v.begin(), v.end(), h.data_ptr<int64_t>());
+  return device.is_cuda() ? h.to(device, /*non_blocking=*/true) : h;
+}
+
 }  // namespace
 
 at::Tensor route_topk(const at::Tensor& probs, int64_t k) {
@@ -72,7 +112,7 @@ at::Tensor route_topk(const at::Tensor& probs, int64_t k) {
 
 at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& idx) {
   const int64_t T = probs.size(0), E = probs.size(1), k = idx.size(1);
-  at::Tensor counts = at::bincount(idx.reshape({-1}), {}, E).to(at::kFloat);  // assignments per expert
+  at::Tensor counts = expert_counts(idx.reshape({-1}), E).to(at::kFloat);  // assignments per expert
   at::Tensor f = counts / double(T * k);
   at::Tensor P = probs.to(at::kFloat).mean(0);
   return (f * P).sum() * double(E);
@@ -144,14 +184,17 @@ at::Tensor MoeBlock::activation(const at::Tensor& u, int64_t f) const {
 at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                              const std::vector<int64_t>& rows) const {
   const int64_t f = spec_.moe.expert_ffn / tp_size_;
+  // One unbind per stack: its backward stacks the experts' gradients in one
+  // kernel (select() per expert would zero-fill and add the whole stack each).
+  const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
   std::vector<at::Tensor> parts;
   int64_t at_row = 0;
   for (int64_t j = 0; j < local_experts_; ++j) {
     const int64_t n = rows[size_t(j)];
     if (n == 0) continue;
     at::Tensor xj = x.narrow(0, at_row, n);
-    at::Tensor u = at::matmul(xj, S.get(l.fc1).select(0, j).t());
-    parts.push_back(at::matmul(activation(u, f), S.get(l.fc2).select(0, j).t()));
+    at::Tensor u = at::matmul(xj, w1[size_t(j)].t());
+    parts.push_back(at::matmul(activation(u, f), w2[size_t(j)].t()));
     at_row += n;
   }
   // No rows at all: an empty result that still depends on x, so that the
@@ -160,15 +203,12 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
 }
 
-// The routed experts' outputs, one row per assignment in `order` (the
-// assignments sorted by expert, stably), partial over tp.
-at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& xt, const at::Tensor& idx,
-                            at::Tensor& order) const {
-  const int64_t k = idx.size(1), E = spec_.moe.experts, El = local_experts_;
-  const at::Tensor flat = idx.reshape({-1});
-  order = std::get<1>(at::sort(flat, std::optional<bool>(true), 0, false));
-  at::Tensor xs = xt.index_select(0, order.div(k, "floor"));  // (T k, h), grouped by expert
-  const at::Tensor counts = at::bincount(flat, {}, E);           // int64 (E)
+// The routed experts' outputs for xs, the assignments' rows grouped by
+// expert (counts: int64 (E) on the device), in the same order, partial over
+// tp. One host sync: the row counts, which the all-to-all sizes need.
+at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& xs,
+                            const at::Tensor& counts) const {
+  const int64_t E = spec_.moe.experts, El = local_experts_;
   if (!ep_) {
     const at::Tensor c = counts.cpu();
     return experts(S, l, xs, std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + E));
@@ -178,23 +218,29 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
   ep_->all_to_all_v(counts, std::vector<int64_t>(size_t(ep_size_), El), peer_counts,
                     std::vector<int64_t>(size_t(ep_size_), El))
       ->wait();
-  const at::Tensor sc = counts.view({ep_size_, El}).sum(1).cpu(), rc = peer_counts.view({ep_size_, El}).cpu();
-  std::vector<int64_t> send(static_cast<size_t>(ep_size_), 0), recv(static_cast<size_t>(ep_size_), 0),
-      per_expert(static_cast<size_t>(El), 0);
-  for (int p = 0; p < ep_size_; ++p) {
-    send[size_t(p)] = sc[p].item<int64_t>();
+  const at::Tensor both = at::cat({counts, peer_counts}).cpu();
+  const int64_t* sc = both.data_ptr<int64_t>();     // (ep, El): what this rank sends to each peer's experts
+  const int64_t* rc = sc + E;                         // (ep, El): what each peer sends to this rank's experts
+  std::vector<int64_t> send(size_t(ep_size_), 0), recv(size_t(ep_size_), 0), per_expert(size_t(El), 0);
+  for (int p = 0; p < ep_size_; ++p)
     for (int64_t j = 0; j < El; ++j) {
-      const int64_t n = rc[p][j].item<int64_t>();
-      recv[size_t(p)] += n, per_expert[size_t(j)] += n;
+      send[size_t(p)] += sc[p * El + j];
+      recv[size_t(p)] += rc[p * El + j], per_expert[size_t(j)] += rc[p * El + j];
     }
-  }
   at::Tensor xr = all_to_all_rows(xs, send, recv, ep_);  // peer-major, expert-minor
-  // Group the received rows by local expert (stably: peer order within an expert).
-  const at::Tensor expert_of_row =
-      at::repeat_interleave(at::arange(El, counts.options()).repeat({ep_size_}), rc.reshape({-1}).to(counts.device()));
-  const at::Tensor perm = std::get<1>(at::sort(expert_of_row, std::optional<bool>(true), 0, false));
-  at::Tensor yg = experts(S, l, xr.index_select(0, perm), per_expert);
-  at::Tensor yr = yg.index_select(0, at::argsort(perm));  // back to peer-major
+  // Group the received rows by local expert (peer order within an expert),
+  // computed on the host from the counts it already has.
+  std::vector<int64_t> perm, start(size_t(ep_size_ * El), 0);
+  perm.reserve(size_t(xr.size(0)));
+  for (int64_t i = 0, at_row = 0; i < ep_size_ * El; ++i) start[size_t(i)] = at_row, at_row += rc[i];
+  for (int64_t j = 0; j < El; ++j)
+    for (int p = 0; p < ep_size_; ++p)
+      for (int64_t r = 0; r < rc[p * El + j]; ++r) perm.push_back(start[size_t(p * El + j)] + r);
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
+  const at::Tensor perm_t = to_device(perm, xr.device()), inv_t = to_device(inv, xr.device());
+  at::Tensor yg = experts(S, l, permute_rows(xr, perm_t, inv_t), per_expert);
+  at::Tensor yr = permute_rows(yg, inv_t, perm_t);  // back to peer-major
   return all_to_all_rows(yr, recv, send, ep_);
 }
 
@@ -214,10 +260,16 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   w = attach_aux_loss(w, aux, kAuxLossCoeff * grad_scale);
   // Experts and shared MLP on tp-partial outputs: the input's gradient summed over tp.
   const at::Tensor xt = copy_to_tp(xn, tp_);
-  at::Tensor order;
-  at::Tensor y = routed(S, l, xt, idx, order);  // (T k, h), sorted by expert
-  const at::Tensor ws = copy_to_tp(w.reshape({-1}).index_select(0, order).to(y.scalar_type()), tp_);
-  at::Tensor out = at::zeros({T, h}, y.options()).index_add(0, order.div(k, "floor"), y * ws.unsqueeze(1));
+  // The T k assignments (token t's j-th at t k + j) sorted by expert, stably.
+  const at::Tensor flat = idx.reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(flat, std::optional<bool>(true), 0, false));
+  const at::Tensor inv_order = inverse_permutation(order);
+  // Each token's row k times (the backward sums them), then grouped by expert.
+  const at::Tensor xk = xt.unsqueeze(1).expand({T, k, h}).reshape({T * k, h});
+  at::Tensor y = routed(S, l, permute_rows(xk, order, inv_order), expert_counts(flat, spec_.moe.experts));
+  const at::Tensor ws = copy_to_tp(w.reshape({-1, 1}).to(y.scalar_type()), tp_);
+  // Back to assignment order, weighted, and each token's k outputs summed.
+  at::Tensor out = (permute_rows(y, inv_order, order) * ws).view({T, k, h}).sum(1);
   if (l.sh_fc1 >= 0) {
     const int64_t fs = spec_.moe.shared_ffn / tp_size_;
     at::Tensor sh = at::matmul(activation(at::matmul(xt, S.get(l.sh_fc1).t()), fs), S.get(l.sh_fc2).t());

@@ -87,8 +87,7 @@ class MoeBlock {
  private:
   at::Tensor experts(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,
                      const std::vector<int64_t>& rows) const;
-  at::Tensor routed(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& xt, const at::Tensor& idx,
-                    at::Tensor& order) const;
+  at::Tensor routed(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& xs, const at::Tensor& counts) const;
   at::Tensor activation(const at::Tensor& u, int64_t f) const;
 
   ModelSpec spec_;
