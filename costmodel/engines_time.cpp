@@ -68,7 +68,7 @@ int64_t torch_model_param_tensors(const ModelSpec& m) {
   const bool ln = m.norm != NormKind::RmsNorm;  // LayerNorm has a bias
   const int64_t norm = ln ? 2 : 1;
   const int64_t per_layer = 4 + (m.qkv_bias ? 3 : 0) + (m.out_bias ? 1 : 0) +
-                            (m.mlp == MlpKind::SwiGlu ? 3 : 2) * (m.mlp_bias ? 2 : 1) - (m.mlp_bias ? 1 : 0) +
+                            (m.mlp == MlpKind::SwiGlu ? 3 : 2) * (m.mlp_bias ? 2 : 1) +
                             m.norms_per_layer() * norm;
   const int64_t outer = 1 + (m.pos == PosEmbed::Learned ? 1 : 0) + (m.final_norm ? norm : 0) +
                         (m.tied_embeddings ? 0 : 1) + (m.lm_head_bias ? 1 : 0);

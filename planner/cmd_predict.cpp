@@ -87,13 +87,13 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     TrainCostCli cost;
     ProfileCli profile;
     std::string trace, engine, output;
-    bool json = false;
+    bool json = false, with_te = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   add_profile_options(cmd, o->profile);
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
-  add_engine_option(cmd, o->engine);
+  add_engine_option(cmd, o->engine, &o->with_te);
   add_train_cost_options(cmd, o->cost);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
   cmd->add_flag("--json", o->json, "machine-readable output");
@@ -101,6 +101,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     std::vector<std::string> notes;
     PlanUse use;
     use.engine = resolve_engine(o->engine);
+    use.engine_env.transformer_engine = o->with_te;
     use.simulate = true;
     use.trace = !o->trace.empty();
     Plan plan = resolve_plan(o->plan, true, &notes, use);
