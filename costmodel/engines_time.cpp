@@ -212,6 +212,21 @@ EngineStep engine_step_time(const Plan& plan, const HardwareProfile& profile, En
                     calls, 1e3 * kDTensorModuleSeconds));
     out.step_seconds = std::max(gpu, host_bound);
   }
+  // The fitted constants this prediction used, by name (docs/ENGINE_TIME.md).
+  std::string fitted;
+  auto fit = [&](const char* term_name, const char* constant, double value, const char* runs) {
+    for (const auto& t : out.terms)
+      if (t.name == term_name)
+        fitted += fmt::format("{}{} = {:.3g} s ({})", fitted.empty() ? "" : "; ", constant, value, runs);
+  };
+  fit("ZeRO gradient hooks", "kDeepSpeedGradHookSeconds", kDeepSpeedGradHookSeconds, "ds-z1, ds-z2");
+  fit("ZeRO-3 fetch hooks", "kDeepSpeedZ3FetchSeconds", kDeepSpeedZ3FetchSeconds, "ds-z3");
+  fit("FSDP2 unit hooks", "kFsdpUnitSeconds", kFsdpUnitSeconds, "fsdp-z3");
+  fit("DTensor host-bound", "kDTensorModuleSeconds", kDTensorModuleSeconds, "fsdp-z2-tp2-sp");
+  fit("local-path layer passes", "kMegatronLayerPassSeconds", kMegatronLayerPassSeconds, "mg-pp2-vpp2-dp2-dopt");
+  if (!fitted.empty())
+    out.notes.push_back("fitted on validation/engines/h100x4/run1 only (4x H100, llama-3.2-1b; held-out check: "
+                        "run2): " + fitted);
   if (runs_python_trainer(engine))
     out.notes.push_back("the trainer is this repository's scripts/engines/" +
                         std::string(engine == Engine::Fsdp ? "fsdp_train.py" : "deepspeed_train.py") +

@@ -85,6 +85,12 @@ TEST_CASE("engine time: the terms by hand", "[engine_time]") {
     CHECK(term(e, "eager kernels") == Approx(sim.compute_seconds * (0.3083 / 0.2891 - 1)));
     CHECK(term(e, "ZeRO gradient hooks") == Approx(8.22e-5 * 146 * 2));   // 0.0240 s
     CHECK(term(e, "ZeRO-3 fetch hooks") == Approx(7.37e-4 * 147 * 2 * 2));  // 0.4334 s
+    // The output names each fitted constant it used, its value and its runs.
+    bool named = false;
+    for (const auto& n : e.notes)
+      named = named || (n.find("kDeepSpeedZ3FetchSeconds = 0.000737 s (ds-z3)") != std::string::npos &&
+                        n.find("kDeepSpeedGradHookSeconds = 8.22e-05 s (ds-z1, ds-z2)") != std::string::npos);
+    CHECK(named);
     double sum = e.simulated_seconds;
     for (const auto& t : e.terms) sum += t.seconds;
     CHECK(e.step_seconds == Approx(sum));
