@@ -3,7 +3,7 @@
 // predict --engine deepspeed|megatron|fsdp`. The plan is simulated with the
 // engine's kernel and overlap choices (engine_profile), then the engine's own
 // costs the simulator does not know are added as named terms, each citing its
-// source (docs/TIME_MODEL.md, "Engines"). Three host-side constants have no
+// source (docs/ENGINE_TIME.md). Five host-side constants have no
 // micro-benchmark and are fitted on run1's six launches only
 // (validation/engines/h100x4/run1); the held-out launches check them.
 #include <string>
