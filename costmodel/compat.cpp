@@ -166,12 +166,13 @@ UseCheck check_use(const Plan& plan, const PlanUse& use) {
                             : fmt::format("and a pipeline of pp*vpp = {} stages is too deep to extrapolate its "
                                           "steady state within it", int64_t(s.pp) * s.vpp))};
   // With the way out: the search that keeps only what this engine runs.
-  if (const std::string gap = engine_gap(plan, use.engine); !gap.empty())
+  if (const std::string gap = engine_gap(plan, use.engine, use.engine_env); !gap.empty())
     return {UseLimit::Engine,
-            fmt::format("engine {}: {}; planner plan --model {} --gpus {} --seq {} --global-batch {} --engine {} "
+            fmt::format("engine {}: {}; planner plan --model {} --gpus {} --seq {} --global-batch {} --engine {}{} "
                         "finds the best plan {} can run",
                         to_string(use.engine), gap, plan.model.name, plan.cluster.name, plan.seq, plan.global_batch,
-                        to_string(use.engine), engine_version(use.engine))};
+                        to_string(use.engine), use.engine_env.transformer_engine ? " --with-te" : "",
+                        engine_version(use.engine))};
   return {};
 }
 

@@ -19,6 +19,7 @@ constexpr int64_t kMaxGlobalBatch = int64_t(1) << 32;        // sequences per st
 // limits of its own work to the rules that every plan obeys.
 struct PlanUse {
   Engine engine = Engine::Ours;  // the engine that runs it: what it lacks (engine_gap) is a refusal
+  EngineEnv engine_env;          // what is installed beside it (--with-te)
   bool simulate = false;         // its step is simulated (predict, plan, exec): pp*vpp*gas bounded
   bool trace = false;            // and traced (--trace): bounded further
 };

@@ -93,9 +93,17 @@ std::string megatron_model_gap(const ModelSpec& m) {
   return "";
 }
 
-std::string megatron_gap(const Plan& p) {
+std::string megatron_gap(const Plan& p, const EngineEnv& env) {
   const Strategy& s = p.strategy;
   if (auto g = megatron_model_gap(p.model); !g.empty()) return g;
+  // megatron-core 0.19's local layer spec (no TE, no apex) builds torch's
+  // norms, which assert "sequence parallel not supported by torch LayerNorm"
+  // (megatron/core/transformer/torch_norm.py); run1 of validation/engines/h100x4
+  // failed so. With Transformer Engine or apex installed it runs.
+  if (s.sp && s.tp > 1 && !env.transformer_engine)
+    return "Megatron-core runs sequence parallelism only with Transformer Engine or apex installed (its local "
+           "layer spec asserts \"sequence parallel not supported by torch LayerNorm\"); pass --with-te where "
+           "they are, or use sp=0";
   if (s.pp > 1 && s.schedule == Schedule::GPipe)
     return "Megatron-LM runs 1F1B or interleaved 1F1B pipelines, not GPipe";
   const int64_t chunks = int64_t(s.pp) * s.vpp;
@@ -154,7 +162,7 @@ std::string expert_parallel_gap(const Plan& plan, Engine engine) {
   return "";
 }
 
-std::string engine_gap(const Plan& plan, Engine engine) {
+std::string engine_gap(const Plan& plan, Engine engine, const EngineEnv& env) {
   if (std::string g = expert_parallel_gap(plan, engine); !g.empty()) return g;
   // Their memory rules (engines_memory.*) are full training's; a LoRA plan's
   // configuration is a PEFT LoraConfig (planner/export_peft.cpp).
@@ -169,7 +177,7 @@ std::string engine_gap(const Plan& plan, Engine engine) {
   switch (engine) {
     case Engine::Ours: return "";
     case Engine::DeepSpeed: return deepspeed_gap(plan.strategy);
-    case Engine::Megatron: return megatron_gap(plan);
+    case Engine::Megatron: return megatron_gap(plan, env);
     case Engine::Fsdp: return fsdp_gap(plan.strategy);
   }
   return "";

@@ -22,7 +22,14 @@ const char* engine_version(Engine e);
 // otherwise one line saying what the engine lacks ("Megatron-LM runs 1F1B or
 // interleaved 1F1B pipelines, not GPipe"). Ours runs everything check_compat
 // accepts.
-std::string engine_gap(const Plan& plan, Engine engine);
+// `env`: what is installed beside the engine where it runs (the export
+// cannot see it; the user says so with --with-te).
+struct EngineEnv {
+  // Transformer Engine (or apex) beside Megatron-core: without either its
+  // local layer spec cannot run sequence parallelism.
+  bool transformer_engine = false;
+};
+std::string engine_gap(const Plan& plan, Engine engine, const EngineEnv& env = {});
 
 // Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by
 // (128) times tp (megatron/training/vocab_utils.py, calculate_padded_vocab_size).

@@ -113,10 +113,14 @@ int64_t parse_global_batch(const std::string& text) {
   return v;
 }
 
-void add_engine_option(CLI::App* cmd, std::string& engine) {
+void add_engine_option(CLI::App* cmd, std::string& engine, bool* with_te) {
   cmd->add_option("--engine", engine,
                   "whose memory to predict: ours (this runtime, default), deepspeed, megatron or fsdp "
                   "(what that engine allocates for the same strategy)");
+  if (with_te)
+    cmd->add_flag("--with-te", *with_te,
+                  "Transformer Engine (or apex) is installed where Megatron runs: its sequence parallelism is "
+                  "allowed (without, megatron-core's local layers refuse sp)");
 }
 
 Engine resolve_engine(const std::string& text) { return text.empty() ? Engine::Ours : parse_engine(text); }

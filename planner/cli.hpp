@@ -54,7 +54,9 @@ void emit_report(const std::string& output, const std::string& text);
 
 // --engine ours|deepspeed|megatron|fsdp (default ours). A plan the engine
 // cannot run is refused by check_compat (PlanUse::engine).
-void add_engine_option(CLI::App* cmd, std::string& engine);
+// With `with_te`: also --with-te (Transformer Engine or apex is installed
+// where Megatron runs: sequence parallelism allowed; EngineEnv).
+void add_engine_option(CLI::App* cmd, std::string& engine, bool* with_te = nullptr);
 Engine resolve_engine(const std::string& text);
 
 // --profile FILE (a hardware profile, e.g. from planner calibrate) and

@@ -31,7 +31,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   struct Opts {
     std::string model, gpus, seq, global_batch, host_memory, profile, engine, finetune, allow;
     TrainCostCli cost;
-    bool json = false, profile_any = false;
+    bool json = false, profile_any = false, with_te = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->model, "model preset or Hugging Face config.json")->required();
@@ -42,7 +42,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--host-memory", o->host_memory, "host memory per node, e.g. 256GiB");
   cmd->add_option("--profile", o->profile, "hardware profile JSON (default: each GPU's catalog profile)");
   cmd->add_flag("--profile-any", o->profile_any, "apply a --profile measured on another GPU or the CPU (refused otherwise)");
-  add_engine_option(cmd, o->engine);
+  add_engine_option(cmd, o->engine, &o->with_te);
   cmd->add_option("--allow", o->allow, "also search: fp8 (FP8 linear GEMMs on the GPUs that have FP8)");
   cmd->add_option("--finetune", o->finetune, "lora or qlora: compare fine-tuning with adapters on a frozen base");
   add_ignore_unmodelled_flag(cmd);
@@ -61,6 +61,7 @@ CLI::App* add_compare_command(CLI::App& app, int& exit_code) {
         given.global_batch ? std::vector<int64_t>(clusters.size(), parse_global_batch(o->global_batch))
                            : default_compare_batches(clusters, req.seq, &given.global_batch_rule);
     req.engine = o->engine.empty() ? Engine::Ours : parse_engine(o->engine);
+    req.engine_env.transformer_engine = o->with_te;
     req.finetune = parse_finetune_option(o->finetune);
     apply_allow_option(o->allow, req);
     req.profile_path = o->profile;

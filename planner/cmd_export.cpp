@@ -31,11 +31,13 @@ std::string torchrun_prefix(const ClusterSpec& c) {
                      c.nodes, c.gpus_per_node);
 }
 
-ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file, const std::string& plan_file) {
+ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file, const std::string& plan_file,
+                         const EngineEnv& env) {
   if (engine == Engine::Ours)
     throw InputError("export: --to takes deepspeed, megatron or fsdp (the plan file itself is what ours runs)");
   PlanUse use;
   use.engine = engine;
+  use.engine_env = env;
   check_compat(plan, use);  // an engine's gap names the search that finds a plan it runs
   ExportResult r;
   switch (engine) {
@@ -71,12 +73,15 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
       "Exit codes: 0 written, 2 bad input or a strategy the engine cannot express (one line naming what it lacks).");
   struct Opts {
     std::string plan, to, output;
-    bool json = false;
+    bool json = false, with_te = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json (from plan -o, predict -o or memory -o)")->required();
   cmd->add_option("--to", o->to, "deepspeed, megatron, fsdp or peft (LoRA/QLoRA plans)")->required();
   cmd->add_option("-o,--output", o->output, "write the configuration here (the launch line refers to it)");
+  cmd->add_flag("--with-te", o->with_te,
+                 "Transformer Engine (or apex) is installed where Megatron runs: sequence parallelism is exported "
+                 "(without, megatron-core's local layers refuse it: exit 2)");
   cmd->add_flag("--json", o->json, "machine-readable: {engine, version, file, config, args, launch, notes}");
   cmd->callback([o, &exit_code] {
     if (to_lower(o->to) == "peft") {  // not an engine of its own: a configuration for the user's PEFT script
@@ -99,7 +104,9 @@ CLI::App* add_export_command(CLI::App& app, int& exit_code) {
     const Engine engine = parse_engine(o->to);
     const Plan plan = load_plan(o->plan);
     if (!o->output.empty()) check_writable(o->output);
-    const ExportResult r = export_plan(plan, engine, o->output, o->plan);
+    EngineEnv env;
+    env.transformer_engine = o->with_te;
+    const ExportResult r = export_plan(plan, engine, o->output, o->plan, env);
     if (!o->output.empty()) write_file_atomically(o->output, r.file_text);
     if (o->json) {
       nlohmann::json j{{"engine", to_string(engine)}, {"version", engine_version(engine)}, {"file", r.file},

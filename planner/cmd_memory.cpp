@@ -34,11 +34,11 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     PlanOptions plan;
     ProfileCli profile;
     std::string engine, output;
-    bool json = false;
+    bool json = false, with_te = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
-  add_engine_option(cmd, o->engine);
+  add_engine_option(cmd, o->engine, &o->with_te);
   add_profile_options(cmd, o->profile);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
   cmd->add_flag("--json", o->json, "machine-readable output (schema in docs/FORMATS.md)");
@@ -46,6 +46,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     std::vector<std::string> notes;
     PlanUse use;
     use.engine = resolve_engine(o->engine);
+    use.engine_env.transformer_engine = o->with_te;
     Plan plan = resolve_plan(o->plan, true, &notes, use);
     const Engine engine = use.engine;
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);

@@ -27,7 +27,7 @@ struct PlanCmdOpts {
   TrainCostCli cost;
   ProfileCli profile;
   std::string top = "5", output, rank, engine, objective = "throughput", finetune, allow;
-  bool explain = false, json = false, quiet = false;
+  bool explain = false, json = false, quiet = false, with_te = false;
 };
 
 // Checks every option before the first search and before anything is written;
@@ -53,6 +53,7 @@ PlanSetup plan_setup(const PlanCmdOpts& o) {
   ps.rank = o.rank.empty() ? 1 : parse_capped(o.rank, "--rank", 1000);
   if (!o.rank.empty() && o.output.empty()) throw InputError("--rank picks the plan that -o writes; give -o too");
   req.engine = o.engine.empty() ? Engine::Ours : parse_engine(o.engine);
+  req.engine_env.transformer_engine = o.with_te;
   req.finetune = parse_finetune_option(o.finetune);
   apply_allow_option(o.allow, req);
   ps.objective = parse_objective(o.objective);
@@ -188,7 +189,7 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", o->output, "write the best plan (or the --rank K-th) to this plan.json");
   cmd->add_option("--rank", o->rank, "with -o: write the K-th plan of the list instead of the best (default 1)");
   cmd->add_option("--objective", o->objective, "rank by throughput (default), time or cost");
-  add_engine_option(cmd, o->engine);
+  add_engine_option(cmd, o->engine, &o->with_te);
   add_train_cost_options(cmd, o->cost);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/engines_time.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "planner/cli.hpp"
@@ -44,6 +45,22 @@ std::string prediction_table(const Plan& plan, const StepPrediction& p, const st
   return out;
 }
 
+nlohmann::json engine_step_json(const EngineStep& e) {
+  nlohmann::json terms = nlohmann::json::array();
+  for (const auto& t : e.terms) terms.push_back({{"name", t.name}, {"seconds", t.seconds}, {"source", t.source}});
+  return {{"engine", to_string(e.engine)}, {"version", engine_version(e.engine)}, {"step_seconds", e.step_seconds},
+          {"simulated_seconds", e.simulated_seconds}, {"host_seconds", e.host_seconds}, {"terms", terms},
+          {"notes", e.notes}};
+}
+
+std::string engine_step_text(const EngineStep& e) {
+  std::string out = fmt::format("\n{} step time {:>10.4f} s   (this plan simulated with its kernels and overlap: "
+                                "{:.4f} s)\n", engine_version(e.engine), e.step_seconds, e.simulated_seconds);
+  for (const auto& t : e.terms) out += fmt::format("  + {:<24}{:>10.4f} s   {}\n", t.name, t.seconds, t.source);
+  for (const auto& n : e.notes) out += "note: " + n + "\n";
+  return out;
+}
+
 }  // namespace
 
 CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
@@ -63,19 +80,20 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       "  planner predict --model gpt2-large --gpus 2xRTX3090 --strategy tp=2,mbs=4 --global-batch 32 -o plan.json\n"
       "--tokens adds the days and GPU-hours to train that many tokens at the predicted throughput; --price (per\n"
       "GPU-hour) or --prices (JSON: {\"H100\": 2.5, ...}) the cost. --engine predicts the memory of that engine\n"
-      "(the step time stays this planner's model). -o writes the plan given (for exec and export).");
+      "and its step time (\"engine_step\" in --json; the other fields stay this runtime's). -o writes the plan\n"
+      "given (for exec and export).");
   struct Opts {
     PlanOptions plan;
     TrainCostCli cost;
     ProfileCli profile;
     std::string trace, engine, output;
-    bool json = false;
+    bool json = false, with_te = false;
   };
   auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
   add_plan_options(cmd, o->plan, true);
   add_profile_options(cmd, o->profile);
   cmd->add_option("--trace", o->trace, "write a Chrome-trace JSON of the predicted step (open in Perfetto)");
-  add_engine_option(cmd, o->engine);
+  add_engine_option(cmd, o->engine, &o->with_te);
   add_train_cost_options(cmd, o->cost);
   cmd->add_option("-o,--output", o->output, "write the plan to this plan.json");
   cmd->add_flag("--json", o->json, "machine-readable output");
@@ -83,6 +101,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     std::vector<std::string> notes;
     PlanUse use;
     use.engine = resolve_engine(o->engine);
+    use.engine_env.transformer_engine = o->with_te;
     use.simulate = true;
     use.trace = !o->trace.empty();
     Plan plan = resolve_plan(o->plan, true, &notes, use);
@@ -91,7 +110,11 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     if (!o->output.empty()) check_writable(o->output);
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
     StepPrediction p = predict_with_trace(plan, profile, o->trace);
-    if (engine != Engine::Ours) p.memory = estimate_memory(plan, engine, &profile);
+    std::optional<EngineStep> engine_step;
+    if (engine != Engine::Ours) {
+      p.memory = estimate_memory(plan, engine, &profile);
+      engine_step = engine_step_time(plan, profile, engine);
+    }
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
     p.memory.notes.insert(p.memory.notes.begin(), notes.begin(), notes.end());
     const std::optional<TrainCost> cost = train_cost(cost_opts, plan.cluster, p.tokens_per_second);
@@ -100,6 +123,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = prediction_json(p);
       if (cost) j["train"] = train_cost_json(*cost);
+      if (engine_step) j["engine_step"] = engine_step_json(*engine_step);
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["assumed"] = assumed;
@@ -111,6 +135,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       emit_report(o->output, j.dump(2) + "\n");
     } else {
       std::string text = prediction_table(plan, p, assumed);
+      if (engine_step) text += engine_step_text(*engine_step);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
       text += "note: " + step_time_band(plan.cluster.gpu).text + "\n";
       if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);

@@ -44,7 +44,8 @@ std::string default_export_file(Engine e);
 // config will be written (for the launch line); empty: the default name.
 // `plan_file`: the plan's path, which the DeepSpeed launch line passes to
 // scripts/engines/deepspeed_train.py (--plan; empty: "plan.json").
-ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file = "", const std::string& plan_file = "");
+ExportResult export_plan(const Plan& plan, Engine engine, const std::string& file = "", const std::string& plan_file = "",
+                         const EngineEnv& env = {});
 
 // One engine each (export_deepspeed.cpp, export_megatron.cpp, export_fsdp.cpp);
 // the plan is known to be expressible.

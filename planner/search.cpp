@@ -211,6 +211,7 @@ struct Searcher {
       : req(r), profile(p), cands(c), ctx(x), table(t), out(o),
         plan{r.model, r.cluster, Strategy{}, r.seq, r.global_batch} {
     use.engine = r.engine;
+    use.engine_env = r.engine_env;
     use.simulate = true;
   }
 

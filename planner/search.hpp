@@ -49,6 +49,7 @@ struct SearchRequest {
   int max_vpp = 8;                          // interleaved: virtual stages per rank to try
   bool prune = true;                        // false: simulate everything that fits (tests compare the two)
   Engine engine = Engine::Ours;             // keep what this engine can run; its memory decides what fits
+  EngineEnv engine_env;                     // what is installed beside it (--with-te)
   Finetune finetune{};                      // --finetune: every candidate trains adapters on a frozen base
   // Called now and then with the fraction done and the phase ("bounding", "simulating").
   std::function<void(double fraction, std::string_view phase)> progress;

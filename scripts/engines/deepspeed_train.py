@@ -71,7 +71,10 @@ def main():
         with deepspeed.zero.Init(config_dict_or_path=cfg, dtype=dtype):
             model = torch_model.Decoder(spec, seq)
     else:
-        model = torch_model.Decoder(spec, seq)
+        # Made on the GPU (deepspeed.initialize moves the module there anyway): initialising 1-3B parameters on
+        # the CPU with torchrun's one thread per process took seconds of each launch.
+        with torch.device(f"cuda:{a.local_rank}" if cuda else "cpu"):
+            model = torch_model.Decoder(spec, seq)
     if "activation_checkpointing" in cfg:
         deepspeed.checkpointing.configure(None, deepspeed_config=a.deepspeed_config)
         model.checkpoint = lambda blk, x: deepspeed.checkpointing.checkpoint(blk, x)

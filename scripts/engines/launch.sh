@@ -70,7 +70,10 @@ def find(j, *keys):
     return None
 ps = find(pred, "step_seconds")
 pm = find(mem, "per_gpu_peak_bytes")
+# The engine's own step (predict --engine X: "engine_step"); predicted_step_s stays this runtime's.
+pe = (pred or {}).get("engine_step", {}).get("step_seconds")
 line = {"name": n, "measured_step_s": res and res.get("median_step_s"), "predicted_step_s": ps,
+        "predicted_engine_step_s": pe,
         "measured_peak_bytes": res and res.get("peak_allocated_bytes"), "predicted_peak_bytes": pm}
 print("COMPARE " + json.dumps(line))
 PY

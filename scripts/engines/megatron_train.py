@@ -118,6 +118,17 @@ def skip_dataset_helper_build():
     mi._compile_dependencies = barrier_only
 
 
+def last_stage_loss(loss, mpu):
+    """The loss as the last pipeline stage reduced it, on every rank. train_step returns the reduced loss only on
+    the last stage; rank 0 reports, and under pp > 1 rank 0 is the first stage, whose loss stayed the NaN it
+    started as (run1's "last_rank_loss": NaN for pp2 x vpp2 was this, not a diverged model). The last stage's
+    ranks contribute (loss, 1), the others (0, 0); the sum over all ranks divided by the count is their mean."""
+    last = mpu.is_pipeline_last_stage(ignore_virtual=True)
+    t = torch.tensor([loss if last else 0.0, 1.0 if last else 0.0], dtype=torch.float64, device="cuda")
+    torch.distributed.all_reduce(t)
+    return float(t[0] / t[1]) if t[1] > 0 else float("nan")
+
+
 def main():
     from megatron.core.enums import ModelType
     from megatron.core.distributed import finalize_model_grads
@@ -177,6 +188,7 @@ def main():
             pass
         if torch.distributed.get_rank() == 0:
             print(f"step {it + 1} time {dt:.4f} s", flush=True)
+    loss = last_stage_loss(loss, mpu)
     dp = mpu.get_data_parallel_world_size()
     gbs = args.global_batch_size
     torch_model.report("megatron", timer, warmup, gbs * args.seq_length,

@@ -9,7 +9,12 @@ FLAGS="$ROOT/tests/data/megatron_core_v0.19.0_arguments.txt"
 # TP + SP + PP (interleaved) + selective recompute + distributed optimizer: Megatron only.
 expect_exit 0 $P predict --model llama-2-13b --gpus 4x8xH100 --strategy tp=8,pp=4,schedule=interleaved,vpp=2,sp=1,zero=1,ckpt=selective,mbs=1 \
   --global-batch 64 -o "$TMP/mg.json"
-expect_exit 0 $P export "$TMP/mg.json" --to megatron -o "$TMP/args.txt"
+# Sequence parallelism needs Transformer Engine or apex beside megatron-core
+# (its local layers assert, run1 of validation/engines/h100x4): refused
+# without --with-te, exported with it.
+expect_bad_input $P export "$TMP/mg.json" --to megatron -o "$TMP/args.txt" && expect_grep "Transformer Engine or apex" "$TMP/err"
+[ ! -e "$TMP/args.txt" ] || { echo "FAIL: a refused export wrote $TMP/args.txt"; fails=$((fails+1)); }
+expect_exit 0 $P export "$TMP/mg.json" --to megatron --with-te -o "$TMP/args.txt"
 expect_grep "^launch: CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes 4 --nproc-per-node 8 .* scripts/engines/megatron_train.py \\$\\(cat $TMP/args.txt\\)" "$TMP/out"
 python3 - "$TMP/args.txt" "$FLAGS" <<'PY' || fails=$((fails+1))
 import sys
@@ -61,11 +66,19 @@ expect_bad_input $P export "$TMP/fs.json" --to deepspeed && expect_grep "sequenc
 expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=3,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds3.json"
 # AutoTP trains with ZeRO 0-2 only: refused, with the search that finds one DeepSpeed runs.
 expect_bad_input $P export "$TMP/ds3.json" --to deepspeed && expect_grep "stages 0-2.*--engine deepspeed" "$TMP/err"
+# plan --engine megatron keeps no tp>1 sequence-parallel plan without --with-te; with it, it does.
+for te in "" --with-te; do
+  expect_exit 0 $P plan --model llama-2-13b --gpus 8xH100 --seq 4096 --global-batch 64 --engine megatron $te --json --top 20
+  python3 -c 'import json,sys; s=[p["strategy"] for p in json.load(open(sys.argv[1]))["plans"]]; n=sum("sp=1" in x and "tp=1," not in x for x in s); assert (n > 0) == (sys.argv[2] == "--with-te"), (sys.argv[2], n)' "$TMP/out" "$te" || fails=$((fails+1))
+done
+# predict --engine X --json carries the engine's step (issue 33): ZeRO-3's fetch hooks make DeepSpeed's step longer than ours.
+expect_exit 0 $P predict --model llama-3.2-1b --gpus 4xH100 --strategy zero=3,mbs=2,gas=2 --seq 2048 --global-batch 16 --engine deepspeed --json
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); e=j["engine_step"]; names=[t["name"] for t in e["terms"]]; assert e["engine"]=="deepspeed" and "ZeRO-3 fetch hooks" in names and e["step_seconds"] > j["step_seconds"] and e["notes"], e' "$TMP/out" || fails=$((fails+1))
 expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=2,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
 expect_exit 0 $P export "$TMP/ds.json" --to deepspeed
 expect_grep "^# DeepSpeed 0.19.8 configuration" "$TMP/out"
 expect_grep '"autotp_size": 2' "$TMP/out" && expect_grep "^launch: deepspeed --num_gpus 8 scripts/engines/deepspeed_train.py --plan " "$TMP/out"
-expect_exit 0 $P export "$TMP/fs.json" --to megatron --json
+expect_exit 0 $P export "$TMP/fs.json" --to megatron --with-te --json
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); a=j["args"]; i=a.index("--data-parallel-sharding-strategy"); assert a[i+1]=="optim_grads_params" and "--use-megatron-fsdp" in a and not j["launch"].startswith("CUDA_DEVICE")' "$TMP/out" || fails=$((fails+1))
 
 # Bad input: one line on stderr, exit 2, nothing written.

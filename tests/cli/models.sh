@@ -51,7 +51,7 @@ j = json.load(open(sys.argv[1]))
 assert any(",ep=" in p["strategy"] for p in j["plans"]), [p["strategy"] for p in j["plans"]]
 PY
 expect_exit 0 $P predict --model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,sp=1,ep=4,zero=1,mbs=1 --seq 4096 --global-batch 128 -o "$TMP/moe_plan.json"
-expect_exit 0 $P export "$TMP/moe_plan.json" --to megatron -o "$TMP/megatron.args"
+expect_exit 0 $P export "$TMP/moe_plan.json" --to megatron --with-te -o "$TMP/megatron.args"  # ep with tp needs sp: TE
 expect_grep "^--expert-model-parallel-size 4" "$TMP/megatron.args"
 expect_grep "^--num-experts 8" "$TMP/megatron.args"
 expect_grep "^--moe-router-topk 2" "$TMP/megatron.args"

@@ -193,7 +193,7 @@ TEST_CASE("megatron memory agrees with theoretical_memory_usage.py on published 
     Strategy s;
     s.tp = c.tp, s.pp = c.pp, s.mbs = c.mbs, s.gas = c.gas, s.zero = 1, s.sp = true, s.ckpt = Ckpt::Selective;
     const Plan plan = make_plan(c.model, c.gpus, s, 2048);
-    REQUIRE(engine_gap(plan, Engine::Megatron).empty());
+    REQUIRE(engine_gap(plan, Engine::Megatron, EngineEnv{true}).empty());  // sp: with Transformer Engine
     const MemoryReport r = estimate_memory(plan, Engine::Megatron);
     const StageMemory& first = r.stages[0];
     const MegatronArgs a{double(c.model.layers), double(c.model.hidden), double(c.model.heads), double(c.model.ffn),

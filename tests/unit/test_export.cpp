@@ -157,7 +157,10 @@ TEST_CASE("export round trips: each configuration parses back into the plan's st
     const int world = p.cluster.world();
     INFO(c.model << " on " << c.gpus << ": " << p.strategy.to_string());
     CHECK(engine_gap(p, Engine::DeepSpeed).empty() == c.deepspeed);
-    CHECK(engine_gap(p, Engine::Megatron).empty() == c.megatron);
+    // Megatron's sequence parallelism needs Transformer Engine or apex: these
+    // round trips assume them (--with-te); without, sp is refused (below).
+    const EngineEnv te{true};
+    CHECK(engine_gap(p, Engine::Megatron, te).empty() == c.megatron);
     CHECK(engine_gap(p, Engine::Fsdp).empty() == c.fsdp);
     if (c.deepspeed) {
       const ExportResult r = export_plan(p, Engine::DeepSpeed, "ds.json");
@@ -166,7 +169,7 @@ TEST_CASE("export round trips: each configuration parses back into the plan's st
       ++deepspeed;
     }
     if (c.megatron) {
-      const ExportResult r = export_plan(p, Engine::Megatron);
+      const ExportResult r = export_plan(p, Engine::Megatron, "", "", te);
       CHECK(from_megatron(r.args, world).to_string() == p.strategy.to_string());
       for (size_t i = 0; i < r.args.size(); ++i) {
         const std::string& a = r.args[i];
@@ -198,6 +201,14 @@ TEST_CASE("export refuses what an engine lacks, in one line naming it", "[export
   };
   CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "pp=2,zero=1", Engine::Fsdp), "no pipeline parallelism"));
   CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "zero=3,offload=all", Engine::Megatron), "parameters in host"));
+  // run1 (validation/engines/h100x4): megatron-core without TE or apex asserts
+  // on sequence parallelism; refused unless --with-te says they are installed.
+  CHECK(contains(refusal("llama-3.2-1b", "4xH100", "tp=2,sp=1,zero=1,mbs=2,gas=4", Engine::Megatron),
+                 "only with Transformer Engine or apex"));
+  CHECK(contains(refusal("llama-3.2-1b", "4xH100", "tp=2,sp=1,zero=1,mbs=2,gas=4", Engine::Megatron), "--with-te"));
+  CHECK(engine_gap(plan_of("llama-3.2-1b", "4xH100", "tp=2,sp=0,zero=1,mbs=2,gas=4"), Engine::Megatron).empty());
+  CHECK(engine_gap(plan_of("llama-3.2-1b", "4xH100", "tp=2,sp=1,zero=1,mbs=2,gas=4"), Engine::Megatron,
+                   EngineEnv{true}).empty());
   CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "pp=2,schedule=gpipe", Engine::Megatron), "not GPipe"));
   CHECK(contains(refusal("gpt2-large", "8xA100-80GB", "tp=2,sp=1", Engine::DeepSpeed), "sequence parallelism"));
   CHECK(contains(refusal("gpt2-xl", "8xA100-80GB", "ckpt=selective", Engine::DeepSpeed), "selective"));

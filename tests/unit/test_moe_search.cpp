@@ -80,7 +80,7 @@ TEST_CASE("Megatron export of a MoE plan: its MoE arguments, each one Megatron d
   req.strategy = "tp=2,pp=2,ep=4,sp=1,zero=1,mbs=1,gas=16";
   req.seq = 4096;
   const Plan plan = build_plan(req);
-  const ExportResult r = export_plan(plan, Engine::Megatron);
+  const ExportResult r = export_plan(plan, Engine::Megatron, "", "", EngineEnv{true});  // sp: with TE
   auto value = [&](const std::string& flag) {
     for (size_t i = 0; i + 1 < r.args.size(); ++i)
       if (r.args[i] == flag) return r.args[i + 1];
