@@ -197,6 +197,9 @@ void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes,
       calib::say(c, std::string(key) + " skipped: the budget is spent");
       return;
     }
+    // When each part started (seconds since t0, as `seconds`): the record
+    // shows that no part began after the budget, whatever the machine's load.
+    m["part_started_seconds"][key] = spent;
     try {
       m[key] = fn();
     } catch (const std::exception& e) {

@@ -21,6 +21,7 @@
 #include "runtime/device.hpp"
 #include "runtime/exec_launch.hpp"
 #include "runtime/measure.hpp"
+#include "runtime/model/attention_block.hpp"
 #include "runtime/model/fp8_linear.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -202,6 +203,10 @@ void check_runnable(const ExecOptions& o, const Plan& plan) {
       throw InputError(where + ": precision=fp8 needs at::_scaled_mm, which this LibTorch does not run on the " +
                        (cuda ? "GPU (FP8 needs compute capability 8.9 or later)" : "CPU") + "; use precision=bf16");
   }
+  // An environment variable the run reads is checked here too: an unknown
+  // PLANNER_CP_ATTENTION would otherwise be ignored (every plan: a misspelt
+  // value is an error whatever the plan's cp).
+  cp_attention_from_env();
   // The token file's type, size and shape (the ids are checked as they are read).
   if (!o.tokens_path.empty()) FileTokens(o.tokens_path, parse_token_dtype(o.tokens_dtype), plan.model.vocab, plan.seq, 0);
 }

@@ -208,30 +208,22 @@ StepList add_grad_reductions(const StepList& in, const Strategy& s) {
   return out;
 }
 
-StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part) {
-  if (s.cp == 1) return in;
+StepList add_layer_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part) {
+  const bool cp = s.cp > 1, moe = s.ep > 1;
+  if (!cp && !moe) return in;
   StepList out;
-  out.reserve(in.size() * 2);
+  out.reserve(in.size() * (1 + size_t(cp) + size_t(moe)));
   for (const StepAction& a : in) {
+    // Only layer units hold attention and experts: not the embedding (unit 0) or the head.
     if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
-      StepAction x = a;
-      x.op = a.op == StepOp::Forward ? StepOp::CpRingF : StepOp::CpRingB;
-      out.push_back(x);
-    }
-    out.push_back(a);
-  }
-  return out;
-}
-
-StepList add_moe_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part) {
-  if (s.ep <= 1) return in;
-  StepList out;
-  out.reserve(in.size() * 2);
-  for (const StepAction& a : in) {
-    if (is_compute(a.op) && a.unit > 0 && a.unit != part.head_unit()) {
-      StepAction x = a;
-      x.op = a.op == StepOp::Forward ? StepOp::MoeATAF : StepOp::MoeATAB;
-      out.push_back(x);
+      const bool fwd = a.op == StepOp::Forward;
+      auto before = [&](StepOp op) {
+        StepAction x = a;
+        x.op = op;
+        out.push_back(x);
+      };
+      if (cp) before(fwd ? StepOp::CpRingF : StepOp::CpRingB);
+      if (moe) before(fwd ? StepOp::MoeATAF : StepOp::MoeATAB);
     }
     out.push_back(a);
   }
@@ -331,8 +323,7 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
   for (int st = 0; st < s.pp; ++st) {
     const bool tied = opt.tied_embeddings && st == 0 && st == s.pp - 1 && part.vpp() == 1;
     StepList list = expand_units(sched[size_t(st)], part);
-    list = add_cp_exchanges(list, s, part);
-    list = add_moe_exchanges(list, s, part);
+    list = add_layer_exchanges(list, s, part);
     list = add_grad_reductions(list, s);
     list = add_param_gathers(list, s, part, tied);
     prog.stages.push_back(add_step_tail(std::move(list), s, part, st, opt));

@@ -182,15 +182,17 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
 // The passes (each takes one stage's list and returns the longer list).
 StepList expand_units(const StepList& compute, const LayerPartition& part);
 StepList add_grad_reductions(const StepList& in, const Strategy& s);
-// cp > 1: a KVF before every layer unit's F and a KVB before its B (not the
-// embedding or the head, which hold no attention).
-StepList add_cp_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
-// ep > 1 (mixture of experts): an ATAF (the dispatch and combine all-to-alls
-// of the forward) before every layer unit's F and an ATAB (the backward's)
-// before its B. Every layer unit, as the cost model prices the mean layer
+// The exchanges of a layer unit's pass, each right before the F or B it
+// serves (not around the embedding or the head, which hold no attention and
+// no experts). cp > 1: a KVF before every layer unit's F and a KVB before its
+// B (the context-parallel ring of its attention). ep > 1 (mixture of
+// experts): an ATAF (the dispatch and combine all-to-alls of the forward)
+// before every layer unit's F and an ATAB (the backward's) before its B;
+// every layer unit, as the cost model prices the mean layer
 // (costmodel/moe_costs.hpp); the runtime exchanges inside the pass that
-// follows (runtime/model/moe.hpp), in its MoE layers.
-StepList add_moe_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
+// follows (runtime/model/moe.hpp), in its MoE layers. With both, the ring
+// comes first: KVF ATAF F ... KVB ATAB B.
+StepList add_layer_exchanges(const StepList& in, const Strategy& s, const LayerPartition& part);
 StepList add_param_gathers(const StepList& in, const Strategy& s, const LayerPartition& part, bool tied_here);
 StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& part, int stage,
                        const StepOptions& opt = {});

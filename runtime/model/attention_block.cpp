@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
 namespace planner::rt {
 
 const char* to_string(BlockKernel k) {
@@ -16,6 +19,15 @@ const char* to_string(BlockKernel k) {
     case BlockKernel::Cudnn: return "cudnn";
   }
   return "?";
+}
+
+CpAttention cp_attention_from_env() {
+  const char* env = std::getenv("PLANNER_CP_ATTENTION");
+  if (!env || !*env) return CpAttention::Auto;
+  if (std::string(env) == "flash") return CpAttention::Flash;
+  throw InputError("PLANNER_CP_ATTENTION='" + clip(env) +
+                   "' is not an accepted value: 'flash' (FlashAttention-2 blocks), or unset or empty (cuDNN's blocks "
+                   "after their self-check)");
 }
 
 namespace {
@@ -111,8 +123,7 @@ BlockKernel choose_block_kernel(const at::Tensor& q, std::string* why) {
   if (!q.is_cuda()) return BlockKernel::CpuFlash;
   static std::mutex mu;
   static std::map<std::tuple<int, int, int64_t, int64_t>, std::pair<BlockKernel, std::string>> cache;
-  const char* env = std::getenv("PLANNER_CP_ATTENTION");
-  if (env && std::string(env) == "flash") {
+  if (cp_attention_from_env() == CpAttention::Flash) {
     if (why) *why = "PLANNER_CP_ATTENTION=flash";
     return BlockKernel::Flash;
   }

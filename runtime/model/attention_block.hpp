@@ -18,7 +18,9 @@
 // merged output and log-sum-exp must sum to flash's dQ and give its dK, dV
 // halves, within bf16's rounding. A kernel that throws or disagrees is not
 // used, and the reason goes to stderr once. PLANNER_CP_ATTENTION=flash forces
-// FlashAttention-2 (for comparison runs).
+// FlashAttention-2 (for comparison runs); unset or empty leaves the choice to
+// the self-check; any other value is refused (cp_attention_from_env), not
+// ignored, so a misspelt comparison run cannot silently time cuDNN's blocks.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -29,6 +31,13 @@ namespace planner::rt {
 
 enum class BlockKernel { CpuFlash, Flash, Cudnn };
 const char* to_string(BlockKernel k);
+
+// What PLANNER_CP_ATTENTION asks for: Auto (unset or empty: cuDNN's blocks when
+// their self-check passes) or Flash ("flash"). Any other value throws
+// InputError naming the variable, the value and the accepted values; exec
+// calls it before any rank starts (runtime/exec.cpp, check_runnable).
+enum class CpAttention { Auto, Flash };
+CpAttention cp_attention_from_env();
 
 // The kernel ring attention uses for q of this device, dtype, heads and head
 // dimension (runs the self-check the first time on CUDA). `why` (optional)

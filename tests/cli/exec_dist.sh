@@ -2,7 +2,8 @@
 # planner exec with several ranks on the CPU (MPI): a dp=2 ZeRO-3 plan started
 # by planner exec itself; a pp=2 plan; a rank killed mid-step ends the job quickly, naming
 # the rank, with no result file; plans needing more ranks than cores, or a
-# wrong mpirun -np, are refused with exit 2 before anything runs.
+# wrong mpirun -np, or an unknown PLANNER_CP_ATTENTION, are refused with exit
+# 2 before anything runs.
 . "$(dirname "$0")/../cli_lib.sh"
 P="$PLANNER"
 if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ]; then echo "runtime not built: skipped"; finish; exit $?; fi
@@ -102,4 +103,31 @@ expect_grep "1024 ranks" "$TMP/err"
 expect_exit 2 mpirun -np 3 --oversubscribe $( [ "$(id -u)" = 0 ] && echo --allow-run-as-root ) $P exec "$PLAN" --device cpu -q -o "$TMP/r4.json"
 expect_grep "needs 2 ranks" "$TMP/err"
 for f in r3 r4; do [ ! -e "$TMP/$f.json" ] || { echo "FAIL: $f.json written on bad input"; fails=$((fails+1)); }; done
+
+# PLANNER_CP_ATTENTION (runtime/model/attention_block.hpp; docs/RUNTIME.md):
+# 'flash' or unset/empty; any other value is refused before any rank starts,
+# exit 2 with one line naming the variable, the value and the accepted values,
+# and nothing written: started by planner exec, inside an mpirun launch, and
+# on a plan without cp. A cp=2 plan of the tiny model (bf16: ring attention
+# runs the flash kernels) from the tp=2 example.
+python3 - "$ROOT/examples/plans/tiny-cpu-tp2-sp.json" "$TMP/cp2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); s = p["strategy"]
+s.update(tp=1, cp=2, sp=False, precision="bf16")
+s["text"] = "dp=1,tp=1,pp=1,cp=2,zero=0,offload=none,ckpt=none,mbs=2,gas=2,schedule=1f1b,vpp=1,precision=bf16,sp=0"
+json.dump(p, open(sys.argv[2], "w"))
+PY
+expect_bad_input env PLANNER_CP_ATTENTION=flsh $P exec "$TMP/cp2.json" --device cpu --steps 1 --warmup 0 --oversubscribe -q -o "$TMP/cpbad.json" \
+  && expect_grep "^planner: PLANNER_CP_ATTENTION='flsh' is not an accepted value: 'flash' .*unset or empty" "$TMP/err"
+expect_exit 2 env PLANNER_CP_ATTENTION=cudnn "${MPI[@]}" $P exec "$TMP/cp2.json" --device cpu --steps 1 --warmup 0 -q -o "$TMP/cpbad.json"
+expect_grep "PLANNER_CP_ATTENTION='cudnn' is not an accepted value" "$TMP/err"
+expect_bad_input env PLANNER_CP_ATTENTION=FLASH $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu --steps 1 --warmup 0 -q -o "$TMP/cpbad.json"
+[ ! -e "$TMP/cpbad.json" ] || { echo "FAIL: a result was written with a bad PLANNER_CP_ATTENTION"; fails=$((fails+1)); }
+# The accepted values run (on the CPU both give LibTorch's CPU flash blocks).
+for v in flash ""; do
+  expect_exit 0 env PLANNER_CP_ATTENTION="$v" $P exec "$TMP/cp2.json" --device cpu --steps 1 --warmup 0 --oversubscribe -q -o "$TMP/cp2r.json"
+  python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['measurement']; assert m['world'] == 2 and all(l == l for l in m['losses']), m['losses']" "$TMP/cp2r.json" \
+    || { echo "FAIL: cp=2 run with PLANNER_CP_ATTENTION='$v'"; fails=$((fails+1)); }
+  rm -f "$TMP/cp2r.json"
+done
 finish

@@ -193,19 +193,33 @@ printf '{"format": "planner-sweep", "version": 1, "plans": [{"name": "%s", "half
 expect_bad_input $P validate "$TMP/long.json" --predict-only -o "$TMP/vlong" && expect_grep "at most 100" "$TMP/err"
 [ ! -e "$TMP/vlong" ] || { echo "FAIL: validate left $TMP/vlong behind"; fails=$((fails+1)); }
 
-# 7. calibrate without a GPU: CPU-sized shapes, an estimate first, --budget honoured.
+# 7. calibrate without a GPU: CPU-sized shapes, an estimate first, --budget
+#    honoured. The budget is checked on calibrate's own record, not on this
+#    script's wall clock: that clock also counts LibTorch's start and the fit,
+#    and on a loaded machine (2 cores shared, ctest -j, dist tests beside) one
+#    part stretched from ~0.1 s to 24 s, so "took at most 4 s unless a part was
+#    skipped" and "took under 60 s" failed on runs that honoured the budget.
 if [ $RUNTIME = 1 ]; then
-  start=$(date +%s)
   expect_exit 0 $P calibrate --device cpu --budget 3 -o "$TMP/cpu.json"
-  took=$(( $(date +%s) - start ))
   head -1 "$TMP/err" | grep -qE "CPU-sized shapes.*about [0-9]+ s.*at most 3 s" && passes=$((passes+1)) \
     || { echo "FAIL: no estimate first:"; head -2 "$TMP/err"; fails=$((fails+1)); }
-  # Parts started within the budget finish; the rest are skipped, with a note.
-  [ "$took" -lt $(( 60 * ${PLANNER_TIME_FACTOR:-1} )) ] && passes=$((passes+1)) || { echo "FAIL: --budget 3 took $took s"; fails=$((fails+1)); }
-  # On a fast idle machine every part may finish inside 3 s: then nothing is
-  # skipped; otherwise the skipped parts are named.
-  if grep -q "not measured (--budget: 3 s" "$TMP/cpu.json" || [ "$took" -le 4 ]; then passes=$((passes+1))
-  else echo "FAIL: --budget 3: took $took s and names no part it skipped"; fails=$((fails+1)); fi
+  # Each single-device part of a CPU run, in calibrate's order, either started
+  # inside the 3 s (part_started_seconds) and was measured, or is named as
+  # skipped; the skipped ones come last, and only once 3 s were spent.
+  python3 - "$TMP/cpu.json" <<'PY' && passes=$((passes+1)) || fails=$((fails+1))
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+parts = ["gemm", "attention", "memory_kernels", "kernel_overhead_seconds", "host_memcpy", "cpu_adam", "in_step"]
+started = c.get("part_started_seconds", {})
+skipped = [p for p in parts if any(n.startswith(p + ": not measured (--budget: 3 s") for n in c["notes"])]
+for p in parts:
+    assert (p in started) != (p in skipped), ("a part neither started nor named as skipped, or both", p, started, c["notes"])
+    assert p not in started or (started[p] < 3 and p in c), ("a part started after the budget, or was not measured", p, started)
+ran = [p for p in parts if p in started]
+assert ran == parts[:len(ran)], ("the skipped parts must come last", ran, skipped)
+assert [started[p] for p in ran] == sorted(started[p] for p in ran), started
+assert not skipped or c["seconds"] >= 3, ("a part skipped before the budget was spent", c["seconds"], skipped)
+PY
   expect_grep '"quick": true' "$TMP/cpu.json"
   expect_bad_input $P calibrate --device cpu --budget 0
 fi

@@ -6,52 +6,24 @@
 // grouped-query attention: 4 heads, 2 kv heads) and a GPT-2-like (learned
 // positions, tied embeddings).
 #include <chrono>
-#include <string>
 
-#include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/model/context_parallel.hpp"
 #include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
-// Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
-#include "catch.hpp"
+// Last: it includes catch.hpp after LibTorch's headers.
+#include "equivalence.hpp"
 
 using namespace planner;
 using namespace planner::test;
 
 namespace {
 
-struct CpComms {
-  std::unique_ptr<rt::Communicator> dp_cp, pp, tp, cp;
-};
-
-CpComms make_cp_comms(int dp, int pp, int tp, int cp) {
-  const RankGrid grid(dp, pp, tp, cp);
-  const at::Device cpu(at::kCPU);
-  const auto timeout = std::chrono::seconds(120);
-  return {rt::make_communicator(grid.all_dp_cp_groups(), "dp", cpu, timeout),
-          rt::make_communicator(grid.all_pp_groups(), "pp", cpu, timeout),
-          rt::make_communicator(grid.all_tp_groups(), "tp", cpu, timeout),
-          rt::make_communicator(grid.all_cp_groups(), "cp", cpu, timeout)};
-}
-
+// Every strategy of `texts` on every model at dp x pp x tp x cp (sp off, and on
+// with_sp) equals one process.
 void check_cp(int dp, int pp, int tp, int cp, const std::vector<ModelSpec>& models,
-              const std::vector<const char*>& texts, bool with_sp = false, int64_t seq = 16) {
-  CpComms c = make_cp_comms(dp, pp, tp, cp);
-  for (const ModelSpec& m : models)
-    for (const char* text : texts)
-      for (int sp = 0; sp <= (with_sp ? 1 : 0); ++sp) {
-        Strategy s = Strategy::parse(text);
-        s.dp = dp, s.pp = pp, s.tp = tp, s.cp = cp, s.sp = sp == 1, s.precision = Precision::FP32;
-        INFO(m.name << " " << s.to_string());
-        const RunResult one = run_single(m, s, seq, 3);
-        const RunResult par = run_engine(m, s, seq, 3, s.dp_cp() > 1 ? c.dp_cp.get() : nullptr,
-                                         s.pp > 1 ? c.pp.get() : nullptr, s.tp > 1 ? c.tp.get() : nullptr, c.cp.get());
-        REQUIRE(one.losses.size() == par.losses.size());
-        for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-5);
-        REQUIRE(par.params.numel() == one.params.numel());
-        CHECK(max_abs_diff(par.params, one.params) <= 1e-5);
-      }
+              const std::vector<const char*>& texts, bool with_sp = false) {
+  check_grid({dp, pp, tp, cp}, models, texts, with_sp);
 }
 
 }  // namespace

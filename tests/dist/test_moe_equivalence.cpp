@@ -8,48 +8,21 @@
 // every step).
 #include <chrono>
 #include <numeric>
-#include <string>
 
-#include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/model/moe.hpp"
-#include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
-// Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
-#include "catch.hpp"
+// Last: it includes catch.hpp after LibTorch's headers.
+#include "equivalence.hpp"
 
 using namespace planner;
 using namespace planner::test;
 
 namespace {
 
-void check_ep(int dp, int pp, int tp, int ep, const ModelSpec& m, const std::vector<const char*>& texts,
-              int64_t seq = 16) {
-  const RankGrid grid(dp, pp, tp, 1);
-  const at::Device cpu(at::kCPU);
-  const auto timeout = std::chrono::seconds(120);
-  auto dpc = rt::make_communicator(grid.all_dp_groups(), "dp", cpu, timeout);
-  auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", cpu, timeout);
-  auto tpc = rt::make_communicator(grid.all_tp_groups(), "tp", cpu, timeout);
-  auto epc = rt::make_communicator(grid.all_ep_groups(ep), "ep", cpu, timeout);
-  auto edpc = rt::make_communicator(grid.all_expert_dp_groups(ep), "edp", cpu, timeout);
-  for (const char* text : texts) {
-    Strategy s = Strategy::parse(text);
-    s.dp = dp, s.pp = pp, s.tp = tp, s.ep = ep, s.precision = Precision::FP32;
-    INFO(m.name << " " << s.to_string());
-    const RunResult one = run_single(m, s, seq, 3);
-    const rt::RunConfig c = run_config(m, s, seq);
-    rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), dp > 1 ? dpc.get() : nullptr,
-                 pp > 1 ? ppc.get() : nullptr, tp > 1 ? tpc.get() : nullptr, nullptr, ep > 1 ? epc.get() : nullptr,
-                 edpc.get());
-    RunResult par;
-    for (int k = 0; k < 3; ++k) par.losses.push_back(e.step(k).item<double>());
-    par.params = e.full_params_fp32().to(at::kFloat);
-    REQUIRE(one.losses.size() == par.losses.size());
-    for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-5);
-    REQUIRE(par.params.numel() == one.params.numel());
-    CHECK(max_abs_diff(par.params, one.params) <= 1e-5);
-  }
+// Every strategy of `texts` on m at dp x pp x tp with ep (sp off) equals one process.
+void check_ep(int dp, int pp, int tp, int ep, const ModelSpec& m, const std::vector<const char*>& texts) {
+  check_grid({dp, pp, tp, 1, ep}, {m}, texts, /*with_sp=*/false);
 }
 
 }  // namespace

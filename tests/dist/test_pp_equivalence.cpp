@@ -6,13 +6,12 @@
 // single-process Trainer on the same global batch (fp32).
 #include <chrono>
 
-#include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
 #include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
-// Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
-#include "catch.hpp"
+// Last: it includes catch.hpp after LibTorch's headers.
+#include "equivalence.hpp"
 
 using namespace planner;
 using namespace planner::test;
@@ -40,9 +39,7 @@ void check_pp(int dp, int pp, const char* text) {
       INFO(m.name << " dp=" << dp << " pp=" << pp << " " << sched << " " << text);
       const RunResult one = run_single(m, s, 16, 3);
       const RunResult par = run_engine(m, s, 16, 3, dp > 1 ? dpc.get() : nullptr, ppc.get());
-      REQUIRE(one.losses.size() == par.losses.size());
-      for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-5);
-      CHECK(max_abs_diff(par.params, one.params) <= 1e-5);
+      check_close(one, par);
     }
   }
 }

@@ -6,42 +6,22 @@
 // parameter after three steps within 1e-5 of the single-process Trainer
 // (fp32). Context parallelism with a window is refused (legality and
 // TransformerModel::set_context_parallel), so it is not run here.
-#include <chrono>
-#include <string>
-
-#include "equivalence.hpp"
-#include "runtime/comm/communicator.hpp"
-#include "runtime/device.hpp"
-#include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
-// Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
-#include "catch.hpp"
+// Last: it includes catch.hpp after LibTorch's headers.
+#include "equivalence.hpp"
 
 using namespace planner;
 using namespace planner::test;
 
 namespace {
 
+// Each of today's decoders under every strategy of `texts` at dp x tp, sp off
+// and on, equals one process.
 void check_today(int dp, int tp, const std::vector<const char*>& texts) {
-  const RankGrid grid(dp, 1, tp);
-  const at::Device cpu(at::kCPU);
-  const auto timeout = std::chrono::seconds(120);
-  auto dpc = rt::make_communicator(grid.all_dp_groups(), "dp", cpu, timeout);
-  auto tpc = rt::make_communicator(grid.all_tp_groups(), "tp", cpu, timeout);
-  for (ModelSpec m : {mistral_like(), qwen2_like(), qwen3_like(), gemma2_like()})
-    for (const char* text : texts)
-      for (int sp = 0; sp <= 1; ++sp) {
-        if (m.kv_heads % tp != 0) m.kv_heads = m.heads;  // tp = 4 splits the kv heads too
-        Strategy s = Strategy::parse(text);
-        s.dp = dp, s.tp = tp, s.sp = sp == 1, s.precision = Precision::FP32;
-        INFO(m.name << " " << s.to_string());
-        const RunResult one = run_single(m, s, 16, 3);
-        const RunResult par = run_engine(m, s, 16, 3, dp > 1 ? dpc.get() : nullptr, nullptr, tpc.get());
-        REQUIRE(one.losses.size() == par.losses.size());
-        for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-5);
-        REQUIRE(par.params.numel() == one.params.numel());
-        CHECK(max_abs_diff(par.params, one.params) <= 1e-5);
-      }
+  std::vector<ModelSpec> models = {mistral_like(), qwen2_like(), qwen3_like(), gemma2_like()};
+  for (ModelSpec& m : models)
+    if (m.kv_heads % tp != 0) m.kv_heads = m.heads;  // tp = 4 splits the kv heads too
+  check_grid({dp, 1, tp}, models, texts, /*with_sp=*/true);
 }
 
 }  // namespace

@@ -15,14 +15,13 @@
 
 #include "costmodel/activations.hpp"
 #include "costmodel/model_states.hpp"
-#include "equivalence.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/rank_grid.hpp"
 #include "tiny_models.hpp"
-// Last: c10's logging header defines a glog-style CHECK that must not replace Catch's.
-#include "catch.hpp"
+// Last: it includes catch.hpp after LibTorch's headers.
+#include "equivalence.hpp"
 
 using namespace planner;
 using namespace planner::test;
@@ -35,42 +34,10 @@ ModelSpec gpt2_odd_vocab() {
   return m;
 }
 
-struct Comms {
-  std::unique_ptr<rt::Communicator> dp, pp, tp;
-};
-
-// The communicators of a dp x pp x tp grid over the whole world (collective).
-Comms make_comms(int dp, int pp, int tp) {
-  const RankGrid grid(dp, pp, tp);
-  const at::Device cpu(at::kCPU);
-  const auto timeout = std::chrono::seconds(120);
-  return {rt::make_communicator(grid.all_dp_groups(), "dp", cpu, timeout),
-          rt::make_communicator(grid.all_pp_groups(), "pp", cpu, timeout),
-          rt::make_communicator(grid.all_tp_groups(), "tp", cpu, timeout)};
-}
-
-void check_equal(const ModelSpec& m, const Strategy& s, Comms& c) {
-  const RunResult one = run_single(m, s, 16, 3);
-  const RunResult par = run_engine(m, s, 16, 3, s.dp > 1 ? c.dp.get() : nullptr, s.pp > 1 ? c.pp.get() : nullptr,
-                                   s.tp > 1 ? c.tp.get() : nullptr);
-  REQUIRE(one.losses.size() == par.losses.size());
-  for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-5);
-  REQUIRE(par.params.numel() == one.params.numel());
-  CHECK(max_abs_diff(par.params, one.params) <= 1e-5);
-}
-
 // Every strategy of `texts` with the given degrees, sp off and on, on each model.
 void check_tp(int dp, int pp, int tp, const std::vector<ModelSpec>& models, const std::vector<const char*>& texts,
               bool with_sp = true) {
-  Comms c = make_comms(dp, pp, tp);
-  for (const ModelSpec& m : models)
-    for (const char* text : texts)
-      for (int sp = 0; sp <= (with_sp ? 1 : 0); ++sp) {
-        Strategy s = Strategy::parse(text);
-        s.dp = dp, s.pp = pp, s.tp = tp, s.sp = sp == 1, s.precision = Precision::FP32;
-        INFO(m.name << " " << s.to_string());
-        check_equal(m, s, c);
-      }
+  check_grid({dp, pp, tp}, models, texts, with_sp);
 }
 
 }  // namespace
@@ -114,23 +81,19 @@ TEST_CASE("dist: tensor and sequence parallelism in bf16 and fp16 follow the sin
   // of the largest weights, the norms' 1.0) after three steps.
   const rt::WorldInfo w = rt::init_world();
   if (w.size != 2) return;
-  Comms c = make_comms(1, 1, 2);
+  const GridComms c = make_grid_comms({1, 1, 2});
   for (Precision p : {Precision::BF16, Precision::FP16})
     for (int sp = 0; sp <= 1; ++sp) {
       Strategy s = Strategy::parse("tp=2,mbs=2,gas=2");
       s.precision = p, s.sp = sp == 1;
-      INFO(s.to_string());
-      const RunResult one = run_single(llama_like(), s, 16, 3);
-      const RunResult par = run_engine(llama_like(), s, 16, 3, nullptr, nullptr, c.tp.get());
-      for (size_t k = 0; k < one.losses.size(); ++k) CHECK(std::abs(one.losses[k] - par.losses[k]) <= 1e-3);
-      CHECK(max_abs_diff(par.params, one.params) <= 4e-3);
+      check_equivalent(llama_like(), s, 16, c, 3, Tolerance{1e-3, 4e-3});
     }
 }
 
 TEST_CASE("dist: tensor parallelism refuses what it cannot split", "[dist][tp]") {
   const rt::WorldInfo w = rt::init_world();
   if (w.size != 4) return;
-  Comms c = make_comms(1, 1, 4);
+  const GridComms c = make_grid_comms({1, 1, 4});
   Strategy s = Strategy::parse("tp=4,mbs=1,gas=1,precision=fp32");
   auto engine = [&](const ModelSpec& m, const Strategy& st) {
     const rt::RunConfig cfg = run_config(m, st, 16);
@@ -155,7 +118,7 @@ TEST_CASE("dist: tensor parallelism refuses what it cannot split", "[dist][tp]")
 TEST_CASE("dist: the memory model's parameters per rank are the runtime's under tp", "[dist][tp]") {
   const rt::WorldInfo w = rt::init_world();
   if (w.size < 2) return;
-  Comms c = make_comms(1, 1, w.size);
+  const GridComms c = make_grid_comms({1, 1, w.size});
   for (const ModelSpec& m : {gpt2_odd_vocab(), llama_like(), gptj_like(), bert_like(), opt350_like()}) {
     if (m.kv_heads % w.size != 0) continue;
     INFO(m.name << " tp=" << w.size);
@@ -177,7 +140,7 @@ TEST_CASE("dist: the activations a forward keeps under tp and sp are the memory 
   const rt::WorldInfo w = rt::init_world();
   if (w.size != 2 && w.size != 4) return;  // the model's 4 heads split 2 or 4 ways
   rt::enable_cpu_memory_counting();
-  Comms c = make_comms(1, 1, w.size);
+  const GridComms c = make_grid_comms({1, 1, w.size});
   ModelSpec m = gpt2_like();
   m.layers = 4, m.hidden = 64, m.ffn = 256;
   const int64_t b = 2, s = 32;

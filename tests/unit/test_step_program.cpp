@@ -244,3 +244,57 @@ TEST_CASE("step program: the step's end lists every collective", "[step]") {
   CHECK(one == "0F0.0 0F0.1 0F0.2 0B0.2 0B0.1 0B0.0 0Sync 0Norm 0Clip 0Opt\n");
   CHECK(parse_step_lists(to_string(p)) == p.stages);
 }
+
+// One pass (add_layer_exchanges) puts both kinds of per-layer exchange before
+// a layer unit's pass: the context-parallel ring (KVF/KVB) and, under expert
+// parallelism, the MoE all-to-alls (ATAF/ATAB); legality allows cp and ep
+// together (tests/unit/test_context_parallel.cpp, "cp with ep").
+TEST_CASE("step program: cp and ep together put the ring, then the all-to-alls, before each layer's pass", "[step][cp][moe]") {
+  // Two layers on one stage: units 0 (embedding), 1-2 (layers), 3 (head). The
+  // gradients go over the dp-cp group of 4 ranks (AR after each B at gas=1).
+  const StepProgram one = build_step_program(Strategy::parse("dp=2,cp=2,ep=2,mbs=1,gas=1,precision=fp32"), 2);
+  CHECK(to_string(one) ==
+        "0F0.0 0KVF0.1 0ATAF0.1 0F0.1 0KVF0.2 0ATAF0.2 0F0.2 0F0.3 "
+        "0B0.3 0AR3 0KVB0.2 0ATAB0.2 0B0.2 0AR2 0KVB0.1 0ATAB0.1 0B0.1 0AR1 0B0.0 0AR0 "
+        "0Sync 0LRdp 0Norm 0Clip 0Opt\n");
+  // Eight layers over pp=2 with vpp=2 (two layers a chunk, four layer units a
+  // stage) and 4 micro-batches: each stage runs 4 x 4 = 16 layer forwards and
+  // 16 layer backwards, so 16 of each exchange, each right before its pass.
+  const Strategy s = Strategy::parse("dp=2,cp=2,ep=2,pp=2,mbs=1,gas=4,schedule=interleaved,vpp=2");
+  const StepProgram p = build_step_program(s, 8);
+  REQUIRE(p.stages.size() == 2);
+  for (const StepList& list : p.stages) {
+    std::map<StepOp, int> n;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const StepAction& a = list[i];
+      ++n[a.op];
+      if (a.op != StepOp::CpRingF && a.op != StepOp::CpRingB) continue;
+      REQUIRE(i + 2 < list.size());
+      const bool fwd = a.op == StepOp::CpRingF;
+      const StepAction& x = list[i + 1];
+      const StepAction& c = list[i + 2];
+      CHECK(x.op == (fwd ? StepOp::MoeATAF : StepOp::MoeATAB));
+      CHECK(c.op == (fwd ? StepOp::Forward : StepOp::Backward));
+      CHECK((x.microbatch == a.microbatch && x.unit == a.unit && x.chunk == a.chunk));
+      CHECK((c.microbatch == a.microbatch && c.unit == a.unit && c.chunk == a.chunk));
+    }
+    for (StepOp op : {StepOp::CpRingF, StepOp::CpRingB, StepOp::MoeATAF, StepOp::MoeATAB}) CHECK(n[op] == 16);
+    // Each stage also holds either the embedding or the head: 4 x (4 + 1) passes each way.
+    CHECK(n[StepOp::Forward] == 20);
+    CHECK(n[StepOp::Backward] == 20);
+  }
+  // Only cp, or only ep: the other kind is absent, the counts unchanged.
+  for (const char* only : {"dp=4,cp=2,pp=2,mbs=1,gas=4,schedule=interleaved,vpp=2",
+                           "dp=2,ep=2,pp=2,mbs=1,gas=4,schedule=interleaved,vpp=2"}) {
+    const Strategy t = Strategy::parse(only);
+    INFO(only);
+    for (const StepList& list : build_step_program(t, 8).stages) {
+      std::map<StepOp, int> n;
+      for (const StepAction& a : list) ++n[a.op];
+      CHECK(n[StepOp::CpRingF] == (t.cp > 1 ? 16 : 0));
+      CHECK(n[StepOp::CpRingB] == (t.cp > 1 ? 16 : 0));
+      CHECK(n[StepOp::MoeATAF] == (t.ep > 1 ? 16 : 0));
+      CHECK(n[StepOp::MoeATAB] == (t.ep > 1 ? 16 : 0));
+    }
+  }
+}
