@@ -388,7 +388,11 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
       if (kind == kLayer && s.cp > 1) {
-        const CpRingSeconds ring = cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base);
+        // The ring's send/recv runs beside the blocks: slowed as the profile
+        // measured collectives beside compute, for the cp group's size.
+        const CollectiveGroupAt cg = collective_group_at(p.collective_groups, s.cp);
+        const double k = cg.found ? cg.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
+        const CpRingSeconds ring = cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base, k);
         u.cp_ring_forward_seconds = ring.forward;
         u.cp_ring_backward_seconds = ring.backward;
       }

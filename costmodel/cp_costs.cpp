@@ -19,7 +19,7 @@ void scale_attention_for_cp(PassTimes& layer, int cp) {
 }
 
 CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_t seq, const Strategy& s,
-                              const GroupLink& link, double base) {
+                              const GroupLink& link, double base, double comm_slowdown) {
   CpRingSeconds out;
   if (s.cp == 1) return out;
   const int e = bytes_per_element(s.precision);
@@ -27,8 +27,9 @@ CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_
   const double t_kv = send_recv_seconds(kv, link, base);
   const double t_dkv = send_recv_seconds(kv * 4.0 / e, link, base);  // dK/dV accumulate in fp32
   const double steps = double(s.cp - 1);
-  out.forward = steps * std::max(0.0, t_kv - block.forward.attention_seconds);
-  out.backward = steps * std::max(0.0, t_kv + t_dkv - block.backward.attention_seconds) + t_dkv;
+  const double k = std::max(1.0, comm_slowdown);
+  out.forward = steps * std::max(0.0, t_kv - block.forward.attention_seconds / k);
+  out.backward = steps * std::max(0.0, t_kv + t_dkv - block.backward.attention_seconds / k) + t_dkv;
   // Full recomputation reruns the layer's forward, ring included. Selective
   // recomputation does not rerun ring attention: like flash, it keeps no
   // s x s tensor, and the runtime keeps its output and log-sum-exp

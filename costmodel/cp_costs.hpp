@@ -41,12 +41,15 @@ void scale_attention_for_cp(PassTimes& layer, int cp);
 // `block`: one layer's times for the rank's seq/cp tokens (one block of
 // attention, before scale_attention_for_cp). The ring time that the blocks do
 // not hide, per pass:
-//   forward  = (cp - 1) max(0, t_kv - t_block_fwd)
-//   backward = (cp - 1) max(0, t_kv + t_dkv - t_block_bwd) + t_dkv
+//   forward  = (cp - 1) max(0, t_kv - t_block_fwd / k)
+//   backward = (cp - 1) max(0, t_kv + t_dkv - t_block_bwd / k) + t_dkv
 //              (+ forward under ckpt=full, whose backward reruns the layer's forward)
 // t_kv: send_recv_seconds of cp_kv_chunk_bytes over `cp_link`; t_dkv: the same in fp32.
+// k: the profile's comm_slowdown_beside_compute (the exchange runs k times
+// slower while the block computes beside it: t_block / k of it is done by
+// the block's end; what is left runs alone). 1: the exchange at its own rate.
 CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_t seq, const Strategy& s,
-                              const GroupLink& cp_link, double base_latency_s);
+                              const GroupLink& cp_link, double base_latency_s, double comm_slowdown = 1.0);
 
 // Device memory traffic (bytes read + written) of the ring's elementwise work
 // in one layer on one rank, beyond the attention kernels themselves, as

@@ -39,9 +39,16 @@ int64_t matrix_params_per_layer(const ModelSpec& m, int tp) {
 }
 
 int64_t largest_matrix_per_rank(const ModelSpec& m, int tp) {
-  int64_t n = 0;
-  for (const LayerMatrix& w : layer_matrices(m)) n = std::max(n, w.d_in * w.d_out / std::max(1, tp));
-  return n;
+  // As the runtime stores them (runtime/model/transformer.cpp): q, k and v as
+  // one matrix, a gated MLP's gate and up as one; each dequantised whole.
+  const int64_t t = std::max(1, tp), h = m.hidden, up = (m.mlp == MlpKind::SwiGlu ? 2 : 1) * m.ffn;
+  return std::max({h * (m.q_dim() + 2 * m.kv_dim()) / t, m.q_dim() * h / t, h * up / t, m.ffn * h / t});
+}
+
+double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s) {
+  const double largest = double(largest_matrix_per_rank(m, s.tp));
+  return double(bytes_per_element(s.precision)) * largest +
+         kNf4DequantTempBytesPerWeight * std::min(largest, double(kNf4DequantSlice));
 }
 
 double frozen_base_bytes(const ModelSpec& m, const Strategy& s, double params, int layers) {
@@ -60,8 +67,7 @@ ModelStateBytes finetune_model_state_bytes(const ModelSpec& m, const Strategy& s
                                            double params, int layers) {
   ModelStateBytes out = model_state_bytes(trainable_params_per_rank(m, s, params, layers), s, k);
   out.gpu_params += frozen_base_bytes(m, s, params, layers);
-  if (s.finetune.quantized_base() && layers > 0)
-    out.gpu_params += double(bytes_per_element(s.precision)) * double(largest_matrix_per_rank(m, s.tp));
+  if (s.finetune.quantized_base() && layers > 0) out.gpu_params += nf4_dequant_buffer_bytes(m, s);
   return out;
 }
 

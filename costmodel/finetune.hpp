@@ -39,6 +39,10 @@ int64_t matrix_params_per_layer(const ModelSpec& m, int tp);
 // The largest matrix of a layer on one rank: QLoRA's dequantisation buffer
 // holds one at a time, in the compute precision.
 int64_t largest_matrix_per_rank(const ModelSpec& m, int tp);
+// QLoRA's dequantisation at its peak: the largest matrix in the compute
+// precision and its slice's temporaries (kNf4DequantSlice weights at
+// kNf4DequantTempBytesPerWeight).
+double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s);
 
 // Bytes of a rank's frozen base holding `params` parameters of which
 // `layers` transformer layers: the working precision for LoRA; for QLoRA the

@@ -112,6 +112,12 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
         "attention_window)",
         plan.model.windowed_layers(plan.seq)));
+  // MoE in this runtime: measured far slower than its kernels (host-bound dispatch).
+  if (plan.model.moe.enabled())
+    p.memory.notes.push_back(
+        "mixture of experts: planner exec's MoE layers are host-bound on GPUs (per-expert loops and all-to-all "
+        "dispatch; the GPU idle 0.5-0.6 s a step): measured 2.5-4.4x this step time on H100 and H200 "
+        "(validation/h100x4/today22b, validation/x2/heldout23); the prediction prices the kernels, not the host");
   if (sim_out) *sim_out = sim;
   return p;
 }

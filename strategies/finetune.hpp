@@ -64,6 +64,11 @@ void validate_finetune(const Finetune& f, bool given_lora_keys);
 //   4 + 8/64 + 32/(64*256) = 4.127 bits per parameter.
 constexpr int kNf4BlockSize = 64;
 constexpr int kNf4AbsmaxBlockSize = 256;
+// The runtime dequantises an NF4 matrix in slices of this many weights
+// (runtime/model/lora.cpp); each slice's temporaries are 6 bytes per weight
+// (int32 indices, one per byte of two codes; the fp32 levels).
+constexpr long long kNf4DequantSlice = 1LL << 24;
+constexpr double kNf4DequantTempBytesPerWeight = 6.0;
 constexpr double kNf4BitsPerParam = 4.0 + 8.0 / kNf4BlockSize + 32.0 / (double(kNf4BlockSize) * kNf4AbsmaxBlockSize);
 
 }  // namespace planner

@@ -100,15 +100,25 @@ at::Tensor nf4_dequantize(const Nf4Tensor& q, at::ScalarType dtype) {
   at::Tensor out = at::empty({q.numel}, at::TensorOptions().device(d).dtype(dtype));
   const at::Tensor table = q.pairs.defined() ? q.pairs : pair_table(d);
   const at::Tensor absmax = nf4_absmax(q);
-  // In slices of 2^22 weights (a multiple of the block), so that the
-  // temporaries (int32 indices, fp32 values) stay small beside the output:
-  // the dequantised matrix itself is the one buffer the memory model counts.
-  constexpr int64_t kSlice = int64_t(1) << 22;
+  // In slices of 2^24 weights (a multiple of the block): the temporaries
+  // (int32 indices, 4 bytes per pair of weights; fp32 levels, 4 per weight)
+  // stay at 96 MiB beside the output (nf4_dequantize_transient_bytes, which
+  // the memory model counts). Each slice is four kernels (index conversion,
+  // gather, scale multiply written straight into the output's dtype): on a
+  // GPU, smaller slices made the dequantisation host-bound (validation/
+  // h100x4/diag23: 88,000 launches a step for llama-2-7b with 2^22).
+  constexpr int64_t kSlice = kNf4DequantSlice;
   for (int64_t s0 = 0; s0 < q.numel; s0 += kSlice) {
     const int64_t n = std::min(kSlice, q.numel - s0), bytes = (n + 1) / 2, blocks = (n + kBlock - 1) / kBlock;
     at::Tensor v = table.index_select(0, q.codes.narrow(0, s0 / 2, bytes).to(at::kInt)).view({-1});
+    const at::Tensor scale = absmax.narrow(0, s0 / kBlock, blocks).unsqueeze(1);
+    if (2 * bytes == blocks * kBlock && n == 2 * bytes) {  // whole blocks: straight into the output
+      at::Tensor o = out.narrow(0, s0, n).view({blocks, kBlock});
+      at::mul_out(o, v.view({blocks, kBlock}), scale);
+      continue;
+    }
     v = at::constant_pad_nd(v, {0, blocks * kBlock - 2 * bytes}).view({blocks, kBlock});
-    v = v * absmax.narrow(0, s0 / kBlock, blocks).unsqueeze(1);
+    v = v * scale;
     out.narrow(0, s0, n).copy_(v.view({-1}).narrow(0, 0, n));
   }
   return out.view(q.shape);

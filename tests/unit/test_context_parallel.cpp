@@ -148,6 +148,16 @@ TEST_CASE("cp: K/V chunk bytes and the exposed ring, by hand", "[cp][time]") {
   CHECK(cp_ring_seconds(block, m, 8192, s, link, 2e-5).backward == Approx(1.30549376e-3 + 2.9331648e-4).epsilon(1e-9));
   s.ckpt = Ckpt::Selective;  // not rerun: ring attention keeps its output and log-sum-exp
   CHECK(cp_ring_seconds(block, m, 8192, s, link, 2e-5).backward == Approx(1.30549376e-3).epsilon(1e-9));
+  // The exchange 3x slower beside the block (comm_slowdown_beside_compute 3):
+  // by the block's end a third of its alone-time is done; the rest is exposed.
+  // forward = 3 (t_kv - 1e-4 / 3); backward = 3 (t_kv + t_dkv - 2.5e-4 / 3) + t_dkv.
+  s.ckpt = Ckpt::None;
+  const double t_kv = 1.9777216e-4, t_dkv = 3e-5 + 3.3554432e-4;
+  CpRingSeconds slow = cp_ring_seconds(block, m, 8192, s, link, 2e-5, 3.0);
+  CHECK(slow.forward == Approx(3 * (t_kv - 1e-4 / 3)).epsilon(1e-9));
+  CHECK(slow.backward == Approx(3 * (t_kv + t_dkv - 2.5e-4 / 3) + t_dkv).epsilon(1e-9));
+  // A slowdown below 1 is taken as 1.
+  CHECK(cp_ring_seconds(block, m, 8192, s, link, 2e-5, 0.5).forward == Approx(r.forward).epsilon(1e-12));
   // A block long enough hides the forward ring.
   block.forward.attention_seconds = 1e-3;
   CHECK(cp_ring_seconds(block, m, 8192, s, link, 2e-5).forward == 0);
