@@ -1,3 +1,4 @@
+#include <cmath>
 #include "costmodel/finetune.hpp"
 
 #include <fmt/format.h>
@@ -140,10 +141,19 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
     if (f.quantized_base()) {
       // Dequantise NF4 to the compute precision before the forward GEMM and
       // again before the backward's dX GEMM (bitsandbytes' MatMul4Bit keeps the
-      // 4-bit state, not the dequantised matrix): read 4.127 bits, write e bytes.
-      const double bytes = double(di) * double(dout) * (kNf4BitsPerParam / 8.0 + e);
-      fm.add(MK::Streaming, bytes);
-      bm.add(MK::Streaming, bytes);
+      // 4-bit state, not the dequantised matrix), as runtime/model/lora.cpp's
+      // nf4_dequantize does it per slice of kNf4DequantSlice weights, in bytes
+      // per weight: the packed codes to int32 indices (read 0.5, write 2), the
+      // gather of the fp32 level pairs (read 2, write 4), the scale multiply
+      // into the compute precision (read 4, write e); all three on PyTorch's
+      // non-vectorized path (validation/h100/ft23's kernels:
+      // _scatter_gather_elementwise_kernel and a casting BinaryFunctor), the
+      // strided class. The per-block constants (1/64 of the weights) are left out.
+      const double weights = double(di) * double(dout);
+      const double bytes = weights * (0.5 + 2 + 2 + 4 + 4 + e);
+      const int kernels = 3 * int(std::ceil(weights / double(kNf4DequantSlice)));
+      fm.add(MK::Strided, bytes, kernels);
+      bm.add(MK::Strided, bytes, kernels);
     }
     if (!f.targets_any(w.target)) continue;
     // Forward: Z = X A (T x r), Y += (Z B) * alpha/r, the add reading Y and Z B.
