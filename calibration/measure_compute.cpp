@@ -165,7 +165,9 @@ json measure_attention(const Ctx& c) {
   struct Cfg {
     int64_t b, heads, kv_heads, s, d;
   };
-  // Head dimensions 64 and 128 at sequences 1024, 2048, 4096 and 8192, and
+  // Head dimensions 64 and 128 at sequences 1024 to 8192 (and 16384 and
+  // 32768 in 16-bit: long-context plans; validation/h100/window23 ran full
+  // attention at those lengths 12-15% faster than the rates held at 8192), and
   // 80 (OPT-2.7b: the flash kernels run it padded to a wider head) at 1024
   // and 2048 (the profile's attention_rates interpolate between them):
   // gpt2-xl (25 heads of 64), gpt-neo (16 of 128), TinyLlama's GQA (32
@@ -182,7 +184,10 @@ json measure_attention(const Ctx& c) {
                                                            {8, 16, 16, 1024, 128},
                                                            {8, 16, 16, 2048, 128},
                                                            {2, 32, 32, 4096, 128},
-                                                           {1, 16, 16, 8192, 128}};
+                                                           {1, 16, 16, 8192, 128},
+                                                           {1, 32, 32, 16384, 64},
+                                                           {1, 16, 16, 16384, 128},
+                                                           {1, 16, 16, 32768, 128}};
   // fp32 on the GPU too: SDPA has no flash kernel for it and runs the
   // memory-efficient one, which the profile keeps apart (..._relative_fp32).
   const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16", "fp32"}
@@ -190,6 +195,7 @@ json measure_attention(const Ctx& c) {
   for (const auto& p : precisions) {
     const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));
     for (const Cfg& g : cfgs) {
+      if (p == "fp32" && g.s > 8192) continue;  // the memory-efficient kernel: minutes at these lengths
       at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);
       at::Tensor k = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
       at::Tensor v = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
