@@ -318,6 +318,13 @@ void price_sends(const Strategy& s, int chunks, double act_bytes, const Links& l
   }
 }
 
+// The ring's send/recv runs beside the blocks: slowed as the profile measured
+// collectives beside compute, for the cp group's size.
+double cp_comm_slowdown(const HardwareProfile& p, int cp) {
+  const CollectiveGroupAt cg = collective_group_at(p.collective_groups, cp);
+  return cg.found ? cg.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
+}
+
 }  // namespace
 
 void CostContext::build(const Strategy& s, TableCostModel& out) {
@@ -388,11 +395,8 @@ void CostContext::build(const Strategy& s, TableCostModel& out) {
       // that makespan_lower_bound stays a bound.
       if ((s.zero == 1 || s.zero == 2) && !p.overlap_param_gather) u.all_gather_seconds = all_gather_seconds(P * e, dl, base);
       if (kind == kLayer && s.cp > 1) {
-        // The ring's send/recv runs beside the blocks: slowed as the profile
-        // measured collectives beside compute, for the cp group's size.
-        const CollectiveGroupAt cg = collective_group_at(p.collective_groups, s.cp);
-        const double k = cg.found ? cg.value.comm_slowdown_beside_compute : p.comm_slowdown_beside_compute;
-        const CpRingSeconds ring = cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base, k);
+        const CpRingSeconds ring =
+            cp_ring_seconds(ls.layer_block, m, x.seq, s, links.cp[size_t(st)], base, cp_comm_slowdown(p, s.cp));
         u.cp_ring_forward_seconds = ring.forward;
         u.cp_ring_backward_seconds = ring.backward;
       }
