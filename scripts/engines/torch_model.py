@@ -209,3 +209,92 @@ def report(engine, timer, warmup, tokens_per_step, extra=None):
                 f.write(line + "\n")
             os.replace(path + ".tmp", path)
     return res
+
+
+def probe(spec, seq, mbs, device):
+    """Activation memory of this model in eager bf16, measured: what the engines' trainers keep for one
+    micro-batch (issue 33: the activation model per engine, by measurement). Forward block by block,
+    recording per block the bytes that autograd saves (saved_tensors_hooks, parameters excluded; distinct
+    storages) and, on CUDA, torch.cuda.memory_allocated's growth; then the head and the loss; then the
+    backward's peak above what was allocated before it (parameter gradients included: grad_bytes)."""
+    torch.manual_seed(0)
+    model = Decoder(spec, seq).to(device=device, dtype=torch.bfloat16)
+    cuda = device != "cpu"
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    saved = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    def alloc():
+        if cuda:
+            torch.cuda.synchronize()
+            return torch.cuda.memory_allocated()
+        return 0
+
+    tokens, labels = batch(spec["vocab"], mbs, seq, device, torch.Generator().manual_seed(0))
+    out = {"model": spec.get("name"), "layers": spec["layers"], "seq": seq, "mbs": mbs, "device": str(device),
+           "torch": torch.__version__, "param_bytes": param_bytes, "saved_per_layer": [], "alloc_per_layer": []}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        x = model.embedding(tokens)
+        if model.positions is not None:
+            x = x + model.positions(torch.arange(seq, device=device))
+        for blk in model.layers:
+            s0, a0 = sum(saved.values()), alloc()
+            x = blk(x)
+            out["saved_per_layer"].append(sum(saved.values()) - s0)
+            out["alloc_per_layer"].append(alloc() - a0)
+        s0, a0 = sum(saved.values()), alloc()
+        logits = model.lm_head(model.norm(x))
+        out["head_saved"], out["head_alloc"] = sum(saved.values()) - s0, alloc() - a0
+        s0, a0 = sum(saved.values()), alloc()
+        loss = lm_loss(logits, labels)
+        out["loss_saved"], out["loss_alloc"] = sum(saved.values()) - s0, alloc() - a0
+    del logits, x
+    before = alloc()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    loss.backward()
+    if cuda:
+        torch.cuda.synchronize()
+        out["backward_peak_above"] = torch.cuda.max_memory_allocated() - before
+    out["grad_bytes"] = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    out["tokens"] = seq * mbs
+    if cuda:
+        # Time of a forward + backward (median of 5 after 2): the host's, until backward() returns
+        # (enqueue), and the wall's, after a device sync; the engines' host terms are the gap.
+        host, wall = [], []
+        for i in range(7):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            lm_loss(model(tokens), labels).backward()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            if i >= 2:
+                host.append(t1 - t0)
+                wall.append(t2 - t0)
+        out["fwd_bwd_host_s"], out["fwd_bwd_wall_s"] = sorted(host)[2], sorted(wall)[2]
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Measure this model's activation memory per micro-batch (see probe()).",
+                                 epilog="example: python3 scripts/engines/torch_model.py --probe plan.json --mbs 1,2 --layers 4")
+    ap.add_argument("--probe", required=True, metavar="PLAN", help="a plan file (its model and seq)")
+    ap.add_argument("--mbs", default="1", help="micro-batch sizes, comma-separated")
+    ap.add_argument("--layers", type=int, help="build this many layers instead of the model's (per-layer figures do not change)")
+    ap.add_argument("--seq", type=int, help="sequence length (default: the plan's)")
+    a = ap.parse_args()
+    plan = json.load(open(a.probe))
+    spec = dict(plan["model"], **({"layers": a.layers} if a.layers else {}))
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    for m in a.mbs.split(","):
+        print("PROBE " + json.dumps(probe(spec, a.seq or plan["seq"], int(m), dev)), flush=True)
+        if dev == "cuda":
+            torch.cuda.empty_cache()
