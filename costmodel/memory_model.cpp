@@ -199,6 +199,20 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const double vp = double(padded_vocab_columns(m, s.tp));
   const double width = double(m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden);
   const double tokens = double(in.seq) * s.mbs;
+  if (in.engine == Engine::DeepSpeed || in.engine == Engine::Fsdp) {
+    // The eager loss of the model code these engines run (scripts/engines/
+    // torch_model.py lm_loss, as Hugging Face's causal-LM loss):
+    // F.cross_entropy over logits.float(), over the whole vocabulary on each
+    // rank (the FSDP export's TP output layer gathers its logits, Replicate()).
+    // log_softmax saves its fp32 output (4 bytes per logit) until the
+    // backward, where the incoming and the outgoing fp32 gradients join it:
+    // 12 bytes per logit at the peak. Measured on one H200 with
+    // torch_model.py --probe (validation/engines/act): 4.000 bytes per logit
+    // saved and 8.00 above it in the backward (llama-3.2-1b at mbs 1, 2, 4,
+    // llama-3.2-3b at mbs 1, 2, gpt2-xl at mbs 4).
+    const double lg = tokens * double(m.vocab);
+    return 4.0 * lg * std::max(0, sm.inflight_microbatches - 1) + 12.0 * lg;
+  }
   if (in.megatron) {
     // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
     // cross_entropy.py) turns the logits to fp32 and saves their exponentials

@@ -268,3 +268,23 @@ TEST_CASE("megatron pads the vocabulary to 128 x tp", "[engine]") {
   CHECK(megatron_padded_vocab(50257, 8) == 51200);
   CHECK(megatron_padded_vocab(32000, 2) == 32000);
 }
+
+TEST_CASE("deepspeed and fsdp: the eager loss keeps 12 bytes per logit at its peak", "[engine]") {
+  // F.cross_entropy(logits.float()) (scripts/engines/torch_model.py lm_loss):
+  // log_softmax's fp32 output saved, then in the backward its incoming and
+  // outgoing fp32 gradients, over the whole (unpadded) vocabulary, gathered
+  // under TP. Hand count: 12 x tokens x vocab; measured 4 + 8 bytes per logit
+  // on one H200 (validation/engines/act).
+  const ModelSpec m = model_preset("llama-3.2-1b");
+  for (const int tp : {1, 2}) {
+    Strategy s;
+    s.tp = tp, s.zero = 3, s.mbs = 2, s.gas = 2;
+    const Plan p = make_plan(m, "4xH100", s, 2048);
+    const double want = 12.0 * 2 * 2048 * 128256;  // 6,303,842,304 bytes
+    for (const Engine e : {Engine::DeepSpeed, Engine::Fsdp}) {
+      if (e == Engine::DeepSpeed && tp > 1) continue;
+      const MemoryReport r = estimate_memory(p, e);
+      CHECK(double(r.peak_breakdown()[int(MemCategory::LogitsLoss)]) == Approx(want).epsilon(1e-9));
+    }
+  }
+}
