@@ -249,8 +249,9 @@ EngineStep engine_step_time(const Plan& plan, const HardwareProfile& profile, En
   fit("DTensor host-bound", "kDTensorModuleSeconds", kDTensorModuleSeconds, "fsdp-z2-tp2-sp");
   fit("local-path layer passes", "kMegatronLayerPassSeconds", kMegatronLayerPassSeconds, "mg-pp2-vpp2-dp2-dopt");
   if (!fitted.empty())
-    out.notes.push_back("fitted on validation/engines/h100x4/run1 only (4x H100, llama-3.2-1b; held-out check: "
-                        "run2): " + fitted);
+    out.notes.push_back("fitted on validation/engines/h100x4/run1 only (4x H100, llama-3.2-1b): " + fitted +
+                        "; on held-out launches (validation/engines/h200x4/run2, x2/run3) the engine step missed "
+                        "by -43% to +55%: a rough guide to the engine's overheads, not a number to plan on");
   for (const std::string& n : unmeasured_notes(plan, engine)) out.notes.push_back(n);
   if (runs_python_trainer(engine))
     out.notes.push_back("the trainer is this repository's scripts/engines/" +
