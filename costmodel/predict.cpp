@@ -116,8 +116,8 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   if (plan.model.moe.enabled())
     p.memory.notes.push_back(
         "mixture of experts: planner exec's MoE layers are host-bound on GPUs (per-expert loops and all-to-all "
-        "dispatch; the GPU idle 0.5-0.6 s a step): measured 2.5-4.4x this step time on H100 and H200 "
-        "(validation/h100x4/today22b, validation/x2/heldout23); the prediction prices the kernels, not the host");
+        "dispatch; the GPU idle 0.4-0.8 s a step): measured 2.3-4.4x this step time on H100 and H200 "
+        "(validation/h100x4/heldout23, validation/x2/moe_alloc); the prediction prices the kernels, not the host");
   if (sim_out) *sim_out = sim;
   return p;
 }

@@ -110,12 +110,15 @@ at::Tensor route_topk(const at::Tensor& probs, int64_t k) {
   return std::get<1>(at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(-1, 0, k).contiguous();
 }
 
-at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& idx) {
-  const int64_t T = probs.size(0), E = probs.size(1), k = idx.size(1);
-  at::Tensor counts = expert_counts(idx.reshape({-1}), E).to(at::kFloat);  // assignments per expert
-  at::Tensor f = counts / double(T * k);
+at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& counts, int64_t k) {
+  const int64_t T = probs.size(0), E = probs.size(1);
+  at::Tensor f = counts.to(at::kFloat) / double(T * k);  // the share of assignments per expert
   at::Tensor P = probs.to(at::kFloat).mean(0);
   return (f * P).sum() * double(E);
+}
+
+at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& idx) {
+  return load_balancing_loss(probs, expert_counts(idx.reshape({-1}), probs.size(1)), idx.size(1));
 }
 
 at::Tensor all_to_all_rows(const at::Tensor& x, const std::vector<int64_t>& send_rows,
@@ -255,18 +258,20 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   const at::Tensor idx = route_topk(probs.detach(), k);                                            // (T, k)
   at::Tensor w = probs.gather(1, idx);
   w = w / w.sum(-1, true);
-  const at::Tensor aux = load_balancing_loss(probs, idx);
+  // The T k assignments (token t's j-th at t k + j) and how many each expert got.
+  const at::Tensor flat = idx.reshape({-1});
+  const at::Tensor counts = expert_counts(flat, spec_.moe.experts);
+  const at::Tensor aux = load_balancing_loss(probs, counts, k);
   last_aux[size_t(layer)] = aux.detach();
   w = attach_aux_loss(w, aux, kAuxLossCoeff * grad_scale);
   // Experts and shared MLP on tp-partial outputs: the input's gradient summed over tp.
   const at::Tensor xt = copy_to_tp(xn, tp_);
-  // The T k assignments (token t's j-th at t k + j) sorted by expert, stably.
-  const at::Tensor flat = idx.reshape({-1});
+  // The assignments sorted by expert, stably.
   const at::Tensor order = std::get<1>(at::sort(flat, std::optional<bool>(true), 0, false));
   const at::Tensor inv_order = inverse_permutation(order);
   // Each token's row k times (the backward sums them), then grouped by expert.
   const at::Tensor xk = xt.unsqueeze(1).expand({T, k, h}).reshape({T * k, h});
-  at::Tensor y = routed(S, l, permute_rows(xk, order, inv_order), expert_counts(flat, spec_.moe.experts));
+  at::Tensor y = routed(S, l, permute_rows(xk, order, inv_order), counts);
   const at::Tensor ws = copy_to_tp(w.reshape({-1, 1}).to(y.scalar_type()), tp_);
   // Back to assignment order, weighted, and each token's k outputs summed.
   at::Tensor out = (permute_rows(y, inv_order, order) * ws).view({T, k, h}).sum(1);

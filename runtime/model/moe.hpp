@@ -59,6 +59,9 @@ at::Tensor route_topk(const at::Tensor& probs, int64_t k);
 // E * sum_i f_i * P_i (above) for probs (T, E) and the chosen experts idx (T, k): an fp32 scalar,
 // differentiable in probs.
 at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& idx);
+// The same from the assignments per expert (int64 (E), expert_counts of the
+// flattened idx) and top_k: the form forward() uses, which counts them once.
+at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& counts, int64_t k);
 // All-to-all of rows: x (sum send_rows, w...) -> (sum recv_rows, w...), rows in rank order;
 // the backward sends the gradient back. `ep` null or of size 1: the identity.
 at::Tensor all_to_all_rows(const at::Tensor& x, const std::vector<int64_t>& send_rows,
