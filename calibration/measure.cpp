@@ -186,6 +186,11 @@ void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes,
                          const std::vector<std::string>& only) {
   const bool cuda = c.cuda;
   auto part = [&](const char* key, const std::function<json()>& fn) {
+    // The one list of names (--only checks against it): a part measured here
+    // under another name would be unreachable with --only.
+    const auto& names = calibration_part_names();
+    if (std::find(names.begin(), names.end(), key) == names.end())
+      throw std::logic_error(std::string("calibrate: part '") + key + "' is missing from calibration_part_names()");
     if (!only.empty() && std::find(only.begin(), only.end(), key) == only.end()) {
       notes.push_back(std::string(key) + ": not measured (--only)");
       return;
