@@ -3,6 +3,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -96,6 +99,24 @@ at::Tensor expert_counts(const at::Tensor& flat_idx, int64_t experts) {
 
 // A host vector on `device`: through pinned memory and a non-blocking copy on
 // CUDA, so that the host does not wait for the queued kernels.
+// PLANNER_MOE_HOST_TIMING=1: the host's seconds in the MoE layers' forward,
+// by phase, printed on stderr by each rank at exit (a diagnosis of the MoE
+// steps' idle GPU time, validation/x2/moe_trace; off by default, no cost).
+struct MoeHostTiming {
+  bool on = std::getenv("PLANNER_MOE_HOST_TIMING") != nullptr;
+  double forward = 0, sync_wait = 0, host_index = 0, experts = 0;
+  int64_t calls = 0;
+  ~MoeHostTiming() {
+    if (on && calls > 0)
+      std::fprintf(stderr,
+                   "moe host timing: %lld layer forwards, host seconds: forward %.4f (sync wait %.4f, host "
+                   "index build %.4f, experts' launches %.4f)\n",
+                   static_cast<long long>(calls), forward, sync_wait, host_index, experts);
+  }
+};
+MoeHostTiming g_moe_timing;
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
   const auto n = static_cast<int64_t>(v.size());
   at::Tensor h = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
@@ -221,7 +242,10 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
   ep_->all_to_all_v(counts, std::vector<int64_t>(size_t(ep_size_), El), peer_counts,
                     std::vector<int64_t>(size_t(ep_size_), El))
       ->wait();
+  const double t_sync = g_moe_timing.on ? now_s() : 0;
   const at::Tensor both = at::cat({counts, peer_counts}).cpu();
+  const double t_index = g_moe_timing.on ? now_s() : 0;
+  if (g_moe_timing.on) g_moe_timing.sync_wait += t_index - t_sync;
   const int64_t* sc = both.data_ptr<int64_t>();     // (ep, El): what this rank sends to each peer's experts
   const int64_t* rc = sc + E;                         // (ep, El): what each peer sends to this rank's experts
   std::vector<int64_t> send(size_t(ep_size_), 0), recv(size_t(ep_size_), 0), per_expert(size_t(El), 0);
@@ -242,12 +266,16 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
   std::vector<int64_t> inv(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
   const at::Tensor perm_t = to_device(perm, xr.device()), inv_t = to_device(inv, xr.device());
+  const double t_experts = g_moe_timing.on ? now_s() : 0;
+  if (g_moe_timing.on) g_moe_timing.host_index += t_experts - t_index;
   at::Tensor yg = experts(S, l, permute_rows(xr, perm_t, inv_t), per_expert);
+  if (g_moe_timing.on) g_moe_timing.experts += now_s() - t_experts;
   at::Tensor yr = permute_rows(yg, inv_t, perm_t);  // back to peer-major
   return all_to_all_rows(yr, recv, send, ep_);
 }
 
 at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tensor& xn_in, double grad_scale) const {
+  const double t_forward = g_moe_timing.on ? now_s() : 0;
   const MoeLayerIds& l = ids_[size_t(layer)];
   const int64_t h = spec_.hidden, k = spec_.moe.top_k;
   const auto shape = xn_in.sizes().vec();
@@ -281,7 +309,9 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
     if (l.sh_gate >= 0) sh = sh * copy_to_tp(at::sigmoid(at::matmul(xn, S.get(l.sh_gate).t())), tp_);
     out = out + sh;
   }
-  return reduce_from_tp(out, tp_).view(shape);
+  at::Tensor result = reduce_from_tp(out, tp_).view(shape);
+  if (g_moe_timing.on) g_moe_timing.forward += now_s() - t_forward, ++g_moe_timing.calls;
+  return result;
 }
 
 }  // namespace planner::rt
