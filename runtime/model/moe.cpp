@@ -208,6 +208,11 @@ at::Tensor MoeBlock::activation(const at::Tensor& u, int64_t f) const {
 at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                              const std::vector<int64_t>& rows) const {
   const int64_t f = spec_.moe.expert_ffn / tp_size_;
+  static const int64_t pad_rows = [] {
+    const char* v = std::getenv("PLANNER_MOE_PAD_ROWS");
+    const long long r = v ? std::atoll(v) : 1;
+    return int64_t(r >= 1 ? r : 1);
+  }();
   // One unbind per stack: its backward stacks the experts' gradients in one
   // kernel (select() per expert would zero-fill and add the whole stack each).
   const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
@@ -217,8 +222,13 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
     const int64_t n = rows[size_t(j)];
     if (n == 0) continue;
     at::Tensor xj = x.narrow(0, at_row, n);
-    at::Tensor u = at::matmul(xj, w1[size_t(j)].t());
-    parts.push_back(at::matmul(activation(u, f), w2[size_t(j)].t()));
+    // Rows padded with zeros to a multiple of pad_rows (PLANNER_MOE_PAD_ROWS):
+    // the GEMMs then see a few shapes instead of a new one per expert and
+    // layer; the padding's outputs are dropped, so its gradients are zero.
+    const int64_t np = (n + pad_rows - 1) / pad_rows * pad_rows;
+    if (np != n) xj = at::constant_pad_nd(xj, {0, 0, 0, np - n});
+    at::Tensor yj = at::matmul(activation(at::matmul(xj, w1[size_t(j)].t()), f), w2[size_t(j)].t());
+    parts.push_back(np != n ? yj.narrow(0, 0, n) : yj);
     at_row += n;
   }
   // No rows at all: an empty result that still depends on x, so that the
