@@ -222,7 +222,16 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
     const double lg = tokens * double(m.vocab) / s.tp;
     return 4.0 * lg * sm.inflight_microbatches + in.e * lg;
   }
-  return in.e * tokens * vp * (sm.inflight_microbatches + 1) + std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) +
+  // The fp32 chunk: under bf16 logits (bf16 and fp8 plans) without TP,
+  // log_softmax first converts the chunk to fp32 in a separate copy, so two
+  // chunks live at once (runtime ChunkedCrossEntropy; fp16's softmax kernel
+  // converts itself, and the vocabulary-parallel path works on its own copy).
+  // Measured: the loss's peak 266-384 MiB above one chunk in every tp=1 bf16
+  // run of validation/h100/ft23, ft23b, window23 and h100x4/heldout23, 16-32 MiB
+  // under tp=2.
+  const bool bf16_copy = s.tp == 1 && (s.precision == Precision::BF16 || s.precision == Precision::FP8);
+  const double chunk = std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
+  return in.e * tokens * vp * (sm.inflight_microbatches + 1) + chunk +
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
 }
 

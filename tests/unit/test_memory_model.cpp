@@ -169,10 +169,18 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
   // 12 layers x (32 sbh + 4 a s b) + final-norm and head inputs 2 x 2 sbh.
   CHECK(g[int(MemCategory::Activations)] == int64_t(12 * (32 * sbh + 4 * 12 * 1024 * 4) + 4 * sbh));
   // Logits as the runtime holds them: bf16 logits and their gradient (2 + 2
-  // bytes per entry), one 256 MiB fp32 chunk of the loss; the vocabulary 51200
+  // bytes per entry), a 256 MiB fp32 chunk of the loss and, bf16 at tp=1, the
+  // fp32 copy log_softmax makes of it (2 x 256 MiB); the vocabulary 51200
   // is already a multiple of 64, so the LM head reads its matrix in place (no
   // padded copy, no copy of its gradient).
-  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(2.0 * 4096 * 51200 * 2 + 256.0 * (1 << 20)));
+  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(2.0 * 4096 * 51200 * 2 + 2 * 256.0 * (1 << 20)));
+  {
+    // fp16: the softmax kernel converts as it reads, one chunk.
+    Plan h = p;
+    h.strategy = Strategy::parse("mbs=4,precision=fp16");
+    CHECK(estimate_memory(h).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
+          int64_t(2.0 * 4096 * 51200 * 2 + 256.0 * (1 << 20)));
+  }
   // Overhead: context 0.75 GiB + 64 MiB buffers + the optimizer's 256 MiB fp32
   // chunk; no fragmentation term (the runtime's expandable segments).
   CHECK(g[int(MemCategory::Overhead)] == int64_t(0.75 * (1 << 30) + 64.0 * (1 << 20) + 256.0 * (1 << 20)));
@@ -183,7 +191,7 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
     Plan q = p;
     q.model.vocab = 50257;
     CHECK(estimate_memory(q).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
-          int64_t(2.0 * 4096 * 50304 * 2 + 256.0 * (1 << 20) + 2.0 * 2 * 50304 * 768));
+          int64_t(2.0 * 4096 * 50304 * 2 + 2 * 256.0 * (1 << 20) + 2.0 * 2 * 50304 * 768));
   }
   // ZeRO-3 over 8 GPUs divides all three model-state categories by 8.
   p.cluster = parse_cluster("8xA100-80GB");
