@@ -42,7 +42,7 @@ int64_t positive_field(const nlohmann::json& j, const char* key) {
 
 Plan plan_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw InputError("plan: expected a JSON object");
-  if (j.value("format", std::string()) != "planner-plan")
+  if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != "planner-plan")
     throw InputError("plan: not a plan file (\"format\": \"planner-plan\" missing)");
   if (!j.contains("version") || !j["version"].is_number_integer())
     throw InputError("plan: missing integer field 'version'");

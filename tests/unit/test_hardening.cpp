@@ -126,6 +126,13 @@ TEST_CASE("plan.json versions are whole numbers in range", "[hardening]") {
   CHECK(error_of([&] { plan_from_json(j); }).find("4294967297") != std::string::npos);
   j["version"] = uint64_t(18446744073709551615ull);
   CHECK_THROWS_AS(plan_from_json(j), InputError);
+  // A "format" that is not a string is not a plan file (found by fuzz_plan: a number there threw
+  // nlohmann's type_error, which no caller turns into exit 2).
+  j = plan_to_json(p);
+  j["format"] = 94967297;
+  CHECK(error_of([&] { plan_from_json(j); }).find("not a plan file") != std::string::npos);
+  j["format"] = nlohmann::json::array();
+  CHECK_THROWS_AS(plan_from_json(j), InputError);
 }
 
 TEST_CASE("profiles with non-physical values are rejected when loaded", "[hardening]") {
