@@ -14,7 +14,8 @@ them). Not checked: paths with a placeholder in capitals (SUITE, NAME), glob
 patterns that match nothing are reported, `-o DIR` outputs, and examples/
 paths outside examples/{models,plans,clusters,prices,sweep*} (other projects'
 paths, e.g. Megatron-LM's examples/gpt3/...), and the paths a suite lists under
-"pending" (an earlier device call commits them before the suite runs).
+"pending" (an earlier device call commits them before the suite runs) and its
+"results" folder (the run writes it).
 """
 import glob
 import json
@@ -45,7 +46,10 @@ def pending():
     out = set()
     for f in glob.glob(os.path.join(ROOT, "validation", "suites", "*.json")):
         try:
-            out.update(p for p in json.load(open(f)).get("pending", []) if isinstance(p, str))
+            s = json.load(open(f))
+            out.update(p for p in s.get("pending", []) if isinstance(p, str))
+            if isinstance(s.get("results"), str):
+                out.add(s["results"])  # the folder the suite's run writes
         except (OSError, ValueError, AttributeError):
             pass
     return out

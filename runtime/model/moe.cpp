@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -126,6 +127,27 @@ at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
 
 }  // namespace
 
+MoeGemm moe_gemm_from_env() {
+  MoeGemm g;
+  if (const char* v = std::getenv("PLANNER_MOE_PAD_ROWS"); v && *v) {
+    char* end = nullptr;
+    errno = 0;
+    const long long r = std::strtoll(v, &end, 10);
+    if (*end != '\0' || errno != 0 || r < 1 || r > 65536)
+      throw InputError("PLANNER_MOE_PAD_ROWS='" + std::string(v).substr(0, 40) +
+                       "' is not an accepted value: a whole number of rows from 1 to 65536, or unset");
+    g.pad_rows = r;
+  }
+  if (const char* v = std::getenv("PLANNER_MOE_GROUPED_MM"); v && *v) {
+    const std::string s(v);
+    if (s != "0" && s != "1")
+      throw InputError("PLANNER_MOE_GROUPED_MM='" + s.substr(0, 40) +
+                       "' is not an accepted value: 1 (one grouped GEMM for all local experts, bf16), 0 or unset");
+    g.grouped = s == "1";
+  }
+  return g;
+}
+
 at::Tensor route_topk(const at::Tensor& probs, int64_t k) {
   // A stable descending sort keeps equal probabilities in index order: ties go to the lower index.
   return std::get<1>(at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(-1, 0, k).contiguous();
@@ -154,7 +176,8 @@ at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double sc
 
 MoeBlock::MoeBlock(const ModelSpec& spec, Communicator* tp, Communicator* ep, bool sp)
     : spec_(spec), tp_(tp && tp->size() > 1 ? tp : nullptr), ep_(ep && ep->size() > 1 ? ep : nullptr),
-      tp_size_(tp_ ? tp_->size() : 1), ep_size_(ep_ ? ep_->size() : 1), ep_rank_(ep_ ? ep_->rank() : 0) {
+      tp_size_(tp_ ? tp_->size() : 1), ep_size_(ep_ ? ep_->size() : 1), ep_rank_(ep_ ? ep_->rank() : 0),
+      gemm_(moe_gemm_from_env()) {
   const MoeSpec& m = spec_.moe;
   auto refuse = [&](const std::string& what) {
     throw InputError("the runtime does not execute mixture of experts with " + what + " (" + spec_.name + ")");
@@ -207,12 +230,16 @@ at::Tensor MoeBlock::activation(const at::Tensor& u, int64_t f) const {
 // MLP on its own rows; the result is partial over tp (the inner width is split).
 at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                              const std::vector<int64_t>& rows) const {
-  const int64_t f = spec_.moe.expert_ffn / tp_size_;
-  static const int64_t pad_rows = [] {
-    const char* v = std::getenv("PLANNER_MOE_PAD_ROWS");
-    const long long r = v ? std::atoll(v) : 1;
-    return int64_t(r >= 1 ? r : 1);
-  }();
+  // No rows at all: an empty result that still depends on x, so that the
+  // backward reaches the dispatch exchange as on every other ep rank.
+  if (sum(rows) == 0) return x * 0;
+  if (gemm_.grouped) {
+    if (x.scalar_type() == at::kBFloat16) return grouped_experts(S, l, x, rows);
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "PLANNER_MOE_GROUPED_MM=1 runs bf16 only: one GEMM per expert here\n");
+    said = true;
+  }
+  const int64_t f = spec_.moe.expert_ffn / tp_size_, pad_rows = gemm_.pad_rows;
   // One unbind per stack: its backward stacks the experts' gradients in one
   // kernel (select() per expert would zero-fill and add the whole stack each).
   const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
@@ -231,10 +258,22 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
     parts.push_back(np != n ? yj.narrow(0, 0, n) : yj);
     at_row += n;
   }
-  // No rows at all: an empty result that still depends on x, so that the
-  // backward reaches the dispatch exchange as on every other ep rank.
-  if (parts.empty()) return x * 0;
   return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+}
+
+// The same with one grouped GEMM per stack (PLANNER_MOE_GROUPED_MM=1): rows
+// [ends[j-1], ends[j]) of x times expert j's matrix, for all local experts in
+// one launch (at::_grouped_mm, int32 group ends; its backward is LibTorch's).
+at::Tensor MoeBlock::grouped_experts(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
+                                     const std::vector<int64_t>& rows) const {
+  const int64_t f = spec_.moe.expert_ffn / tp_size_;
+  at::Tensor ends = at::empty({local_experts_}, at::TensorOptions().dtype(at::kInt).pinned_memory(x.is_cuda()));
+  int32_t* e = ends.data_ptr<int32_t>();
+  int64_t at_row = 0;
+  for (int64_t j = 0; j < local_experts_; ++j) e[j] = int32_t(at_row += rows[size_t(j)]);
+  if (x.is_cuda()) ends = ends.to(x.device(), /*non_blocking=*/true);
+  const at::Tensor u = at::_grouped_mm(x.contiguous(), S.get(l.fc1).transpose(1, 2), ends);
+  return at::_grouped_mm(activation(u, f).contiguous(), S.get(l.fc2).transpose(1, 2), ends);
 }
 
 // The routed experts' outputs for xs, the assignments' rows grouped by

@@ -69,6 +69,20 @@ at::Tensor all_to_all_rows(const at::Tensor& x, const std::vector<int64_t>& send
 // Returns y unchanged (a copy); its backward also gives `aux` the gradient `scale`.
 at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double scale);
 
+// How the local experts' MLPs run their GEMMs (an experiment's switches, read
+// from the environment once per run; validation/h100x4/moe_fix):
+//   PLANNER_MOE_PAD_ROWS=N (N >= 1, default 1): each expert's rows padded with
+//     zeros to a multiple of N, so that the GEMMs see few shapes;
+//   PLANNER_MOE_GROUPED_MM=1 (0 or 1, default 0): one at::_grouped_mm for all
+//     local experts' fc1 and one for their fc2 (bf16 only: other precisions
+//     keep one GEMM per expert, said once on stderr).
+// A value outside those is an InputError naming it.
+struct MoeGemm {
+  int64_t pad_rows = 1;
+  bool grouped = false;
+};
+MoeGemm moe_gemm_from_env();
+
 struct MoeLayerIds {
   int router = -1, fc1 = -1, fc2 = -1, sh_fc1 = -1, sh_fc2 = -1, sh_gate = -1;
 };
@@ -84,6 +98,8 @@ class MoeBlock {
   // tp rank; `grad_scale`: the factor the loss is multiplied by before backward.
   at::Tensor forward(const ParamStore& store, int64_t layer, const at::Tensor& xn, double grad_scale) const;
   int ep_size() const { return ep_size_; }
+  // The experts' GEMM switches (from the environment unless set; tests set them).
+  void set_gemm(const MoeGemm& g) { gemm_ = g; }
   // The aux loss of the last forward of each layer (detached; for tests).
   mutable std::vector<at::Tensor> last_aux;
 
@@ -91,6 +107,8 @@ class MoeBlock {
   at::Tensor experts(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,
                      const std::vector<int64_t>& rows) const;
   at::Tensor routed(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& xs, const at::Tensor& counts) const;
+  at::Tensor grouped_experts(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,
+                             const std::vector<int64_t>& rows) const;
   at::Tensor activation(const at::Tensor& u, int64_t f) const;
 
   ModelSpec spec_;
@@ -98,6 +116,7 @@ class MoeBlock {
   Communicator* ep_ = nullptr;
   int tp_size_ = 1, ep_size_ = 1, ep_rank_ = 0;
   int64_t local_experts_ = 0;
+  MoeGemm gemm_;
   std::vector<MoeLayerIds> ids_;
 };
 

@@ -234,6 +234,7 @@ class TransformerModel {
   // (the auxiliary loss's gradient scale; loss() sets it, the Engine before each forward).
   double moe_grad_scale = 1.0;
   const MoeBlock* moe() const { return moe_.get(); }
+  MoeBlock* moe() { return moe_.get(); }
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
 

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cstdlib>
+
 #include "runtime/model/moe.hpp"
 #include "runtime/model/transformer.hpp"
 #include "strategies/errors.hpp"
@@ -89,6 +91,55 @@ TEST_CASE("moe: a layer equals the token-by-token mixture", "[moe]") {
     }
     CHECK(max_abs_diff(got[t], want) <= 1e-5);
   }
+}
+
+// PLANNER_MOE_GROUPED_MM=1 and PLANNER_MOE_PAD_ROWS (runtime/model/moe.hpp):
+// the same layer output and gradients as one GEMM per expert, in bf16 (what
+// the grouped GEMM runs), on a batch where some experts get no rows.
+TEST_CASE("moe: grouped and padded expert GEMMs equal one GEMM per expert", "[moe]") {
+  const ModelSpec m = moe_like();
+  rt::TransformerModel model(m, 8);
+  model.materialize(at::kCPU, at::kBFloat16, 5);
+  at::manual_seed(4);
+  const at::Tensor x0 = at::randn({1, 3, m.hidden}, at::kFloat).to(at::kBFloat16);  // 6 assignments over 8 experts
+  auto run = [&](const rt::MoeGemm& g) {
+    model.moe()->set_gemm(g);
+    model.store().grads.zero_();
+    at::Tensor xn = x0.clone().requires_grad_(true);
+    at::Tensor y = model.moe()->forward(model.store(), 0, xn, 1.0);
+    (y.to(at::kFloat) * at::linspace(-1, 1, y.numel()).view(y.sizes())).sum().backward();
+    return std::vector<at::Tensor>{y.to(at::kFloat), xn.grad().to(at::kFloat), model.store().grads.to(at::kFloat)};
+  };
+  const auto loop = run(rt::MoeGemm{});
+  rt::MoeGemm grouped;
+  grouped.grouped = true;
+  rt::MoeGemm padded;
+  padded.pad_rows = 5;
+  for (const auto& other : {run(grouped), run(padded)})
+    for (size_t i = 0; i < loop.size(); ++i) {
+      INFO("output, input gradient, parameter gradients: " << i);
+      const double scale = loop[i].abs().max().item<double>();
+      REQUIRE(scale > 0);
+      CHECK(max_abs_diff(loop[i], other[i]) <= 2e-2 * scale);
+    }
+}
+
+TEST_CASE("moe: the experts' GEMM switches refuse what they do not accept", "[moe]") {
+  for (const char* bad : {"0", "-3", "12x", "1e9"}) {
+    ::setenv("PLANNER_MOE_PAD_ROWS", bad, 1);
+    INFO(bad);
+    CHECK_THROWS_AS(rt::moe_gemm_from_env(), InputError);
+  }
+  ::setenv("PLANNER_MOE_PAD_ROWS", "64", 1);
+  ::setenv("PLANNER_MOE_GROUPED_MM", "yes", 1);
+  CHECK_THROWS_AS(rt::moe_gemm_from_env(), InputError);
+  ::setenv("PLANNER_MOE_GROUPED_MM", "1", 1);
+  const rt::MoeGemm g = rt::moe_gemm_from_env();
+  CHECK(g.pad_rows == 64);
+  CHECK(g.grouped);
+  ::unsetenv("PLANNER_MOE_PAD_ROWS");
+  ::unsetenv("PLANNER_MOE_GROUPED_MM");
+  CHECK(rt::moe_gemm_from_env().pad_rows == 1);
 }
 
 TEST_CASE("moe: the Engine equals the single-process trainer", "[moe]") {
