@@ -112,12 +112,13 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
         "attention_window)",
         plan.model.windowed_layers(plan.seq)));
-  // MoE in this runtime: measured far slower than its kernels (host-bound dispatch).
+  // MoE in this runtime: measured slower than its kernels (the host waits once per layer).
   if (plan.model.moe.enabled())
     p.memory.notes.push_back(
-        "mixture of experts: planner exec's MoE layers are host-bound on GPUs (per-expert loops and all-to-all "
-        "dispatch; the GPU idle 0.4-0.8 s a step): measured 2.3-4.4x this step time on H100 and H200 "
-        "(validation/h100x4/heldout23, validation/x2/moe_alloc); the prediction prices the kernels, not the host");
+        "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (each layer's forward waits "
+        "for the routed counts that size its all-to-all, and the GPU idles while the host catches up); measured "
+        "slower than this prediction, which prices the kernels and the exchanges, not the host: read it as a lower "
+        "bound (validation/h100x4/moe_fix)");
   if (sim_out) *sim_out = sim;
   return p;
 }

@@ -142,7 +142,8 @@ MoeGemm moe_gemm_from_env() {
     const std::string s(v);
     if (s != "0" && s != "1")
       throw InputError("PLANNER_MOE_GROUPED_MM='" + s.substr(0, 40) +
-                       "' is not an accepted value: 1 (one grouped GEMM for all local experts, bf16), 0 or unset");
+                       "' is not an accepted value: 1 or unset (one grouped GEMM for all local experts in bf16), or 0 "
+                       "(one GEMM per expert)");
     g.grouped = s == "1";
   }
   return g;
@@ -233,11 +234,16 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
   // No rows at all: an empty result that still depends on x, so that the
   // backward reaches the dispatch exchange as on every other ep rank.
   if (sum(rows) == 0) return x * 0;
-  if (gemm_.grouped) {
-    if (x.scalar_type() == at::kBFloat16) return grouped_experts(S, l, x, rows);
-    static bool said = false;
-    if (!said) std::fprintf(stderr, "PLANNER_MOE_GROUPED_MM=1 runs bf16 only: one GEMM per expert here\n");
-    said = true;
+  // The grouped GEMM, unless it refused this device once (then said on stderr).
+  static bool grouped_refused = false;
+  if (gemm_.grouped && x.scalar_type() == at::kBFloat16 && !grouped_refused) {
+    try {
+      return grouped_experts(S, l, x, rows);
+    } catch (const c10::Error& e) {
+      grouped_refused = true;
+      std::fprintf(stderr, "moe: at::_grouped_mm refused this device (%s); one GEMM per expert from here on\n",
+                   e.what_without_backtrace());
+    }
   }
   const int64_t f = spec_.moe.expert_ffn / tp_size_, pad_rows = gemm_.pad_rows;
   // One unbind per stack: its backward stacks the experts' gradients in one

@@ -69,17 +69,20 @@ at::Tensor all_to_all_rows(const at::Tensor& x, const std::vector<int64_t>& send
 // Returns y unchanged (a copy); its backward also gives `aux` the gradient `scale`.
 at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double scale);
 
-// How the local experts' MLPs run their GEMMs (an experiment's switches, read
-// from the environment once per run; validation/h100x4/moe_fix):
-//   PLANNER_MOE_PAD_ROWS=N (N >= 1, default 1): each expert's rows padded with
-//     zeros to a multiple of N, so that the GEMMs see few shapes;
-//   PLANNER_MOE_GROUPED_MM=1 (0 or 1, default 0): one at::_grouped_mm for all
-//     local experts' fc1 and one for their fc2 (bf16 only: other precisions
-//     keep one GEMM per expert, said once on stderr).
+// How the local experts' MLPs run their GEMMs (read from the environment once
+// per run; validation/h100x4/moe_fix measured the choices):
+//   - bf16 (the default, PLANNER_MOE_GROUPED_MM unset or 1): one
+//     at::_grouped_mm for all local experts' fc1 and one for their fc2. One GEMM
+//     per expert costs the host a kernel choice per new row count: 1.8x slower
+//     steps on 2 H100s, 1.9-2.4x on 4;
+//   - other precisions, PLANNER_MOE_GROUPED_MM=0, or a LibTorch whose grouped
+//     GEMM refuses the device (said once on stderr): one GEMM per expert, each
+//     expert's rows padded with zeros to a multiple of PLANNER_MOE_PAD_ROWS=N
+//     (N >= 1, default 1: no padding).
 // A value outside those is an InputError naming it.
 struct MoeGemm {
   int64_t pad_rows = 1;
-  bool grouped = false;
+  bool grouped = true;
 };
 MoeGemm moe_gemm_from_env();
 

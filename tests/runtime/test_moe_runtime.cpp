@@ -93,9 +93,9 @@ TEST_CASE("moe: a layer equals the token-by-token mixture", "[moe]") {
   }
 }
 
-// PLANNER_MOE_GROUPED_MM=1 and PLANNER_MOE_PAD_ROWS (runtime/model/moe.hpp):
-// the same layer output and gradients as one GEMM per expert, in bf16 (what
-// the grouped GEMM runs), on a batch where some experts get no rows.
+// The grouped GEMM (bf16's default) and padded rows (runtime/model/moe.hpp):
+// the same layer output and gradients as one GEMM per expert, in bf16, on a
+// batch where some experts get no rows.
 TEST_CASE("moe: grouped and padded expert GEMMs equal one GEMM per expert", "[moe]") {
   const ModelSpec m = moe_like();
   rt::TransformerModel model(m, 8);
@@ -110,10 +110,11 @@ TEST_CASE("moe: grouped and padded expert GEMMs equal one GEMM per expert", "[mo
     (y.to(at::kFloat) * at::linspace(-1, 1, y.numel()).view(y.sizes())).sum().backward();
     return std::vector<at::Tensor>{y.to(at::kFloat), xn.grad().to(at::kFloat), model.store().grads.to(at::kFloat)};
   };
-  const auto loop = run(rt::MoeGemm{});
+  rt::MoeGemm per_expert;
+  per_expert.grouped = false;
+  const auto loop = run(per_expert);
   rt::MoeGemm grouped;
-  grouped.grouped = true;
-  rt::MoeGemm padded;
+  rt::MoeGemm padded = per_expert;
   padded.pad_rows = 5;
   for (const auto& other : {run(grouped), run(padded)})
     for (size_t i = 0; i < loop.size(); ++i) {
@@ -133,13 +134,14 @@ TEST_CASE("moe: the experts' GEMM switches refuse what they do not accept", "[mo
   ::setenv("PLANNER_MOE_PAD_ROWS", "64", 1);
   ::setenv("PLANNER_MOE_GROUPED_MM", "yes", 1);
   CHECK_THROWS_AS(rt::moe_gemm_from_env(), InputError);
-  ::setenv("PLANNER_MOE_GROUPED_MM", "1", 1);
+  ::setenv("PLANNER_MOE_GROUPED_MM", "0", 1);
   const rt::MoeGemm g = rt::moe_gemm_from_env();
   CHECK(g.pad_rows == 64);
-  CHECK(g.grouped);
+  CHECK_FALSE(g.grouped);
   ::unsetenv("PLANNER_MOE_PAD_ROWS");
   ::unsetenv("PLANNER_MOE_GROUPED_MM");
   CHECK(rt::moe_gemm_from_env().pad_rows == 1);
+  CHECK(rt::moe_gemm_from_env().grouped);
 }
 
 TEST_CASE("moe: the Engine equals the single-process trainer", "[moe]") {
