@@ -229,6 +229,25 @@ void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes,
   // After the memory part: its Trainers load kernels (AdamW, the loss) whose
   // code would count as memory outside the allocator there.
   part("in_step", [&] { return calib::measure_in_step(c); });
+  part("moe_host", [&] { return calib::measure_moe_host(c, nullptr); });
+}
+
+// Every rank: the MoE layer's host time with every rank in one ep group.
+void moe_host_ep_part(const Ctx& c, Communicator& worldc, const WorldInfo& wi, json& m,
+                      std::vector<std::string>& notes) {
+  std::vector<int> all(size_t(wi.size));
+  for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
+  worldc.barrier();
+  try {
+    auto ep = make_communicator({all}, "calibrate-moe", c.device, std::chrono::seconds(600));
+    json r = calib::measure_moe_host(c, ep.get());
+    if (wi.rank == 0) m["moe_host_ep"] = std::move(r);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    notes.push_back("moe_host over " + std::to_string(wi.size) + " ranks: failed, not measured (" +
+                    msg.substr(0, msg.find('\n')) + ")");
+  }
+  worldc.barrier();
 }
 
 // Every rank: the collectives and the node's CPU AdamW (under mpirun).
@@ -249,7 +268,8 @@ void multi_rank_parts(const Ctx& c, Communicator& worldc, const WorldInfo& wi, j
 const std::vector<std::string>& calibration_part_names() {
   static const std::vector<std::string> names{"gemm",        "attention",   "attention_window", "memory_kernels",
                                               "kernel_overhead_seconds", "host_copies", "host_memcpy",
-                                              "cpu_adam",    "memory",      "in_step",          "collectives"};
+                                              "cpu_adam",    "memory",      "in_step",          "moe_host",
+                                              "collectives"};
   return names;
 }
 
@@ -336,6 +356,8 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   }
   at::set_num_threads(threads_before);
   const bool collectives = o.only.empty() || std::find(o.only.begin(), o.only.end(), "collectives") != o.only.end();
+  const bool moe = o.only.empty() || std::find(o.only.begin(), o.only.end(), "moe_host") != o.only.end();
+  if (worldc && moe) moe_host_ep_part(c, *worldc, wi, m, notes);
   if (worldc && collectives) multi_rank_parts(c, *worldc, wi, m, notes);
   else if (worldc) notes.push_back("collectives: not measured (--only)");
   else notes.push_back("collectives and send/recv: one rank, skipped (run it under mpirun -np N to measure them)");

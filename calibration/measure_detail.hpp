@@ -57,6 +57,10 @@ struct Filler {
 };
 double time_interleaved(const Ctx& c, const std::function<void()>& gemm, double alone, const Filler& f);
 nlohmann::json measure_gemms(const Ctx& c);
+// calibration/measure_moe.cpp: the host seconds of one MoE layer's forward and
+// backward in the runtime, alone (`ep` null) or over the ep group `ep` (every
+// rank of it calls at once).
+nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep);
 nlohmann::json measure_attention(const Ctx& c);
 // Sliding-window attention beside full causal attention of the same shapes (CUDA 16-bit).
 nlohmann::json measure_attention_window(const Ctx& c);

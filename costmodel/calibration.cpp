@@ -508,6 +508,50 @@ struct Fitter {
         fmt::format(fmt::runtime(how), bwd.size(), "backward"));
   }
 
+  // The MoE layer's host seconds (calibrate's moe_host part): a line through
+  // the two token counts' points, fixed part + per routed row (both >= 0).
+  void moe_host() {
+    struct Line {
+      double fixed = 0, per_row = 0;
+    };
+    auto fit = [](const json& pts, const char* key) {
+      Line l;
+      if (!pts.is_array() || pts.empty()) return l;
+      const json &a = pts.front(), &b = pts.back();
+      const double ra = a.value("rows", 0.0), rb = b.value("rows", 0.0);
+      const double ya = a.value(key, 0.0), yb = b.value(key, 0.0);
+      l.per_row = rb > ra ? std::max(0.0, (yb - ya) / (rb - ra)) : 0.0;
+      l.fixed = std::max(0.0, ya - l.per_row * ra);
+      return l;
+    };
+    auto one = [&](const char* part, double& f, double& fr, double& b, double& br, const std::string& prefix) {
+      if (!m.contains(part) || !m[part].contains("points") || m[part]["points"].size() < 2) return false;
+      const json& x = m[part];
+      const Line lf = fit(x["points"], "forward_seconds"), lb = fit(x["points"], "backward_seconds");
+      if (!(lf.fixed + lf.per_row > 0) || !(lb.fixed + lb.per_row > 0)) return false;
+      f = lf.fixed, fr = lf.per_row, b = lb.fixed, br = lb.per_row;
+      const std::string how = fmt::format(
+          "the runtime's MoE block ({} experts of width {}, top-{}, hidden {}, {}; ep {}) timed on the host at {} "
+          "and {} tokens, median of each: fixed + per routed row",
+          x.value("experts", 0), x.value("expert_ffn", 0), x.value("top_k", 0), x.value("hidden", 0),
+          x.value("precision", ""), x.value("ep", 1), x["points"].front().value("tokens", 0),
+          x["points"].back().value("tokens", 0));
+      set(prefix + "forward_seconds", f, how);
+      set(prefix + "forward_row_seconds", fr, how);
+      set(prefix + "backward_seconds", b, how);
+      set(prefix + "backward_row_seconds", br, how);
+      return true;
+    };
+    one("moe_host", p.moe_host_forward_seconds, p.moe_host_forward_row_seconds, p.moe_host_backward_seconds,
+        p.moe_host_backward_row_seconds, "moe_host_");
+    if (m.contains("moe_host_ep") && m["moe_host_ep"].value("ep", 0) >= 2 &&
+        one("moe_host_ep", p.moe_host_ep_forward_seconds, p.moe_host_ep_forward_row_seconds,
+            p.moe_host_ep_backward_seconds, p.moe_host_ep_backward_row_seconds, "moe_host_ep_")) {
+      p.moe_host_ep_size = m["moe_host_ep"]["ep"].get<int>();
+      set("moe_host_ep_size", p.moe_host_ep_size, "the ep group of calibrate's moe_host part under mpirun");
+    }
+  }
+
   void host() {
     if (m.contains("cpu_adam") && m["cpu_adam"].value("seconds", 0.0) > 0) {
       const json& a = m["cpu_adam"];
@@ -903,6 +947,7 @@ HardwareProfile fit_profile(const nlohmann::json& measured, const GpuSpec* gpu) 
   f.attention_window();
   f.in_step_classes();  // after the memory-bound and attention rates it scales
   f.host();
+  f.moe_host();
   f.memory();
   f.collectives();
   f.contention();

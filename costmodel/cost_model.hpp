@@ -44,6 +44,9 @@ struct UnitCost {
   double cp_ring_backward_seconds = 0;  // KVB: the backward's (K/V and dK/dV; recomputation's forward ring included)
   double moe_a2a_forward_seconds = 0;   // ATAF (ep > 1): the forward's dispatch and combine all-to-alls
   double moe_a2a_backward_seconds = 0;  // ATAB: the backward's (recomputation's forward ones included)
+  // Of forward_seconds and backward_seconds: the MoE layer's wait for the host
+  // beyond its kernels and all-to-all (moe_costs.hpp moe_host_seconds).
+  double moe_host_forward_seconds = 0, moe_host_backward_seconds = 0;
 };
 
 // Pipeline sends of one virtual stage (one micro-batch).

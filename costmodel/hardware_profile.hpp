@@ -116,6 +116,17 @@ struct HardwareProfile {
   // difference (the head and loss cancel). 1: the rates as measured alone.
   double memory_in_step_factor = 1.0;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
+  // The host's seconds in one MoE layer of planner exec (runtime/model/moe.*),
+  // fixed + per routed row the rank computes: planner calibrate's moe_host part
+  // times a small block (GPU work of microseconds) alone (ep = 1) and, under
+  // mpirun, with every rank in one ep group of moe_host_ep_size ranks. The
+  // time model floors each MoE layer's forward and backward at them
+  // (costmodel/moe_costs.hpp moe_host_seconds). 0: not measured, no floor.
+  double moe_host_forward_seconds = 0, moe_host_forward_row_seconds = 0;
+  double moe_host_backward_seconds = 0, moe_host_backward_row_seconds = 0;
+  int moe_host_ep_size = 0;  // 0: no ep measurement (ep > 1 then takes the ep = 1 figures, said in a note)
+  double moe_host_ep_forward_seconds = 0, moe_host_ep_forward_row_seconds = 0;
+  double moe_host_ep_backward_seconds = 0, moe_host_ep_backward_row_seconds = 0;
 
   // --- communication and host -----------------------------------------------
   double nvlink_efficiency = 0.67;    // NCCL bus bandwidth over the NVLink datasheet rate

@@ -189,6 +189,20 @@ MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s,
   return {int64_t(((L - k) * double(dense_layer) + k * double(lp.shared)) / L), int64_t(k * double(lp.experts) / L)};
 }
 
+MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows) {
+  MoeHostSeconds h;
+  const bool from_ep = ep > 1 && p.moe_host_ep_size >= 2;
+  const double f = from_ep ? p.moe_host_ep_forward_seconds : p.moe_host_forward_seconds;
+  const double fr = from_ep ? p.moe_host_ep_forward_row_seconds : p.moe_host_forward_row_seconds;
+  const double b = from_ep ? p.moe_host_ep_backward_seconds : p.moe_host_backward_seconds;
+  const double br = from_ep ? p.moe_host_ep_backward_row_seconds : p.moe_host_backward_row_seconds;
+  h.forward = f + fr * rows;
+  h.backward = b + br * rows;
+  h.measured = h.forward > 0 || h.backward > 0;
+  h.ep_unmeasured = h.measured && ep > 1 && !from_ep;
+  return h;
+}
+
 void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& ep_link, const GroupLink& el,
                         double Pe, double dense_shard) {
   const Strategy& s = c.s;
@@ -200,6 +214,16 @@ void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& e
   // Their own actions of the step program (ATAF/ATAB), outside F and B.
   u.moe_a2a_forward_seconds += a2a;
   u.moe_a2a_backward_seconds += a2a + again;
+  // The host floor, for the MoE layers' share of the mean layer.
+  const MoeHostSeconds host = moe_host_seconds(c.p, s.ep, routed_tokens_per_rank(c.m, c.shape.seq * c.shape.mbs));
+  if (host.measured && c.m.layers > 0) {
+    const double share = double(c.m.layers - c.m.moe.dense_layers) / double(c.m.layers);
+    const double host_b = host.backward + (s.ckpt == Ckpt::Full ? host.forward : 0.0);
+    u.moe_host_forward_seconds = share * std::max(0.0, host.forward - (u.forward_seconds + a2a));
+    u.moe_host_backward_seconds = share * std::max(0.0, host_b - (u.backward_seconds + a2a + again));
+    u.forward_seconds += u.moe_host_forward_seconds;
+    u.backward_seconds += u.moe_host_backward_seconds;
+  }
   const double shard_e = s.zero >= 1 ? Pe / expert_dp : Pe;
   u.all_reduce_seconds += all_reduce_seconds(Pe * eg, el, base);
   u.reduce_scatter_seconds += reduce_scatter_seconds(Pe * eg, el, base);

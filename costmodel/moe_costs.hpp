@@ -92,6 +92,18 @@ double moe_all_to_all_seconds(const ModelSpec& m, const LayerShape& s, int ep, c
 // {dense_layer, 0} for a dense model.
 MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s, int64_t dense_layer);
 
+// The host's seconds in one MoE layer of planner exec (forward, backward)
+// for `rows` routed rows on the rank, from the profile's moe_host fields
+// (calibrate's moe_host part): ep = 1 from the single-GPU figures; ep > 1
+// from the ep group's figures (measured at moe_host_ep_size ranks, taken as
+// they are for other ep sizes), else from the single-GPU ones (`ep_unmeasured`).
+// Zero where the profile has none (`measured` false).
+struct MoeHostSeconds {
+  double forward = 0, backward = 0;
+  bool measured = false, ep_unmeasured = false;
+};
+MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows);
+
 // What a MoE layer unit's costs need besides its links.
 struct MoeUnitContext {
   const ModelSpec& m;
@@ -102,7 +114,12 @@ struct MoeUnitContext {
   double e, eg, base_latency_s, host_Bps;  // element bytes, gradient-reduce bytes, launch latency, host copy rate
 };
 // A MoE layer unit's additions to its UnitCost: the dispatch and combine
-// all-to-alls in each pass (again in a full recomputation), and its local
+// all-to-alls in each pass (again in a full recomputation); the host floor
+// (each layer's forward waits for its routed counts on the host, so a MoE
+// layer's forward and its all-to-all take at least the host's forward
+// seconds, and its backward, recomputation included, at least the host's
+// backward seconds, weighted by the share of MoE layers in the mean layer;
+// moe_host_seconds); and its local
 // experts' gradient reduction, ZeRO gathers, offload copies and optimizer
 // share over the expert-data-parallel group (`dense_shard`: the unit's
 // other parameters' optimizer shard).

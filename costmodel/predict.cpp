@@ -12,6 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "costmodel/finetune.hpp"
 #include "specs/flops.hpp"
 #include "costmodel/long_run.hpp"
@@ -112,13 +113,23 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
         "attention_window)",
         plan.model.windowed_layers(plan.seq)));
-  // MoE in this runtime: measured slower than its kernels (the host waits once per layer).
-  if (plan.model.moe.enabled())
-    p.memory.notes.push_back(
-        "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (each layer's forward waits "
-        "for the routed counts that size its all-to-all, and the GPU idles while the host catches up); measured "
-        "slower than this prediction, which prices the kernels and the exchanges, not the host: read it as a lower "
-        "bound (validation/h100x4/moe_fix)");
+  // MoE in this runtime: the host's part (one sync per layer forward, many small kernels).
+  if (plan.model.moe.enabled()) {
+    const MoeHostSeconds h = moe_host_seconds(profile, plan.strategy.ep, 1.0);
+    if (!h.measured)
+      p.memory.notes.push_back(
+          "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (each layer's forward waits "
+          "for the routed counts that size its all-to-all, and the GPU idles while the host catches up); this "
+          "profile has no measurement of that host time (planner calibrate --only moe_host), so the prediction "
+          "prices the kernels and the exchanges only: read it as a lower bound (validation/h100x4/moe_fix)");
+    else
+      p.memory.notes.push_back(std::string(
+          "mixture of experts: each MoE layer's forward and backward take at least the host's time in planner "
+          "exec's MoE block (the profile's moe_host fields); the host work of the rest of the layer is not "
+          "priced") + (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, "
+                                         "without the all-to-all's host work (calibrate under mpirun measures it)"
+                                       : ""));
+  }
   if (sim_out) *sim_out = sim;
   return p;
 }

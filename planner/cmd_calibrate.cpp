@@ -36,6 +36,45 @@ std::optional<GpuSpec> catalog_gpu(const nlohmann::json& measured, const std::st
                                name));
 }
 
+// The scalar profile fields this calibration fitted (its "fits" keys that
+// profile_to_json writes), in the order it wrote them.
+std::vector<std::string> merged_fields(const HardwareProfile& p) {
+  std::vector<std::string> out;
+  if (!p.calibration) return out;
+  const nlohmann::json all = profile_to_json(p);
+  const nlohmann::json fits = p.calibration->value("fits", nlohmann::json::object());
+  for (const auto& [k, v] : fits.items())
+    if (all.contains(k)) out.push_back(k);
+  return out;
+}
+
+// --onto: the profile file `onto` with the fitted fields of `p` replaced and
+// their provenance appended to its source; checked by loading it over the
+// GPU's datasheet profile (InputError as any profile file's).
+nlohmann::json merge_onto(const HardwareProfile& p, const std::string& onto, const GpuSpec* gpu) {
+  if (!gpu) throw InputError("calibrate --onto: this calibration ran on the CPU; merge a GPU's measurements");
+  nlohmann::json base = read_json_file(onto, "calibrate --onto");
+  if (!base.is_object()) throw InputError("calibrate --onto: " + onto + " is not a profile (a JSON object)");
+  if (base.contains("gpu") && base["gpu"].is_string() && base["gpu"].get<std::string>() != gpu->name)
+    throw InputError(fmt::format("calibrate --onto: {} is a profile of {}; these measurements are of {}", onto,
+                                 base["gpu"].get<std::string>(), gpu->name));
+  const std::vector<std::string> fields = merged_fields(p);
+  if (fields.empty()) throw InputError("calibrate --onto: this calibration fitted no profile field to merge");
+  const nlohmann::json fitted = profile_to_json(p);
+  std::string names;
+  for (const auto& k : fields) {
+    base[k] = fitted[k];
+    names += (names.empty() ? "" : ", ") + k;
+  }
+  const nlohmann::json mach = p.calibration->value("machine", nlohmann::json::object());
+  base["source"] = base.value("source", std::string()) + (base.value("source", std::string()).empty() ? "" : "; ") +
+                   fmt::format("{} merged from planner calibrate, {}, on {} ({})", names,
+                               p.calibration->value("created", ""), mach.value("gpu_name", gpu->name),
+                               mach.value("hostname", ""));
+  (void)profile_from_json(base, datasheet_profile(*gpu));  // refuses what a profile file may not hold
+  return base;
+}
+
 }  // namespace
 
 CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
@@ -48,6 +87,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "  planner calibrate --device cpu --quick -o cpu.json\n"
       "  planner calibrate --from h100.json --gpu H100-SXM -o refit.json   # re-fit saved measurements\n"
       "  planner calibrate --only gemm,attention_window -o part.json   # just these parts\n"
+      "  planner calibrate --from part.json --onto h100.json -o h100.json   # put part.json's fitted fields into h100.json\n"
       "  planner predict --plan plan.json --profile h100.json\n"
       "Measures GEMMs over transformer shapes per precision, fused attention forward/backward, the memory-bound\n"
       "kernel classes, kernel launch cost, host<->device copies, host memcpy, the CPU AdamW of the offload path,\n"
@@ -57,7 +97,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "figure; the points and the model's time for each are kept in the profile's \"calibration\". Progress on\n"
       "stderr.");
   struct Opts {
-    std::string output, device = "auto", gpu, from, budget;
+    std::string output, device = "auto", gpu, from, budget, onto;
     bool quick = false, json = false, quiet = false;
     std::vector<std::string> only;
   };
@@ -72,15 +112,19 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
                   "(checked between parts; 1 to 86400)");
   cmd->add_option("--only", o->only,
                   "measure only these parts, comma-separated (gemm, attention, attention_window, memory_kernels, "
-                  "kernel_overhead_seconds, host_copies, host_memcpy, cpu_adam, memory, in_step, collectives); "
+                  "kernel_overhead_seconds, host_copies, host_memcpy, cpu_adam, memory, in_step, moe_host, collectives); "
                   "the others keep the datasheet defaults")
       ->delimiter(',');
+  cmd->add_option("--onto", o->onto,
+                  "merge: write PROFILE (a profile file, e.g. costmodel/profiles/H100-SXM.json) with only the fields "
+                  "this calibration fitted replaced, and their provenance appended to its source; -o may name PROFILE "
+                  "itself");
   cmd->add_flag("--json", o->json, "print the profile JSON instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
     if (!o->output.empty()) {
       check_writable(o->output);
-      check_not_input(o->output, o->from, "--from file");
+      check_not_input(o->output, o->from, "--from file");  // -o may be the --onto file: it is read first
     }
     const int64_t budget = o->budget.empty() ? 0 : parse_capped(o->budget, "--budget", 86400);
     if (budget > 0 && !o->from.empty()) throw InputError("--budget limits measuring; --from measures nothing");
@@ -113,6 +157,14 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
     }
     const std::optional<GpuSpec> gpu = catalog_gpu(measured, o->gpu);
     const HardwareProfile p = fit_profile(measured, gpu ? &*gpu : nullptr);
+    if (!o->onto.empty()) {
+      const nlohmann::json merged = merge_onto(p, o->onto, gpu ? &*gpu : nullptr);
+      emit(o->output, merged.dump(1) + "\n");
+      std::cerr << "calibrate: " << merged_fields(p).size() << " field(s) merged onto " << o->onto
+                << (o->output.empty() || o->output == "-" ? "" : ", written to " + o->output) << "\n";
+      exit_code = 0;
+      return;
+    }
     if (!o->output.empty()) save_profile(p, o->output);
     const std::string text = o->json ? profile_to_json(p).dump(2) + "\n"
                                      : calibration_table(p) + (o->output.empty() || o->output == "-"

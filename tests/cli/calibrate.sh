@@ -19,6 +19,38 @@ expect_bad_input $P calibrate --from /nonexistent/measured.json -o "$TMP/x.json"
 expect_bad_input $P calibrate --device cpu --quick -o /nonexistent/dir/p.json
 [ ! -e "$TMP/x.json" ] || { echo "FAIL: profile written on bad input"; fails=$((fails+1)); }
 
+# --onto: only the fitted fields of a profile file change (here the MoE host
+# line by hand: forward 2.0 ms at 2048 rows and 3.4 ms at 16384, backward 3 ms
+# at both), its source says where they came from; another GPU's is refused.
+python3 - "$TMP/meas.json" <<'PY'
+import json, sys
+pts = [{"tokens": 1024, "rows": 2048, "forward_seconds": 0.0020, "backward_seconds": 0.003},
+       {"tokens": 8192, "rows": 16384, "forward_seconds": 0.0034, "backward_seconds": 0.003}]
+json.dump({"format": "planner-calibration", "device": "cuda", "created": "2026-11-27T00:00:00Z",
+           "machine": {"gpu_name": "NVIDIA H100 80GB HBM3", "hostname": "h"}, "moe_host": {"ep": 1, "points": pts}},
+          open(sys.argv[1], "w"))
+PY
+cp "$ROOT/costmodel/profiles/H100-SXM.json" "$TMP/h100.json"
+expect_exit 0 $P calibrate --from "$TMP/meas.json" --onto "$TMP/h100.json" -o "$TMP/h100.json"
+python3 - "$ROOT/costmodel/profiles/H100-SXM.json" "$TMP/h100.json" <<'PY' || fails=$((fails+1))
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+slope = 0.0014 / (16384 - 2048)
+assert abs(b["moe_host_forward_row_seconds"] - slope) < 1e-15, b["moe_host_forward_row_seconds"]
+assert abs(b["moe_host_forward_seconds"] - (0.0020 - slope * 2048)) < 1e-12, b["moe_host_forward_seconds"]
+assert b["moe_host_backward_seconds"] == 0.003 and b["moe_host_backward_row_seconds"] == 0
+changed = {k for k in b if a.get(k) != b.get(k)}
+assert changed == {"source", "moe_host_forward_seconds", "moe_host_forward_row_seconds", "moe_host_backward_seconds",
+                   "moe_host_backward_row_seconds"}, changed
+assert b["source"].startswith(a["source"]) and "merged from planner calibrate, 2026-11-27T00:00:00Z" in b["source"]
+PY
+expect_exit 0 $P predict --model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,dp=32,ep=8,zero=1,sp=1,mbs=1,gas=4 --profile "$TMP/h100.json"
+expect_grep "at least the host's time" "$TMP/out"
+expect_grep "measured that host time with one GPU only" "$TMP/out"
+expect_bad_input $P calibrate --from "$TMP/meas.json" --onto "$ROOT/costmodel/profiles/H200.json" -o "$TMP/y.json"
+expect_grep "profile of H200" "$TMP/err"
+[ ! -e "$TMP/y.json" ] || { echo "FAIL: --onto wrote on bad input"; fails=$((fails+1)); }
+
 if [ "${PLANNER_HAS_RUNTIME:-OFF}" != ON ]; then
   expect_exit 1 $P calibrate --device cpu --quick && expect_grep "without LibTorch" "$TMP/err"
   echo "runtime not built: measuring skipped"; finish; exit $?

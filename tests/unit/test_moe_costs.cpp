@@ -8,6 +8,7 @@
 #include "catch.hpp"
 #include "costmodel/collectives.hpp"
 #include "costmodel/compat.hpp"
+#include "costmodel/cost_model.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/moe_costs.hpp"
@@ -178,4 +179,45 @@ TEST_CASE("dense first layers are counted on the stage that holds them", "[moe][
   CHECK(moe_stage_params(tiny_moe(), s, 0, {1, 1, 1}, 736).experts == 0);
   CHECK(moe_stage_params(tiny_moe(), s, 1, {1, 1, 1}, 656).experts == 4 * 144);
   CHECK(moe_stage_params(tiny_moe(), s, 1, {1, 1, 1}, 656).moe_layers == 1);
+}
+
+// The host floor (moe_costs.hpp moe_host_seconds, calibrate's moe_host part):
+// a MoE layer's forward with its all-to-all takes at least the host's
+// forward seconds, its backward the host's backward seconds (plus a forward
+// under full recomputation), weighted by the MoE layers' share; nothing
+// without the profile's fields; the ep figures for ep > 1 where measured.
+TEST_CASE("the MoE host floor by hand", "[moe][time]") {
+  ModelSpec m = model_preset("mixtral-8x7b");
+  m.layers = 8, m.moe.dense_layers = 2;  // 6 of 8 layers MoE
+  const Plan plan = plan_of(m, "4xH100", "dp=2,ep=2,tp=2,zero=1,mbs=1,gas=2", 1024);
+  HardwareProfile p = default_profile(plan.cluster.gpu);
+  p.moe_host_forward_seconds = p.moe_host_backward_seconds = 0;
+  p.moe_host_ep_size = 0;
+  const UnitCost none = build_cost_model(plan, p).unit(1);
+  CHECK(none.moe_host_forward_seconds == 0);
+  CHECK(moe_host_seconds(p, 2, 100).measured == false);
+  // ep = 1 figures only: taken for ep = 2, said.
+  p.moe_host_forward_seconds = 0.05, p.moe_host_forward_row_seconds = 1e-6;
+  p.moe_host_backward_seconds = 0.02, p.moe_host_backward_row_seconds = 0;
+  const double rows = 1024.0 * 2;  // mbs 1 x seq 1024 x top-2, balanced
+  MoeHostSeconds h = moe_host_seconds(p, 2, rows);
+  CHECK(h.ep_unmeasured);
+  CHECK(h.forward == Approx(0.05 + 1e-6 * rows));
+  const UnitCost u = build_cost_model(plan, p).unit(1);
+  // Forward: 0.75 x (host - (kernels + all-to-all)), the kernels far below 50 ms here.
+  CHECK(u.moe_host_forward_seconds ==
+        Approx(0.75 * (h.forward - (none.forward_seconds + none.moe_a2a_forward_seconds))).epsilon(1e-9));
+  CHECK(u.forward_seconds == Approx(none.forward_seconds + u.moe_host_forward_seconds).epsilon(1e-12));
+  CHECK(u.moe_host_backward_seconds ==
+        Approx(0.75 * (0.02 - (none.backward_seconds + none.moe_a2a_backward_seconds))).epsilon(1e-9));
+  // Measured at ep = 2: those figures instead.
+  p.moe_host_ep_size = 2, p.moe_host_ep_forward_seconds = 0.08, p.moe_host_ep_backward_seconds = 0.03;
+  h = moe_host_seconds(p, 2, rows);
+  CHECK_FALSE(h.ep_unmeasured);
+  CHECK(h.forward == Approx(0.08));
+  CHECK(moe_host_seconds(p, 1, rows).forward == Approx(0.05 + 1e-6 * rows));
+  // A host faster than the kernels adds nothing.
+  p.moe_host_ep_forward_seconds = p.moe_host_ep_backward_seconds = 1e-9;
+  CHECK(build_cost_model(plan, p).unit(1).moe_host_forward_seconds == 0);
+  CHECK(build_cost_model(plan, p).unit(1).moe_host_backward_seconds == 0);
 }

@@ -1,0 +1,97 @@
+// planner calibrate's moe_host part: the host's seconds in one MoE layer's
+// forward and backward as the runtime runs them (runtime/model/moe.*), which
+// the time model puts under each MoE layer as a floor (docs/TIME_MODEL.md,
+// "Mixture of experts"). The block is small (hidden 512, experts of width
+// 512, top-2, SwiGLU, no shared MLP) so that the GPU's work is microseconds
+// and the wall time is the host's: the router, the sort, the one sync for the
+// routed counts, the index build, the launches, the autograd backward. Two
+// token counts give a fixed part and a part per routed row (ep > 1 builds its
+// row permutation on the host). Alone (ep = 1) on rank 0, and under mpirun
+// with every rank in one expert-parallel group.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "calibration/measure_detail.hpp"
+#include "runtime/device.hpp"
+#include "runtime/model/moe.hpp"
+#include "runtime/model/transformer.hpp"
+
+namespace planner::rt::calib {
+
+namespace {
+
+ModelSpec moe_probe_spec(int ep) {
+  ModelSpec m;
+  m.name = "calibrate-moe-probe";
+  m.arch = Arch::Decoder;
+  m.layers = 1, m.hidden = 512, m.heads = 8, m.kv_heads = 8, m.ffn = 1024, m.vocab = 1024;
+  m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm, m.pos = PosEmbed::Rotary;
+  m.qkv_bias = m.out_bias = m.mlp_bias = false;
+  m.moe.top_k = 2, m.moe.expert_ffn = 512;
+  m.moe.experts = ep * ((8 + ep - 1) / ep);  // 8, or the next multiple of ep
+  return m;
+}
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
+  const int n = ep ? ep->size() : 1;
+  const ModelSpec m = moe_probe_spec(n);
+  MoeBlock block(m, nullptr, ep, false);
+  ParamStore S;
+  block.declare(S, 0, "", 0);
+  const at::ScalarType dt = c.cuda ? at::kBFloat16 : at::kFloat;
+  S.materialize(c.device, dt);
+  {
+    at::NoGradGuard g;
+    at::manual_seed(11 + uint64_t(c.rank));
+    S.params.normal_(0, 0.02);  // zeros would route every token to the same two experts
+  }
+  const auto opt = at::TensorOptions().device(c.device).dtype(dt);
+  nlohmann::json points = nlohmann::json::array();
+  const int warm = 3, reps = c.quick ? 5 : 15;
+  // CPU-sized (quick) shapes: the experts' GEMMs at 8192 tokens take seconds on a CPU.
+  const std::vector<int64_t> tokens = c.quick ? std::vector<int64_t>{128, 512} : std::vector<int64_t>{1024, 8192};
+  for (const int64_t T : tokens) {
+    at::manual_seed(5 + uint64_t(c.rank));
+    const at::Tensor x = at::randn({1, T, m.hidden}, opt), dy = at::randn({1, T, m.hidden}, opt);
+    std::vector<double> fwd, bwd;
+    for (int i = 0; i < warm + reps; ++i) {
+      synchronize(c.cuda);
+      if (ep) ep->barrier();
+      at::Tensor xn = x.detach().requires_grad_(true);
+      const double t0 = now_s();
+      at::Tensor y = block.forward(S, 0, xn, 1.0);
+      const double t1 = now_s();
+      y.backward(dy);
+      const double t2 = now_s();
+      if (i >= warm) fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);
+    }
+    synchronize(c.cuda);
+    const double f = median(fwd), b = median(bwd);
+    say(c, "moe host (ep " + std::to_string(n) + ", " + std::to_string(T) + " tokens): forward " +
+               fmt_num(f * 1e3) + " ms, backward " + fmt_num(b * 1e3) + " ms per layer");
+    points.push_back({{"tokens", T}, {"rows", T * m.moe.top_k}, {"forward_seconds", f}, {"backward_seconds", b}});
+  }
+  S.grads.zero_();
+  return {{"ep", n},
+          {"experts", m.moe.experts},
+          {"top_k", m.moe.top_k},
+          {"hidden", m.hidden},
+          {"expert_ffn", m.moe.expert_ffn},
+          {"precision", c.cuda ? "bf16" : "fp32"},
+          {"points", points}};
+}
+
+}  // namespace planner::rt::calib
