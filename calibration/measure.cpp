@@ -239,8 +239,12 @@ void moe_host_ep_part(const Ctx& c, Communicator& worldc, const WorldInfo& wi, j
   for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
   worldc.barrier();
   try {
+    // NCCL's device memory for the all-to-all communicator: the growth outside
+    // the caching allocator across its set-up and the block's exchanges.
+    const int64_t outside0 = memory_outside_allocator(c.cuda);
     auto ep = make_communicator({all}, "calibrate-moe", c.device, std::chrono::seconds(600));
     json r = calib::measure_moe_host(c, ep.get());
+    if (c.cuda) r["communicator_bytes"] = std::max<int64_t>(0, memory_outside_allocator(c.cuda) - outside0);
     if (wi.rank == 0) m["moe_host_ep"] = std::move(r);
   } catch (const std::exception& e) {
     std::string msg = e.what();

@@ -549,6 +549,14 @@ struct Fitter {
             p.moe_host_ep_backward_seconds, p.moe_host_ep_backward_row_seconds, "moe_host_ep_")) {
       p.moe_host_ep_size = m["moe_host_ep"]["ep"].get<int>();
       set("moe_host_ep_size", p.moe_host_ep_size, "the ep group of calibrate's moe_host part under mpirun");
+      const int64_t comm = m["moe_host_ep"].value("communicator_bytes", int64_t(-1));
+      if (comm > 0) {
+        p.nccl_all_to_all_peer_bytes = comm / (p.moe_host_ep_size - 1);
+        set("nccl_all_to_all_peer_bytes", double(p.nccl_all_to_all_peer_bytes),
+            fmt::format("growth of memory outside the allocator across the ep communicator's set-up and the MoE "
+                        "block's exchanges, {:.0f} MiB over {} peers",
+                        double(comm) / 1048576.0, p.moe_host_ep_size - 1));
+      }
     }
   }
 

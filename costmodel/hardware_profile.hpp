@@ -214,6 +214,11 @@ struct HardwareProfile {
   int64_t workspace_bytes = 0;          // inside it with no tensor alive: cuBLAS workspaces, small buffers
   int64_t nccl_communicator_bytes = 0;  // device memory NCCL takes per communicator in use
   int64_t nccl_pipe_link_bytes = 0;     // ... per pipeline link (runtime/comm/pipe_links.hpp: its own communicator)
+  // ... per peer of an all-to-all communicator (the MoE ep group's): calibrate's
+  // moe_host part under mpirun, the growth outside the allocator across the ep
+  // communicator's set-up and the MoE block's exchanges, over (ep - 1) peers. 0:
+  // not measured (an ep group is then priced as one collective communicator).
+  int64_t nccl_all_to_all_peer_bytes = 0;
   // Kept free when deciding whether a plan fits: usable = capacity -
   // max(memory_headroom x capacity, memory_headroom_bytes) (--headroom).
   double memory_headroom = 0.02;

@@ -77,13 +77,22 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
 // pp > 2 one more for the word matrix's gradient), and the pipeline's
 // send/receive links (runtime/comm/pipe_links.hpp), one per neighbour and
 // direction of travel: two on the first and the last stage, four on the
-// others and on every stage of the interleaved schedule's ring.
+// others and on every stage of the interleaved schedule's ring. Mixture of
+// experts with ep > 1 (runtime/measure.cpp setup_comms): the experts'
+// gradient group (dp/ep ranks, when more than one) is one more collective
+// communicator, and the ep group's all-to-all holds buffers per peer (the
+// profile's nccl_all_to_all_peer_bytes; without it, one communicator's).
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k) {
   const bool ends = stage == 0 || stage == s.pp - 1;
-  const int collectives = (s.dp_cp() > 1) + (s.tp > 1) + (s.pp > 1) + (s.cp > 1) + (m.tied_embeddings && s.pp > 2 && ends);
+  const bool ep = s.ep > 1 && m.moe.enabled();
+  const int collectives = (s.dp_cp() > 1) + (s.tp > 1) + (s.pp > 1) + (s.cp > 1) +
+                          (m.tied_embeddings && s.pp > 2 && ends) + (ep && s.dp / s.ep > 1);
   const bool ring = s.schedule == Schedule::Interleaved && s.vpp > 1;
   const int links = s.pp < 2 ? 0 : (ring || !ends) ? 4 : 2;
-  return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link;
+  const double all_to_all = !ep                                   ? 0.0
+                            : k.nccl_bytes_per_all_to_all_peer > 0 ? (s.ep - 1) * k.nccl_bytes_per_all_to_all_peer
+                                                                   : k.nccl_bytes_per_communicator;
+  return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link + all_to_all;
 }
 
 namespace {
@@ -143,6 +152,7 @@ MemoryConstants constants_of(const ClusterSpec& c, const HardwareProfile& profil
   k.static_buffer_bytes = double(profile.workspace_bytes);
   k.nccl_bytes_per_communicator = double(profile.nccl_communicator_bytes);
   if (profile.nccl_pipe_link_bytes > 0) k.nccl_bytes_per_pipe_link = double(profile.nccl_pipe_link_bytes);
+  k.nccl_bytes_per_all_to_all_peer = double(profile.nccl_all_to_all_peer_bytes);
   return k;
 }
 

@@ -19,6 +19,8 @@ struct MemoryConstants {
   double loss_chunk_bytes = 0;               // the cross-entropy's fp32 chunk
   double nccl_bytes_per_communicator = 0;    // NCCL channel buffers of a communicator used for collectives
   double nccl_bytes_per_pipe_link = 0;       // NCCL buffers of one pipeline send/receive link
+  double nccl_bytes_per_all_to_all_peer = 0; // NCCL buffers per peer of the MoE ep communicator; 0: one
+                                             // collective communicator's for the whole group
   double fragmentation = 0;                  // caching-allocator slack, fraction of the dynamic memory
   double bucket_bytes = 0;                   // one gradient-reduction bucket
   double reduce_buckets = 0;                 // buckets alive at once

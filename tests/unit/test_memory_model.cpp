@@ -323,4 +323,17 @@ TEST_CASE("NCCL memory: one set per collective communicator and per pipeline lin
   CHECK(nb(tied, "pp=4,gas=4", 1) == C + 4 * L);
   CHECK(nb(untied, "pp=4,gas=4", 3) == C + 2 * L);
   CHECK(nb(untied, "dp=2,tp=2,pp=2,zero=1,gas=4", 1) == 3 * C + 2 * L);
+  // Mixture of experts (runtime/measure.cpp setup_comms): ep > 1 adds the ep
+  // group's all-to-all (per peer where measured, else one communicator) and,
+  // when dp/ep > 1, the experts' gradient group.
+  ModelSpec moe = untied;
+  moe.moe.experts = 8, moe.moe.top_k = 2, moe.moe.expert_ffn = 512;
+  CHECK(nb(moe, "dp=4,ep=4", 0) == 2 * C);           // dp, ep (dp/ep = 1: no experts' group)
+  CHECK(nb(moe, "dp=4,ep=2", 0) == 3 * C);           // dp, experts' dp of 2, ep
+  CHECK(nb(moe, "dp=4", 0) == C);                    // ep = 1: the dp group only
+  MemoryConstants kp = k;
+  kp.nccl_bytes_per_all_to_all_peer = 100;
+  CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=4"), 0, kp) == C + 3 * 100.0);
+  CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=2"), 0, kp) == 2 * C + 100.0);
+  CHECK(nccl_bytes(moe, Strategy::parse("dp=2,tp=2,ep=2"), 0, kp) == 2 * C + 100.0);
 }

@@ -191,8 +191,12 @@ TEST_CASE("the MoE host floor by hand", "[moe][time]") {
   m.layers = 8, m.moe.dense_layers = 2;  // 6 of 8 layers MoE
   const Plan plan = plan_of(m, "4xH100", "dp=2,ep=2,tp=2,zero=1,mbs=1,gas=2", 1024);
   HardwareProfile p = default_profile(plan.cluster.gpu);
+  // No MoE host figures (the shipped H100 profile has some).
   p.moe_host_forward_seconds = p.moe_host_backward_seconds = 0;
+  p.moe_host_forward_row_seconds = p.moe_host_backward_row_seconds = 0;
   p.moe_host_ep_size = 0;
+  p.moe_host_ep_forward_seconds = p.moe_host_ep_backward_seconds = 0;
+  p.moe_host_ep_forward_row_seconds = p.moe_host_ep_backward_row_seconds = 0;
   const UnitCost none = build_cost_model(plan, p).unit(1);
   CHECK(none.moe_host_forward_seconds == 0);
   CHECK(moe_host_seconds(p, 2, 100).measured == false);
