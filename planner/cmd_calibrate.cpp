@@ -5,6 +5,7 @@
 // saved measurements without a GPU or LibTorch.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -51,15 +52,22 @@ std::vector<std::string> merged_fields(const HardwareProfile& p) {
 // --onto: the profile file `onto` with the fitted fields of `p` replaced and
 // their provenance appended to its source; checked by loading it over the
 // GPU's datasheet profile (InputError as any profile file's).
-nlohmann::json merge_onto(const HardwareProfile& p, const std::string& onto, const GpuSpec* gpu) {
+nlohmann::json merge_onto(const HardwareProfile& p, const std::string& onto, const GpuSpec* gpu,
+                          const std::vector<std::string>& only) {
   if (!gpu) throw InputError("calibrate --onto: this calibration ran on the CPU; merge a GPU's measurements");
   nlohmann::json base = read_json_file(onto, "calibrate --onto");
   if (!base.is_object()) throw InputError("calibrate --onto: " + onto + " is not a profile (a JSON object)");
   if (base.contains("gpu") && base["gpu"].is_string() && base["gpu"].get<std::string>() != gpu->name)
     throw InputError(fmt::format("calibrate --onto: {} is a profile of {}; these measurements are of {}", onto,
                                  base["gpu"].get<std::string>(), gpu->name));
-  const std::vector<std::string> fields = merged_fields(p);
+  std::vector<std::string> fields = merged_fields(p);
   if (fields.empty()) throw InputError("calibrate --onto: this calibration fitted no profile field to merge");
+  if (!only.empty()) {
+    for (const auto& f : only)
+      if (std::find(fields.begin(), fields.end(), f) == fields.end())
+        throw InputError("calibrate --fields: '" + f + "' is not a field this calibration fitted");
+    fields = only;
+  }
   const nlohmann::json fitted = profile_to_json(p);
   std::string names;
   for (const auto& k : fields) {
@@ -98,6 +106,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
       "stderr.");
   struct Opts {
     std::string output, device = "auto", gpu, from, budget, onto;
+    std::vector<std::string> fields;
     bool quick = false, json = false, quiet = false;
     std::vector<std::string> only;
   };
@@ -119,6 +128,9 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
                   "merge: write PROFILE (a profile file, e.g. costmodel/profiles/H100-SXM.json) with only the fields "
                   "this calibration fitted replaced, and their provenance appended to its source; -o may name PROFILE "
                   "itself");
+  cmd->add_option("--fields", o->fields,
+                  "with --onto: merge only these fitted fields, comma-separated (an unknown or unfitted one is refused)")
+      ->delimiter(',');
   cmd->add_flag("--json", o->json, "print the profile JSON instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] {
@@ -129,6 +141,7 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
     const int64_t budget = o->budget.empty() ? 0 : parse_capped(o->budget, "--budget", 86400);
     if (budget > 0 && !o->from.empty()) throw InputError("--budget limits measuring; --from measures nothing");
     if (!o->only.empty() && !o->from.empty()) throw InputError("--only chooses what to measure; --from measures nothing");
+    if (!o->fields.empty() && o->onto.empty()) throw InputError("--fields chooses what --onto merges; give --onto PROFILE");
     nlohmann::json measured;
     bool report = true;
     if (!o->from.empty()) {
@@ -158,9 +171,10 @@ CLI::App* add_calibrate_command(CLI::App& app, int& exit_code) {
     const std::optional<GpuSpec> gpu = catalog_gpu(measured, o->gpu);
     const HardwareProfile p = fit_profile(measured, gpu ? &*gpu : nullptr);
     if (!o->onto.empty()) {
-      const nlohmann::json merged = merge_onto(p, o->onto, gpu ? &*gpu : nullptr);
+      const nlohmann::json merged = merge_onto(p, o->onto, gpu ? &*gpu : nullptr, o->fields);
       emit(o->output, merged.dump(1) + "\n");
-      std::cerr << "calibrate: " << merged_fields(p).size() << " field(s) merged onto " << o->onto
+      std::cerr << "calibrate: " << (o->fields.empty() ? merged_fields(p).size() : o->fields.size())
+                << " field(s) merged onto " << o->onto
                 << (o->output.empty() || o->output == "-" ? "" : ", written to " + o->output) << "\n";
       exit_code = 0;
       return;

@@ -51,6 +51,16 @@ PY
 expect_exit 0 $P predict --model mixtral-8x7b --gpus 8x8xH100 --strategy tp=2,dp=32,ep=8,zero=1,sp=1,mbs=1,gas=4 --profile "$TMP/h100.json"
 expect_grep "at least the host's time" "$TMP/out"
 expect_grep "measured that host time with one GPU only" "$TMP/out"
+expect_bad_input $P calibrate --from "$TMP/meas.json" --onto "$TMP/h100-base.json" --fields moe_host_ep_forward_seconds -o "$TMP/y.json"
+expect_grep "not a field this calibration fitted" "$TMP/err"
+expect_bad_input $P calibrate --from "$TMP/meas.json" --fields moe_host_forward_seconds -o "$TMP/y.json"
+cp "$TMP/h100-base.json" "$TMP/h100-one.json"
+expect_exit 0 $P calibrate --from "$TMP/meas.json" --onto "$TMP/h100-one.json" --fields moe_host_backward_seconds -o "$TMP/h100-one.json"
+python3 - "$TMP/h100-base.json" "$TMP/h100-one.json" <<'PY' || fails=$((fails+1))
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert {k for k in b if a.get(k) != b.get(k)} == {"source", "moe_host_backward_seconds"}
+PY
 expect_bad_input $P calibrate --from "$TMP/meas.json" --onto "$ROOT/costmodel/profiles/H200.json" -o "$TMP/y.json"
 expect_grep "profile of H200" "$TMP/err"
 [ ! -e "$TMP/y.json" ] || { echo "FAIL: --onto wrote on bad input"; fails=$((fails+1)); }
