@@ -162,6 +162,16 @@ std::string expert_parallel_gap(const Plan& plan, Engine engine) {
   return "";
 }
 
+std::string engine_memory_note(Engine engine, const EngineEnv& env) {
+  if (engine == Engine::DeepSpeed)
+    return "DeepSpeed: measured peaks on 4 GPUs ran below this prediction (validation/engines/README.md); which of its "
+           "gradient, bucket and fp32 buffers are live at the loss's peak is not yet measured, and all are counted";
+  if (engine == Engine::Megatron && !env.transformer_engine)
+    return "Megatron without Transformer Engine: megatron-core's local attention keeps the s x s attention "
+           "probabilities, not counted here; measured peaks ran well above this prediction (validation/engines/README.md)";
+  return "";
+}
+
 std::string engine_gap(const Plan& plan, Engine engine, const EngineEnv& env) {
   if (std::string g = expert_parallel_gap(plan, engine); !g.empty()) return g;
   // Their memory rules (engines_memory.*) are full training's; a LoRA plan's

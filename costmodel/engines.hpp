@@ -31,6 +31,12 @@ struct EngineEnv {
 };
 std::string engine_gap(const Plan& plan, Engine engine, const EngineEnv& env = {});
 
+// What the engine's measured peaks showed against `--engine`'s memory and the
+// model does not explain yet (validation/engines/README.md), one line for
+// every answer that prints that engine's memory (memory, predict and plan
+// with --engine); empty where nothing is known to be off.
+std::string engine_memory_note(Engine engine, const EngineEnv& env = {});
+
 // Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by
 // (128) times tp (megatron/training/vocab_utils.py, calculate_padded_vocab_size).
 int64_t megatron_padded_vocab(int64_t vocab, int tp);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/engines.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/predict.hpp"
 #include "planner/finetune_render.hpp"
@@ -14,22 +15,6 @@
 #include "strategies/errors.hpp"
 
 namespace planner {
-
-namespace {
-
-// What the engine runs measured against `--engine` (validation/engines/README.md)
-// and not yet explained by the model: said with every answer, not silently.
-std::string engine_memory_caveat(Engine engine, bool with_te) {
-  if (engine == Engine::DeepSpeed)
-    return "DeepSpeed: measured peaks on 4 GPUs ran below this prediction (validation/engines/README.md); which of its "
-           "gradient, bucket and fp32 buffers are live at the loss's peak is not yet measured, and all are counted";
-  if (engine == Engine::Megatron && !with_te)
-    return "Megatron without Transformer Engine: megatron-core's local attention keeps the s x s attention "
-           "probabilities, not counted here; measured peaks ran well above this prediction (validation/engines/README.md)";
-  return "";
-}
-
-}  // namespace
 
 CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("memory", "Per-GPU and per-host memory of a plan, by category and pipeline stage");
@@ -69,7 +54,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     MemoryReport r = estimate_memory(plan, engine, &profile);
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
     if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty()) notes.push_back(std::move(n));
-    if (std::string n = engine_memory_caveat(engine, o->with_te); !n.empty()) notes.push_back(std::move(n));
+    if (std::string n = engine_memory_note(engine, EngineEnv{o->with_te}); !n.empty()) notes.push_back(std::move(n));
     r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
     const std::vector<std::string> assumed = assumed_defaults(plan, given_inputs(o->plan));
     // A way out: the cheapest single changes that fit, with their step time.

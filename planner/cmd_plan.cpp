@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/compat.hpp"
+#include "costmodel/engines.hpp"
 #include "planner/bench.hpp"
 #include "planner/cli.hpp"
 #include "planner/plan_rank.hpp"
@@ -133,6 +134,8 @@ void run_plan_command(const PlanCmdOpts& o, int& exit_code) {
   for (const auto& c : clusters)
     if (std::string t = step_time_band(c.gpu).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
       calibration.push_back(std::move(t));
+  // --engine: what that engine's measured peaks showed against its memory here.
+  if (std::string n = engine_memory_note(req.engine, req.engine_env); !n.empty()) calibration.push_back(std::move(n));
   if (o.json) {
     nlohmann::json j = ranked_json(shown, shown_ranked, objective, size_t(top));
     j["calibration_notes"] = calibration;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "costmodel/engines.hpp"
 #include "costmodel/engines_time.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -113,6 +114,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     std::optional<EngineStep> engine_step;
     if (engine != Engine::Ours) {
       p.memory = estimate_memory(plan, engine, &profile);
+      if (std::string n = engine_memory_note(engine, use.engine_env); !n.empty()) p.memory.notes.push_back(std::move(n));
       engine_step = engine_step_time(plan, profile, engine);
     }
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));

@@ -12,6 +12,7 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
+#include "costmodel/engines.hpp"
 #include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/simulator.hpp"
@@ -329,6 +330,8 @@ struct Searcher {
       ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
       if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty())
         ranked.prediction.memory.notes.push_back(n);
+      if (std::string n = engine_memory_note(req.engine, req.engine_env); !n.empty())
+        ranked.prediction.memory.notes.push_back(std::move(n));
     }
     return ranked;
   }

@@ -74,6 +74,13 @@ done
 # predict --engine X --json carries the engine's step (issue 33): ZeRO-3's fetch hooks make DeepSpeed's step longer than ours.
 expect_exit 0 $P predict --model llama-3.2-1b --gpus 4xH100 --strategy zero=3,mbs=2,gas=2 --seq 2048 --global-batch 16 --engine deepspeed --json
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); e=j["engine_step"]; names=[t["name"] for t in e["terms"]]; assert e["engine"]=="deepspeed" and "ZeRO-3 fetch hooks" in names and e["step_seconds"] > j["step_seconds"] and e["notes"], e' "$TMP/out" || fails=$((fails+1))
+# The engine's known memory gap is said by predict and plan as by memory (costmodel/engines.hpp engine_memory_note).
+expect_exit 0 $P predict --model llama-3.2-1b --gpus 4xH100 --strategy zero=3,mbs=2,gas=2 --seq 2048 --global-batch 16 --engine deepspeed
+expect_grep "DeepSpeed: measured peaks on 4 GPUs ran below this prediction" "$TMP/out"
+expect_exit 0 $P plan --model llama-3.2-1b --gpus 4xH100 --seq 2048 --global-batch 16 --engine megatron --top 2
+expect_grep "Megatron without Transformer Engine" "$TMP/out"
+expect_exit 0 $P plan --model llama-3.2-1b --gpus 4xH100 --seq 2048 --global-batch 16 --engine megatron --with-te --top 2
+if grep -q "Megatron without Transformer Engine" "$TMP/out"; then echo "FAIL: the no-TE note with --with-te"; fails=$((fails+1)); fi
 expect_exit 0 $P predict --model gpt2-large --gpus 8xA100-80GB --strategy tp=2,zero=2,ckpt=full,mbs=2 --global-batch 16 -o "$TMP/ds.json"
 expect_exit 0 $P export "$TMP/ds.json" --to deepspeed
 expect_grep "^# DeepSpeed 0.19.8 configuration" "$TMP/out"

@@ -288,3 +288,11 @@ TEST_CASE("deepspeed and fsdp: the eager loss keeps 12 bytes per logit at its pe
     }
   }
 }
+
+TEST_CASE("engine memory notes: said where measured peaks are off, for every command's --engine", "[engines][memory]") {
+  CHECK(engine_memory_note(Engine::Ours).empty());
+  CHECK(engine_memory_note(Engine::Fsdp).empty());
+  CHECK(engine_memory_note(Engine::DeepSpeed).find("validation/engines/README.md") != std::string::npos);
+  CHECK(engine_memory_note(Engine::Megatron).find("attention probabilities") != std::string::npos);
+  CHECK(engine_memory_note(Engine::Megatron, EngineEnv{true}).empty());
+}
