@@ -232,11 +232,17 @@ void single_device_parts(const Ctx& c, json& m, std::vector<std::string>& notes,
   part("moe_host", [&] { return calib::measure_moe_host(c, nullptr); });
 }
 
+// Ranks 0 .. n-1: the one group of a world-wide communicator.
+std::vector<int> all_ranks(int n) {
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) all[size_t(i)] = i;
+  return all;
+}
+
 // Every rank: the MoE layer's host time with every rank in one ep group.
 void moe_host_ep_part(const Ctx& c, Communicator& worldc, const WorldInfo& wi, json& m,
                       std::vector<std::string>& notes) {
-  std::vector<int> all(size_t(wi.size));
-  for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
+  const std::vector<int> all = all_ranks(wi.size);
   worldc.barrier();
   try {
     // NCCL's device memory for the all-to-all communicator: the growth outside
@@ -335,9 +341,7 @@ CalibrateRun run_calibration(const CalibrateOptions& o) {
   // take minutes, so this one waits long.
   std::unique_ptr<Communicator> worldc;
   if (wi.size > 1) {
-    std::vector<int> all(size_t(wi.size));
-    for (int i = 0; i < wi.size; ++i) all[size_t(i)] = i;
-    worldc = make_communicator({all}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
+    worldc = make_communicator({all_ranks(wi.size)}, "world", at::Device(at::kCPU), std::chrono::seconds(3600));
     c.node_of_rank = gather_nodes(*worldc, world_node_key());
     m["nodes"] = *std::max_element(c.node_of_rank.begin(), c.node_of_rank.end()) + 1;
     m["node_of_rank"] = c.node_of_rank;

@@ -12,8 +12,8 @@
 
 #include "costmodel/compat.hpp"
 #include "costmodel/cost_model.hpp"
-#include "costmodel/moe_costs.hpp"
 #include "costmodel/finetune.hpp"
+#include "costmodel/moe_costs.hpp"
 #include "specs/flops.hpp"
 #include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -123,13 +123,14 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
           "profile has no measurement of that host time (planner calibrate --only moe_host), so the prediction "
           "prices the kernels and the exchanges only: read it as a lower bound (validation/h100x4/moe_fix)");
     else
-      p.memory.notes.push_back(std::string(
-          "mixture of experts: each MoE layer's forward and backward take at least the host's time in planner "
-          "exec's MoE block (the profile's moe_host fields); not priced: the host work of the rest of the layer, "
-          "and with ep > 1 each layer's wait for every rank of the ep group; every held-out MoE step ran slower "
-          "than predicted (validation/h100x4/moe25, moe26, moe27)") + (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, "
-                                         "without the all-to-all's host work (calibrate under mpirun measures it)"
-                                       : ""));
+      p.memory.notes.push_back(
+          std::string("mixture of experts: each MoE layer's forward and backward take at least the host's time in "
+                      "planner exec's MoE block (the profile's moe_host fields); not priced: the host work of the "
+                      "rest of the layer, and with ep > 1 each layer's wait for every rank of the ep group; every "
+                      "held-out MoE step ran slower than predicted (validation/h100x4/moe25, moe26, moe27)") +
+          (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
+                             "all-to-all's host work (calibrate under mpirun measures it)"
+                           : ""));
   }
   if (sim_out) *sim_out = sim;
   return p;

@@ -3,7 +3,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
 #include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
 
 namespace planner::rt {
 
@@ -129,15 +129,8 @@ at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
 
 MoeGemm moe_gemm_from_env() {
   MoeGemm g;
-  if (const char* v = std::getenv("PLANNER_MOE_PAD_ROWS"); v && *v) {
-    char* end = nullptr;
-    errno = 0;
-    const long long r = std::strtoll(v, &end, 10);
-    if (*end != '\0' || errno != 0 || r < 1 || r > 65536)
-      throw InputError("PLANNER_MOE_PAD_ROWS='" + std::string(v).substr(0, 40) +
-                       "' is not an accepted value: a whole number of rows from 1 to 65536, or unset");
-    g.pad_rows = r;
-  }
+  if (const char* v = std::getenv("PLANNER_MOE_PAD_ROWS"); v && *v)
+    g.pad_rows = parse_capped(v, "PLANNER_MOE_PAD_ROWS (rows)", 65536);  // a whole number from 1
   if (const char* v = std::getenv("PLANNER_MOE_GROUPED_MM"); v && *v) {
     const std::string s(v);
     if (s != "0" && s != "1")
