@@ -390,6 +390,11 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   r.host_capacity_bytes = c.host_memory_bytes;
   for (int st = 0; st < s.pp; ++st) r.stages.push_back(estimate_stage(in, st));
   summarize(r, c, in.k);
+  // The ep group's NCCL buffers without the profile's per-peer figure (nccl_bytes): an assumption, said.
+  if (engine == Engine::Ours && s.ep > 1 && padded.moe.enabled() && profile.nccl_all_to_all_peer_bytes <= 0)
+    r.notes.push_back("mixture of experts: this profile has no measurement of NCCL's all-to-all buffers per peer "
+                      "(mpirun -np N planner calibrate --only moe_host); the ep group's communicator is counted as "
+                      "one collective communicator's, which under-counts it for ep > 2 (validation/h100x4/moe_comm)");
   return r;
 }
 

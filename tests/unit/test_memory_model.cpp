@@ -337,3 +337,22 @@ TEST_CASE("NCCL memory: one set per collective communicator and per pipeline lin
   CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=2"), 0, kp) == 2 * C + 100.0);
   CHECK(nccl_bytes(moe, Strategy::parse("dp=2,tp=2,ep=2"), 0, kp) == 2 * C + 100.0);
 }
+
+TEST_CASE("ep > 1 without a measured all-to-all figure: the assumption is said", "[memory][moe]") {
+  Plan p;
+  p.model = model_preset("mixtral-8x7b");
+  p.cluster = parse_cluster("8xH100");
+  p.strategy = Strategy::parse("dp=8,ep=8,zero=0,mbs=1,gas=1");
+  p.seq = 1024;
+  p.global_batch = 8;
+  HardwareProfile prof = default_profile(p.cluster.gpu);
+  auto said = [&](const MemoryReport& r) {
+    for (const auto& n : r.notes)
+      if (n.find("all-to-all buffers per peer") != std::string::npos) return true;
+    return false;
+  };
+  prof.nccl_all_to_all_peer_bytes = 0;
+  CHECK(said(estimate_memory(p, Engine::Ours, &prof)));
+  prof.nccl_all_to_all_peer_bytes = 1 << 28;
+  CHECK_FALSE(said(estimate_memory(p, Engine::Ours, &prof)));
+}
