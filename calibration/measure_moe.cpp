@@ -1,14 +1,17 @@
-// planner calibrate's moe_host part: the host's seconds in one MoE layer's
-// forward and backward as the runtime runs them (runtime/model/moe.*), which
-// the time model puts under each MoE layer as a floor (docs/TIME_MODEL.md,
-// "Mixture of experts"). The block is small (hidden 512, experts of width
-// 512, top-2, SwiGLU, no shared MLP) so that the GPU's work is microseconds
-// and the wall time is the host's: the router, the sort, the one sync for the
-// routed counts, the index build, the launches, the autograd backward, over a
-// chain of layers (a barrier only before each chain). Two token counts give a
-// fixed part and a part per routed row (ep > 1 builds its row permutation on
-// the host). Alone (ep = 1) on rank 0, and under mpirun
-// with every rank in one expert-parallel group.
+// planner calibrate's moe_host part: the host's seconds in one MoE
+// transformer layer's forward and backward as the runtime runs them
+// (runtime/model/transformer.* and moe.*), which the time model puts under
+// each MoE layer as a floor (docs/TIME_MODEL.md, "Mixture of experts"). The
+// layer is the runtime's whole one, attention, norms and residuals included:
+// its forward waits once on the host for the routed counts (they size the
+// all-to-all), so the host cannot run ahead of that layer's attention either,
+// and the layer takes at least the host's time for all of it. The layer is
+// small (hidden 512, 8 heads over sequences of 256, experts of width 512,
+// top-2, SwiGLU, no shared MLP) so that the GPU's work is microseconds and
+// the wall time is the host's, over a chain of layers (a barrier only before
+// each chain). Two token counts give a fixed part and a part per routed row
+// (ep > 1 builds its row permutation on the host). Alone (ep = 1) on rank 0,
+// and under mpirun with every rank in one expert-parallel group.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -18,18 +21,20 @@
 
 #include "calibration/measure_detail.hpp"
 #include "runtime/device.hpp"
-#include "runtime/model/moe.hpp"
 #include "runtime/model/transformer.hpp"
 
 namespace planner::rt::calib {
 
 namespace {
 
+constexpr int kLayers = 8;
+constexpr int64_t kSeq = 256;  // tokens per sequence: the attention's GPU work stays small
+
 ModelSpec moe_probe_spec(int ep) {
   ModelSpec m;
   m.name = "calibrate-moe-probe";
   m.arch = Arch::Decoder;
-  m.layers = 1, m.hidden = 512, m.heads = 8, m.kv_heads = 8, m.ffn = 1024, m.vocab = 1024;
+  m.layers = kLayers, m.hidden = 512, m.heads = 8, m.kv_heads = 8, m.ffn = 1024, m.vocab = 1024;
   m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm, m.pos = PosEmbed::Rotary;
   m.qkv_bias = m.out_bias = m.mlp_bias = false;
   m.moe.top_k = 2, m.moe.expert_ffn = 512;
@@ -50,29 +55,22 @@ double median(std::vector<double> v) {
 // step runs them: under mpirun each layer's exchange of the routed counts then
 // also waits for the slowest rank of the group, which a barrier per layer
 // would hide.
-constexpr int kLayers = 8;
-
 nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
   const int n = ep ? ep->size() : 1;
   const ModelSpec m = moe_probe_spec(n);
-  MoeBlock block(m, nullptr, ep, false);
-  ParamStore S;
-  block.declare(S, 0, "", 0);
+  TransformerModel model(m, kSeq, nullptr, false, ep);
   const at::ScalarType dt = c.cuda ? at::kBFloat16 : at::kFloat;
-  S.materialize(c.device, dt);
-  {
-    at::NoGradGuard g;
-    at::manual_seed(11 + uint64_t(c.rank));
-    S.params.normal_(0, 0.02);  // zeros would route every token to the same two experts
-  }
+  // The runtime's initialisation (a router of N(0, 0.02) spreads the tokens
+  // over the experts), seeded per rank.
+  model.materialize(c.device, dt, 11 + uint64_t(c.rank));
   const auto opt = at::TensorOptions().device(c.device).dtype(dt);
   nlohmann::json points = nlohmann::json::array();
   const int warm = 3, reps = c.quick ? 5 : 15;
   // CPU-sized (quick) shapes: the experts' GEMMs at 8192 tokens take seconds on a CPU.
-  const std::vector<int64_t> tokens = c.quick ? std::vector<int64_t>{128, 512} : std::vector<int64_t>{1024, 8192};
+  const std::vector<int64_t> tokens = c.quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1024, 8192};
   for (const int64_t T : tokens) {
     at::manual_seed(5 + uint64_t(c.rank));
-    const at::Tensor x = at::randn({1, T, m.hidden}, opt), dy = at::randn({1, T, m.hidden}, opt);
+    const at::Tensor x = at::randn({T / kSeq, kSeq, m.hidden}, opt), dy = at::randn({T / kSeq, kSeq, m.hidden}, opt);
     std::vector<double> fwd, bwd;
     for (int i = 0; i < warm + reps; ++i) {
       synchronize(c.cuda);
@@ -80,7 +78,7 @@ nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
       at::Tensor xn = x.detach().requires_grad_(true);
       const double t0 = now_s();
       at::Tensor y = xn;
-      for (int l = 0; l < kLayers; ++l) y = y + block.forward(S, 0, y, 1.0);
+      for (int l = 0; l < kLayers; ++l) y = model.layer(l, y, false);
       const double t1 = now_s();
       y.backward(dy);
       const double t2 = now_s();
@@ -92,8 +90,9 @@ nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
                fmt_num(f * 1e3) + " ms, backward " + fmt_num(b * 1e3) + " ms per layer");
     points.push_back({{"tokens", T}, {"rows", T * m.moe.top_k}, {"forward_seconds", f}, {"backward_seconds", b}});
   }
-  S.grads.zero_();
   return {{"ep", n},
+          {"unit", "layer"},
+          {"seq", kSeq},
           {"experts", m.moe.experts},
           {"top_k", m.moe.top_k},
           {"hidden", m.hidden},

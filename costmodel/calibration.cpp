@@ -530,9 +530,12 @@ struct Fitter {
       const Line lf = fit(x["points"], "forward_seconds"), lb = fit(x["points"], "backward_seconds");
       if (!(lf.fixed + lf.per_row > 0) || !(lb.fixed + lb.per_row > 0)) return false;
       f = lf.fixed, fr = lf.per_row, b = lb.fixed, br = lb.per_row;
+      // "unit": "layer" (the whole MoE transformer layer) since 2026-11-27;
+      // before, the MoE block alone.
       const std::string how = fmt::format(
-          "the runtime's MoE block ({} experts of width {}, top-{}, hidden {}, {}; ep {}) timed on the host at {} "
+          "the runtime's MoE {} ({} experts of width {}, top-{}, hidden {}, {}; ep {}) timed on the host at {} "
           "and {} tokens, median of each: fixed + per routed row",
+          x.value("unit", "") == "layer" ? "transformer layer (attention, norms, MoE block)" : "block",
           x.value("experts", 0), x.value("expert_ffn", 0), x.value("top_k", 0), x.value("hidden", 0),
           x.value("precision", ""), x.value("ep", 1), x["points"].front().value("tokens", 0),
           x["points"].back().value("tokens", 0));

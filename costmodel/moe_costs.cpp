@@ -28,6 +28,37 @@ int64_t mlp_per_rank(const ModelSpec& m, int64_t params, int tp) {
 
 }  // namespace
 
+// The MoE block's memory-bound kernels around its GEMMs, as the runtime runs
+// them (runtime/model/moe.cpp MoeBlock::forward, routed; R routed rows of
+// width h from T tokens, e bytes per element). Forward: each token's row
+// copied top_k times (an expand made contiguous: a non-vectorized copy), the
+// rows gathered into expert order and back (plus, with ep > 1, into local
+// expert order after the dispatch and back before the combine: gathers
+// that read and write every row), the weighted combine (a broadcast multiply,
+// non-vectorized) and the sum of each token's top_k outputs; with a shared
+// MLP its output added (and its gate multiplied in). Backward: the gathers
+// again, the combine multiply's two gradients (one reduced over h for the
+// routing weights), the top_k copies summed back per token, and the input's
+// gradients from the experts, the shared MLP and the router added up.
+void add_moe_dispatch_ops(double e, double T, double R, double h, int ep, bool shared, bool gate, MemoryOps& fm,
+                          MemoryOps& bm) {
+  using MK = MemKernel;
+  const int gathers = ep > 1 ? 4 : 2;
+  fm.add(MK::Strided, e * (T + R) * h);                // the top_k copies
+  fm.add(MK::Streaming, gathers * 2 * e * R * h, gathers);
+  fm.add(MK::Strided, 2 * e * R * h);                  // rows times their routing weights
+  fm.add(MK::Reduction, e * (R + T) * h);              // each token's top_k outputs summed
+  bm.add(MK::Streaming, gathers * 2 * e * R * h, gathers);
+  bm.add(MK::Strided, e * (T + R) * h + 3 * e * R * h, 2);  // the multiply's gradients: rows', weights'
+  bm.add(MK::Reduction, e * R * h + e * (R + T) * h, 2);    // the weights' over h; the top_k copies'
+  bm.add(MK::Streaming, 3 * e * T * h);                     // the input's gradient: router's + experts'
+  if (shared) {
+    fm.add(MK::Streaming, 3 * e * T * h);  // routed + shared
+    bm.add(MK::Streaming, 3 * e * T * h);  // the input's gradient: + the shared MLP's
+    if (gate) fm.add(MK::Strided, 3 * e * T * h), bm.add(MK::Strided, 2 * 3 * e * T * h, 2);
+  }
+}
+
 double routed_tokens_per_rank(const ModelSpec& m, int64_t tokens) {
   return double(tokens) * double(m.moe.top_k) * load_factor(m);
 }
@@ -143,11 +174,8 @@ PassTimes moe_mean_layer_times(const HardwareProfile& p, const ModelSpec& m, con
   MemoryOps fm, bm;
   fm.add(MemKernel::Reduction, 3 * 4.0 * double(T) * double(m.moe.experts), 2);
   bm.add(MemKernel::Reduction, 3 * 4.0 * double(T) * double(m.moe.experts), 2);
-  // Permute the tokens to their experts and back, and the weighted combine:
-  // each reads and writes the routed tokens' hidden vectors.
-  const double routed_bytes = e * routed_tokens_per_rank(m, T) * double(h);
-  fm.add(MemKernel::Streaming, 3 * 2 * routed_bytes, 3);
-  bm.add(MemKernel::Streaming, 3 * 2 * routed_bytes, 3);
+  add_moe_dispatch_ops(e, double(T), routed_tokens_per_rank(m, T), double(h), ep, m.moe.shared_ffn > 0,
+                       m.moe.shared_gate, fm, bm);
   moe.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
   moe.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
   // Each local expert's GEMMs at its own token count (one GEMM per expert, as

@@ -24,6 +24,7 @@
 #include "costmodel/cost_model.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/model_states.hpp"
+#include "costmodel/op_costs.hpp"
 #include "costmodel/topology.hpp"
 #include "specs/model_spec.hpp"
 #include "strategies/rank_grid.hpp"
@@ -76,6 +77,14 @@ LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double seq, double
 // The all-to-all send and receive buffers of one MoE layer's dispatch and
 // combine (alive while the layer runs), bytes per rank; 0 when ep == 1.
 double moe_dispatch_buffer_bytes(const ModelSpec& m, const Strategy& s, int64_t seq);
+
+// The MoE block's memory-bound kernels around its GEMMs in one forward (fm)
+// and backward (bm), as the runtime runs them (runtime/model/moe.cpp): R
+// routed rows of width h from T tokens, e bytes per element, ep > 1 adding
+// the gathers into and out of local-expert order, a shared MLP's sum (and
+// gate). Bytes by kernel class and kernel counts; moe_costs.cpp itemizes them.
+void add_moe_dispatch_ops(double e, double T, double R, double h, int ep, bool shared, bool gate, MemoryOps& fm,
+                          MemoryOps& bm);
 
 // One micro-batch through the model's mean layer (dense_layers dense layers
 // and the rest MoE, by their counts), on one rank, without the all-to-all

@@ -225,3 +225,36 @@ TEST_CASE("the MoE host floor by hand", "[moe][time]") {
   CHECK(build_cost_model(plan, p).unit(1).moe_host_forward_seconds == 0);
   CHECK(build_cost_model(plan, p).unit(1).moe_host_backward_seconds == 0);
 }
+
+TEST_CASE("the MoE block's memory-bound kernels by hand, as the runtime runs them", "[moe][time]") {
+  // e = 2 bytes, T = 10 tokens, R = 20 routed rows, h = 4.
+  MemoryOps f1, b1, f2, b2, fs, bs;
+  add_moe_dispatch_ops(2, 10, 20, 4, 1, false, false, f1, b1);
+  add_moe_dispatch_ops(2, 10, 20, 4, 2, false, false, f2, b2);
+  add_moe_dispatch_ops(2, 10, 20, 4, 2, true, true, fs, bs);
+  // Forward at ep = 1: two gathers of every row (read + write: 2 x 2 x 20 x 4
+  // = 320 bytes each); the top_k copies 2 x (10 + 20) x 4 = 240 and the
+  // combine multiply 2 x 2 x 20 x 4 = 320 (both non-vectorized); the sum over
+  // top_k 2 x (20 + 10) x 4 = 240.
+  CHECK(f1.streaming == 640);
+  CHECK(f1.strided == 560);
+  CHECK(f1.reduction == 240);
+  CHECK(f1.kernels == 5);
+  // ep > 1 gathers the received rows into local-expert order and back: two more.
+  CHECK(f2.streaming == 1280);
+  CHECK(f2.kernels == 7);
+  CHECK(f2.strided == f1.strided);
+  // Backward at ep = 2: the four gathers (1280) and the input's gradients
+  // added (3 x 2 x 10 x 4 = 240); the multiply's gradients 2 x (10 + 20) x 4 +
+  // 3 x 2 x 20 x 4 = 720; the weights' reduction over h 160 and the top_k
+  // copies' sum 240.
+  CHECK(b2.streaming == 1520);
+  CHECK(b2.strided == 720);
+  CHECK(b2.reduction == 400);
+  CHECK(b2.kernels == 9);
+  // A gated shared MLP: its sum (240 each way) and the gate's multiply (240 forward, 480 backward).
+  CHECK(fs.streaming == f2.streaming + 240);
+  CHECK(fs.strided == f2.strided + 240);
+  CHECK(bs.streaming == b2.streaming + 240);
+  CHECK(bs.strided == b2.strided + 480);
+}
