@@ -116,10 +116,12 @@ struct HardwareProfile {
   // difference (the head and loss cancel). 1: the rates as measured alone.
   double memory_in_step_factor = 1.0;
   double kernel_overhead_seconds = 2e-6;  // gap between back-to-back kernels
-  // The host's seconds in one MoE layer of planner exec (runtime/model/moe.*),
-  // fixed + per routed row the rank computes: planner calibrate's moe_host part
-  // times a small block (GPU work of microseconds) alone (ep = 1) and, under
-  // mpirun, with every rank in one ep group of moe_host_ep_size ranks. The
+  // The host's seconds in one MoE transformer layer of planner exec (attention,
+  // norms and the MoE block: runtime/model/transformer.*, moe.*), fixed + per
+  // routed row the rank computes: planner calibrate's moe_host part times a
+  // small layer (GPU work of microseconds) alone (ep = 1) and, under mpirun,
+  // with every rank in one ep group of moe_host_ep_size ranks (profiles
+  // calibrated before 2026-11-27 timed the MoE block alone). The
   // time model floors each MoE layer's forward and backward at them
   // (costmodel/moe_costs.hpp moe_host_seconds). 0: not measured, no floor.
   double moe_host_forward_seconds = 0, moe_host_forward_row_seconds = 0;
