@@ -107,12 +107,19 @@ struct MoeHostTiming {
   bool on = std::getenv("PLANNER_MOE_HOST_TIMING") != nullptr;
   double forward = 0, sync_wait = 0, host_index = 0, experts = 0;
   int64_t calls = 0;
+  // With ep > 1: the rows this rank's experts received and the rows it sent,
+  // over all layer forwards, and the largest per-layer ratio (the routing's
+  // imbalance on this rank; the cost model's --moe-imbalance assumes 1).
+  double rows_received = 0, rows_sent = 0, max_ratio = 0;
   ~MoeHostTiming() {
     if (on && calls > 0)
       std::fprintf(stderr,
                    "moe host timing: %lld layer forwards, host seconds: forward %.4f (sync wait %.4f, host "
                    "index build %.4f, experts' launches %.4f)\n",
                    static_cast<long long>(calls), forward, sync_wait, host_index, experts);
+    if (on && rows_sent > 0)
+      std::fprintf(stderr, "moe routing: rows received / sent %.3f over all layer forwards, largest in one %.3f\n",
+                   rows_received / rows_sent, max_ratio);
   }
 };
 MoeHostTiming g_moe_timing;
@@ -302,6 +309,10 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
       send[size_t(p)] += sc[p * El + j];
       recv[size_t(p)] += rc[p * El + j], per_expert[size_t(j)] += rc[p * El + j];
     }
+  if (g_moe_timing.on && sum(send) > 0) {
+    g_moe_timing.rows_received += double(sum(recv)), g_moe_timing.rows_sent += double(sum(send));
+    g_moe_timing.max_ratio = std::max(g_moe_timing.max_ratio, double(sum(recv)) / double(sum(send)));
+  }
   at::Tensor xr = all_to_all_rows(xs, send, recv, ep_);  // peer-major, expert-minor
   // Group the received rows by local expert (peer order within an expert),
   // computed on the host from the counts it already has.
