@@ -125,9 +125,10 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
     else
       p.memory.notes.push_back(
           std::string("mixture of experts: each MoE layer's forward and backward take at least the host's time in "
-                      "planner exec's MoE block (the profile's moe_host fields); not priced: the host work of the "
-                      "rest of the layer, and with ep > 1 each layer's wait for every rank of the ep group; every "
-                      "held-out MoE step ran slower than predicted (validation/h100x4/moe25, moe26, moe27)") +
+                      "planner exec's MoE layer (the profile's moe_host fields; the forward waits on the host for "
+                      "the routed counts); not priced: the routing's imbalance beyond --moe-imbalance, and with "
+                      "ep > 1 each layer's wait for the slowest rank of the ep group; MoE steps have run slower "
+                      "than predicted (validation/h100x4/moe25-28)") +
           (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
                              "all-to-all's host work (calibrate under mpirun measures it)"
                            : ""));
