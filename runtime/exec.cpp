@@ -147,6 +147,8 @@ json measurement_json(const Measurement& r) {
           {"loss_last", r.losses.empty() ? json(nullptr) : json(r.losses.back())},
           {"final_loss_scale", r.final_loss_scale},
           {"skipped_steps", r.skipped_steps},
+          {"moe_imbalance", num_or_null(r.moe_imbalance, r.moe_imbalance > 0)},
+          {"moe_imbalance_largest", num_or_null(r.moe_imbalance_largest, r.moe_imbalance_largest > 0)},
           {"init_seconds", r.init_seconds},
           {"data", r.data},
           {"world", r.world},

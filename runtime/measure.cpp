@@ -296,6 +296,7 @@ void measure_steps(const RunConfig& cfg, const RunSetup& su, Measurement& r) {
       r.action_seconds.push_back({to_string(op), sec / cfg.options.steps});
   }
   if (cfg.options.trace) detail::gather_trace(cfg, su.world.get(), engine, r);
+  detail::gather_moe_routing(cfg, su.world.get(), engine, r);
   if (engine.cpu_adam_seconds() > 0) {
     r.cpu_adam_seconds = engine.cpu_adam_seconds();
     r.cpu_adam_params_per_second = double(engine.cpu_adam_params()) / r.cpu_adam_seconds;

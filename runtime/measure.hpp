@@ -93,6 +93,11 @@ struct Measurement {
   double init_seconds = 0;    // building the model and the optimizer
   double final_loss_scale = 1;
   int64_t skipped_steps = 0;
+  // Mixture of experts with ep > 1, rank 0's ep group: the rows the busiest
+  // rank received per layer forward, summed over the layer forwards, over
+  // the group's mean (1: balanced; what --moe-imbalance assumes), and the
+  // largest single layer's such ratio. 0: not measured.
+  double moe_imbalance = 0, moe_imbalance_largest = 0;
   std::string data;           // description of the token source
   MeasuredMemory memory;
   KernelProfile kernels;      // RunOptions::kernels: one extra step's forward + backward kernels (this rank's)

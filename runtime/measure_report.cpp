@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "runtime/measure_detail.hpp"
+#include "runtime/model/moe.hpp"
 #include "specs/flops.hpp"
 #include "strategies/rank_grid.hpp"
 
@@ -55,6 +57,44 @@ void gather_trace(const RunConfig& cfg, Communicator* world, Engine& engine, Mea
     r.trace_actions.emplace_back();
     for (const auto& a : stage) r.trace_actions.back().push_back(a.to_string());
   }
+}
+
+void gather_moe_routing(const RunConfig& cfg, Communicator* world, Engine& engine, Measurement& r) {
+  const Strategy& st = cfg.strategy();
+  const MoeBlock* moe = engine.model().moe();
+  if (st.ep <= 1 || !moe) return;
+  // Every rank takes part (padded to the longest list: pipeline stages run
+  // different layers); rank 0's ep group is read.
+  std::vector<double> mine = moe->received_rows;
+  size_t per = mine.size();
+  for (double n : all_gather_doubles(world, {double(mine.size())})) per = std::max(per, size_t(n));
+  if (per == 0) return;
+  mine.resize(per, -1.0);
+  const std::vector<double> all = all_gather_doubles(world, mine);
+  const RankGrid grid(st.dp, st.pp, st.tp, st.cp);
+  const std::vector<int> group = grid.ep_group(0, st.ep);
+  double busiest = 0, mean = 0, largest = 0;
+  for (size_t i = 0; i < per; ++i) {
+    double mx = 0, sum = 0;
+    int n = 0;
+    for (int q : group) {
+      const double x = all[size_t(q) * per + i];
+      if (x < 0) continue;
+      mx = std::max(mx, x), sum += x, ++n;
+    }
+    if (n == 0 || sum <= 0) continue;
+    busiest += mx, mean += sum / n;
+    largest = std::max(largest, mx / (sum / n));
+  }
+  if (mean <= 0) return;
+  r.moe_imbalance = busiest / mean, r.moe_imbalance_largest = largest;
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "mixture of experts: the busiest rank of the ep group received %.2fx the group's mean rows per layer "
+                "forward (largest single layer %.2fx); every exchange waits for it. The prediction assumed %.2f "
+                "(planner predict --moe-imbalance X prices another)",
+                r.moe_imbalance, largest, std::max(1.0, cfg.plan.model.moe.imbalance));
+  r.notes.push_back(text);
 }
 
 // The memory model's categories from the loop's readings (MeasuredMemory says

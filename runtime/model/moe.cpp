@@ -309,6 +309,7 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
       send[size_t(p)] += sc[p * El + j];
       recv[size_t(p)] += rc[p * El + j], per_expert[size_t(j)] += rc[p * El + j];
     }
+  received_rows.push_back(double(sum(recv)));
   if (g_moe_timing.on && sum(send) > 0) {
     g_moe_timing.rows_received += double(sum(recv)), g_moe_timing.rows_sent += double(sum(send));
     g_moe_timing.max_ratio = std::max(g_moe_timing.max_ratio, double(sum(recv)) / double(sum(send)));

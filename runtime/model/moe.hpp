@@ -105,6 +105,10 @@ class MoeBlock {
   void set_gemm(const MoeGemm& g) { gemm_ = g; }
   // The aux loss of the last forward of each layer (detached; for tests).
   mutable std::vector<at::Tensor> last_aux;
+  // With ep > 1: the rows this rank's experts received in each layer forward
+  // (recomputations included), in order; exec gathers them over the ep group
+  // to measure the routing's imbalance (runtime/measure_report.cpp).
+  mutable std::vector<double> received_rows;
 
  private:
   at::Tensor experts(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,

@@ -130,4 +130,17 @@ for v in flash ""; do
     || { echo "FAIL: cp=2 run with PLANNER_CP_ATTENTION='$v'"; fails=$((fails+1)); }
   rm -f "$TMP/cp2r.json"
 done
+# A MoE plan at ep=2: exec measures the routing's imbalance over the ep
+# group (the busiest rank's rows per layer over the mean: between 1 and 2 at
+# ep=2; the largest layer's at least that) and says it beside the assumption.
+echo '{"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 512, "num_local_experts": 4, "num_experts_per_tok": 2}' > "$TMP/moe.json"
+expect_exit 0 $P predict --model "$TMP/moe.json" --gpus 2xH100 --strategy dp=2,ep=2,mbs=2,precision=fp32 --seq 64 --global-batch 4 -o "$TMP/moe-ep2.json"
+expect_exit 0 $P exec "$TMP/moe-ep2.json" --device cpu --steps 2 --warmup 1 --oversubscribe -q -o "$TMP/moe-r.json"
+python3 - "$TMP/moe-r.json" <<'PY' || fails=$((fails+1))
+import json, sys
+m = json.load(open(sys.argv[1]))["measurement"]
+i, big = m["moe_imbalance"], m["moe_imbalance_largest"]
+assert 1.0 <= i <= 2.0 and i <= big <= 2.0, (i, big)
+assert any("busiest rank of the ep group" in n and "assumed 1.00" in n for n in m["notes"]), m["notes"]
+PY
 finish
