@@ -128,7 +128,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
                       "planner exec's MoE layer (the profile's moe_host fields; the forward waits on the host for "
                       "the routed counts); not priced: the routing's imbalance beyond --moe-imbalance, and with "
                       "ep > 1 each layer's wait for the slowest rank of the ep group; MoE steps have run slower "
-                      "than predicted (validation/h100x4/moe25-28)") +
+                      "than predicted (validation/h100x4/moe28 and the three sets before it)") +
           (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
                              "all-to-all's host work (calibrate under mpirun measures it)"
                            : ""));
