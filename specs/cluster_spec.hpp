@@ -103,7 +103,10 @@ struct StepTimeBand {
   double mape_pct = 0;  // calibrated with held-out runs: their step-time MAPE (0: none)
   int plans = 0;        // ... over this many plans
 };
-StepTimeBand step_time_band(const GpuSpec& g);
+// `moe`: the plan's model is a mixture of experts, whose step times have
+// their own held-out record (validation/h100x4/moe28): that record's band
+// where the GPU has one, else the GPU's band widened to it and said.
+StepTimeBand step_time_band(const GpuSpec& g, bool moe = false);
 // Appends g's note to `notes` unless it is empty or already there (one note per
 // GPU type over several clusters).
 void add_calibration_note(std::vector<std::string>& notes, const GpuSpec& g);

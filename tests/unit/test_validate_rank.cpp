@@ -116,6 +116,31 @@ TEST_CASE("tie_rule: the GPU's held-out MAPE, else half its datasheet band", "[p
   CHECK(contains(u.reason, "no held-out runs"));
 }
 
+TEST_CASE("a mixture of experts has its own band: H100's MoE record, elsewhere the GPU's band widened to it", "[plan][ties][moe]") {
+  const StepTimeBand dense = step_time_band(gpu_by_name("H100")), moe = step_time_band(gpu_by_name("H100"), true);
+  // validation/h100x4/moe28: six held-out MoE plans, measured 1.032 to 1.545 x predicted, MAPE 13.6%.
+  CHECK(moe.calibrated);
+  CHECK(moe.mape_pct == 13.6);
+  CHECK(moe.plans == 6);
+  CHECK(moe.low == 1.032);
+  CHECK(moe.high == 1.545);
+  CHECK(moe.mape_pct > dense.mape_pct);
+  CHECK(contains(moe.text, "validation/h100x4/moe28"));
+  const TieRule r = tie_rule(gpu_by_name("H100"), true);
+  CHECK(r.threshold_pct == 13.6);
+  CHECK(contains(r.reason, "mixture-of-experts plans"));
+  // An uncalibrated GPU: its datasheet band, widened to the MoE record's top, and said.
+  const StepTimeBand a10 = step_time_band(gpu_by_name("A10")), a10m = step_time_band(gpu_by_name("A10"), true);
+  CHECK(a10m.low == std::min(a10.low, 1.032));
+  CHECK(a10m.high == 1.545);
+  CHECK(a10m.high > a10.high);
+  CHECK(contains(a10m.text, "no held-out MoE runs on"));
+  // H200 is calibrated but has no MoE record: its MAPE becomes the MoE record's.
+  const StepTimeBand h200m = step_time_band(gpu_by_name("H200"), true);
+  CHECK(h200m.mape_pct == 13.6);
+  CHECK(h200m.high == 1.545);
+}
+
 TEST_CASE("ranking_summary with plan's ties: the flip of issue 30 lies inside the pick's band", "[validate][rank][ties]") {
   // Predicted 1.367 .. 1.400 s: 2.4% apart, inside H100's 5.1% held-out MAPE,
   // so plan showed all four as one band; the measured best (rank4) is in it.
