@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "runtime/measure_detail.hpp"
 #include "runtime/model/moe.hpp"
@@ -33,6 +34,15 @@ std::vector<double> all_gather_doubles(Communicator* world, const std::vector<do
   return std::vector<double>(out.data_ptr<double>(), out.data_ptr<double>() + out.numel());
 }
 
+// Every rank's list, padded with -1 to the longest one, concatenated in rank
+// order (the same on every rank); `per`: the padded length.
+std::vector<double> all_gather_padded(Communicator* world, std::vector<double> mine, size_t& per) {
+  per = mine.size();
+  for (double n : all_gather_doubles(world, {double(mine.size())})) per = std::max(per, size_t(n));
+  mine.resize(per, -1.0);
+  return all_gather_doubles(world, mine);
+}
+
 // Every rank's spans of the last step to every rank (the same list
 // everywhere). Pipeline stages run different action lists: each rank's spans
 // are padded to the longest list for the all-gather.
@@ -42,10 +52,8 @@ void gather_trace(const RunConfig& cfg, Communicator* world, Engine& engine, Mea
   const auto spans = engine.traced_spans();
   std::vector<double> flat;
   for (const auto& [a, b] : spans) flat.push_back(a), flat.push_back(b);
-  size_t per = flat.size();
-  for (double n : all_gather_doubles(world, {double(flat.size())})) per = std::max(per, size_t(n));
-  flat.resize(per, -1.0);
-  const std::vector<double> all = all_gather_doubles(world, flat);
+  size_t per = 0;
+  const std::vector<double> all = all_gather_padded(world, std::move(flat), per);
   for (size_t q = 0; per > 0 && q < all.size() / per; ++q) {
     std::vector<std::pair<double, double>> rank_spans;
     for (size_t i = 0; i < per; i += 2)
@@ -65,12 +73,9 @@ void gather_moe_routing(const RunConfig& cfg, Communicator* world, Engine& engin
   if (st.ep <= 1 || !moe) return;
   // Every rank takes part (padded to the longest list: pipeline stages run
   // different layers); rank 0's ep group is read.
-  std::vector<double> mine = moe->received_rows;
-  size_t per = mine.size();
-  for (double n : all_gather_doubles(world, {double(mine.size())})) per = std::max(per, size_t(n));
+  size_t per = 0;
+  const std::vector<double> all = all_gather_padded(world, moe->received_rows, per);
   if (per == 0) return;
-  mine.resize(per, -1.0);
-  const std::vector<double> all = all_gather_doubles(world, mine);
   const RankGrid grid(st.dp, st.pp, st.tp, st.cp);
   const std::vector<int> group = grid.ep_group(0, st.ep);
   double busiest = 0, mean = 0, largest = 0;
