@@ -20,7 +20,14 @@ Same as the C++ runtime, on purpose:
     chunk of the flat buffers with the clip factor as grad_scale, constant lr.
 So the comparison measures the language (Python dispatch vs C++), not the algorithm.
 
-Usage: pytorch_reference.py PLAN.json [--steps 10] [--warmup 3] [-o out.json]
+--compile runs the way a PyTorch user would let the compiler have it instead:
+plain F.linear layers (autograd's own weight gradients, accumulated into the
+same flat gradient buffer), F.cross_entropy over the logits in fp32, the
+LM head still padded to a multiple of 64 rows, and the whole forward and loss
+under torch.compile (default mode; the backward is compiled with it); the
+optimizer step is the same. Its compilation happens in the warm-up steps.
+
+Usage: pytorch_reference.py PLAN.json [--steps 10] [--warmup 3] [--compile] [-o out.json]
 Prints one summary line and writes a JSON document (see the keys at the end).
 """
 import argparse
@@ -217,6 +224,14 @@ def linear(x, w, b=None, padded_rows=0):
     return LinearAccum.apply(x, w, b, padded_rows)
 
 
+def plain_linear(x, w, b=None, padded_rows=0):
+    rows = w.shape[0]
+    if padded_rows > rows:  # the head: the GEMM on zero-padded rows, as LinearAccum
+        w = F.pad(w, (0, 0, 0, padded_rows - rows))
+        b = F.pad(b, (0, padded_rows - rows)) if b is not None else None
+    return F.linear(x, w, b)
+
+
 class AttnCoreCheckpoint(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, gqa):
@@ -337,6 +352,32 @@ class Model:
         a = x + self.attention(L, self.norm(x, L["n1w"], L["n1b"]), selective)
         return a + self.mlp(L, self.norm(a, L["n2w"], L["n2b"]))
 
+    def plain_loss(self, ids, labels):
+        """--compile's forward: F.linear everywhere, F.cross_entropy in fp32
+        (no custom autograd functions, so the compiler sees the whole graph)."""
+        global linear
+        saved, linear = linear, plain_linear
+        try:
+            s = ids.shape[1]
+            x = F.embedding(ids, self.p(self.wte))
+            if self.proj_in is not None:
+                x = linear(x, self.p(self.proj_in))
+            if self.wpe is not None:
+                off = self.m.get("position_offset", 0)
+                x = x + self.p(self.wpe)[off:off + s]
+            for i in range(len(self.layers)):
+                x = self.layer(i, x)
+            if self.fnw is not None:
+                x = self.norm(x, self.fnw, self.fnb)
+            if self.proj_out is not None:
+                x = linear(x, self.p(self.proj_out))
+            V = self.m["vocab"]
+            lg = linear(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b),
+                        (V + 63) // 64 * 64)
+            return F.cross_entropy(lg[..., :V].reshape(-1, V).float(), labels.reshape(-1), ignore_index=-100)
+        finally:
+            linear = saved
+
     def loss(self, ids, labels, ckpt, grad_hint=1.0):
         s = ids.shape[1]
         x = F.embedding(ids, self.p(self.wte))
@@ -423,6 +464,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("-o", "--output")
+    ap.add_argument("--compile", action="store_true",
+                    help="plain layers and F.cross_entropy under torch.compile (see the module text)")
     ap.add_argument("--profile", help="profile one extra step with torch.profiler and write the kernel table here")
     a = ap.parse_args()
     plan = json.load(open(a.plan))
@@ -433,6 +476,8 @@ def main():
     dev = torch.device("cuda" if cuda else "cpu")
     prec = st["precision"]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[prec]
+    if a.compile and (st["ckpt"] != "none" or m.get("moe") or m.get("sliding_window", 0)):
+        raise SystemExit("--compile runs plans without checkpointing, experts or windows")
     if prec == "fp16":
         raise SystemExit("the reference runs bf16 and fp32 (fp16 loss scaling not implemented here)")
     if cuda:
@@ -477,12 +522,14 @@ def main():
                 if mixed:
                     P.flat[o:o + c].copy_(master[o:o + c])
 
+    compiled = torch.compile(model.plain_loss) if a.compile else None
+
     def train_step(s):
         P.grad.zero_()
         loss_sum = torch.zeros((), device=dev)
         for micro in range(gas):
             ids, labels = batch(s, micro)
-            loss = model.loss(ids, labels, ckpt, 1.0 / gas)
+            loss = compiled(ids, labels) if compiled else model.loss(ids, labels, ckpt, 1.0 / gas)
             (loss * (1.0 / gas)).backward()
             loss_sum += loss.detach()
         opt_step(s + 1)
@@ -510,7 +557,7 @@ def main():
     peak = {"bf16": g.get("peak_bf16_TFLOPS", 0), "fp16": g.get("peak_fp16_TFLOPS", 0),
             "fp32": g.get("peak_fp32_TFLOPS", 0)}[prec] * 1e12
     res = {
-        "impl": "pytorch-eager",
+        "impl": "pytorch-compile" if a.compile else "pytorch-eager",
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": torch.cuda.get_device_name() if cuda else platform.processor(),
@@ -530,7 +577,7 @@ def main():
         "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
     }
-    print(f"reference {m['name']} {prec} mbs={mbs} gas={gas} seq={seq}: step {med:.4f} s, "
+    print(f"reference{' (compiled)' if a.compile else ''} {m['name']} {prec} mbs={mbs} gas={gas} seq={seq}: step {med:.4f} s, "
           f"{res['tokens_per_second']:.0f} tok/s, {res['model_tflops']:.1f} TFLOP/s, "
           f"MFU {res['mfu'] * 100 if res['mfu'] else float('nan'):.1f}%, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
           f"peak alloc {res['peak_allocated_bytes'] / 2**30 if cuda else 0:.2f} GiB")

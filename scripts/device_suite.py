@@ -150,8 +150,8 @@ def load(path, root):
                 raise SuiteError(f"{where}: \"top\" must be 2 to 100 plans")
             if "run" in allowed and not isinstance(e.get("run"), str):
                 raise SuiteError(f"{where}: \"run\" must be a shell command")
-            if sec == "baselines" and e.get("mode", "eager") not in ("eager", "ddp", "fsdp2"):
-                raise SuiteError(f"{where}: \"mode\" must be eager, ddp or fsdp2")
+            if sec == "baselines" and e.get("mode", "eager") not in ("eager", "compile", "ddp", "fsdp2"):
+                raise SuiteError(f"{where}: \"mode\" must be eager, compile, ddp or fsdp2")
             for k in ("env",):
                 if k in e and not (isinstance(e[k], dict) and all(isinstance(v, str) for v in e[k].values())):
                     raise SuiteError(f"{where}: \"env\" must map names to strings")
@@ -224,7 +224,7 @@ def steps(s, sp):
         a += f" --headroom {e['headroom']}" if "headroom" in e else ""
         a += f" --trace $R/{n}.trace.json" if e.get("trace") else ""
         a += " --kernels" if e.get("kernels") else ""
-        a += "".join(" " + shlex.quote(x) for x in e.get("args", []))
+        a += "".join(" " + arg(x) for x in e.get("args", []))
         env = dict(e.get("env", {}))
         if e.get("gpu") is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(e["gpu"])
@@ -232,9 +232,10 @@ def steps(s, sp):
     for r in s["baselines"]:
         n, mode = r["name"], r.get("mode", "eager")
         tail = f"--steps {r.get('steps', 8)} --warmup {r.get('warmup', 3)} -o $R/{n}.ref.json"
-        tail += "".join(" " + shlex.quote(x) for x in r.get("args", []))
-        if mode == "eager":
-            a, env = f"python3 benchmarks/pytorch_reference.py {r['plan']} {tail}", {"CUDA_VISIBLE_DEVICES": "0"}
+        tail += "".join(" " + arg(x) for x in r.get("args", []))
+        if mode in ("eager", "compile"):
+            a = f"python3 benchmarks/pytorch_reference.py {r['plan']} {tail}" + (" --compile" if mode == "compile" else "")
+            env = {"CUDA_VISIBLE_DEVICES": "0"}
         else:
             a = (f"torchrun --nproc_per_node {r.get('nproc', 2)} benchmarks/pytorch_dist_reference.py {r['plan']} "
                  f"--mode {mode}" + (f" --reshard-after-forward {r['reshard_after_forward']}" if "reshard_after_forward" in r else "")
@@ -244,6 +245,12 @@ def steps(s, sp):
     for c in s["commands"]:
         out.append((c["name"], c["run"], {}, c.get("timeout_s", 300)))
     return out
+
+
+def arg(x):
+    """One argument of an exec or baseline: quoted, except a plain $R/ path, which
+    the shell must expand (a quoted one reached h100_bench's reference literally)."""
+    return x if re.fullmatch(r"\$R/[\w./-]+", x) else shlex.quote(x)
 
 
 def show(name, cmd, env, limit):
