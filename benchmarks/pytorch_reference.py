@@ -291,7 +291,8 @@ class Model:
         self.t = self.P.tensors
         if self.m["pos"] == "rotary":
             d = self.hd
-            inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+            base = float(self.m.get("rope_theta", 0) or 10000.0)  # 0 in a plan: 10000 (specs/model_spec.hpp)
+            inv = 1.0 / (base ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
             ang = torch.outer(torch.arange(self.seq, device=device, dtype=torch.float32), inv)
             emb = torch.cat([ang, ang], -1).unsqueeze(1)
             self.cos, self.sin = emb.cos().to(dtype), emb.sin().to(dtype)

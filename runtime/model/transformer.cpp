@@ -2,6 +2,7 @@
 
 #include "runtime/model/attention.hpp"
 #include "runtime/model/context_parallel.hpp"
+#include "runtime/model/fused_ops.hpp"
 #include "runtime/model/moe.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -296,6 +297,15 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     // fp32 math for the 16-bit and fp32 models; double stays double (gradient checks).
     const at::ScalarType acc = logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor count = valid_all.sum().clamp_min(1).to(acc);  // device scalar, no host sync
+    ctx->saved_data["hint"] = grad_hint;
+    if (tp == 0) {
+      // One kernel for the whole (n, V) on CUDA (runtime/model/fused_ops.hpp): no fp32 chunk.
+      at::Tensor fused = fused_cross_entropy(logits, labels, count, grad_hint, grad);
+      if (fused.defined()) {
+        ctx->save_for_backward({grad});
+        return fused / count;
+      }
+    }
     at::Tensor loss_sum = at::zeros({}, logits.options().dtype(acc));
     for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
       const int64_t c = std::min(chunk_rows, n - r0);
@@ -319,7 +329,6 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       grad.narrow(0, r0, c).copy_(lp);
     }
     ctx->save_for_backward({grad});
-    ctx->saved_data["hint"] = grad_hint;
     return loss_sum / count;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -582,14 +591,21 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   const int64_t hd = spec_.head_dim(), nh = spec_.heads / tp_size_, nkv = spec_.kv_heads / tp_size_;
   at::Tensor qkv = col_linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv); sp: xn is (b, s/tp, h)
   const int64_t b = qkv.size(0), s = qkv.size(1), h = nh * hd, kv = nkv * hd;
-  // split (not narrow): its backward concatenates the three gradients in one
-  // kernel; narrow's would zero-fill three full-size tensors and add them.
-  auto parts = qkv.split_with_sizes({h, kv, kv}, -1);
-  at::Tensor q = parts[0].view({b, s, nh, hd});
-  at::Tensor k = parts[1].view({b, s, nkv, hd});
-  at::Tensor v = parts[2].view({b, s, nkv, hd});
+  at::Tensor q, k, v;
+  if (spec_.pos == PosEmbed::Rotary && !spec_.qk_norm) {
+    // One fused function: rotated q and k and a copy of v, the projection's output then freed.
+    auto r = rotary_qkv(qkv, rope_cos_.narrow(0, 0, s), rope_sin_.narrow(0, 0, s), nh, nkv, hd);
+    q = r[0], k = r[1], v = r[2];
+  } else {
+    // split (not narrow): its backward concatenates the three gradients in one
+    // kernel; narrow's would zero-fill three full-size tensors and add them.
+    auto parts = qkv.split_with_sizes({h, kv, kv}, -1);
+    q = parts[0].view({b, s, nh, hd});
+    k = parts[1].view({b, s, nkv, hd});
+    v = parts[2].view({b, s, nkv, hd});
+  }
   if (spec_.qk_norm) q = head_norm(q, l.q_norm_w, l.q_norm_b), k = head_norm(k, l.k_norm_w, l.k_norm_b);
-  if (spec_.pos == PosEmbed::Rotary) {
+  if (spec_.pos == PosEmbed::Rotary && spec_.qk_norm) {
     at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
     q = q * c + rotate_half(q) * sn;
     k = k * c + rotate_half(k) * sn;
@@ -617,12 +633,9 @@ at::Tensor TransformerModel::mlp(int64_t i, const at::Tensor& xn) const {
   switch (spec_.mlp) {
     case MlpKind::Gelu: a = at::gelu(u, spec_.arch == Arch::Encoder ? "none" : "tanh"); break;
     case MlpKind::Relu: a = at::relu(u); break;
-    case MlpKind::SwiGlu: {
-      const int64_t f = spec_.ffn / tp_size_;  // this rank's [gate_r; up_r]
-      at::Tensor gate = u.narrow(-1, 0, f);  // GeGLU (Gemma): GELU-tanh gate; SwiGLU: SiLU
-      a = (spec_.gelu_gate ? at::gelu(gate, "tanh") : at::silu(gate)) * u.narrow(-1, f, f);
+    case MlpKind::SwiGlu:  // this rank's [gate_r; up_r]; GeGLU (Gemma): GELU-tanh gate, SwiGLU: SiLU
+      a = glu(u, spec_.gelu_gate);
       break;
-    }
   }
   return row_linear(a, l.fc2_w, l.fc2_b);  // under tp: partial (row_linear says where its bias goes)
 }

@@ -1,0 +1,341 @@
+// The runtime's fused CUDA kernels (declarations and layouts: fused_kernels.hpp).
+// Each replaces a chain of ATen elementwise kernels that the H100 kernel profile
+// of validation/h100/compile showed as the gap to torch.compile: one read of
+// each input and one write of each output, 16-byte vector accesses where the
+// widths allow, fp32 arithmetic.
+#include "runtime/kernels/fused_kernels.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace planner::rt::fused {
+namespace {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// N elements of T loaded or stored as one 16-byte access (N * sizeof(T) == 16),
+// or one at a time when N == 1.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <class T, int N>
+__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
+  const Pack<T, N> x = *reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_f(x.v[i]);
+}
+template <class T, int N>
+__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
+  Pack<T, N> x;
+#pragma unroll
+  for (int i = 0; i < N; ++i) x.v[i] = from_f<T>(in[i]);
+  *reinterpret_cast<Pack<T, N>*>(p) = x;
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
+
+__device__ __forceinline__ float act(float g, bool gelu) {
+  if (gelu) return 0.5f * g * (1.f + tanhf(kSqrt2OverPi * (g + kGeluC * g * g * g)));
+  return g / (1.f + __expf(-g));
+}
+__device__ __forceinline__ float act_grad(float g, bool gelu) {
+  if (gelu) {
+    const float t = tanhf(kSqrt2OverPi * (g + kGeluC * g * g * g));
+    return 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluC * g * g);
+  }
+  const float sg = 1.f / (1.f + __expf(-g));
+  return sg * (1.f + g * (1.f - sg));
+}
+
+int blocks_for(int64_t work, int threads) {
+  const int64_t b = (work + threads - 1) / threads;
+  return int(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// ---- GLU -------------------------------------------------------------------
+
+template <class T, int N>
+__global__ void glu_fwd_kernel(const T* u, T* a, int64_t rows, int64_t f, bool gelu) {
+  const int64_t groups = f / N, total = rows * groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / groups, j = (i % groups) * N;
+    float g[N], up[N], out[N];
+    load<T, N>(u + r * 2 * f + j, g);
+    load<T, N>(u + r * 2 * f + f + j, up);
+#pragma unroll
+    for (int n = 0; n < N; ++n) out[n] = act(g[n], gelu) * up[n];
+    store<T, N>(a + r * f + j, out);
+  }
+}
+
+template <class T, int N>
+__global__ void glu_bwd_kernel(const T* u, const T* da, T* du, int64_t rows, int64_t f, bool gelu) {
+  const int64_t groups = f / N, total = rows * groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / groups, j = (i % groups) * N;
+    float g[N], up[N], d[N], dg[N], dup[N];
+    load<T, N>(u + r * 2 * f + j, g);
+    load<T, N>(u + r * 2 * f + f + j, up);
+    load<T, N>(da + r * f + j, d);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      dg[n] = d[n] * up[n] * act_grad(g[n], gelu);
+      dup[n] = d[n] * act(g[n], gelu);
+    }
+    store<T, N>(du + r * 2 * f + j, dg);
+    store<T, N>(du + r * 2 * f + f + j, dup);
+  }
+}
+
+template <class T>
+void glu_fwd_t(const void* u, void* a, int64_t rows, int64_t f, bool gelu, cudaStream_t st) {
+  constexpr int V = 16 / sizeof(T);
+  const int th = 256;
+  if (f % V == 0 && aligned16(u) && aligned16(a))
+    glu_fwd_kernel<T, V><<<blocks_for(rows * (f / V), th), th, 0, st>>>(static_cast<const T*>(u), static_cast<T*>(a),
+                                                                         rows, f, gelu);
+  else
+    glu_fwd_kernel<T, 1><<<blocks_for(rows * f, th), th, 0, st>>>(static_cast<const T*>(u), static_cast<T*>(a), rows,
+                                                                   f, gelu);
+  check_launch("glu_forward");
+}
+
+template <class T>
+void glu_bwd_t(const void* u, const void* da, void* du, int64_t rows, int64_t f, bool gelu, cudaStream_t st) {
+  constexpr int V = 16 / sizeof(T);
+  const int th = 256;
+  if (f % V == 0 && aligned16(u) && aligned16(da) && aligned16(du))
+    glu_bwd_kernel<T, V><<<blocks_for(rows * (f / V), th), th, 0, st>>>(
+        static_cast<const T*>(u), static_cast<const T*>(da), static_cast<T*>(du), rows, f, gelu);
+  else
+    glu_bwd_kernel<T, 1><<<blocks_for(rows * f, th), th, 0, st>>>(static_cast<const T*>(u), static_cast<const T*>(da),
+                                                                   static_cast<T*>(du), rows, f, gelu);
+  check_launch("glu_backward");
+}
+
+// ---- rotary ------------------------------------------------------------------
+
+// One thread per N consecutive elements of a row of qkv (N divides d / 2, so a
+// group never straddles the halves of a head). Forward, for x's element i of
+// a head with partner p = i + d/2 (first half) or i - d/2 (second half):
+// y_i = x_i cos_i - x_p sin_i (first half), x_i cos_i + x_p sin_i (second).
+// Backward (the transpose): dx_i = dy_i cos_i + dy_p sin_p (first half),
+// dy_i cos_i - dy_p sin_p (second).
+template <class T, int N, bool Backward>
+__global__ void rotary_kernel(const T* in_q, const T* in_k, const T* in_v, const T* cos, const T* sin, T* out_q,
+                              T* out_k, T* out_v, const T* qkv, T* dqkv, int64_t rows, int64_t s, int64_t nq,
+                              int64_t nkv, int64_t d) {
+  const int64_t qw = nq * d, kw = nkv * d, width = qw + 2 * kw, groups = width / N, total = rows * groups;
+  const int64_t half = d / 2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / groups, c = (i % groups) * N;
+    // Where this group lives: its source and destination, by part.
+    const T* src;
+    T* dst;
+    int64_t col, part_w;
+    bool rotate = true;
+    if (c < qw) {
+      col = c, part_w = qw;
+    } else if (c < qw + kw) {
+      col = c - qw, part_w = kw;
+    } else {
+      col = c - qw - kw, part_w = kw, rotate = false;
+    }
+    if (!Backward) {
+      src = qkv + r * width + (c - col);  // the part's start in this row of qkv
+      dst = c < qw ? out_q : c < qw + kw ? out_k : out_v;
+      dst += r * part_w;
+    } else {
+      src = c < qw ? in_q : c < qw + kw ? in_k : in_v;
+      src += r * part_w;
+      dst = dqkv + r * width + (c - col);
+    }
+    float x[N], y[N];
+    load<T, N>(src + col, x);
+    if (rotate) {
+      const int64_t dd = col % d, pos = r % s;
+      const bool first = dd < half;
+      const int64_t pcol = first ? col + half : col - half;
+      float xp[N], cs[N], sn[N];
+      load<T, N>(src + pcol, xp);
+      load<T, N>(cos + pos * d + dd, cs);
+      if (!Backward) {
+        load<T, N>(sin + pos * d + dd, sn);
+#pragma unroll
+        for (int n = 0; n < N; ++n) y[n] = first ? x[n] * cs[n] - xp[n] * sn[n] : x[n] * cs[n] + xp[n] * sn[n];
+      } else {
+        load<T, N>(sin + pos * d + (first ? dd + half : dd - half), sn);
+#pragma unroll
+        for (int n = 0; n < N; ++n) y[n] = first ? x[n] * cs[n] + xp[n] * sn[n] : x[n] * cs[n] - xp[n] * sn[n];
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < N; ++n) y[n] = x[n];
+    }
+    store<T, N>(dst + col, y);
+  }
+}
+
+template <class T, bool Backward>
+void rotary_t(const void* in_q, const void* in_k, const void* in_v, const void* cos, const void* sin, void* q, void* k,
+              void* v, const void* qkv, void* dqkv, int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d,
+              cudaStream_t st) {
+  constexpr int V = 16 / sizeof(T);
+  const int th = 256;
+  const int64_t width = (nq + 2 * nkv) * d;
+  const bool vec = (d / 2) % V == 0 && aligned16(cos) && aligned16(sin) &&
+                   (Backward ? aligned16(in_q) && aligned16(in_k) && aligned16(in_v) && aligned16(dqkv)
+                             : aligned16(qkv) && aligned16(q) && aligned16(k) && aligned16(v));
+  auto C = [](const void* p) { return static_cast<const T*>(p); };
+  auto M = [](void* p) { return static_cast<T*>(p); };
+  if (vec)
+    rotary_kernel<T, V, Backward><<<blocks_for(rows * (width / V), th), th, 0, st>>>(
+        C(in_q), C(in_k), C(in_v), C(cos), C(sin), M(q), M(k), M(v), C(qkv), M(dqkv), rows, s, nq, nkv, d);
+  else
+    rotary_kernel<T, 1, Backward><<<blocks_for(rows * width, th), th, 0, st>>>(
+        C(in_q), C(in_k), C(in_v), C(cos), C(sin), M(q), M(k), M(v), C(qkv), M(dqkv), rows, s, nq, nkv, d);
+  check_launch(Backward ? "rotary_backward" : "rotary_forward");
+}
+
+// ---- cross-entropy ---------------------------------------------------------------
+
+constexpr int kCeThreads = 512;
+
+// (max, sum of exp(x - max)) pairs merged.
+__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2, s = s2;
+    return;
+  }
+  if (m2 > m) {
+    s = s * __expf(m - m2) + s2;
+    m = m2;
+  } else {
+    s += s2 * __expf(m2 - m);
+  }
+}
+
+// One block per row.
+template <class T, int N>
+__global__ void ce_kernel(const T* logits, const int64_t* labels, const float* count, float scale, T* grad,
+                          float* row_loss, int64_t V) {
+  const int64_t r = blockIdx.x;
+  const T* z = logits + r * V;
+  T* g = grad + r * V;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t j = int64_t(threadIdx.x) * N; j < V; j += int64_t(blockDim.x) * N) {
+    float x[N];
+    load<T, N>(z + j, x);
+#pragma unroll
+    for (int n = 0; n < N; ++n) merge(m, s, x[n], 1.f);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    merge(m, s, m2, s2);
+  }
+  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
+  __shared__ float row_m, row_s;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = -INFINITY, S = 0.f;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) merge(M, S, sm[w], ss[w]);
+    row_m = M, row_s = S;
+  }
+  __syncthreads();
+  const float M = row_m, inv = 1.f / row_s;
+  const int64_t label = labels[r];
+  const bool valid = label != -100;
+  const float w = valid ? scale / *count : 0.f;
+  if (threadIdx.x == 0) row_loss[r] = valid ? (logf(row_s) + M - to_f(z[label])) : 0.f;
+  for (int64_t j = int64_t(threadIdx.x) * N; j < V; j += int64_t(blockDim.x) * N) {
+    float x[N], y[N];
+    load<T, N>(z + j, x);
+#pragma unroll
+    for (int n = 0; n < N; ++n) y[n] = (__expf(x[n] - M) * inv - (j + n == label ? 1.f : 0.f)) * w;
+    store<T, N>(g + j, y);
+  }
+}
+
+template <class T>
+void ce_t(const void* logits, const int64_t* labels, const float* count, double scale, void* grad, float* row_loss,
+          int64_t rows, int64_t V, cudaStream_t st) {
+  constexpr int Vec = 16 / sizeof(T);
+  if (rows <= 0) return;
+  const unsigned grid = unsigned(rows);
+  if (V % Vec == 0 && aligned16(logits) && aligned16(grad))
+    ce_kernel<T, Vec><<<grid, kCeThreads, 0, st>>>(static_cast<const T*>(logits), labels, count, float(scale),
+                                                   static_cast<T*>(grad), row_loss, V);
+  else
+    ce_kernel<T, 1><<<grid, kCeThreads, 0, st>>>(static_cast<const T*>(logits), labels, count, float(scale),
+                                                 static_cast<T*>(grad), row_loss, V);
+  check_launch("cross_entropy_forward");
+}
+
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+}  // namespace
+
+#define PLANNER_DISPATCH(t, F, ...)                   \
+  switch (t) {                                        \
+    case Dtype::F32: F<float>(__VA_ARGS__); break;    \
+    case Dtype::F16: F<__half>(__VA_ARGS__); break;   \
+    case Dtype::BF16: F<__nv_bfloat16>(__VA_ARGS__); break; \
+  }
+
+void glu_forward(Dtype t, const void* u, void* a, int64_t rows, int64_t f, bool gelu, void* stream) {
+  PLANNER_DISPATCH(t, glu_fwd_t, u, a, rows, f, gelu, S(stream));
+}
+void glu_backward(Dtype t, const void* u, const void* da, void* du, int64_t rows, int64_t f, bool gelu, void* stream) {
+  PLANNER_DISPATCH(t, glu_bwd_t, u, da, du, rows, f, gelu, S(stream));
+}
+
+template <class T>
+void rotary_fwd_t(const void* qkv, const void* cos, const void* sin, void* q, void* k, void* v, int64_t rows, int64_t s,
+                  int64_t nq, int64_t nkv, int64_t d, cudaStream_t st) {
+  rotary_t<T, false>(nullptr, nullptr, nullptr, cos, sin, q, k, v, qkv, nullptr, rows, s, nq, nkv, d, st);
+}
+template <class T>
+void rotary_bwd_t(const void* dq, const void* dk, const void* dv, const void* cos, const void* sin, void* dqkv,
+                  int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, cudaStream_t st) {
+  rotary_t<T, true>(dq, dk, dv, cos, sin, nullptr, nullptr, nullptr, nullptr, dqkv, rows, s, nq, nkv, d, st);
+}
+
+void rotary_forward(Dtype t, const void* qkv, const void* cos, const void* sin, void* q, void* k, void* v,
+                    int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, void* stream) {
+  PLANNER_DISPATCH(t, rotary_fwd_t, qkv, cos, sin, q, k, v, rows, s, nq, nkv, d, S(stream));
+}
+void rotary_backward(Dtype t, const void* dq, const void* dk, const void* dv, const void* cos, const void* sin,
+                     void* dqkv, int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, void* stream) {
+  PLANNER_DISPATCH(t, rotary_bwd_t, dq, dk, dv, cos, sin, dqkv, rows, s, nq, nkv, d, S(stream));
+}
+
+void cross_entropy_forward(Dtype t, const void* logits, const int64_t* labels, const float* count, double scale,
+                           void* grad, float* row_loss, int64_t rows, int64_t V, void* stream) {
+  PLANNER_DISPATCH(t, ce_t, logits, labels, count, scale, grad, row_loss, rows, V, S(stream));
+}
+
+}  // namespace planner::rt::fused

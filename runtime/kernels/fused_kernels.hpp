@@ -1,0 +1,41 @@
+#pragma once
+// The runtime's own CUDA kernels (runtime/kernels/fused_kernels.cu), built with
+// nvcc where CMake finds a CUDA compiler beside a CUDA LibTorch
+// (PLANNER_FUSED_CUDA=1); runtime/model/fused_ops.cpp calls them for CUDA
+// tensors and otherwise runs the same functions as ATen operations. Plain C++:
+// pointers, sizes and the stream, no torch types (nvcc never parses LibTorch's
+// headers). Every kernel computes in fp32 and rounds its outputs once.
+//
+// Layouts: every pointer is a contiguous row-major array; `rows` counts tokens.
+
+#include <cstdint>
+
+namespace planner::rt::fused {
+
+enum class Dtype { F32, F16, BF16 };
+
+// SwiGLU / GeGLU: u is (rows, 2f) = [gate | up]; a = act(gate) * up (rows, f),
+// act = SiLU, or GELU's tanh form when gelu. Backward: du = [da * up * act'(gate) |
+// da * act(gate)].
+void glu_forward(Dtype t, const void* u, void* a, int64_t rows, int64_t f, bool gelu, void* stream);
+void glu_backward(Dtype t, const void* u, const void* da, void* du, int64_t rows, int64_t f, bool gelu, void* stream);
+
+// Rotary positions (GPT-NeoX rotate-half) on a fused projection's output:
+// qkv is (rows, (nq + 2 nkv) d) = [q heads | k heads | v heads]; cos and sin
+// are (s, d) tables and row r is at position r mod s. Writes q (rows, nq d)
+// and k (rows, nkv d) rotated, v (rows, nkv d) copied. Backward: the inverse
+// rotation of dq and dk and the copy of dv, into dqkv (rows, (nq + 2 nkv) d).
+void rotary_forward(Dtype t, const void* qkv, const void* cos, const void* sin, void* q, void* k, void* v,
+                    int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, void* stream);
+void rotary_backward(Dtype t, const void* dq, const void* dk, const void* dv, const void* cos, const void* sin,
+                     void* dqkv, int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, void* stream);
+
+// Cross-entropy over logits (rows, V), one pass for the row's maximum and sum
+// of exponentials and one for the gradient: row_loss[r] = logsumexp(z_r) -
+// z_r[label_r] and grad_r = (softmax(z_r) - onehot(label_r)) * scale / *count,
+// both zero where label_r == -100. count is a device float (the labelled
+// rows, at least 1).
+void cross_entropy_forward(Dtype t, const void* logits, const int64_t* labels, const float* count, double scale,
+                           void* grad, float* row_loss, int64_t rows, int64_t V, void* stream);
+
+}  // namespace planner::rt::fused

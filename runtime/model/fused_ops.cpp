@@ -1,0 +1,179 @@
+#include "runtime/model/fused_ops.hpp"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#if PLANNER_FUSED_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "runtime/kernels/fused_kernels.hpp"
+#endif
+
+namespace planner::rt {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+namespace {
+
+#if PLANNER_FUSED_CUDA
+std::optional<fused::Dtype> kernel_dtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return fused::Dtype::F32;
+    case at::kHalf: return fused::Dtype::F16;
+    case at::kBFloat16: return fused::Dtype::BF16;
+    default: return std::nullopt;
+  }
+}
+void* stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+#endif
+
+// The kernels run for this tensor (CUDA, a dtype they take).
+bool use_kernels(const at::Tensor& t) {
+#if PLANNER_FUSED_CUDA
+  return fused_kernels_enabled() && t.is_cuda() && kernel_dtype(t).has_value();
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+at::Tensor act(const at::Tensor& g, bool gelu) { return gelu ? at::gelu(g, "tanh") : at::silu(g); }
+
+struct GluFn : torch::autograd::Function<GluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& u_in, bool gelu) {
+    at::Tensor u = u_in.contiguous();
+    const int64_t f = u.size(-1) / 2;
+    ctx->save_for_backward({u});
+    ctx->saved_data["gelu"] = gelu;
+    auto shape = u.sizes().vec();
+    shape.back() = f;
+    if (use_kernels(u)) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor a = at::empty(shape, u.options());
+      fused::glu_forward(*kernel_dtype(u), u.data_ptr(), a.data_ptr(), u.numel() / (2 * f), f, gelu, stream_of(u));
+      return a;
+#endif
+    }
+    return act(u.narrow(-1, 0, f), gelu) * u.narrow(-1, f, f);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const at::Tensor u = ctx->get_saved_variables()[0];
+    const bool gelu = ctx->saved_data["gelu"].toBool();
+    const int64_t f = u.size(-1) / 2;
+    at::Tensor da = grads[0].contiguous();
+    if (use_kernels(u)) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor du = at::empty_like(u);
+      fused::glu_backward(*kernel_dtype(u), u.data_ptr(), da.data_ptr(), du.data_ptr(), u.numel() / (2 * f), f, gelu,
+                          stream_of(u));
+      return {du, at::Tensor()};
+#endif
+    }
+    const at::Tensor g = u.narrow(-1, 0, f), up = u.narrow(-1, f, f);
+    at::Tensor dg = gelu ? at::gelu_backward(da * up, g, "tanh") : at::silu_backward(da * up, g);
+    return {at::cat({dg, da * act(g, gelu)}, -1), at::Tensor()};
+  }
+};
+
+// rotate_half(x) = [-x2, x1] over the last dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return at::cat({x.narrow(-1, h, h).neg(), x.narrow(-1, 0, h)}, -1);
+}
+
+// Tables as (s, d), contiguous.
+at::Tensor table(const at::Tensor& t, int64_t d) { return t.reshape({-1, d}).contiguous(); }
+
+struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& qkv_in, const at::Tensor& cos_in,
+                             const at::Tensor& sin_in, int64_t nq, int64_t nkv, int64_t d) {
+    at::Tensor qkv = qkv_in.contiguous();
+    const int64_t b = qkv.size(0), s = qkv.size(1);
+    const at::Tensor c = table(cos_in, d), sn = table(sin_in, d);
+    ctx->saved_data["cos"] = c;
+    ctx->saved_data["sin"] = sn;
+    ctx->saved_data["dims"] = std::vector<int64_t>{nq, nkv, d};
+    if (use_kernels(qkv) && c.scalar_type() == qkv.scalar_type()) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor q = at::empty({b, s, nq, d}, qkv.options()), k = at::empty({b, s, nkv, d}, qkv.options()),
+                 v = at::empty({b, s, nkv, d}, qkv.options());
+      fused::rotary_forward(*kernel_dtype(qkv), qkv.data_ptr(), c.data_ptr(), sn.data_ptr(), q.data_ptr(),
+                            k.data_ptr(), v.data_ptr(), b * s, c.size(0), nq, nkv, d, stream_of(qkv));
+      return {q, k, v};
+#endif
+    }
+    auto parts = qkv.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
+    const at::Tensor cb = c.narrow(0, 0, s).unsqueeze(1), sb = sn.narrow(0, 0, s).unsqueeze(1);  // (s, 1, d)
+    auto rot = [&](const at::Tensor& x, int64_t n) {
+      at::Tensor h = x.view({b, s, n, d});
+      return (h * cb + rotate_half(h) * sb).contiguous();
+    };
+    return {rot(parts[0], nq), rot(parts[1], nkv), parts[2].reshape({b, s, nkv, d}).contiguous()};
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const at::Tensor c = ctx->saved_data["cos"].toTensor(), sn = ctx->saved_data["sin"].toTensor();
+    const auto dims = ctx->saved_data["dims"].toIntVector();
+    const int64_t nq = dims[0], nkv = dims[1], d = dims[2];
+    at::Tensor dq = grads[0].contiguous(), dk = grads[1].contiguous(), dv = grads[2].contiguous();
+    const int64_t b = dq.size(0), s = dq.size(1);
+    if (use_kernels(dq) && c.scalar_type() == dq.scalar_type()) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor dqkv = at::empty({b, s, (nq + 2 * nkv) * d}, dq.options());
+      fused::rotary_backward(*kernel_dtype(dq), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), c.data_ptr(),
+                             sn.data_ptr(), dqkv.data_ptr(), b * s, c.size(0), nq, nkv, d, stream_of(dq));
+      return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+#endif
+    }
+    // The transpose of y = x cos + rotate_half(x) sin: dx = dy cos - rotate_half(dy sin).
+    const at::Tensor cb = c.narrow(0, 0, s).unsqueeze(1), sb = sn.narrow(0, 0, s).unsqueeze(1);
+    auto back = [&](const at::Tensor& g) { return (g * cb - rotate_half(g * sb)).reshape({b, s, -1}); };
+    at::Tensor dqkv = at::cat({back(dq), back(dk), dv.reshape({b, s, -1})}, -1);
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_kernels_enabled() {
+#if PLANNER_FUSED_CUDA
+  static const bool on = [] {
+    const char* e = std::getenv("PLANNER_FUSED_KERNELS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+at::Tensor glu(const at::Tensor& u, bool gelu) { return GluFn::apply(u, gelu); }
+
+std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t nq,
+                                     int64_t nkv, int64_t d) {
+  auto out = RotaryQkvFn::apply(qkv, cos, sin, nq, nkv, d);
+  return {out[0], out[1], out[2]};
+}
+
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& count,
+                               double scale, at::Tensor& grad) {
+  if (!use_kernels(logits) || !logits.is_contiguous() || logits.dim() != 2) return {};
+#if PLANNER_FUSED_CUDA
+  const int64_t n = logits.size(0), V = logits.size(1);
+  at::Tensor lab = labels.to(at::kLong).contiguous();
+  at::Tensor cnt = count.to(at::kFloat).contiguous();
+  at::Tensor row_loss = at::empty({n}, logits.options().dtype(at::kFloat));
+  fused::cross_entropy_forward(*kernel_dtype(logits), logits.data_ptr(), lab.data_ptr<int64_t>(),
+                               cnt.data_ptr<float>(), scale, grad.data_ptr(), row_loss.data_ptr<float>(), n, V,
+                               stream_of(logits));
+  return row_loss.sum();
+#else
+  (void)labels, (void)count, (void)scale, (void)grad;
+  return {};
+#endif
+}
+
+}  // namespace planner::rt

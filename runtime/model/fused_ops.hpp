@@ -1,0 +1,47 @@
+#pragma once
+// Fused operations of the runtime's transformer: each is one autograd function
+// whose forward and backward run one CUDA kernel (runtime/kernels/fused_kernels.cu)
+// on CUDA tensors when the kernels were built, and the same arithmetic as
+// ATen operations otherwise (CPU, double, or a build without nvcc). Either way
+// the function saves the same tensors, so the memory a step keeps does not
+// depend on the path (costmodel/activations.cpp counts it).
+//
+// Why: on one H100 (validation/h100/compile) the chains of ATen elementwise
+// kernels these replace (strided multiplies of rotate-half, SwiGLU's narrowed
+// halves and their zero-filled gradients, the loss's fp32 log-softmax, exp,
+// scale and copy) were most of the step's memory-bound time, and the gap to
+// torch.compile.
+//
+// PLANNER_FUSED_KERNELS=0 in the environment runs the ATen path on CUDA too (a
+// diagnosis switch: the kernels against their composition in one call).
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstdint>
+
+namespace planner::rt {
+
+// Whether this build has the CUDA kernels and the environment lets them run.
+bool fused_kernels_enabled();
+
+// Gated linear unit: u (..., 2f) = [gate | up] -> act(gate) * up (..., f),
+// act = SiLU (SwiGLU) or GELU's tanh form (GeGLU). Saves u only.
+at::Tensor glu(const at::Tensor& u, bool gelu);
+
+// Rotary positions (GPT-NeoX rotate-half) applied to a fused projection's
+// output qkv (b, s, (nq + 2 nkv) d) with tables cos, sin of (s, 1, d) (or
+// (s, d)): returns q (b, s, nq, d) and k (b, s, nkv, d) rotated and v (b, s,
+// nkv, d), each contiguous. Saves nothing but the tables; the projection's
+// output is free once the three exist.
+std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t nq,
+                                     int64_t nkv, int64_t d);
+
+// The cross-entropy kernel for logits (n, V) on CUDA when enabled and built
+// (fp32/fp16/bf16, contiguous): fills grad (n, V) with (softmax - onehot) *
+// scale / count on labelled rows (0 elsewhere) and returns the sum of the
+// labelled rows' losses (fp32 device scalar). Returns an undefined tensor
+// when the kernel cannot run; the caller then computes it with ATen.
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& count,
+                               double scale, at::Tensor& grad);
+
+}  // namespace planner::rt

@@ -1,0 +1,140 @@
+// The fused operations (runtime/model/fused_ops.hpp) against the plain ATen
+// formulas they replace, differentiated by autograd: on the CPU in double (the
+// ATen path of each function, with its own hand-written backward), and on a
+// GPU, when there is one, the CUDA kernels in fp32 and bf16 (run on the device:
+// validation/suites/h100x1_compile2.json).
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <string>
+
+#include "catch.hpp"
+#include "runtime/model/fused_ops.hpp"
+
+using namespace planner::rt;
+
+namespace {
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.to(at::kDouble).cpu(), y = b.to(at::kDouble).cpu();
+  return ((x - y).abs().max() / y.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+at::Tensor rotate_half_ref(const at::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+// Rotary tables as the runtime builds them (TransformerModel::prepare), (s, 1, d).
+std::pair<at::Tensor, at::Tensor> tables(int64_t s, int64_t d, const at::TensorOptions& o) {
+  auto f = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor inv = at::pow(10000.0, at::arange(0, d, 2, f) / double(d)).reciprocal();
+  at::Tensor ang = at::outer(at::arange(s, f), inv);
+  at::Tensor emb = at::cat({ang, ang}, -1).unsqueeze(1);
+  return {emb.cos().to(o), emb.sin().to(o)};
+}
+
+struct Case {
+  at::TensorOptions opt;
+  double tol;  // relative to the largest reference value
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out{{at::TensorOptions().dtype(at::kDouble), 1e-12}};
+  if (at::hasCUDA()) {
+    out.push_back({at::TensorOptions().dtype(at::kFloat).device(at::kCUDA), 1e-5});
+    out.push_back({at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA), 2e-2});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("glu: SwiGLU and GeGLU match act(gate) * up and its autograd gradient", "[fused]") {
+  for (const Case& c : cases()) {
+    for (bool gelu : {false, true}) {
+      INFO("dtype " << c.opt.dtype() << " gelu " << gelu);
+      at::manual_seed(3);
+      const int64_t f = 24;
+      at::Tensor u0 = at::randn({2, 5, 2 * f}, at::TensorOptions().dtype(at::kDouble)) * 2;
+      at::Tensor da0 = at::randn({2, 5, f}, at::TensorOptions().dtype(at::kDouble));
+      at::Tensor u = u0.to(c.opt).requires_grad_(true);
+      at::Tensor a = glu(u, gelu);
+      auto du = torch::autograd::grad({a}, {u}, {da0.to(c.opt)});
+      at::Tensor r = u0.clone().requires_grad_(true);
+      at::Tensor g = r.narrow(-1, 0, f);
+      at::Tensor ref = (gelu ? at::gelu(g, "tanh") : at::silu(g)) * r.narrow(-1, f, f);
+      auto dref = torch::autograd::grad({ref}, {r}, {da0});
+      CHECK(a.sizes() == ref.sizes());
+      CHECK(max_rel(a, ref) < c.tol);
+      CHECK(max_rel(du[0], dref[0]) < c.tol);
+    }
+  }
+}
+
+TEST_CASE("rotary_qkv: rotated q and k, copied v, and the gradient of the fused projection output", "[fused]") {
+  for (const Case& c : cases()) {
+    INFO("dtype " << c.opt.dtype());
+    at::manual_seed(5);
+    const int64_t b = 2, s = 7, nq = 4, nkv = 2, d = 16, w = (nq + 2 * nkv) * d;
+    auto [cos, sin] = tables(s, d, c.opt);
+    at::Tensor x0 = at::randn({b, s, w}, at::TensorOptions().dtype(at::kDouble));
+    at::Tensor x = x0.to(c.opt).requires_grad_(true);
+    auto out = rotary_qkv(x, cos, sin, nq, nkv, d);
+    // The formula the runtime ran before: views of the projection, x cos + rotate_half(x) sin.
+    at::Tensor r = x0.clone().requires_grad_(true);
+    auto [cd, sd] = tables(s, d, at::TensorOptions().dtype(at::kDouble));
+    auto parts = r.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
+    at::Tensor q = parts[0].view({b, s, nq, d}), k = parts[1].view({b, s, nkv, d});
+    std::vector<at::Tensor> ref{q * cd + rotate_half_ref(q) * sd, k * cd + rotate_half_ref(k) * sd,
+                                parts[2].reshape({b, s, nkv, d})};
+    std::vector<at::Tensor> gs;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(out[i].sizes() == ref[i].sizes());
+      CHECK(out[i].is_contiguous());
+      CHECK(max_rel(out[i], ref[i]) < c.tol);
+      gs.push_back(at::randn(ref[i].sizes(), at::TensorOptions().dtype(at::kDouble)));
+    }
+    auto dx = torch::autograd::grad({out[0], out[1], out[2]}, {x}, {gs[0].to(c.opt), gs[1].to(c.opt), gs[2].to(c.opt)});
+    auto dref = torch::autograd::grad(ref, {r}, gs);
+    CHECK(max_rel(dx[0], dref[0]) < c.tol);
+  }
+}
+
+TEST_CASE("fused_cross_entropy: loss and gradient as log-softmax in fp32 (GPU only)", "[fused]") {
+  if (!at::hasCUDA() || !fused_kernels_enabled()) {
+    // No kernel here: the function declines, and the caller's ATen path runs.
+    at::Tensor lg = at::randn({3, 8}), grad = at::empty_like(lg);
+    CHECK_FALSE(fused_cross_entropy(lg, at::zeros({3}, at::kLong), at::ones({}), 1.0, grad).defined());
+    return;
+  }
+  for (auto dt : {at::kFloat, at::kBFloat16}) {
+    INFO("dtype " << dt);
+    at::manual_seed(9);
+    const int64_t n = 37, V = 1000;  // V not a multiple of 8: the scalar path; then a padded one
+    for (int64_t cols : {V, int64_t(1024)}) {
+      at::Tensor z = (at::randn({n, cols}, at::kDouble) * 3);
+      if (cols > V) z.narrow(1, V, cols - V).fill_(-INFINITY);
+      at::Tensor labels = at::randint(0, V, {n}, at::kLong);
+      labels[4] = -100, labels[20] = -100;
+      const double scale = 0.25;
+      at::Tensor zc = z.to(dt).cuda(), grad = at::empty_like(zc);
+      at::Tensor count = labels.ne(-100).sum().to(at::kFloat).cuda();
+      at::Tensor loss_sum = fused_cross_entropy(zc, labels.cuda(), count, scale, grad);
+      REQUIRE(loss_sum.defined());
+      // Reference in double from the same (rounded) logits.
+      at::Tensor zr = zc.to(at::kDouble).cpu();
+      at::Tensor lp = at::log_softmax(zr, 1);
+      at::Tensor valid = labels.ne(-100);
+      at::Tensor tgt = at::where(valid, labels, at::zeros({}, at::kLong)).unsqueeze(1);
+      const double ref_loss = -(lp.gather(1, tgt).squeeze(1) * valid.to(at::kDouble)).sum().item<double>();
+      at::Tensor g = lp.exp();
+      g.scatter_add_(1, tgt, -valid.to(at::kDouble).unsqueeze(1));
+      g.mul_(valid.to(at::kDouble).unsqueeze(1) * (scale / valid.sum().item<double>()));
+      CHECK(std::abs(loss_sum.item<double>() - ref_loss) / ref_loss < 1e-5);
+      CHECK(max_rel(grad, g) < (dt == at::kFloat ? 1e-5 : 1e-2));
+      CHECK(grad[4].abs().max().item<double>() == 0.0);
+    }
+  }
+}
