@@ -27,11 +27,14 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
   out.split += e * s * b * (q + 2 * kv);
   // Qwen3's q and k norms keep their inputs (the projection's q and k).
   if (m.qk_norm) out.split += e * s * b * (q + kv);
-  // Rotary positions make new, rotated Q and K for the attention core, while the
-  // projection's output stays alive through V (a view of it): Q and K are saved
-  // twice. Measured on H100 (TinyLlama-1.1B, validation/h100/): 25.37 GiB of
+  // Rotary positions in eager code (and the runtime under Qwen3's q/k norms)
+  // make new, rotated Q and K for the attention core, while the projection's
+  // output stays alive through V (a view of it): Q and K are saved twice.
+  // Measured on H100 (TinyLlama-1.1B, validation/h100/): 25.37 GiB of
   // activations, 1.48 GiB above the count without this term, which adds 1.55.
-  if (m.pos == PosEmbed::Rotary) out.split += e * s * b * (q + kv);
+  // The runtime's fused rotary returns new q, k and v and frees the
+  // projection's output: nothing twice.
+  if (m.pos == PosEmbed::Rotary && (!impl.fused_ops || m.qk_norm)) out.split += e * s * b * (q + kv);
   // Input of the attention output projection (row-parallel), split.
   out.split += e * (s * b * q);
   // MLP: activation-function input(s) and the second GEMM's input, split
@@ -39,7 +42,7 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
   // input: one tensor saved; measured on H100, OPT-1.3B: 18.12 GiB against
   // 24.17 when counted twice, 18.17 once). A mixture of experts' mean layer:
   // its router, dispatched tokens and experts (costmodel/moe_costs.cpp).
-  const LayerActivationBytes mlp = mlp_activation_bytes(m, s, b, double(e));
+  const LayerActivationBytes mlp = mlp_activation_bytes(m, s, b, double(e), impl.fused_ops);
   out.replicated += mlp.replicated;
   out.split += mlp.split;
   if (impl.dropout) {

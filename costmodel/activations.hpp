@@ -19,6 +19,10 @@ struct AttentionImpl {
   // Dropout after attention scores, attention output and MLP (GPT-2/Megatron
   // style). Modern LLM training, and this project's runtime, use none.
   bool dropout = false;
+  // The runtime's fused rotary and GLU (runtime/model/fused_ops.hpp): rotary
+  // returns new q, k, v and frees the projection's output; GLU saves its input
+  // only. false: eager code's views and intermediates (the engines).
+  bool fused_ops = true;
 };
 
 struct LayerActivationBytes {

@@ -117,6 +117,10 @@ int64_t dtensor_module_calls(const ModelSpec& m, bool sp) {
 
 HardwareProfile engine_profile(const Plan& plan, const HardwareProfile& profile, Engine engine) {
   HardwareProfile p = profile;
+  // The engines run eager PyTorch model code (megatron-core's local spec, the
+  // exports' torch_model.py): ATen's kernel chains for rotary, SwiGLU and the
+  // loss, which the eager factor below was measured beside.
+  if (engine != Engine::Ours) p.fused_ops = false;
   switch (engine) {
     case Engine::Ours: break;
     case Engine::Megatron:

@@ -234,7 +234,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(attention_window_forward_relative) X(attention_window_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(adamw_kernel_relative) X(attention_in_step_factor) X(memory_in_step_factor) X(kernel_overhead_seconds)      \
   X(moe_host_forward_seconds) X(moe_host_forward_row_seconds) X(moe_host_backward_seconds) X(moe_host_backward_row_seconds) X(moe_host_ep_size) X(moe_host_ep_forward_seconds) X(moe_host_ep_forward_row_seconds) X(moe_host_ep_backward_seconds) X(moe_host_ep_backward_row_seconds) \
   X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds) X(reduce_scatter_relative) X(all_gather_relative) X(broadcast_relative) X(send_recv_relative) X(tp_collective_extra_seconds) X(tp_collective_extra_seconds_per_byte)            \
-  X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) \
+  X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) X(fused_ops) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
   X(cpu_adam_params_per_second) X(cpu_adam_params_per_second_one_process) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
   X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(nccl_all_to_all_peer_bytes) X(memory_headroom) X(memory_headroom_bytes)

@@ -229,6 +229,11 @@ struct HardwareProfile {
   // --- software choices that change the time ---------------------------------
   bool flash_attention = true;        // fused attention (FlashAttention/SDPA) vs materialized softmax
   bool dropout = false;               // dropout after attention scores, attention and MLP outputs
+  // The runtime's fused rotary, GLU and cross-entropy kernels (runtime/kernels/
+  // fused_kernels.cu, built with nvcc): one read and one write per tensor.
+  // false: the chains of ATen kernels they replace, as eager model code (the
+  // engines' exports) and a runtime built without nvcc run them.
+  bool fused_ops = true;
   double grad_bucket_bytes = 25e6;    // PyTorch DDP bucket_cap_mb = 25
   int grad_reduce_bytes_per_element = 0;  // 0: the working precision; 4 for fp32 reduction (Megatron bf16)
   bool overlap_grad_reduce = true;    // DP reduction of buckets during the backward

@@ -46,7 +46,9 @@ void linear(const HardwareProfile& p, Precision pr, int64_t T, int64_t n, int64_
 }
 
 // The MLP activation's memory-bound kernels over T x f_local elements (Tf).
-void add_mlp_activation_ops(MlpKind kind, double e, double Tf, MemoryOps& fm, MemoryOps& bm) {
+// fused: the runtime's GLU kernel (runtime/kernels/fused_kernels.cu), else the
+// ATen chain that eager code (and the runtime's experts) run.
+void add_mlp_activation_ops(MlpKind kind, double e, double Tf, bool fused, MemoryOps& fm, MemoryOps& bm) {
   using MK = MemKernel;
   switch (kind) {
     case MlpKind::Gelu:
@@ -55,6 +57,11 @@ void add_mlp_activation_ops(MlpKind kind, double e, double Tf, MemoryOps& fm, Me
       bm.add(MK::Streaming, 3 * e * Tf);  // read input and gradient, write
       break;
     case MlpKind::SwiGlu:
+      if (fused) {
+        fm.add(MK::Streaming, 3 * e * Tf);  // read [gate | up], write the product
+        bm.add(MK::Streaming, 5 * e * Tf);  // read [gate | up] and the gradient, write both halves' gradients
+        break;
+      }
       // silu(u[:, :f]) * u[:, f:] on narrowed (strided) halves of the up output.
       fm.add(MK::Strided, 2 * e * Tf + 3 * e * Tf, 2);
       // mul backward (g * up strided, g * silu), silu backward (strided), and each
@@ -73,13 +80,14 @@ void add_linear_times(const HardwareProfile& p, Precision pr, int64_t T, int64_t
 }
 
 void add_mlp_times(const HardwareProfile& p, const ModelSpec& m, Precision pr, int64_t T, int64_t f_local,
-                   PassTimes& out) {
+                   PassTimes& out, bool fused_glu) {
   if (T <= 0 || f_local <= 0) return;
   const int64_t h = m.hidden;
   linear(p, pr, T, (m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local, h, out);
   linear(p, pr, T, h, f_local, out);
   MemoryOps fm, bm;
-  add_mlp_activation_ops(m.mlp, bytes_per_element(pr), double(T) * double(f_local), fm, bm);
+  add_mlp_activation_ops(m.mlp, bytes_per_element(pr), double(T) * double(f_local), fused_glu && p.fused_ops, fm,
+                         bm);
   out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
   out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
 }
@@ -155,8 +163,8 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
 }
 
 // Norms, residual adds, the MLP's activation and the bias gradients.
-void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& x, bool drop, MemoryOps& fm,
-                      MemoryOps& bm) {
+void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& x, bool drop, bool fused,
+                      MemoryOps& fm, MemoryOps& bm) {
   using MK = MemKernel;
   const double e = x.e, Tr = x.Tr;
   const int64_t t = x.t, T = x.T, h = x.h, f_local = x.f_local, q_local = x.q_local, kv_local = x.kv_local;
@@ -173,7 +181,7 @@ void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& 
   bm.add(MK::Streaming, 2 * 3 * e * Th, 2);
   if (drop) bm.add(MK::Streaming, 2 * (2 * e * Th + Th), 2);
   // Activation.
-  if (f_local > 0) add_mlp_activation_ops(m.mlp, e, Tf, fm, bm);
+  if (f_local > 0) add_mlp_activation_ops(m.mlp, e, Tf, fused, fm, bm);
   // Bias gradients: a column sum over the tokens of each biased output (read
   // the output gradient); the tiny accumulation into the flat buffer is a kernel.
   const double up_cols = double((m.mlp == MlpKind::SwiGlu ? 2 : 1) * f_local);
@@ -195,10 +203,19 @@ void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& 
 }
 
 // The fused QKV output's split, Qwen3's q and k norms, rotary embeddings.
-void qkv_memory_ops(const ModelSpec& m, const LayerDims& x, MemoryOps& fm, MemoryOps& bm) {
+void qkv_memory_ops(const ModelSpec& m, const LayerDims& x, bool fused, MemoryOps& fm, MemoryOps& bm) {
   using MK = MemKernel;
   const double e = x.e;
   const double Tq = double(x.T) * double(x.q_local), Tkv = double(x.T) * double(x.kv_local);
+  // The runtime's fused rotary (runtime/model/fused_ops.hpp; not under Qwen3's
+  // q/k norms, which sit between the split and the rotation): one kernel reads
+  // the projection's output and writes rotated q, k and a copy of v; its
+  // backward reads the three gradients and writes the output's.
+  if (fused && m.pos == PosEmbed::Rotary && !m.qk_norm) {
+    fm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
+    bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
+    return;
+  }
   // The fused QKV output is split into q, k, v; the split's backward concatenates
   // the three gradients (read, write).
   bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
@@ -234,8 +251,8 @@ void memory_kernel_times(const HardwareProfile& p, const ModelSpec& m, const Lay
   const int64_t kv_local = x.kv_local, q_local = x.q_local;
   const double attn_in_step = p.attention_in_step_factor;
   MemoryOps fm, bm;
-  block_memory_ops(m, s, x, p.dropout, fm, bm);
-  qkv_memory_ops(m, x, fm, bm);
+  block_memory_ops(m, s, x, p.dropout, p.fused_ops, fm, bm);
+  qkv_memory_ops(m, x, p.fused_ops, fm, bm);
   // Attention backward's memory-bound kernels around the fused kernel (FlashAttention-2
   // and cuDNN alike): D = rowsum(dO * O) (read dO, O) and the fp32 dQ accumulator
   // converted to the working precision (read 4, write e), priced at their
@@ -429,15 +446,26 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   // precision; about ten small kernels (gather, scatter_add, masks, sums). The
   // backward only scales the kept gradient by a 0-dim device tensor
   // (non-vectorized, read and write).
-  const double in = pr == Precision::BF16 ? 4.0 : e;
-  if (pr == Precision::BF16) fm.add(MK::Strided, (e + 4) * TV);
-  fm.add(MK::Reduction, (2 * in + 4) * TV);
-  fm.add(MK::Streaming, 8 * TV);
-  fm.add(MK::Strided, 8 * TV);
-  fm.add(MK::Streaming, (4 + e) * TV);
+  //
+  // Without TP the runtime runs its fused kernel instead (runtime/kernels/
+  // fused_kernels.cu): one block per row reads the logits for the row's
+  // maximum and sum of exponentials, then reads them again and writes the
+  // gradient; the label mask, counts and the sum of the rows' losses are a
+  // handful of small kernels.
   const int64_t rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * Vp));
   const int chunks = int((T + rows - 1) / rows);
-  fm.kernels += chunks * 14;
+  if (p.fused_ops && t == 1) {
+    fm.add(MK::Reduction, 3 * e * TV);
+    fm.kernels += 6;
+  } else {
+    const double in = pr == Precision::BF16 ? 4.0 : e;
+    if (pr == Precision::BF16) fm.add(MK::Strided, (e + 4) * TV);
+    fm.add(MK::Reduction, (2 * in + 4) * TV);
+    fm.add(MK::Streaming, 8 * TV);
+    fm.add(MK::Strided, 8 * TV);
+    fm.add(MK::Streaming, (4 + e) * TV);
+    fm.kernels += chunks * 14;
+  }
   bm.add(MK::Strided, 2 * e * TV);
   out.forward.memory_seconds += fm.seconds(p);
   out.backward.memory_seconds += bm.seconds(p);

@@ -141,6 +141,7 @@ struct MemoryInputs {
   double layer_act;  // one layer's saved activations of one micro-batch on one rank
   double sbh;        // seq * mbs * hidden
   int64_t plan_seq;  // the whole sequence (the cp ring's K/V chunks are sized from it)
+  bool fused_loss;   // the runtime's one-kernel cross-entropy (HardwareProfile::fused_ops)
   double sp_split() const { return s.sp ? s.tp : 1; }
 };
 
@@ -239,8 +240,11 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   // Measured: the loss's peak 266-384 MiB above one chunk in every tp=1 bf16
   // run of validation/h100/ft23, ft23b, window23 and h100x4/heldout23, 16-32 MiB
   // under tp=2.
+  // Without TP the runtime's fused cross-entropy kernel (runtime/model/fused_ops.hpp)
+  // writes the gradient straight from the logits: no chunk at all.
   const bool bf16_copy = s.tp == 1 && (s.precision == Precision::BF16 || s.precision == Precision::FP8);
-  const double chunk = std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
+  const double chunk = s.tp == 1 && in.fused_loss ? 0.0
+                       : std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
   return in.e * tokens * vp * (sm.inflight_microbatches + 1) + chunk +
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
 }
@@ -369,6 +373,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   AttentionImpl impl{};
   impl.flash = megatron || profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
+  impl.fused_ops = engine == Engine::Ours;  // the same saved tensors with or without the kernels
   // Context parallelism: a rank holds the activations and logits of its
   // seq/cp tokens (its two chunks of the sequence).
   const int64_t seq = plan.seq / s.cp;
@@ -380,7 +385,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;
   const MemoryInputs in{padded,   s, engine, megatron, seq, constants_of(c, profile), e,
                         partition_layers(padded, s.pp * s.vpp), impl, layer_act,
-                        double(seq) * s.mbs * padded.hidden, plan.seq};
+                        double(seq) * s.mbs * padded.hidden, plan.seq, profile.fused_ops};
 
   MemoryReport r;
   r.engine = engine;

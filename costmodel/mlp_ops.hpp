@@ -15,7 +15,9 @@ void add_linear_times(const HardwareProfile& p, Precision pr, int64_t T, int64_t
 // One MLP of local inner width `f_local` over T tokens in the model's MLP
 // kind: its two (gated: gate+up, down) GEMMs and the activation's
 // memory-bound kernels, as transformer_layer_times prices the dense MLP.
+// fused_glu: the runtime's fused GLU kernel where the profile has it
+// (HardwareProfile::fused_ops); the runtime's experts run the ATen chain.
 void add_mlp_times(const HardwareProfile& p, const ModelSpec& m, Precision pr, int64_t T, int64_t f_local,
-                   PassTimes& out);
+                   PassTimes& out, bool fused_glu = false);
 
 }  // namespace planner

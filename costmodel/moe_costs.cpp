@@ -124,21 +124,24 @@ void add_model_states(ModelStateBytes& into, const ModelStateBytes& more) {
   into.host_bytes += more.host_bytes;
 }
 
-LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double s, double b, double e) {
+LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double s, double b, double e, bool fused_glu) {
   // The dense MLP: activation-function input(s) and the second GEMM's input
-  // (`rows` x `cols` tokens, evaluated as the dense model always was).
-  auto mlp = [&](double rows, double cols, double f) {
+  // (`rows` x `cols` tokens, evaluated as the dense model always was). The
+  // runtime's fused GLU (runtime/model/fused_ops.hpp) saves [gate | up] and
+  // the product; eager code, and the runtime's experts (runtime/model/moe.cpp),
+  // also silu(gate).
+  auto mlp = [&](double rows, double cols, double f, bool fused) {
     LayerActivationBytes a;
-    if (m.mlp == MlpKind::SwiGlu) a.split = 4 * e * rows * cols * f;  // gate, up, silu(gate), their product
+    if (m.mlp == MlpKind::SwiGlu) a.split = (fused ? 3 : 4) * e * rows * cols * f;
     else if (m.mlp == MlpKind::Relu) a.split = e * rows * cols * f;   // ReLU's output serves both
     else a.split = 2 * e * rows * cols * f;                           // GeLU input and output
     return a;
   };
-  LayerActivationBytes dense = mlp(s, b, double(m.ffn));
+  LayerActivationBytes dense = mlp(s, b, double(m.ffn), fused_glu);
   if (!m.moe.enabled()) return dense;
   const double T = s * b, h = double(m.hidden), routed = routed_tokens_per_rank(m, int64_t(T));
-  LayerActivationBytes moe = mlp(routed, 1.0, double(m.moe.expert_ffn));
-  moe.split += mlp(T, 1.0, double(m.moe.shared_ffn)).split;
+  LayerActivationBytes moe = mlp(routed, 1.0, double(m.moe.expert_ffn), false);
+  moe.split += mlp(T, 1.0, double(m.moe.shared_ffn), false).split;
   // Router probabilities in fp32 (softmax backward), the permuted expert
   // inputs (the first expert GEMM's input) and the expert outputs the
   // weighted combine keeps for its backward: whole on every tp rank.

@@ -73,7 +73,8 @@ void add_model_states(ModelStateBytes& into, const ModelStateBytes& more);
 // the permuted expert inputs and the expert outputs kept for the weighted
 // combine (replicated over tp), the experts' and the shared MLP's
 // intermediates (split over tp), at the busiest rank's routed tokens.
-LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double seq, double mbs, double e);
+LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double seq, double mbs, double e,
+                                          bool fused_glu = true);
 // The all-to-all send and receive buffers of one MoE layer's dispatch and
 // combine (alive while the layer runs), bytes per rank; 0 when ep == 1.
 double moe_dispatch_buffer_bytes(const ModelSpec& m, const Strategy& s, int64_t seq);

@@ -141,14 +141,22 @@ TEST_CASE("dist: the activations a forward keeps under tp and sp are the memory 
   if (w.size != 2 && w.size != 4) return;  // the model's 4 heads split 2 or 4 ways
   rt::enable_cpu_memory_counting();
   const GridComms c = make_grid_comms({1, 1, w.size});
-  ModelSpec m = gpt2_like();
-  m.layers = 4, m.hidden = 64, m.ffn = 256;
-  const int64_t b = 2, s = 32;
+  // GPT-2's family, and LLaMA's (the fused rotary and SwiGLU of
+  // runtime/model/fused_ops.hpp: grouped-query at tp=2, one kv head per rank at
+  // tp=4) with LayerNorm: ATen's CPU rms_norm is a composition that saves two
+  // more (b, s, h) tensors per norm than the GPU's fused kernel, which the
+  // model counts.
+  ModelSpec llama = llama_like();
+  llama.kv_heads = w.size;
+  llama.norm = NormKind::LayerNorm;
+  for (ModelSpec m : {gpt2_like(), llama})
   for (const char* ckpt : {"none", "full"})
     for (int sp = 0; sp <= 1; ++sp) {
+      m.layers = 4, m.hidden = 64, m.ffn = 256;
+      const int64_t b = 2, s = 32;
       Strategy st = Strategy::parse(std::string("mbs=2,gas=1,precision=fp32,ckpt=") + ckpt);
       st.tp = w.size, st.sp = sp == 1;
-      INFO(st.to_string());
+      INFO(m.name << " " << st.to_string());
       rt::Engine e(run_config(m, st, s), at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, 1), nullptr,
                    nullptr, c.tp.get());
       int64_t at_head = 0;

@@ -169,16 +169,22 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
   // 12 layers x (32 sbh + 4 a s b) + final-norm and head inputs 2 x 2 sbh.
   CHECK(g[int(MemCategory::Activations)] == int64_t(12 * (32 * sbh + 4 * 12 * 1024 * 4) + 4 * sbh));
   // Logits as the runtime holds them: bf16 logits and their gradient (2 + 2
-  // bytes per entry), a 256 MiB fp32 chunk of the loss and, bf16 at tp=1, the
-  // fp32 copy log_softmax makes of it (2 x 256 MiB); the vocabulary 51200
-  // is already a multiple of 64, so the LM head reads its matrix in place (no
-  // padded copy, no copy of its gradient).
-  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(2.0 * 4096 * 51200 * 2 + 2 * 256.0 * (1 << 20)));
+  // bytes per entry), which the fused cross-entropy kernel writes directly; the
+  // vocabulary 51200 is already a multiple of 64, so the LM head reads its
+  // matrix in place (no padded copy, no copy of its gradient).
+  CHECK(g[int(MemCategory::LogitsLoss)] == int64_t(2.0 * 4096 * 51200 * 2));
   {
-    // fp16: the softmax kernel converts as it reads, one chunk.
+    // Without the fused kernels (HardwareProfile::fused_ops false: a runtime built
+    // without nvcc) the chunked ATen loss holds a 256 MiB fp32 chunk and, bf16
+    // at tp=1, the fp32 copy log_softmax makes of it; fp16's softmax kernel
+    // converts as it reads, one chunk.
+    HardwareProfile aten = default_profile(p.cluster.gpu);
+    aten.fused_ops = false;
+    CHECK(estimate_memory(p, Engine::Ours, &aten).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
+          int64_t(2.0 * 4096 * 51200 * 2 + 2 * 256.0 * (1 << 20)));
     Plan h = p;
     h.strategy = Strategy::parse("mbs=4,precision=fp16");
-    CHECK(estimate_memory(h).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
+    CHECK(estimate_memory(h, Engine::Ours, &aten).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
           int64_t(2.0 * 4096 * 51200 * 2 + 256.0 * (1 << 20)));
   }
   // Overhead: context 0.75 GiB + 64 MiB buffers + the optimizer's 256 MiB fp32
@@ -191,7 +197,7 @@ TEST_CASE("memory report: categories by hand for one GPU", "[memory]") {
     Plan q = p;
     q.model.vocab = 50257;
     CHECK(estimate_memory(q).peak_breakdown()[int(MemCategory::LogitsLoss)] ==
-          int64_t(2.0 * 4096 * 50304 * 2 + 2 * 256.0 * (1 << 20) + 2.0 * 2 * 50304 * 768));
+          int64_t(2.0 * 4096 * 50304 * 2 + 2.0 * 2 * 50304 * 768));
   }
   // ZeRO-3 over 8 GPUs divides all three model-state categories by 8.
   p.cluster = parse_cluster("8xA100-80GB");
