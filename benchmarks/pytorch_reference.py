@@ -18,7 +18,10 @@ Same as the C++ runtime, on purpose:
     the forward, kept in the working precision);
   - the optimizer: fp32 master + moments, torch._fused_adamw_ per <= 2^26-element
     chunk of the flat buffers with the clip factor as grad_scale, constant lr.
-So the comparison measures the language (Python dispatch vs C++), not the algorithm.
+So the comparison measures the language (Python dispatch vs C++), not the algorithm,
+against the runtime's ATen path (PLANNER_FUSED_KERNELS=0): on a GPU the runtime
+itself fuses rotary, SwiGLU and the loss into its own kernels
+(runtime/model/fused_ops.hpp), which this eager reference does not.
 
 --compile runs the way a PyTorch user would let the compiler have it instead:
 plain F.linear layers (autograd's own weight gradients, accumulated into the
