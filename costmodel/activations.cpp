@@ -27,14 +27,17 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
   out.split += e * s * b * (q + 2 * kv);
   // Qwen3's q and k norms keep their inputs (the projection's q and k).
   if (m.qk_norm) out.split += e * s * b * (q + kv);
-  // Rotary positions in eager code (and the runtime under Qwen3's q/k norms)
-  // make new, rotated Q and K for the attention core, while the projection's
-  // output stays alive through V (a view of it): Q and K are saved twice.
-  // Measured on H100 (TinyLlama-1.1B, validation/h100/): 25.37 GiB of
-  // activations, 1.48 GiB above the count without this term, which adds 1.55.
-  // The runtime's fused rotary returns new q, k and v and frees the
-  // projection's output: nothing twice.
-  if (m.pos == PosEmbed::Rotary && (!impl.fused_ops || m.qk_norm)) out.split += e * s * b * (q + kv);
+  // Rotary positions in eager code make new, rotated Q and K for the attention
+  // core, while the projection's output stays alive through V (a view of it):
+  // Q and K are saved twice. Measured on H100 (TinyLlama-1.1B,
+  // validation/h100/): 25.37 GiB of activations, 1.48 GiB above the count
+  // without this term, which adds 1.55. The runtime's fused rotary returns new
+  // q, k and v and frees the projection's output: nothing twice. Under Qwen3's
+  // q/k norms the runtime keeps the projection's output (the norms' inputs,
+  // the term above) and the rotated q and k, which that term already counts
+  // (validation/h100/fused: qwen3-1.7b's activations 1.32 GiB under the
+  // count with both terms, which added 1.34).
+  if (m.pos == PosEmbed::Rotary && !impl.fused_ops) out.split += e * s * b * (q + kv);
   // Input of the attention output projection (row-parallel), split.
   out.split += e * (s * b * q);
   // MLP: activation-function input(s) and the second GEMM's input, split

@@ -231,6 +231,13 @@ void qkv_memory_ops(const ModelSpec& m, const LayerDims& x, bool fused, MemoryOp
     bm.add(MK::Reduction, 5 * e * (Tq + Tkv), 4);
     bm.kernels += 2;
   }
+  // After the q/k norms the runtime rotates q and k with the fused kernel,
+  // each apart: read and write them once each way.
+  if (fused && m.pos == PosEmbed::Rotary) {
+    fm.add(MK::Streaming, 2 * e * (Tq + Tkv), 2);
+    bm.add(MK::Streaming, 2 * e * (Tq + Tkv), 2);
+    return;
+  }
   if (m.pos == PosEmbed::Rotary) {
     const double X = e * (Tq + Tkv);
     fm.add(MK::Strided, 7 * X, 4 * 2);

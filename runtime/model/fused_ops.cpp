@@ -88,6 +88,17 @@ at::Tensor rotate_half(const at::Tensor& x) {
 // Tables as (s, d), contiguous.
 at::Tensor table(const at::Tensor& t, int64_t d) { return t.reshape({-1, d}).contiguous(); }
 
+// The ATen path on x (b, s, n, d) with (S, d) tables: y = x cos + rotate_half(x) sin,
+// and its transpose dx = dy cos - rotate_half(dy sin).
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& c, const at::Tensor& sn) {
+  const int64_t s = x.size(1);
+  return (x * c.narrow(0, 0, s).unsqueeze(1) + rotate_half(x) * sn.narrow(0, 0, s).unsqueeze(1)).contiguous();
+}
+at::Tensor unrotate(const at::Tensor& g, const at::Tensor& c, const at::Tensor& sn) {
+  const int64_t s = g.size(1);
+  return g * c.narrow(0, 0, s).unsqueeze(1) - rotate_half(g * sn.narrow(0, 0, s).unsqueeze(1));
+}
+
 struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& qkv_in, const at::Tensor& cos_in,
                              const at::Tensor& sin_in, int64_t nq, int64_t nkv, int64_t d) {
@@ -107,12 +118,8 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
 #endif
     }
     auto parts = qkv.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
-    const at::Tensor cb = c.narrow(0, 0, s).unsqueeze(1), sb = sn.narrow(0, 0, s).unsqueeze(1);  // (s, 1, d)
-    auto rot = [&](const at::Tensor& x, int64_t n) {
-      at::Tensor h = x.view({b, s, n, d});
-      return (h * cb + rotate_half(h) * sb).contiguous();
-    };
-    return {rot(parts[0], nq), rot(parts[1], nkv), parts[2].reshape({b, s, nkv, d}).contiguous()};
+    return {rotate(parts[0].view({b, s, nq, d}), c, sn), rotate(parts[1].view({b, s, nkv, d}), c, sn),
+            parts[2].reshape({b, s, nkv, d}).contiguous()};
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const at::Tensor c = ctx->saved_data["cos"].toTensor(), sn = ctx->saved_data["sin"].toTensor();
@@ -128,11 +135,42 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
       return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 #endif
     }
-    // The transpose of y = x cos + rotate_half(x) sin: dx = dy cos - rotate_half(dy sin).
-    const at::Tensor cb = c.narrow(0, 0, s).unsqueeze(1), sb = sn.narrow(0, 0, s).unsqueeze(1);
-    auto back = [&](const at::Tensor& g) { return (g * cb - rotate_half(g * sb)).reshape({b, s, -1}); };
-    at::Tensor dqkv = at::cat({back(dq), back(dk), dv.reshape({b, s, -1})}, -1);
+    at::Tensor dqkv = at::cat({unrotate(dq, c, sn).reshape({b, s, -1}), unrotate(dk, c, sn).reshape({b, s, -1}),
+                               dv.reshape({b, s, -1})}, -1);
     return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct RotaryFn : torch::autograd::Function<RotaryFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& cos_in,
+                            const at::Tensor& sin_in) {
+    at::Tensor x = x_in.contiguous();
+    const at::Tensor c = table(cos_in, x.size(3)), sn = table(sin_in, x.size(3));
+    ctx->saved_data["cos"] = c;
+    ctx->saved_data["sin"] = sn;
+    if (use_kernels(x) && c.scalar_type() == x.scalar_type()) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor y = at::empty_like(x);
+      // The qkv kernel with no k or v heads: x's heads are all "q".
+      fused::rotary_forward(*kernel_dtype(x), x.data_ptr(), c.data_ptr(), sn.data_ptr(), y.data_ptr(), nullptr,
+                            nullptr, x.size(0) * x.size(1), c.size(0), x.size(2), 0, x.size(3), stream_of(x));
+      return y;
+#endif
+    }
+    return rotate(x, c, sn);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const at::Tensor c = ctx->saved_data["cos"].toTensor(), sn = ctx->saved_data["sin"].toTensor();
+    at::Tensor g = grads[0].contiguous();
+    if (use_kernels(g) && c.scalar_type() == g.scalar_type()) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor dx = at::empty_like(g);
+      fused::rotary_backward(*kernel_dtype(g), g.data_ptr(), nullptr, nullptr, c.data_ptr(), sn.data_ptr(),
+                             dx.data_ptr(), g.size(0) * g.size(1), c.size(0), g.size(2), 0, g.size(3), stream_of(g));
+      return {dx, at::Tensor(), at::Tensor()};
+#endif
+    }
+    return {unrotate(g, c, sn), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -156,6 +194,10 @@ std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& co
                                      int64_t nkv, int64_t d) {
   auto out = RotaryQkvFn::apply(qkv, cos, sin, nq, nkv, d);
   return {out[0], out[1], out[2]};
+}
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RotaryFn::apply(x, cos, sin);
 }
 
 at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& count,

@@ -36,6 +36,11 @@ at::Tensor glu(const at::Tensor& u, bool gelu);
 std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t nq,
                                      int64_t nkv, int64_t d);
 
+// Rotary positions on one tensor x (b, s, n, d) of any strides (Qwen3's q and
+// k after their per-head norms, which sit between the projection and the
+// rotation): returns x rotated, contiguous. Saves nothing but the tables.
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 // The cross-entropy kernel for logits (n, V) on CUDA when enabled and built
 // (fp32/fp16/bf16, contiguous): fills grad (n, V) with (softmax - onehot) *
 // scale / count on labelled rows (0 elsewhere) and returns the sum of the

@@ -339,11 +339,6 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   }
 };
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t d = x.size(-1) / 2;
-  return at::cat({x.narrow(-1, d, d).neg(), x.narrow(-1, 0, d)}, -1);
-}
-
 }  // namespace
 
 // ---- TransformerModel -------------------------------------------------------
@@ -605,10 +600,10 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
     v = parts[2].view({b, s, nkv, hd});
   }
   if (spec_.qk_norm) q = head_norm(q, l.q_norm_w, l.q_norm_b), k = head_norm(k, l.k_norm_w, l.k_norm_b);
-  if (spec_.pos == PosEmbed::Rotary && spec_.qk_norm) {
+  if (spec_.pos == PosEmbed::Rotary && spec_.qk_norm) {  // after the norms: q and k rotated apart
     at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
-    q = q * c + rotate_half(q) * sn;
-    k = k * c + rotate_half(k) * sn;
+    q = rotary(q, c, sn);
+    k = rotary(k, c, sn);
   }
   q = q.transpose(1, 2);  // (b, nh, s, hd)
   k = k.transpose(1, 2);  // (b, nkv, s, hd)

@@ -102,6 +102,29 @@ TEST_CASE("rotary_qkv: rotated q and k, copied v, and the gradient of the fused 
   }
 }
 
+TEST_CASE("rotary: one tensor of any strides (Qwen3's normed q and k) rotated, and its gradient", "[fused]") {
+  for (const Case& c : cases()) {
+    INFO("dtype " << c.opt.dtype());
+    at::manual_seed(7);
+    const int64_t b = 2, s = 5, n = 3, d = 16;
+    auto [cos, sin] = tables(s, d, c.opt);
+    // A strided view, as the q of a fused projection is.
+    at::Tensor big0 = at::randn({b, s, n + 1, d}, at::TensorOptions().dtype(at::kDouble));
+    at::Tensor big = big0.to(c.opt).requires_grad_(true);
+    at::Tensor y = rotary(big.narrow(2, 1, n), cos, sin);
+    at::Tensor r = big0.clone().requires_grad_(true);
+    auto [cd, sd] = tables(s, d, at::TensorOptions().dtype(at::kDouble));
+    at::Tensor x = r.narrow(2, 1, n);
+    at::Tensor ref = x * cd + rotate_half_ref(x) * sd;
+    CHECK(y.is_contiguous());
+    CHECK(max_rel(y, ref) < c.tol);
+    at::Tensor g = at::randn(ref.sizes(), at::TensorOptions().dtype(at::kDouble));
+    auto dx = torch::autograd::grad({y}, {big}, {g.to(c.opt)});
+    auto dref = torch::autograd::grad({ref}, {r}, {g});
+    CHECK(max_rel(dx[0], dref[0]) < c.tol);
+  }
+}
+
 TEST_CASE("fused_cross_entropy: loss and gradient as log-softmax in fp32 (GPU only)", "[fused]") {
   if (!at::hasCUDA() || !fused_kernels_enabled()) {
     // No kernel here: the function declines, and the caller's ATen path runs.
