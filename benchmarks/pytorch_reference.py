@@ -256,6 +256,7 @@ class Model:
         if m["arch"] != "decoder":
             raise SystemExit("pytorch_reference.py implements the decoder families only")
         self.m, self.seq = m, seq
+        self.lin = linear  # plain_linear under --compile
         h, nh, nkv, f, V = m["hidden"], m["heads"], m["kv_heads"], m["ffn"], m["vocab"]
         self.hd = h // nh
         kv = nkv * self.hd
@@ -315,7 +316,7 @@ class Model:
         b, s, h = x.shape
         nh, nkv, hd = m["heads"], m["kv_heads"], self.hd
         kv = nkv * hd
-        qkv = linear(x, self.p(L["qkv_w"]), self.p(L["qkv_b"]))
+        qkv = self.lin(x, self.p(L["qkv_w"]), self.p(L["qkv_b"]))
         q, k, v = qkv.split([h, kv, kv], -1)
         q, k, v = q.view(b, s, nh, hd), k.view(b, s, nkv, hd), v.view(b, s, nkv, hd)
         if m["pos"] == "rotary":
@@ -334,10 +335,10 @@ class Model:
         else:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         o = o.transpose(1, 2).reshape(b, s, h)
-        return linear(o, self.p(L["o_w"]), self.p(L["o_b"]))
+        return self.lin(o, self.p(L["o_w"]), self.p(L["o_b"]))
 
     def mlp(self, L, x):
-        u = linear(x, self.p(L["fc1_w"]), self.p(L["fc1_b"]))
+        u = self.lin(x, self.p(L["fc1_w"]), self.p(L["fc1_b"]))
         kind = self.m["mlp"]
         if kind == "gelu":
             a = F.gelu(u, approximate="tanh")
@@ -346,7 +347,7 @@ class Model:
         else:
             f = self.m["ffn"]
             a = F.silu(u[..., :f]) * u[..., f:]
-        return linear(a, self.p(L["fc2_w"]), self.p(L["fc2_b"]))
+        return self.lin(a, self.p(L["fc2_w"]), self.p(L["fc2_b"]))
 
     def layer(self, i, x, selective=False):
         L = self.layers[i]
@@ -356,51 +357,43 @@ class Model:
         a = x + self.attention(L, self.norm(x, L["n1w"], L["n1b"]), selective)
         return a + self.mlp(L, self.norm(a, L["n2w"], L["n2b"]))
 
-    def plain_loss(self, ids, labels):
-        """--compile's forward: F.linear everywhere, F.cross_entropy in fp32
-        (no custom autograd functions, so the compiler sees the whole graph)."""
-        global linear
-        saved, linear = linear, plain_linear
-        try:
-            s = ids.shape[1]
-            x = F.embedding(ids, self.p(self.wte))
-            if self.proj_in is not None:
-                x = linear(x, self.p(self.proj_in))
-            if self.wpe is not None:
-                off = self.m.get("position_offset", 0)
-                x = x + self.p(self.wpe)[off:off + s]
-            for i in range(len(self.layers)):
-                x = self.layer(i, x)
-            if self.fnw is not None:
-                x = self.norm(x, self.fnw, self.fnb)
-            if self.proj_out is not None:
-                x = linear(x, self.p(self.proj_out))
-            V = self.m["vocab"]
-            lg = linear(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b),
-                        (V + 63) // 64 * 64)
-            return F.cross_entropy(lg[..., :V].reshape(-1, V).float(), labels.reshape(-1), ignore_index=-100)
-        finally:
-            linear = saved
-
-    def loss(self, ids, labels, ckpt, grad_hint=1.0):
+    def embed(self, ids):
         s = ids.shape[1]
         x = F.embedding(ids, self.p(self.wte))
         if self.proj_in is not None:
-            x = linear(x, self.p(self.proj_in))
+            x = self.lin(x, self.p(self.proj_in))
         if self.wpe is not None:
             off = self.m.get("position_offset", 0)
             x = x + self.p(self.wpe)[off:off + s]
+        return x
+
+    def logits(self, x):
+        """Final norm, projection and the LM head on its weight padded to a multiple of 64 rows."""
+        if self.fnw is not None:
+            x = self.norm(x, self.fnw, self.fnb)
+        if self.proj_out is not None:
+            x = self.lin(x, self.p(self.proj_out))
+        V = (self.m["vocab"] + 63) // 64 * 64
+        return self.lin(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b), V)
+
+    def plain_loss(self, ids, labels):
+        """--compile's forward (self.lin = plain_linear): F.linear everywhere,
+        F.cross_entropy in fp32, no custom autograd function."""
+        x = self.embed(ids)
+        for i in range(len(self.layers)):
+            x = self.layer(i, x)
+        V = self.m["vocab"]
+        return F.cross_entropy(self.logits(x)[..., :V].reshape(-1, V).float(), labels.reshape(-1), ignore_index=-100)
+
+    def loss(self, ids, labels, ckpt, grad_hint=1.0):
+        x = self.embed(ids)
         for i in range(len(self.layers)):
             if ckpt == "full":
                 x = torch.utils.checkpoint.checkpoint(self.layer, i, x, use_reentrant=True)
             else:
                 x = self.layer(i, x, ckpt == "selective")
-        if self.fnw is not None:
-            x = self.norm(x, self.fnw, self.fnb)
-        if self.proj_out is not None:
-            x = linear(x, self.p(self.proj_out))
-        V = (self.m["vocab"] + 63) // 64 * 64
-        lg = linear(x, self.p(self.head_w if self.head_w is not None else self.wte), self.p(self.head_b), V)
+        lg = self.logits(x)
+        V = lg.shape[-1]
         rows = max(1, (256 << 20) // (4 * V))
         return ChunkedCrossEntropy.apply(lg.view(-1, V), labels.reshape(-1), rows, grad_hint)
 
@@ -526,6 +519,8 @@ def main():
                 if mixed:
                     P.flat[o:o + c].copy_(master[o:o + c])
 
+    if a.compile:
+        model.lin = plain_linear
     compiled = torch.compile(model.plain_loss) if a.compile else None
 
     def train_step(s):
