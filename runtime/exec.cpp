@@ -23,6 +23,7 @@
 #include "runtime/measure.hpp"
 #include "runtime/model/attention_block.hpp"
 #include "runtime/model/fp8_linear.hpp"
+#include "runtime/model/fused_ops.hpp"
 #include "runtime/model/moe.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
@@ -207,10 +208,11 @@ void check_runnable(const ExecOptions& o, const Plan& plan) {
                        (cuda ? "GPU (FP8 needs compute capability 8.9 or later)" : "CPU") + "; use precision=bf16");
   }
   // An environment variable the run reads is checked here too: an unknown
-  // PLANNER_CP_ATTENTION or PLANNER_MOE_* would otherwise be ignored (every plan: a misspelt
+  // PLANNER_CP_ATTENTION, PLANNER_MOE_* or PLANNER_FUSED_KERNELS would otherwise be ignored (every plan: a misspelt
   // value is an error whatever the plan's cp).
   cp_attention_from_env();
   moe_gemm_from_env();
+  fused_kernels_from_env();
   // The token file's type, size and shape (the ids are checked as they are read).
   if (!o.tokens_path.empty()) FileTokens(o.tokens_path, parse_token_dtype(o.tokens_dtype), plan.model.vocab, plan.seq, 0);
 }

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <optional>
 
+#include "strategies/errors.hpp"
+#include "strategies/parse_util.hpp"
+
 #if PLANNER_FUSED_CUDA
 #include <c10/cuda/CUDAStream.h>
 
@@ -176,12 +179,18 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
 
 }  // namespace
 
+bool fused_kernels_from_env() {
+  const char* e = std::getenv("PLANNER_FUSED_KERNELS");
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  throw InputError("PLANNER_FUSED_KERNELS='" + clip(e) +
+                   "' is not an accepted value: '0' (the ATen operations), or '1', unset or empty (the fused kernels "
+                   "where built)");
+}
+
 bool fused_kernels_enabled() {
 #if PLANNER_FUSED_CUDA
-  static const bool on = [] {
-    const char* e = std::getenv("PLANNER_FUSED_KERNELS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = fused_kernels_from_env();
   return on;
 #else
   return false;

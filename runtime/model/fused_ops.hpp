@@ -24,6 +24,11 @@ namespace planner::rt {
 // Whether this build has the CUDA kernels and the environment lets them run.
 bool fused_kernels_enabled();
 
+// PLANNER_FUSED_KERNELS: unset, empty or "1" run the kernels (where built),
+// "0" the ATen path; any other value is refused (InputError naming it), as
+// planner exec checks before any rank starts.
+bool fused_kernels_from_env();
+
 // Gated linear unit: u (..., 2f) = [gate | up] -> act(gate) * up (..., f),
 // act = SiLU (SwiGLU) or GELU's tanh form (GeGLU). Saves u only.
 at::Tensor glu(const at::Tensor& u, bool gelu);

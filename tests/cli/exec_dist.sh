@@ -123,6 +123,11 @@ expect_exit 2 env PLANNER_CP_ATTENTION=cudnn "${MPI[@]}" $P exec "$TMP/cp2.json"
 expect_grep "PLANNER_CP_ATTENTION='cudnn' is not an accepted value" "$TMP/err"
 expect_bad_input env PLANNER_CP_ATTENTION=FLASH $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu --steps 1 --warmup 0 -q -o "$TMP/cpbad.json"
 [ ! -e "$TMP/cpbad.json" ] || { echo "FAIL: a result was written with a bad PLANNER_CP_ATTENTION"; fails=$((fails+1)); }
+# PLANNER_FUSED_KERNELS (runtime/model/fused_ops.hpp): '0', '1' or unset; anything else refused before a step.
+expect_bad_input env PLANNER_FUSED_KERNELS=off $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu --steps 1 --warmup 0 -q -o "$TMP/fkbad.json" \
+  && expect_grep "^planner: PLANNER_FUSED_KERNELS='off' is not an accepted value" "$TMP/err"
+[ ! -e "$TMP/fkbad.json" ] || { echo "FAIL: a result was written with a bad PLANNER_FUSED_KERNELS"; fails=$((fails+1)); }
+expect_exit 0 env PLANNER_FUSED_KERNELS=0 $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu --steps 1 --warmup 0 -q -o "$TMP/fk0.json"
 # The accepted values run (on the CPU both give LibTorch's CPU flash blocks).
 for v in flash ""; do
   expect_exit 0 env PLANNER_CP_ATTENTION="$v" $P exec "$TMP/cp2.json" --device cpu --steps 1 --warmup 0 --oversubscribe -q -o "$TMP/cp2r.json"
