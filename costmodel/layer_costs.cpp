@@ -162,6 +162,21 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
   return core_fwd;
 }
 
+// One norm's backward over Th elements (e bytes each). ATen: the input gradient
+// (read x, dy; write dx) and the weight/bias gradient (read x, dy again), two
+// kernels. The runtime's fused norm (runtime/model/fused_ops.hpp): one pass (read
+// x, dy; write dx) keeping per-block partial weight (and bias) sums, a kernel
+// summing them, and in 16-bit precisions a cast of each sum to the weight's dtype.
+void norm_backward_ops(const ModelSpec& m, double e, double Th, bool fused, MemoryOps& bm) {
+  using MK = MemKernel;
+  if (!fused) {
+    bm.add(MK::Reduction, 5 * e * Th, 2);
+    return;
+  }
+  bm.add(MK::Reduction, 3 * e * Th, 2);
+  if (e < 4) bm.kernels += m.norm == NormKind::LayerNorm ? 2 : 1;
+}
+
 // Norms, residual adds, the MLP's activation and the bias gradients.
 void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& x, bool drop, bool fused,
                       MemoryOps& fm, MemoryOps& bm) {
@@ -171,14 +186,27 @@ void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& 
   const double Th = Tr * double(h);
   const double Tf = double(T) * double(f_local);
   const int norms = m.norms_per_layer();
-  // Norms: forward reads x, writes y; backward is two kernels, the input gradient
-  // (read x, dy; write dx) and the weight/bias gradient (read x, dy again).
+  // Norms: forward reads x, writes y. Backward: ATen's is two kernels, the input
+  // gradient (read x, dy; write dx) and the weight/bias gradient (read x, dy
+  // again); the runtime's fused norm one pass (read x, dy; write dx) whose
+  // per-block partial weight sums a small kernel reduces (norm_ops).
   fm.add(MK::Reduction, norms * 2 * e * Th, norms);
-  bm.add(MK::Reduction, norms * 5 * e * Th, 2 * norms);
+  for (int i = 0; i < norms; ++i) norm_backward_ops(m, e, Th, fused, bm);
   // Two residual adds (read two, write one); in the backward the gradient of each
   // block input is the sum of its two uses (residual and branch): one add each.
   fm.add(MK::Streaming, 2 * (3 * e * Th + (drop ? Th : 0)), 2);
   bm.add(MK::Streaming, 2 * 3 * e * Th, 2);
+  // The runtime's add_norm (pre-norm blocks): the attention's residual add and
+  // the second norm are one kernel each way. Forward: read x and y, write the
+  // sum and the norm (4 instead of the add's 3 and the norm's 2); backward: the
+  // norm's pass also reads the residual path's gradient and adds it (1 more
+  // instead of the accumulating add's 3).
+  if (fused && m.arch != Arch::Encoder && !m.parallel_block) {
+    fm.add(MK::Reduction, 2 * e * Th, 0);
+    fm.add(MK::Streaming, -3 * e * Th, -1);
+    bm.add(MK::Reduction, e * Th, 0);
+    bm.add(MK::Streaming, -3 * e * Th, -1);
+  }
   if (drop) bm.add(MK::Streaming, 2 * (2 * e * Th + Th), 2);
   // Activation.
   if (f_local > 0) add_mlp_activation_ops(m.mlp, e, Tf, fused, fm, bm);
@@ -381,7 +409,8 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   }
   if (m.embed_norm) {
     fm.add(MK::Reduction, 2 * e * Th);
-    bm.add(MK::Reduction, 5 * e * Th, 4);
+    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    bm.kernels += 2;
   }
   if (p.dropout) fm.add(MK::Streaming, 2 * e * Th + Th), bm.add(MK::Streaming, 2 * e * Th + Th);
   // Dense embedding backward: zero a (V x w) table, sort the token ids and sum
@@ -420,14 +449,17 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   // Final norm.
   if (m.final_norm) {
     fm.add(MK::Reduction, 2 * e * Th);
-    bm.add(MK::Reduction, 5 * e * Th, 4);
+    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    bm.kernels += 2;
   }
   if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden) linear(p, pr, T, width, m.hidden, out);  // project_out
   // BERT's MLM transform: dense + bias, GeLU, LayerNorm.
   if (m.mlm_head) {
     linear(p, pr, T, m.hidden, m.hidden, out);
     fm.add(MK::Streaming, 2 * e * Th), bm.add(MK::Streaming, 3 * e * Th);
-    fm.add(MK::Reduction, 2 * e * Th), bm.add(MK::Reduction, 5 * e * Th, 4);
+    fm.add(MK::Reduction, 2 * e * Th);
+    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    bm.kernels += 2;
     bm.add(MK::Reduction, e * Th, 2);  // dense bias gradient
   }
   // Logits (T x ceil(V/t)), the rank's vocabulary padded to a multiple of 64 (the runtime pads
@@ -481,7 +513,15 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     fm.add(MK::Streaming, (4 + e) * TV);
     fm.kernels += chunks * 14;
   }
-  bm.add(MK::Strided, 2 * e * TV);
+  // The backward scales the kept gradient by the loss's incoming gradient over
+  // the factor it was stored with. ATen: a multiply by a 0-dim device tensor
+  // (non-vectorized, read and write); the runtime's kernel (scale_by_ratio_)
+  // reads the ratio on the device and writes nothing when it is 1, as it is
+  // whenever the step's backward brings the factor the forward assumed.
+  if (p.fused_ops)
+    bm.kernels += 1;
+  else
+    bm.add(MK::Strided, 2 * e * TV);
   out.forward.memory_seconds += fm.seconds(p);
   out.backward.memory_seconds += bm.seconds(p);
   if (tp_link.size > 1) {

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -295,6 +296,254 @@ void ce_t(const void* logits, const int64_t* labels, const float* count, double 
   check_launch("cross_entropy_forward");
 }
 
+// ---- norms --------------------------------------------------------------------
+
+// The sum over the block of one value per thread, returned to every thread
+// (blockDim.x a multiple of 32, at most 1024). sh holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();  // the previous call's readers are done with sh
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) t += sh[w];
+  return t;
+}
+
+// A block per row (grid-stride over rows); thread t holds vectors t, t + blockDim,
+// ... (K of them, N elements each) of the row in registers. Optional residual:
+// a = round(x + y) is written to sum (the norm then reads the rounded sum, as
+// the unfused add and norm do).
+template <class T, int N, int K>
+__global__ void norm_fwd_kernel(const T* x, const T* y, const T* w, const T* b, T* sum, T* out, float* mean_out,
+                                float* rstd_out, int64_t rows, int64_t h, float eps, bool rms) {
+  __shared__ float sh[32];
+  const int64_t nv = h / N;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float v[K][N];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+      if (j < nv) {
+        load<T, N>(x + r * h + j * N, v[k]);
+        if (y) {
+          float yv[N];
+          load<T, N>(y + r * h + j * N, yv);
+#pragma unroll
+          for (int n = 0; n < N; ++n) v[k][n] = to_f(from_f<T>(v[k][n] + yv[n]));
+          store<T, N>(sum + r * h + j * N, v[k]);
+        }
+#pragma unroll
+        for (int n = 0; n < N; ++n) s += rms ? v[k][n] * v[k][n] : v[k][n];
+      }
+    }
+    float mean = 0.f, rstd;
+    if (rms) {
+      rstd = rsqrtf(block_sum(s, sh) / float(h) + eps);
+    } else {
+      mean = block_sum(s, sh) / float(h);
+      float q = 0.f;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (threadIdx.x + int64_t(k) * blockDim.x < nv)
+#pragma unroll
+          for (int n = 0; n < N; ++n) q += (v[k][n] - mean) * (v[k][n] - mean);
+      rstd = rsqrtf(block_sum(q, sh) / float(h) + eps);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+      if (j < nv) {
+        float wv[N], bv[N], o[N];
+        load<T, N>(w + j * N, wv);
+        if (b) load<T, N>(b + j * N, bv);
+#pragma unroll
+        for (int n = 0; n < N; ++n) o[n] = (v[k][n] - mean) * rstd * wv[n] + (b ? bv[n] : 0.f);
+        store<T, N>(out + r * h + j * N, o);
+      }
+    }
+    if (threadIdx.x == 0) {
+      if (!rms) mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+  }
+}
+
+// The input gradient of each row, plus the residual's gradient dres when
+// given: da = rstd (g - mean(g) - xhat mean(g xhat)) + dres with g = dn w,
+// xhat = (a - mean) rstd (RMSNorm: no mean terms). The weight and bias
+// gradients, sum over rows of dn xhat and dn, accumulate in registers over
+// the block's rows and are written per block (dw_part, db_part: gridDim x h,
+// fp32); norm_reduce_kernel sums them.
+template <class T, int N, int K>
+__global__ void norm_bwd_kernel(const T* dn, const T* a, const T* w, const float* mean, const float* rstd,
+                                const T* dres, T* da, float* dw_part, float* db_part, int64_t rows, int64_t h,
+                                bool rms) {
+  __shared__ float sh[32];
+  const int64_t nv = h / N;
+  float dw[K][N], db[K][N];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int n = 0; n < N; ++n) dw[k][n] = 0.f, db[k][n] = 0.f;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float mu = rms ? 0.f : mean[r], rs = rstd[r];
+    float xh[K][N], g[K][N];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+      if (j < nv) {
+        float d[N], av[N], wv[N];
+        load<T, N>(dn + r * h + j * N, d);
+        load<T, N>(a + r * h + j * N, av);
+        load<T, N>(w + j * N, wv);
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          xh[k][n] = (av[n] - mu) * rs;
+          g[k][n] = d[n] * wv[n];
+          s1 += g[k][n];
+          s2 += g[k][n] * xh[k][n];
+          dw[k][n] += d[n] * xh[k][n];
+          db[k][n] += d[n];
+        }
+      }
+    }
+    const float m2 = block_sum(s2, sh) / float(h);
+    const float m1 = rms ? 0.f : block_sum(s1, sh) / float(h);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+      if (j < nv) {
+        float o[N], rv[N];
+        if (dres) load<T, N>(dres + r * h + j * N, rv);
+#pragma unroll
+        for (int n = 0; n < N; ++n) o[n] = rs * (g[k][n] - m1 - xh[k][n] * m2) + (dres ? rv[n] : 0.f);
+        store<T, N>(da + r * h + j * N, o);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+    if (j < nv)
+#pragma unroll
+      for (int n = 0; n < N; ++n) {
+        dw_part[blockIdx.x * h + j * N + n] = dw[k][n];
+        if (db_part) db_part[blockIdx.x * h + j * N + n] = db[k][n];
+      }
+  }
+}
+
+// dw[c] = sum over the parts' rows of part[., c] (and db alike), one thread per column.
+__global__ void norm_reduce_kernel(const float* dw_part, const float* db_part, float* dw, float* db, int parts,
+                                   int64_t h) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= h) return;
+  float a = 0.f, b = 0.f;
+  for (int p = 0; p < parts; ++p) {
+    a += dw_part[p * h + c];
+    if (db_part) b += db_part[p * h + c];
+  }
+  dw[c] = a;
+  if (db) db[c] = b;
+}
+
+// The vectors per thread (K) and threads per block for a row of nv vectors:
+// the fewest vectors per thread that keep the block at 512 threads or fewer;
+// 0 threads when even 8 vectors per thread would need more than 1024.
+struct NormShape {
+  int k = 0, threads = 0;
+};
+NormShape norm_shape(int64_t nv) {
+  NormShape s;
+  for (int k = 1; k <= 8; k *= 2) {
+    const int64_t th = ((nv + k - 1) / k + 31) / 32 * 32;
+    if (th <= 512 || (k == 8 && th <= 1024)) return {k, int(th)};
+  }
+  return s;
+}
+
+int vec_width(int64_t h, int elem, std::initializer_list<const void*> ptrs) {
+  const int V = 16 / elem;
+  if (h % V != 0) return 1;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return 1;
+  return V;
+}
+
+template <class T, int N>
+void norm_fwd_n(NormShape sh, const T* x, const T* y, const T* w, const T* b, T* sum, T* out, float* mean,
+                float* rstd, int64_t rows, int64_t h, float eps, bool rms, cudaStream_t st) {
+  const unsigned grid = unsigned(rows < 65535 * 16 ? rows : 65535 * 16);
+#define PLANNER_NORM_FWD(K) \
+  norm_fwd_kernel<T, N, K><<<grid, sh.threads, 0, st>>>(x, y, w, b, sum, out, mean, rstd, rows, h, eps, rms)
+  switch (sh.k) {
+    case 1: PLANNER_NORM_FWD(1); break;
+    case 2: PLANNER_NORM_FWD(2); break;
+    case 4: PLANNER_NORM_FWD(4); break;
+    default: PLANNER_NORM_FWD(8); break;
+  }
+#undef PLANNER_NORM_FWD
+}
+
+template <class T>
+void norm_fwd_t(const void* x, const void* y, const void* w, const void* b, void* sum, void* out, float* mean,
+                float* rstd, int64_t rows, int64_t h, double eps, bool rms, cudaStream_t st) {
+  if (rows <= 0) return;
+  const int N = vec_width(h, sizeof(T), {x, y, w, b, sum, out});
+  const NormShape sh = norm_shape(h / N);
+  if (sh.threads == 0) throw std::runtime_error("norm_forward: hidden size " + std::to_string(h) + " too wide");
+  auto C = [](const void* p) { return static_cast<const T*>(p); };
+  auto M = [](void* p) { return static_cast<T*>(p); };
+  if (N > 1)
+    norm_fwd_n<T, 16 / sizeof(T)>(sh, C(x), C(y), C(w), C(b), M(sum), M(out), mean, rstd, rows, h, float(eps), rms,
+                                  st);
+  else
+    norm_fwd_n<T, 1>(sh, C(x), C(y), C(w), C(b), M(sum), M(out), mean, rstd, rows, h, float(eps), rms, st);
+  check_launch("norm_forward");
+}
+
+template <class T, int N>
+void norm_bwd_n(NormShape sh, unsigned grid, const T* dn, const T* a, const T* w, const float* mean,
+                const float* rstd, const T* dres, T* da, float* dw_part, float* db_part, int64_t rows, int64_t h,
+                bool rms, cudaStream_t st) {
+#define PLANNER_NORM_BWD(K)                                                                                     \
+  norm_bwd_kernel<T, N, K><<<grid, sh.threads, 0, st>>>(dn, a, w, mean, rstd, dres, da, dw_part, db_part, rows, h, \
+                                                        rms)
+  switch (sh.k) {
+    case 1: PLANNER_NORM_BWD(1); break;
+    case 2: PLANNER_NORM_BWD(2); break;
+    case 4: PLANNER_NORM_BWD(4); break;
+    default: PLANNER_NORM_BWD(8); break;
+  }
+#undef PLANNER_NORM_BWD
+}
+
+template <class T>
+void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean, const float* rstd, const void* dres,
+                void* da, float* dw_part, float* db_part, float* dw, float* db, int parts, int64_t rows, int64_t h,
+                bool rms, cudaStream_t st) {
+  const int N = vec_width(h, sizeof(T), {dn, a, w, dres, da});
+  const NormShape sh = norm_shape(h / N);
+  if (sh.threads == 0) throw std::runtime_error("norm_backward: hidden size " + std::to_string(h) + " too wide");
+  auto C = [](const void* p) { return static_cast<const T*>(p); };
+  if (rows > 0) {
+    if (N > 1)
+      norm_bwd_n<T, 16 / sizeof(T)>(sh, unsigned(parts), C(dn), C(a), C(w), mean, rstd, C(dres), static_cast<T*>(da),
+                                    dw_part, db_part, rows, h, rms, st);
+    else
+      norm_bwd_n<T, 1>(sh, unsigned(parts), C(dn), C(a), C(w), mean, rstd, C(dres), static_cast<T*>(da), dw_part,
+                       db_part, rows, h, rms, st);
+    check_launch("norm_backward");
+  }
+  const int th = 256;
+  norm_reduce_kernel<<<unsigned((h + th - 1) / th), th, 0, st>>>(dw_part, db_part, dw, db, rows > 0 ? parts : 0, h);
+  check_launch("norm_backward (weight gradients)");
+}
+
 cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace
@@ -336,6 +585,66 @@ void rotary_backward(Dtype t, const void* dq, const void* dk, const void* dv, co
 void cross_entropy_forward(Dtype t, const void* logits, const int64_t* labels, const float* count, double scale,
                            void* grad, float* row_loss, int64_t rows, int64_t V, void* stream) {
   PLANNER_DISPATCH(t, ce_t, logits, labels, count, scale, grad, row_loss, rows, V, S(stream));
+}
+
+bool norm_supported(Dtype t, int64_t h, bool aligned) {
+  const int64_t V = 16 / (t == Dtype::F32 ? 4 : 2);
+  if (h <= 0) return false;
+  if (aligned && h % V == 0 && norm_shape(h / V).threads > 0) return true;
+  return norm_shape(h).threads > 0;
+}
+
+int norm_backward_parts(int64_t rows) {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t want = 2 * int64_t(sms);
+  return int(rows < want ? (rows > 0 ? rows : 1) : want);
+}
+
+void norm_forward(Dtype t, const void* x, const void* y, const void* w, const void* b, void* sum, void* out,
+                  float* mean, float* rstd, int64_t rows, int64_t h, double eps, bool rms, void* stream) {
+  PLANNER_DISPATCH(t, norm_fwd_t, x, y, w, b, sum, out, mean, rstd, rows, h, eps, rms, S(stream));
+}
+
+void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const float* mean, const float* rstd,
+                   const void* dres, void* da, float* dw_part, float* db_part, float* dw, float* db, int parts,
+                   int64_t rows, int64_t h, bool rms, void* stream) {
+  PLANNER_DISPATCH(t, norm_bwd_t, dn, a, w, mean, rstd, dres, da, dw_part, db_part, dw, db, parts, rows, h, rms,
+                   S(stream));
+}
+
+// ---- scaling by a device scalar ------------------------------------------------
+
+template <class T, int N>
+__global__ void scale_kernel(T* x, int64_t n, const float* num, float inv_den) {
+  const float r = *num * inv_den;
+  if (r == 1.f) return;
+  const int64_t groups = n / N;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    float v[N];
+    load<T, N>(x + i * N, v);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] *= r;
+    store<T, N>(x + i * N, v);
+  }
+}
+
+template <class T>
+void scale_t(void* x, int64_t n, const float* num, double den, cudaStream_t st) {
+  constexpr int V = 16 / sizeof(T);
+  const int th = 256;
+  if (n <= 0) return;
+  const float inv = float(1.0 / den);
+  if (n % V == 0 && aligned16(x))
+    scale_kernel<T, V><<<blocks_for(n / V, th), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
+  else
+    scale_kernel<T, 1><<<blocks_for(n, th), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
+  check_launch("scale_by_ratio");
+}
+
+void scale_by_ratio(Dtype t, void* x, int64_t n, const float* num, double den, void* stream) {
+  PLANNER_DISPATCH(t, scale_t, x, n, num, den, S(stream));
 }
 
 }  // namespace planner::rt::fused

@@ -38,4 +38,31 @@ void rotary_backward(Dtype t, const void* dq, const void* dk, const void* dv, co
 void cross_entropy_forward(Dtype t, const void* logits, const int64_t* labels, const float* count, double scale,
                            void* grad, float* row_loss, int64_t rows, int64_t V, void* stream);
 
+// LayerNorm (rms = false: (a - mean) rstd w + b) or RMSNorm (rms = true:
+// a rstd w) over rows of width h, with an optional residual before it: when
+// y is given, a = x + y (rounded to the dtype) is written to sum and
+// normalised, else a = x (sum unused). b may be null. Writes out, and per row
+// the fp32 rstd and (LayerNorm) mean for the backward. norm_supported says
+// whether a row of h elements fits the kernels: up to 8192 elements one at a
+// time, and, when every pointer is 16-byte aligned and h a multiple of 16
+// bytes, up to 8192 16-byte vectors.
+bool norm_supported(Dtype t, int64_t h, bool aligned);
+void norm_forward(Dtype t, const void* x, const void* y, const void* w, const void* b, void* sum, void* out,
+                  float* mean, float* rstd, int64_t rows, int64_t h, double eps, bool rms, void* stream);
+
+// The norm's backward from the output gradient dn and the saved a, w, mean,
+// rstd: da = the input gradient, plus dres (the gradient reaching a through the
+// residual path) when given. The weight and bias gradients (fp32, h each; db
+// may be null) are summed in two steps through dw_part and db_part, fp32
+// buffers of parts x h, parts = norm_backward_parts(rows).
+int norm_backward_parts(int64_t rows);
+void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const float* mean, const float* rstd,
+                   const void* dres, void* da, float* dw_part, float* db_part, float* dw, float* db, int parts,
+                   int64_t rows, int64_t h, bool rms, void* stream);
+
+// x (n elements) *= *num / den in place, where num is a device float; nothing
+// is written when the ratio is exactly 1 (the cross-entropy's backward, whose
+// kept gradient is pre-multiplied by the factor the backward brings).
+void scale_by_ratio(Dtype t, void* x, int64_t n, const float* num, double den, void* stream);
+
 }  // namespace planner::rt::fused

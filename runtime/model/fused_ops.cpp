@@ -177,6 +177,89 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
   }
 };
 
+#if PLANNER_FUSED_CUDA
+bool aligned16(const at::Tensor& t) { return !t.defined() || (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
+
+// LayerNorm / RMSNorm over the last dimension, with an optional residual add
+// before it (y defined): returns {x + y, norm(x + y)}, or {norm(x)}. Saves the
+// norm's input, the weight and the per-row fp32 mean and rstd, as ATen's
+// layer_norm and rms_norm do. Its backward adds the gradient that reaches x + y
+// through the residual path (the first output's) inside the kernel, and sums
+// the weight and bias gradients from per-block partial sums (one pass over the
+// rows instead of ATen's second kernel reading them again).
+struct NormFn : torch::autograd::Function<NormFn> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x_in, const std::optional<at::Tensor>& y_in,
+                             const at::Tensor& w_in, const std::optional<at::Tensor>& b_in, double eps, bool rms) {
+    const at::Tensor x = x_in.contiguous();
+    const bool has_y = y_in.has_value() && y_in->defined(), has_b = b_in.has_value() && b_in->defined();
+    const at::Tensor y = has_y ? y_in->contiguous() : at::Tensor();
+    // The weight and bias may be views into a flat parameter buffer at any
+    // offset: an aligned copy of h elements lets the kernel read 16 bytes at a time.
+    const at::Tensor w = aligned16(w_in) ? w_in : w_in.clone();
+    const at::Tensor b = has_b ? (aligned16(*b_in) ? *b_in : b_in->clone()) : at::Tensor();
+    const int64_t h = x.size(-1), rows = x.numel() / h;
+    at::Tensor a = has_y ? at::empty_like(x) : x;
+    at::Tensor out = at::empty_like(x);
+    const auto f32 = x.options().dtype(at::kFloat);
+    at::Tensor mean = at::empty({rms ? 0 : rows}, f32), rstd = at::empty({rows}, f32);
+    fused::norm_forward(*kernel_dtype(x), x.data_ptr(), has_y ? y.data_ptr() : nullptr, w.data_ptr(),
+                        has_b ? b.data_ptr() : nullptr, has_y ? a.data_ptr() : nullptr, out.data_ptr(),
+                        rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, h, eps, rms,
+                        stream_of(x));
+    ctx->save_for_backward({a, w, mean, rstd});
+    ctx->saved_data["rms"] = rms;
+    ctx->saved_data["has_y"] = has_y;
+    ctx->saved_data["has_b"] = has_b;
+    if (has_y) return {a, out};
+    return {out};
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor a = saved[0], w = saved[1], mean = saved[2], rstd = saved[3];
+    const bool rms = ctx->saved_data["rms"].toBool(), has_y = ctx->saved_data["has_y"].toBool(),
+               has_b = ctx->saved_data["has_b"].toBool();
+    // Outputs {a, out} with a residual, {out} without: the last gradient is the norm's.
+    at::Tensor dn = grads.back().defined() ? grads.back().contiguous() : at::zeros_like(a);
+    at::Tensor dres = has_y && grads[0].defined() ? grads[0].contiguous() : at::Tensor();
+    const int64_t h = a.size(-1), rows = a.numel() / h;
+    if (!aligned16(dn)) dn = dn.clone();
+    if (!aligned16(dres)) dres = dres.clone();
+    at::Tensor da = at::empty_like(a);
+    const int parts = fused::norm_backward_parts(rows);
+    const auto f32 = a.options().dtype(at::kFloat);
+    at::Tensor dw_part = at::empty({parts, h}, f32), dw = at::empty({h}, f32);
+    at::Tensor db_part = has_b ? at::empty({parts, h}, f32) : at::Tensor(), db = has_b ? at::empty({h}, f32) : at::Tensor();
+    fused::norm_backward(*kernel_dtype(a), dn.data_ptr(), a.data_ptr(), w.data_ptr(),
+                         rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                         dres.defined() ? dres.data_ptr() : nullptr, da.data_ptr(), dw_part.data_ptr<float>(),
+                         has_b ? db_part.data_ptr<float>() : nullptr, dw.data_ptr<float>(),
+                         has_b ? db.data_ptr<float>() : nullptr, parts, rows, h, rms, stream_of(a));
+    return {da, has_y ? da : at::Tensor(), dw.to(w.scalar_type()), has_b ? db.to(w.scalar_type()) : at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+// The norm kernels take these tensors: CUDA, one of their dtypes, the weight
+// (and bias) of the input's dtype and width, rows the kernels fit.
+bool norm_kernels_take(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, const at::Tensor& b) {
+  if (!use_kernels(x) || x.dim() < 1 || !w.defined() || w.dim() != 1) return false;
+  const int64_t h = x.size(-1);
+  auto same = [&](const at::Tensor& t, bool whole) {
+    return !t.defined() || (t.scalar_type() == x.scalar_type() && t.device() == x.device() &&
+                            (whole ? t.sizes() == x.sizes() : (t.dim() == 1 && t.size(0) == h)));
+  };
+  if (!same(y, true) || !same(w, false) || !same(b, false)) return false;
+  const bool aligned = aligned16(x) && aligned16(y);  // the weight and bias are copied when not
+  return fused::norm_supported(*kernel_dtype(x), h, aligned && x.is_contiguous() && (!y.defined() || y.is_contiguous()));
+}
+#endif
+
+at::Tensor aten_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool rms) {
+  const int64_t h = x.size(-1);
+  if (rms) return at::rms_norm(x, {h}, w, eps);
+  return at::layer_norm(x, {h}, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt, eps);
+}
+
 }  // namespace
 
 bool fused_kernels_from_env() {
@@ -207,6 +290,39 @@ std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& co
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return RotaryFn::apply(x, cos, sin);
+}
+
+at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool rms) {
+#if PLANNER_FUSED_CUDA
+  if (norm_kernels_take(x, at::Tensor(), w, b))
+    return NormFn::apply(x, std::optional<at::Tensor>(), w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt,
+                         eps, rms)[0];
+#endif
+  return aten_norm(x, w, b, eps, rms);
+}
+
+std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, const at::Tensor& b,
+                                   double eps, bool rms) {
+#if PLANNER_FUSED_CUDA
+  if (norm_kernels_take(x, y, w, b)) {
+    auto out = NormFn::apply(x, std::optional<at::Tensor>(y), w,
+                             b.defined() ? std::optional<at::Tensor>(b) : std::nullopt, eps, rms);
+    return {out[0], out[1]};
+  }
+#endif
+  at::Tensor a = x + y;
+  return {a, aten_norm(a, w, b, eps, rms)};
+}
+
+void scale_by_ratio_(at::Tensor& g, const at::Tensor& num, double den) {
+#if PLANNER_FUSED_CUDA
+  if (use_kernels(g) && g.is_contiguous() && num.is_cuda() && num.numel() == 1) {
+    const at::Tensor n = num.to(at::kFloat).contiguous();
+    fused::scale_by_ratio(*kernel_dtype(g), g.data_ptr(), g.numel(), n.data_ptr<float>(), den, stream_of(g));
+    return;
+  }
+#endif
+  g.mul_((num / den).to(g.scalar_type()));
 }
 
 at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& count,

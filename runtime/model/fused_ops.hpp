@@ -46,6 +46,23 @@ std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& co
 // rotation): returns x rotated, contiguous. Saves nothing but the tables.
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// LayerNorm (rms = false; b may be undefined) or RMSNorm (rms = true) over
+// the last dimension with weight w, as at::layer_norm / at::rms_norm with eps.
+// On CUDA one kernel each way; its backward computes the weight and bias
+// gradients in the same pass over the rows as the input gradient.
+at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool rms);
+
+// The residual add and the norm after it: returns {a, norm(a)} with a = x + y.
+// On CUDA one kernel each way: the backward adds the gradient reaching a
+// through the residual path to the norm's input gradient in the same kernel.
+std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, const at::Tensor& b,
+                                   double eps, bool rms);
+
+// g *= num / den in place, num a one-element tensor: on CUDA one kernel that
+// reads num on the device (no host sync) and writes nothing when the ratio is
+// exactly 1.
+void scale_by_ratio_(at::Tensor& g, const at::Tensor& num, double den);
+
 // The cross-entropy kernel for logits (n, V) on CUDA when enabled and built
 // (fp32/fp16/bf16, contiguous): fills grad (n, V) with (softmax - onehot) *
 // scale / count on labelled rows (0 elsewhere) and returns the sum of the

@@ -334,7 +334,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     // Scales the kept gradient in place: the graph is never run backward twice.
     at::Tensor g = ctx->get_saved_variables()[0];
-    g.mul_((grads[0] / ctx->saved_data["hint"].toDouble()).to(g.scalar_type()));
+    scale_by_ratio_(g, grads[0], ctx->saved_data["hint"].toDouble());
     return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -571,9 +571,16 @@ at::Tensor TransformerModel::head_norm(const at::Tensor& x, int w, int b) const 
   return at::rms_norm(x, {d}, wt, 1e-6);
 }
 
+// The model's norms go through runtime/model/fused_ops (one kernel each way on
+// CUDA, at::layer_norm / at::rms_norm elsewhere).
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
-  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {spec_.hidden}, p(w), popt(b), 1e-5);
-  return at::rms_norm(x, {spec_.hidden}, p(w), 1e-6);
+  const bool ln = spec_.norm == NormKind::LayerNorm;
+  return rt::norm(x, p(w), popt(b), ln ? 1e-5 : 1e-6, !ln);
+}
+
+std::array<at::Tensor, 2> TransformerModel::add_norm(const at::Tensor& x, const at::Tensor& y, int w, int b) const {
+  const bool ln = spec_.norm == NormKind::LayerNorm;
+  return rt::add_norm(x, y, p(w), popt(b), ln ? 1e-5 : 1e-6, !ln);
 }
 
 // Under tp, xn is the full input (after enter_tp; under sp the sequence shard,
@@ -655,10 +662,13 @@ at::Tensor TransformerModel::layer(int64_t i, const at::Tensor& x, bool selectiv
     }
     return x + y;
   }
-  at::Tensor a = x + post_norm(row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b),
-                               l.post1_w, l.post1_b);
-  if (moe_ && moe_->is_moe_layer(i)) return a + moe_->forward(store_, i, norm(a, l.norm2_w, l.norm2_b), moe_grad_scale);
-  return a + post_norm(row_out(mlp(i, enter_tp(norm(a, l.norm2_w, l.norm2_b))), l.fc2_b), l.post2_w, l.post2_b);
+  // The attention's residual add and the second norm are one operation (fused_ops' add_norm).
+  const auto [a, n2] =
+      add_norm(x, post_norm(row_out(attention(i, enter_tp(norm(x, l.norm1_w, l.norm1_b)), selective), l.o_b),
+                            l.post1_w, l.post1_b),
+               l.norm2_w, l.norm2_b);
+  if (moe_ && moe_->is_moe_layer(i)) return a + moe_->forward(store_, i, n2, moe_grad_scale);
+  return a + post_norm(row_out(mlp(i, enter_tp(n2)), l.fc2_b), l.post2_w, l.post2_b);
 }
 
 void TransformerModel::set_context_parallel(const ContextParallel* cp) {

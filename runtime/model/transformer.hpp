@@ -60,6 +60,8 @@
 // vocabulary-parallel.
 #include <ATen/ATen.h>
 
+#include <array>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -245,6 +247,8 @@ class TransformerModel {
 
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
+  // {x + y, norm(x + y)}: the residual add and the norm after it, fused on CUDA.
+  std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, int w, int b) const;
   at::Tensor post_norm(const at::Tensor& x, int w, int b) const;  // norm(), or x when w < 0
   at::Tensor head_norm(const at::Tensor& x, int w, int b) const;  // over the last dim, head_dim wide
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;

@@ -161,3 +161,73 @@ TEST_CASE("fused_cross_entropy: loss and gradient as log-softmax in fp32 (GPU on
     }
   }
 }
+
+namespace {
+
+// LayerNorm (or RMSNorm) in double, written out: (a - mean) / sqrt(var + eps) w + b.
+at::Tensor norm_ref(const at::Tensor& a, const at::Tensor& w, const at::Tensor& b, double eps, bool rms) {
+  if (rms) return a * (a.pow(2).mean(-1, true) + eps).rsqrt() * w;
+  const at::Tensor mu = a.mean(-1, true);
+  const at::Tensor var = (a - mu).pow(2).mean(-1, true);
+  return (a - mu) * (var + eps).rsqrt() * w + b;
+}
+
+}  // namespace
+
+TEST_CASE("add_norm and norm: the residual add and LayerNorm/RMSNorm, their input, weight and bias gradients",
+          "[fused]") {
+  for (const Case& c : cases()) {
+    for (bool rms : {false, true}) {
+      // 64: 16-byte vectors in every dtype; 36: one element at a time in bf16.
+      // 600 rows: several per block of the backward's partial sums.
+      for (int64_t h : {int64_t(64), int64_t(36)}) {
+        INFO("dtype " << c.opt.dtype() << " rms " << rms << " h " << h);
+        at::manual_seed(11);
+        const auto dbl = at::TensorOptions().dtype(at::kDouble);
+        const double eps = rms ? 1e-6 : 1e-5;
+        at::Tensor x0 = at::randn({2, 300, h}, dbl) + 0.5, y0 = at::randn({2, 300, h}, dbl);
+        // The weight a view at an odd offset of a larger buffer, as parameters are.
+        at::Tensor wbuf0 = at::randn({h + 1}, dbl) * 0.5 + 1, b0 = at::randn({h}, dbl) * 0.1;
+        at::Tensor x = x0.to(c.opt).requires_grad_(true), y = y0.to(c.opt).requires_grad_(true);
+        at::Tensor wbuf = wbuf0.to(c.opt).requires_grad_(true), b = b0.to(c.opt).requires_grad_(true);
+        at::Tensor w = wbuf.narrow(0, 1, h);
+        auto [a, n] = add_norm(x, y, w, rms ? at::Tensor() : b, eps, rms);
+        at::Tensor n1 = norm(x, w, rms ? at::Tensor() : b, eps, rms);
+        // The reference from the same (rounded) inputs, in double.
+        at::Tensor xr = x.detach().to(at::kDouble).cpu().requires_grad_(true);
+        at::Tensor yr = y.detach().to(at::kDouble).cpu().requires_grad_(true);
+        at::Tensor wr = wbuf.detach().to(at::kDouble).cpu().narrow(0, 1, h).clone().requires_grad_(true);
+        at::Tensor br = b.detach().to(at::kDouble).cpu().requires_grad_(true);
+        at::Tensor ar = xr + yr;
+        at::Tensor nr = norm_ref(ar, wr, br, eps, rms), n1r = norm_ref(xr, wr, br, eps, rms);
+        CHECK(max_rel(a, ar) < c.tol);
+        CHECK(max_rel(n, nr) < c.tol);
+        CHECK(max_rel(n1, n1r) < c.tol);
+        // Gradients of a loss that uses both outputs (the residual path and the norm's).
+        at::Tensor ga = at::randn(ar.sizes(), dbl), gn = at::randn(ar.sizes(), dbl), g1 = at::randn(ar.sizes(), dbl);
+        auto d = torch::autograd::grad({a, n, n1}, {x, y, wbuf, b}, {ga.to(c.opt), gn.to(c.opt), g1.to(c.opt)},
+                                       std::nullopt, false, true);
+        auto dr = torch::autograd::grad({ar, nr, n1r}, {xr, yr, wr, br}, {ga, gn, g1}, std::nullopt, false, true);
+        CHECK(max_rel(d[0], dr[0]) < c.tol);
+        CHECK(max_rel(d[1], dr[1]) < c.tol);
+        CHECK(max_rel(d[2].narrow(0, 1, h), dr[2]) < c.tol);
+        CHECK(d[2][0].item<double>() == 0.0);
+        if (!rms) CHECK(max_rel(d[3], dr[3]) < c.tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("scale_by_ratio_: g *= num / den, read on the device; a ratio of exactly 1 leaves g as it was", "[fused]") {
+  for (const Case& c : cases()) {
+    INFO("dtype " << c.opt.dtype());
+    at::manual_seed(13);
+    at::Tensor g0 = at::randn({37, 24}, at::TensorOptions().dtype(at::kDouble)).to(c.opt);
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(c.opt.device());
+    at::Tensor g = g0.clone();
+    scale_by_ratio_(g, at::full({}, 0.125, f), 0.125);
+    CHECK(at::equal(g, g0));
+    scale_by_ratio_(g, at::full({}, 0.0625, f), 0.125);
+    CHECK(max_rel(g, g0 * 0.5) < 1e-12);
+  }
+}

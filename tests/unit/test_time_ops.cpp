@@ -167,13 +167,27 @@ TEST_CASE("a transformer layer's GEMMs are 24 T h^2 forward and twice that backw
   const double core = flash_attention_forward_seconds(p, 64, 8192, 128, true, Precision::BF16);  // causal decoder
   // Forward: 2 norms (read + write, reduction class), 2 residual adds (read 2, write 1),
   // GeLU (read + write of T x ffn); 2-byte elements. m has biases and learned positions.
+  // The runtime (profile fused_ops): the attention's residual add and the
+  // second norm are one kernel (read 2, write 2, reduction class).
   const double red = 500e9 * p.reduction_kernel_relative;
-  CHECK(t2.forward.memory_seconds == Approx(2 * 2 * 2 * T * h / red + (2 * 3 * 2 * T * h + 2 * 2 * T * 4 * h) / 500e9));
-  // Backward: norms 5 e Th each (two kernels); two gradient-accumulation adds; GeLU
-  // backward 3 e Tf; bias sums over qkv (3h), out (h), fc1 (4h), fc2 (h) columns;
-  // the split's cat (read + write T x 3h).
+  CHECK(t2.forward.memory_seconds ==
+        Approx((2 * 2 * T * h + 4 * 2 * T * h) / red + (3 * 2 * T * h + 2 * 2 * T * 4 * h) / 500e9));
+  // Backward: the runtime's norms one pass each (read x, dy; write dx: 3 e Th),
+  // the second also reading the residual path's gradient (+1); one
+  // gradient-accumulation add (the block input's two uses); GeLU backward 3 e
+  // Tf; bias sums over qkv (3h), out (h), fc1 (4h), fc2 (h) columns; the split's
+  // cat (read + write T x 3h).
   const double stream = 500e9;
   CHECK(t2.backward.memory_seconds ==
+        Approx(((3 + 4) * 2 * T * h + 2 * T * (3 * h + h + 4 * h + h)) / red +
+               (3 * 2 * T * h + 3 * 2 * T * 4 * h + 2 * 2 * T * 3 * h) / stream));
+  // Eager code (the engines' profile): two norms of two kernels each way (5 e
+  // Th backward) and two residual adds each way.
+  auto eager = p;
+  eager.fused_ops = false;
+  const PassTimes t3 = transformer_layer_times(eager, m, s, GroupLink{});
+  CHECK(t3.forward.memory_seconds == Approx(2 * 2 * 2 * T * h / red + (2 * 3 * 2 * T * h + 2 * 2 * T * 4 * h) / 500e9));
+  CHECK(t3.backward.memory_seconds ==
         Approx((2 * 5 * 2 * T * h + 2 * T * (3 * h + h + 4 * h + h)) / red +
                (2 * 3 * 2 * T * h + 3 * 2 * T * 4 * h + 2 * 2 * T * 3 * h) / stream));
   CHECK(t2.forward.attention_seconds == Approx(core));
@@ -183,6 +197,23 @@ TEST_CASE("a transformer layer's GEMMs are 24 T h^2 forward and twice that backw
   CHECK(t2.backward.attention_seconds ==
         Approx(flash_attention_backward_seconds(p, 64, 8192, 128, true, Precision::BF16) + 2 * 2 * T * h / red +
                6 * T * h / stream));
+}
+
+TEST_CASE("the loss backward: eager code rescales the kept logits gradient, the runtime's kernel writes nothing",
+          "[time]") {
+  auto p = toy();
+  ModelSpec m;
+  m.layers = 1, m.hidden = 2048, m.heads = m.kv_heads = 16, m.ffn = 4 * 2048, m.vocab = 51200;  // 64 | vocab
+  m.final_norm = false;
+  const LayerShape s{2048, 4, 1, false, Precision::BF16, Ckpt::None};  // T = 8192 tokens
+  auto eager = p;
+  eager.fused_ops = false;
+  const double T = 8192, V = 51200, str = 500e9 * p.strided_kernel_relative;
+  // Eager: a multiply by a 0-dim device tensor (read + write of T x V, strided
+  // class, one kernel); the runtime: one launch, no bytes. Same kernel count.
+  CHECK(head_times(eager, m, s, GroupLink{}).backward.memory_seconds -
+            head_times(p, m, s, GroupLink{}).backward.memory_seconds ==
+        Approx(2 * 2 * T * V / str));
 }
 
 TEST_CASE("tensor parallelism: two all-reduces of the (T x h) activation per pass", "[time]") {
@@ -200,17 +231,18 @@ TEST_CASE("tensor parallelism: two all-reduces of the (T x h) activation per pas
   const PassTimes sp = transformer_layer_times(p, m, {2048, 1, 8, true, Precision::BF16, Ckpt::None}, tp);
   CHECK(sp.forward.tp_comm_seconds == Approx(2 * (ar + p.collective_base_latency_seconds)));
   CHECK(sp.forward.memory_seconds < t.forward.memory_seconds);  // norms and residuals on T/8 tokens
-  // By hand (e = 2, T = 2048, h = 4096, this rank's ffn 4h/8): without sp two
-  // norms (read + write, reduction class), two residual adds (read 2, write 1)
-  // and GeLU (read + write); the row-parallel biases are in the GEMMs. With sp
-  // the norms and residuals run on T/8 tokens, and the two row-parallel
-  // biases are broadcast adds (read + write, strided class) on that shard.
+  // By hand (e = 2, T = 2048, h = 4096, this rank's ffn 4h/8): without sp a
+  // norm (read + write, reduction class), the attention's residual add fused
+  // with the second norm (read 2, write 2, reduction class), the other residual
+  // add (read 2, write 1) and GeLU (read + write); the row-parallel biases are
+  // in the GEMMs. With sp the norms and residuals run on T/8 tokens, and the
+  // two row-parallel biases are broadcast adds (read + write, strided class) on
+  // that shard.
   const double T = 2048, h = 4096, red = 500e9 * p.reduction_kernel_relative, str = 500e9 * p.strided_kernel_relative;
-  CHECK(t.forward.memory_seconds ==
-        Approx(2 * 2 * 2 * T * h / red + (2 * 3 * 2 * T * h + 2 * 2 * T * h / 2) / 500e9));
-  CHECK(sp.forward.memory_seconds ==
-        Approx(2 * 2 * 2 * T / 8 * h / red + (2 * 3 * 2 * T / 8 * h + 2 * 2 * T * h / 2) / 500e9 +
-               2 * 2 * 2 * T / 8 * h / str));
+  CHECK(t.forward.memory_seconds == Approx(6 * 2 * T * h / red + (3 * 2 * T * h + 2 * 2 * T * h / 2) / 500e9));
+  CHECK(sp.forward.memory_seconds == Approx(6 * 2 * T / 8 * h / red +
+                                            (3 * 2 * T / 8 * h + 2 * 2 * T * h / 2) / 500e9 +
+                                            2 * 2 * 2 * T / 8 * h / str));
   // Each collective between GEMMs costs its extra (10 us + 1 ps per byte of the activation) on top.
   auto q = p;
   q.tp_collective_extra_seconds = 10e-6;
