@@ -164,8 +164,8 @@ std::string expert_parallel_gap(const Plan& plan, Engine engine) {
 
 std::string engine_memory_note(Engine engine, const EngineEnv& env) {
   if (engine == Engine::DeepSpeed)
-    return "DeepSpeed: measured peaks on 4 GPUs ran below this prediction (validation/engines/README.md); which of its "
-           "gradient, bucket and fp32 buffers are live at the loss's peak is not yet measured, and all are counted";
+    return "DeepSpeed: its ZeRO buffers are counted at the moments DeepSpeed 0.19.8 allocates them (read from its "
+           "source); checked only against runs already seen (validation/engines/README.md), not yet held out";
   if (engine == Engine::Megatron && !env.transformer_engine)
     return "Megatron without Transformer Engine: megatron-core's local attention keeps the s x s attention "
            "probabilities, not counted here; measured peaks ran well above this prediction (validation/engines/README.md)";

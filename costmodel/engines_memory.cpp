@@ -166,3 +166,114 @@ double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, d
 }
 
 }  // namespace planner
+
+namespace planner {
+
+bool engine_has_moments(const Strategy& s, Engine engine) {
+  if (s.offload != Offload::None || s.finetune.frozen_base()) return false;
+  if (engine == Engine::DeepSpeed) return s.zero >= 1;
+  if (engine == Engine::Fsdp) return s.zero >= 2;
+  return false;
+}
+
+namespace {
+
+// DeepSpeed 0.19.8 ZeRO-1/2 (runtime/zero/stage_1_and_2.py), the export's
+// config (bf16, no data_types.grad_accum_dtype: gradients accumulate in bf16,
+// use_grad_accum_attribute off; contiguous_gradients and overlap_comm on).
+// Alive throughout: the 16-bit weights and the fp32 master partition with
+// the two Adam moments (12 P/d). Gradients: engine.zero_grad(set_to_none) after
+// each step, so a gas-1 step has none at the loss; ZeRO-1 accumulates the
+// full 16-bit param.grad over micro-batches and reduces only at the boundary,
+// ZeRO-2 reduces every micro-batch into its partition (grads_in_partition,
+// all_grad_tensors: views, 2 P/d). The two reduce_bucket_size buffers are made
+// by setup_buckets at a backward's first gradient hook and freed by
+// _release_ipg_buffers in its epilogue, which ZeRO-2 runs after every
+// micro-batch but ZeRO-1 only at the accumulation boundary
+// (engine.allreduce_gradients -> reduce_gradients): with gas > 1 ZeRO-1's
+// buckets stay from the first micro-batch's backward to the last one's end.
+// The step (step()): the other
+// partitions' gradients freed first (free_grad_in_param_list), the own ones
+// flattened (a 16-bit copy) and cast to fp32 (single_grad_partition).
+std::vector<EngineMoment> deepspeed_zero12_moments(const Strategy& s, const EngineStepLive& in) {
+  const double P = in.params, d = s.dp_cp(), lp = bytes_per_element(s.precision);
+  const DeepSpeedBuckets b;
+  const double buckets = (b.overlap_comm ? 2 : 1) * lp * b.reduce_elements;
+  const double own = lp * P / d;                                   // the rank's gradient partition
+  const double held = s.gas > 1 ? (s.zero == 1 ? lp * P : own) : 0.0;  // from earlier micro-batches
+  const double at_end = s.zero == 1 ? lp * P : own;                // after the last backward
+  const double fp32_copy = s.precision == Precision::FP32 ? 0.0 : 4.0 * P / d;  // .to(fp32); fp32: the same tensor
+  const double kept_buckets = s.zero == 1 && s.gas > 1 ? buckets : 0.0;
+  const double base_p = lp * P, base_o = 12.0 * P / d;
+  return {
+      {"loss backward", base_p, held, base_o, in.activations, in.loss_peak, in.fixed_comm + kept_buckets},
+      {"backward with reduce buckets", base_p, held, base_o, in.activations, in.loss_grad, in.fixed_comm + buckets},
+      {"end of backward", base_p, at_end, base_o, 0, 0, in.fixed_comm + buckets},
+      {"optimizer step", base_p, own + own + fp32_copy, base_o, 0, 0, in.fixed_comm},
+  };
+}
+
+// DeepSpeed 0.19.8 ZeRO-3 (runtime/zero/stage3.py). Alive throughout: the
+// 16-bit weight partition, the 16-bit gradient partitions
+// (grad_partitions_flat_buffer, zeros at init, which also accumulates the
+// micro-batches), the fp32 master partition and moments (12 P/d), and the one
+// reduce bucket (torch.empty(reduce_bucket_size) at init). In the forward and
+// backward: gathered modules, the largest one (the word embedding, which the
+// head reuses within stage3_max_reuse_distance) and the prefetch bucket; at
+// the end of the backward also that module's full gradient (the estimator's
+// 4 x largest layer). The step: one sub-group at a time
+// (_prepare_fp32_grad_for_sub_group) flattens its gradients (16-bit copy)
+// and casts them to fp32: 6 bytes per element of min(P/d, sub_group_size).
+std::vector<EngineMoment> deepspeed_zero3_moments(const ModelSpec& m, const Strategy& s, const EngineStepLive& in) {
+  const double P = in.params, d = s.dp_cp(), lp = bytes_per_element(s.precision);
+  const DeepSpeedBuckets b;
+  const double largest = lp * deepspeed_largest_module_params(m, s.tp);
+  const double gathered = largest + lp * b.prefetch_elements;
+  const double bucket = lp * b.reduce_elements;
+  const double sub_group = std::min(P / d, 1e9);  // stage3 sub_group_size default
+  const double step_grads = lp * sub_group + (s.precision == Precision::FP32 ? 0.0 : 4.0 * sub_group);
+  const double p = lp * P / d, g = lp * P / d, o = 12.0 * P / d, c = in.fixed_comm + bucket;
+  return {
+      {"loss backward", p, g, o, in.activations, in.loss_peak, c + gathered},
+      {"end of backward", p, g, o, 0, 0, c + gathered + largest},
+      {"optimizer step", p, g + step_grads, o, 0, 0, c},
+  };
+}
+
+// PyTorch FSDP2 fully_shard as scripts/engines/fsdp_train.py runs it: fp32
+// parameters sharded (4 P/d, their own master copy), MixedPrecisionPolicy
+// (bf16 params, fp32 reduce), fused AdamW moments (8 P/d), each block a unit
+// and the root (embedding, final norm, head) one more; zero_grad(set_to_none)
+// after the step; set_requires_gradient_sync(False) on all but the last
+// micro-batch. At the loss's backward: zero=2 (reshard_after_forward=False)
+// holds every unit's 16-bit weights gathered since its forward; zero=3 only
+// the root's (FSDP2 does not reshard the root after its forward). Without
+// gradient sync each unit keeps its unsharded gradient, cast to the fp32
+// reduce dtype (FSDPParam.to_accumulated_grad_if_needed): 4 P, whole, from the
+// first micro-batch to the last one's backward. At the end of the backward:
+// the sharded fp32 gradients (4 P/d), one unit's gradient being reduced
+// (16-bit and its fp32 copy) and, for zero=3, the unit computed and the one
+// prefetched (engine_comm_bytes). The step works in place on the shards.
+std::vector<EngineMoment> fsdp_moments(const ModelSpec& m, const Strategy& s, const EngineStepLive& in) {
+  const double P = in.params, d = s.dp_cp(), lp = bytes_per_element(s.precision);
+  const double shards = 4.0 * P / d, o = 8.0 * P / d;
+  const double root = double(stage_params_per_rank(m, 0, true, true, 1, s.tp));
+  const double gathered = s.zero == 2 ? lp * P : lp * root;
+  const double held = s.gas > 1 ? 4.0 * P : 0.0;
+  const double unit_buffers = engine_comm_bytes(m, s, Engine::Fsdp, P, 0.0);
+  return {
+      {"loss backward", shards + gathered, held, o, in.activations, in.loss_peak, in.fixed_comm},
+      {"end of backward", shards, 4.0 * P / d, o, 0, 0, in.fixed_comm + unit_buffers},
+  };
+}
+
+}  // namespace
+
+std::vector<EngineMoment> engine_moments(const ModelSpec& m, const Strategy& s, Engine engine,
+                                         const EngineStepLive& live) {
+  if (!engine_has_moments(s, engine)) return {};
+  if (engine == Engine::Fsdp) return fsdp_moments(m, s, live);
+  return s.zero == 3 ? deepspeed_zero3_moments(m, s, live) : deepspeed_zero12_moments(s, live);
+}
+
+}  // namespace planner

@@ -20,6 +20,7 @@
 // under autocast caches 16-bit weight copies (2), FSDP2 all-gathers 16-bit
 // parameters from fp32 shards.
 #include <cstdint>
+#include <vector>
 
 #include "costmodel/engines.hpp"
 #include "costmodel/model_states.hpp"
@@ -57,5 +58,30 @@ double deepspeed_largest_module_params(const ModelSpec& m, int tp);
 // gather buckets, gathered units; `pp_buffers` (pipeline send/receive) is
 // added as it is.
 double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, double stage_params, double pp_buffers);
+
+// The moments of a DeepSpeed or FSDP2 step (docs/MEMORY_MODEL.md, "Engines":
+// the peak is the largest moment, not the sum of each category's largest
+// value). What is alive whatever the moment comes in `live`; each moment adds
+// what the engine holds then, read from its source at the versions of
+// costmodel/engines.hpp.
+struct EngineStepLive {
+  double params = 0;       // P: parameters held by the rank (after TP/PP)
+  double activations = 0;  // the saved activations of every micro-batch in flight
+  double loss_peak = 0;    // the loss's working set at its backward (the logits' fp32 copies)
+  double loss_grad = 0;    // what the loss leaves for the head's backward (the logits' gradient)
+  double fixed_comm = 0;   // NCCL's buffers, pipeline send/receive: alive throughout
+};
+// One moment: bytes by category (the caller adds the same overhead to each).
+struct EngineMoment {
+  const char* name = "";
+  double params = 0, grads = 0, optimizer = 0, activations = 0, logits = 0, comm = 0;
+  double total() const { return params + grads + optimizer + activations + logits + comm; }
+};
+// Whether the engine's step is priced by its moments: DeepSpeed ZeRO-1/2/3
+// and FSDP2 (zero=2/3), without offload. Otherwise (ZeRO-0, DDP, offload,
+// Megatron, ours) the categories' largest values are added.
+bool engine_has_moments(const Strategy& s, Engine engine);
+// The moments of the step on one rank (empty when !engine_has_moments).
+std::vector<EngineMoment> engine_moments(const ModelSpec& m, const Strategy& s, Engine engine, const EngineStepLive& live);
 
 }  // namespace planner

@@ -249,20 +249,62 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
 }
 
-// Communication buffers: pipeline send/receive, NCCL's own, and the
-// engine's reduction buffers.
-double comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
+// What the loss leaves for the head's backward in the engines' eager code
+// (logits_bytes): the logits' gradient in the working precision (the fp32
+// copies are freed by then), beside the 4 bytes per logit of each other
+// micro-batch waiting.
+double eager_loss_grad_bytes(const MemoryInputs& in, const StageMemory& sm) {
+  if (!sm.has_head) return 0;
+  const double lg = double(in.seq) * in.s.mbs * double(in.m.vocab);
+  return in.e * lg + 4.0 * lg * std::max(0, sm.inflight_microbatches - 1);
+}
+
+// Communication buffers alive throughout the step: pipeline send/receive,
+// NCCL's own and the cp ring's.
+double fixed_comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const Strategy& s = in.s;
   // Pipeline send/receive: one activation and one gradient, double-buffered.
   const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * in.e * in.sbh / in.sp_split() : 0.0;
   // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
   const double nccl = nccl_bytes(in.m, s, sm.stage, in.k) + cp_ring_buffer_bytes(in.m, in.plan_seq, s);
-  if (in.engine != Engine::Ours) return engine_comm_bytes(in.m, s, in.engine, double(sm.params), pp_buffers) + nccl;
+  return pp_buffers + nccl;
+}
+
+// Communication buffers: the fixed ones and the engine's reduction buffers.
+double comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
+  const Strategy& s = in.s;
+  const double fixed = fixed_comm_bytes(in, sm);
+  if (in.engine != Engine::Ours) return engine_comm_bytes(in.m, s, in.engine, double(sm.params), 0.0) + fixed;
   // Buffers as the runtime's executor holds them (runtime/engine.hpp):
   // ZeRO-0/1 reduce in place on the flat gradient buffer (no buckets);
   // ZeRO-2/3 keep unit gradient buffers (and ZeRO-3 gathered units) in a
   // fixed pool (zero_buffer_bytes).
-  return zero_buffer_bytes(in.m, s, sm.has_embedding, sm.has_head, sm.layers, in.e) + pp_buffers + nccl;
+  return zero_buffer_bytes(in.m, s, sm.has_embedding, sm.has_head, sm.layers, in.e) + fixed;
+}
+
+// DeepSpeed and FSDP2: the peak is the largest of the step's moments
+// (engine_moments), each with the same overhead; the stage's breakdown
+// becomes that moment's.
+void apply_engine_moments(const MemoryInputs& in, StageMemory& sm, double act, double logits) {
+  const double moe = double(moe_dispatch_buffer_bytes(in.m, in.s, in.seq));
+  const EngineStepLive live{double(sm.params), act, logits, eager_loss_grad_bytes(in, sm),
+                            fixed_comm_bytes(in, sm) + moe};
+  const int64_t overhead = sm.gpu[int(MemCategory::Overhead)];
+  int64_t best = -1;
+  for (const EngineMoment& mo : engine_moments(in.m, in.s, in.engine, live)) {
+    MemBreakdown g{};
+    g[int(MemCategory::Parameters)] = saturate_bytes(mo.params);
+    g[int(MemCategory::Gradients)] = saturate_bytes(mo.grads);
+    g[int(MemCategory::OptimizerStates)] = saturate_bytes(mo.optimizer);
+    g[int(MemCategory::Activations)] = saturate_bytes(mo.activations);
+    g[int(MemCategory::LogitsLoss)] = saturate_bytes(mo.logits);
+    g[int(MemCategory::CommBuffers)] = saturate_bytes(mo.comm);
+    g[int(MemCategory::Overhead)] = overhead;
+    int64_t total = 0;
+    for (auto v : g) total = saturating_add_bytes(total, v);
+    sm.moments.emplace_back(mo.name, total);
+    if (total > best) best = total, sm.gpu = g, sm.peak_moment = mo.name;
+  }
 }
 
 // The process itself, the optimizer's work chunk and the allocator's slack
@@ -324,6 +366,7 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   // + the all-to-all send/receive buffers of a MoE layer
   g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm) + moe_dispatch_buffer_bytes(in.m, s, in.seq));
   g[int(MemCategory::Overhead)] = saturate_bytes(overhead_bytes(in, sm, act + g[int(MemCategory::LogitsLoss)]));
+  if (engine_has_moments(s, in.engine)) apply_engine_moments(in, sm, act, logits);
 
   for (auto v : g) sm.gpu_peak_bytes = saturating_add_bytes(sm.gpu_peak_bytes, v);
   sm.host_bytes = saturate_bytes(ms.host_bytes);
@@ -395,6 +438,14 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   r.host_capacity_bytes = c.host_memory_bytes;
   for (int st = 0; st < s.pp; ++st) r.stages.push_back(estimate_stage(in, st));
   summarize(r, c, in.k);
+  if (const StageMemory& peak = r.stages[r.peak_stage]; !peak.moments.empty()) {
+    std::string list;
+    for (const auto& [name, bytes] : peak.moments)
+      list += fmt::format("{}{} {:.2f} GiB", list.empty() ? "" : ", ", name, double(bytes) / double(1LL << 30));
+    r.notes.push_back(fmt::format("{}: the peak is the largest of the step's moments, each counting what the engine "
+                                  "holds then (docs/MEMORY_MODEL.md): {}; here the {}",
+                                  to_string(engine), list, peak.peak_moment));
+  }
   // The ep group's NCCL buffers without the profile's per-peer figure (nccl_bytes): an assumption, said.
   if (engine == Engine::Ours && s.ep > 1 && padded.moe.enabled() && profile.nccl_all_to_all_peer_bytes <= 0)
     r.notes.push_back("mixture of experts: this profile has no measurement of NCCL's all-to-all buffers per peer "
@@ -418,6 +469,8 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["host_capacity_bytes"] = r.host_capacity_bytes;
   j["peak_stage"] = r.peak_stage;
   j["binding"] = to_string(r.binding);
+  if (!r.stages.empty() && !r.stages[r.peak_stage].peak_moment.empty())
+    j["peak_moment"] = r.stages[r.peak_stage].peak_moment;
   nlohmann::json bd = nlohmann::json::object();
   for (int i = 0; i < kMemCategories; ++i) bd[to_string(MemCategory(i))] = r.peak_breakdown()[i];
   j["breakdown"] = bd;
@@ -432,6 +485,12 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
     st["inflight_microbatches"] = sm.inflight_microbatches;
     st["gpu_peak_bytes"] = sm.gpu_peak_bytes;
     st["host_bytes"] = sm.host_bytes;
+    if (!sm.moments.empty()) {
+      st["peak_moment"] = sm.peak_moment;
+      nlohmann::json mo = nlohmann::json::object();
+      for (const auto& [name, bytes] : sm.moments) mo[name] = bytes;
+      st["moments"] = mo;
+    }
     nlohmann::json b = nlohmann::json::object();
     for (int i = 0; i < kMemCategories; ++i) b[to_string(MemCategory(i))] = sm.gpu[i];
     st["breakdown"] = b;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/engines.hpp"
@@ -26,6 +27,11 @@ struct StageMemory {
   MemBreakdown gpu{};                    // bytes on one GPU of this stage
   int64_t gpu_peak_bytes = 0;            // sum of gpu
   int64_t host_bytes = 0;                // bytes this GPU's process keeps on the host (offload)
+  // DeepSpeed and FSDP2 (engine_has_moments): the step's moments with their
+  // totals (bytes, overhead included); gpu is the largest one's breakdown.
+  // Empty otherwise (the categories' largest values are added).
+  std::vector<std::pair<std::string, int64_t>> moments;
+  std::string peak_moment;
 };
 
 struct MemoryReport {

@@ -1,6 +1,7 @@
 // --engine deepspeed|megatron|fsdp memory against each engine's own estimator
 // or documented formula. The estimators are re-derived here from their
 // sources (cited at each), not copied.
+#include <algorithm>
 #include <cmath>
 
 #include "catch.hpp"
@@ -22,11 +23,6 @@ Plan make_plan(const ModelSpec& m, const std::string& gpus, Strategy s, int64_t 
   p.seq = seq;
   p.global_batch = s.global_batch();
   return p;
-}
-
-double states(const StageMemory& st) {
-  return double(st.gpu[int(MemCategory::Parameters)] + st.gpu[int(MemCategory::Gradients)] +
-                st.gpu[int(MemCategory::OptimizerStates)]);
 }
 
 // DeepSpeed 0.19.8, deepspeed/runtime/zero/stage_1_and_2.py,
@@ -57,41 +53,58 @@ double ds_zero3_gpu(double params, double largest, int gpus, bool offload_opt, b
 
 }  // namespace
 
+double states(const ModelStateBytes& b) { return b.gpu_params + b.gpu_grads + b.gpu_optimizer; }
+double states(const StageMemory& st) {  // Megatron (no moments): the stage's categories
+  return double(st.gpu[int(MemCategory::Parameters)] + st.gpu[int(MemCategory::Gradients)] +
+                st.gpu[int(MemCategory::OptimizerStates)]);
+}
+
 TEST_CASE("deepspeed ZeRO-2 gpt-neo-2.7B on 2 GPUs agrees with estimate_zero2_model_states_mem_needs", "[engine]") {
   const ModelSpec m = model_preset("gpt-neo-2.7b");
   const double psi = double(m.total_params());  // DeepSpeed counts each (tied) tensor once, as total_params does
   CHECK(psi == Approx(2.7e9).epsilon(0.02));
   Strategy s;
-  s.zero = 2, s.mbs = 2;
-  const Plan plan = make_plan(m, "2xA100-80GB", s, 2048);
-  const MemoryReport ds = estimate_memory(plan, Engine::DeepSpeed);
+  s.zero = 2, s.mbs = 2, s.dp = 2;
+  // The estimator's model states are every state DeepSpeed makes over a step,
+  // whenever it makes it: engine_model_state_bytes (the peak itself is the
+  // largest of the step's moments, tested below).
   const DsEstimate est = ds_zero2(psi, 2, 1, false);
-  CHECK(states(ds.stages[0]) == Approx(est.gpu).epsilon(0.03));
-  CHECK(states(ds.stages[0]) == Approx(est.gpu).epsilon(1e-6));  // the same formula, in fact
+  CHECK(states(engine_model_state_bytes(psi, s, Engine::DeepSpeed)) == Approx(est.gpu).epsilon(1e-6));
   // Ours keeps no fp32 gradient partition: 4 bytes per parameter over 2 GPUs less.
-  const MemoryReport ours = estimate_memory(plan);
-  CHECK(states(ds.stages[0]) - states(ours.stages[0]) == Approx(4 * psi / 2).epsilon(1e-6));
+  CHECK(states(engine_model_state_bytes(psi, s, Engine::DeepSpeed)) - states(model_state_bytes(psi, s, MemoryConstants{})) ==
+        Approx(4 * psi / 2).epsilon(1e-6));
   // Fragmentation: DeepSpeed runs PyTorch's default allocator segments (1.5% of
   // the activations and logits reserved unused); planner's runtime uses
   // expandable segments (none), and its optimizer keeps a 256 MiB fp32 chunk.
-  const auto& dg = ds.stages[0].gpu;
+  const Plan plan = make_plan(m, "2xA100-80GB", s, 2048);
+  const MemoryReport ds = estimate_memory(plan, Engine::DeepSpeed);
+  const MemoryReport ours = estimate_memory(plan);
   const auto& og = ours.stages[0].gpu;
-  const double ds_dynamic = double(dg[int(MemCategory::Activations)] + dg[int(MemCategory::LogitsLoss)]);
-  CHECK(double(dg[int(MemCategory::Overhead)]) - 0.015 * ds_dynamic ==
+  const auto& dg = ds.stages[0].gpu;  // the loss's moment: every activation and the loss's working set
+  const double dynamic = double(dg[int(MemCategory::Activations)] + dg[int(MemCategory::LogitsLoss)]);
+  CHECK(double(dg[int(MemCategory::LogitsLoss)]) == Approx(12.0 * 2 * 2048 * double(m.vocab)).epsilon(1e-9));
+  CHECK(double(dg[int(MemCategory::Overhead)]) - 0.015 * dynamic ==
         Approx(double(og[int(MemCategory::Overhead)]) - 4.0 * (1 << 26)).margin(1.0));
-  // The reduce buffers: two (overlap_comm) of reduce_bucket_size = 5e8 bf16 elements.
-  // DeepSpeed's two 5e8-element 16-bit buckets, besides NCCL's own buffers (one dp communicator).
+  // The reduce buffers: two (overlap_comm) of reduce_bucket_size = 5e8 bf16
+  // elements, besides NCCL's own buffers (one dp communicator), alive from the
+  // backward's first gradient to its end: in the moments that have them.
   const double nccl = memory_constants(plan.cluster).nccl_bytes_per_communicator;
-  CHECK(ds.stages[0].gpu[int(MemCategory::CommBuffers)] == Approx(2 * 2 * 5e8 + nccl).epsilon(1e-9));
+  REQUIRE(ds.stages[0].moments.size() == 4);
+  CHECK(ds.stages[0].peak_moment == "loss backward");  // mbs 2 x 2048 tokens of 50257 logits: the loss's peak
+  CHECK(ds.stages[0].gpu[int(MemCategory::CommBuffers)] == Approx(nccl).epsilon(1e-9));
 
-  // With the optimizer offloaded: only the 16-bit weights stay on the GPU; the
-  // host holds the 16 bytes per parameter that the estimator's host figure
-  // (before its 1.5 safety factor) counts, plus each process's own 3 GiB.
+  // With the optimizer offloaded (no moments: the categories are added): only
+  // the 16-bit weights stay on the GPU; the host holds the 16 bytes per
+  // parameter that the estimator's host figure (before its 1.5 safety factor)
+  // counts, plus each process's own 3 GiB.
   Strategy so = s;
   so.offload = Offload::Optimizer;
   const MemoryReport off = estimate_memory(make_plan(m, "2xA100-80GB", so, 2048), Engine::DeepSpeed);
+  CHECK(off.stages[0].moments.empty());
   const DsEstimate est_off = ds_zero2(psi, 2, 1, true);
-  CHECK(states(off.stages[0]) == Approx(est_off.gpu).epsilon(0.03));
+  const auto& fg = off.stages[0].gpu;
+  CHECK(double(fg[int(MemCategory::Parameters)] + fg[int(MemCategory::Gradients)] + fg[int(MemCategory::OptimizerStates)]) ==
+        Approx(est_off.gpu).epsilon(0.03));
   CHECK(double(off.host_peak_bytes) - 2 * 3.0 * (1 << 30) == Approx(est_off.cpu / 1.5).epsilon(0.03));
 }
 
@@ -103,24 +116,27 @@ TEST_CASE("deepspeed ZeRO-3 agrees with estimate_zero3_model_states_mem_needs", 
   CHECK(deepspeed_largest_module_params(m, 1) == largest);
   for (Offload off : {Offload::None, Offload::Optimizer, Offload::All}) {
     Strategy s;
-    s.zero = 3, s.offload = off;
-    const MemoryReport r = estimate_memory(make_plan(m, "8xA100-80GB", s, 2048), Engine::DeepSpeed);
-    // The estimator counts model states and the gathered largest layer; our
-    // comm_buffers also hold the reduce and prefetch buckets, left out here.
+    s.zero = 3, s.offload = off, s.dp = 8;
+    // The estimator counts model states and the gathered largest layer (its
+    // weight and gradient, at the end of the backward).
     const double gathered = 2 * 2 * deepspeed_largest_module_params(m, 1);
     const double est = ds_zero3_gpu(psi, largest, 8, off != Offload::None, off == Offload::All);
+    const double ours = states(engine_model_state_bytes(psi, s, Engine::DeepSpeed));
     INFO("offload " << to_string(off));
     if (off == Offload::None) {
       // stage3.py keeps the 16-bit gradient partitions (grad_partitions_flat_buffer)
       // beside the fp32 gradient of the step; the estimator's 18 per parameter
       // leaves out those 2: ours is the estimate plus 2 psi / 8, 10% above it.
-      CHECK(states(r.stages[0]) + gathered == Approx(est + 2 * psi / 8).epsilon(1e-6));
+      CHECK(ours + gathered == Approx(est + 2 * psi / 8).epsilon(1e-6));
     } else {
-      CHECK(states(r.stages[0]) + gathered == Approx(est).epsilon(0.03));
+      CHECK(ours + gathered == Approx(est).epsilon(0.03));
+      // With offload the categories are added: the gathered module, its
+      // gradient, the reduce and prefetch buckets and NCCL's buffers.
+      const MemoryReport r = estimate_memory(make_plan(m, "8xA100-80GB", s, 2048), Engine::DeepSpeed);
+      CHECK(r.stages[0].gpu[int(MemCategory::CommBuffers)] ==
+            Approx(gathered + 2 * 5e8 + 2 * 5e7 + memory_constants(ClusterSpec{}).nccl_bytes_per_communicator)
+                .epsilon(1e-9));
     }
-    CHECK(r.stages[0].gpu[int(MemCategory::CommBuffers)] ==
-        Approx(gathered + 2 * 5e8 + 2 * 5e7 + memory_constants(ClusterSpec{}).nccl_bytes_per_communicator)
-            .epsilon(1e-9));
   }
 }
 
@@ -292,7 +308,124 @@ TEST_CASE("deepspeed and fsdp: the eager loss keeps 12 bytes per logit at its pe
 TEST_CASE("engine memory notes: said where measured peaks are off, for every command's --engine", "[engines][memory]") {
   CHECK(engine_memory_note(Engine::Ours).empty());
   CHECK(engine_memory_note(Engine::Fsdp).empty());
-  CHECK(engine_memory_note(Engine::DeepSpeed).find("validation/engines/README.md") != std::string::npos);
+  CHECK(engine_memory_note(Engine::DeepSpeed).find("validation/engines/README.md") != std::string::npos);  // seen runs only
   CHECK(engine_memory_note(Engine::Megatron).find("attention probabilities") != std::string::npos);
   CHECK(engine_memory_note(Engine::Megatron, EngineEnv{true}).empty());
+}
+
+namespace {
+
+// The moment named `name` of a list (engine_moments).
+EngineMoment moment(const std::vector<EngineMoment>& ms, const std::string& name) {
+  for (const auto& m : ms)
+    if (name == m.name) return m;
+  FAIL("no moment " << name);
+  return {};
+}
+double peak(const std::vector<EngineMoment>& ms) {
+  double best = 0;
+  for (const auto& m : ms) best = std::max(best, m.total());
+  return best;
+}
+
+}  // namespace
+
+// The step's moments by hand (docs/MEMORY_MODEL.md, "Engines"): P = 1e9
+// parameters per rank, dp = 2, bf16; every micro-batch's activations 10e9
+// bytes, the loss's working set 12e9 at its backward and the logits' gradient
+// 2e9 after it, NCCL 1e9 throughout.
+TEST_CASE("deepspeed ZeRO-1/2: the loss's moment holds no gradients at gas 1, the step its fp32 partition",
+          "[engine]") {
+  const ModelSpec m = model_preset("llama-3.2-1b");
+  const EngineStepLive live{1e9, 10e9, 12e9, 2e9, 1e9};
+  Strategy s;
+  s.dp = 2, s.zero = 1, s.gas = 1;
+  auto ms = engine_moments(m, s, Engine::DeepSpeed, live);
+  REQUIRE(ms.size() == 4);
+  // weights 2P, master and moments 12P/2 = 6e9, no gradient yet (set_to_none).
+  CHECK(moment(ms, "loss backward").total() == Approx(2e9 + 6e9 + 10e9 + 12e9 + 1e9));
+  // + two 5e8-element bf16 buckets (2e9), the logits' gradient instead of the loss's working set.
+  CHECK(moment(ms, "backward with reduce buckets").total() == Approx(2e9 + 6e9 + 10e9 + 2e9 + 1e9 + 2e9));
+  // ZeRO-1: the full 16-bit gradient (2P) and the buckets, activations gone.
+  CHECK(moment(ms, "end of backward").total() == Approx(2e9 + 2e9 + 6e9 + 1e9 + 2e9));
+  // own partition 2P/2, its flat copy 2P/2, the fp32 cast 4P/2.
+  CHECK(moment(ms, "optimizer step").grads == Approx(1e9 + 1e9 + 2e9));
+  CHECK(peak(ms) == Approx(31e9));
+  // gas 2: ZeRO-1 holds the whole 16-bit gradient from the first micro-batch,
+  // and its reduce buckets (released only at the boundary's epilogue).
+  s.gas = 2;
+  CHECK(peak(engine_moments(m, s, Engine::DeepSpeed, live)) == Approx(31e9 + 2e9 + 2e9));
+  // ZeRO-2 reduces each micro-batch into its partition: 2P/2 held.
+  s.zero = 2;
+  ms = engine_moments(m, s, Engine::DeepSpeed, live);
+  CHECK(peak(ms) == Approx(31e9 + 1e9));
+  CHECK(moment(ms, "end of backward").total() == Approx(2e9 + 1e9 + 6e9 + 1e9 + 2e9));
+  // A small step (no activations to speak of): the end of the backward binds.
+  const EngineStepLive small{1e9, 0.1e9, 0.1e9, 0.01e9, 1e9};
+  s.zero = 1, s.gas = 1;
+  CHECK(peak(engine_moments(m, s, Engine::DeepSpeed, small)) == Approx(13e9));
+  // Offload and ZeRO-0 are not split into moments.
+  s.offload = Offload::Optimizer;
+  CHECK(engine_moments(m, s, Engine::DeepSpeed, live).empty());
+  s.offload = Offload::None, s.zero = 0;
+  CHECK(engine_moments(m, s, Engine::DeepSpeed, live).empty());
+}
+
+TEST_CASE("deepspeed ZeRO-3: buffers made at init stay, the gathered module and the sub-group's fp32 gradient come and go",
+          "[engine]") {
+  const ModelSpec m = model_preset("llama-3.2-1b");  // largest module: the word embedding, 128256 x 2048
+  const double largest = 2.0 * 128256 * 2048;        // 525,336,576 bytes in bf16
+  const EngineStepLive live{1e9, 10e9, 12e9, 2e9, 1e9};
+  Strategy s;
+  s.dp = 2, s.zero = 3, s.gas = 2;
+  const auto ms = engine_moments(m, s, Engine::DeepSpeed, live);
+  REQUIRE(ms.size() == 3);
+  // weight and gradient partitions 2P/2 each, 12P/2, one 5e8 bf16 reduce
+  // bucket, the embedding gathered and the 5e7-element prefetch bucket.
+  CHECK(moment(ms, "loss backward").total() == Approx(1e9 + 1e9 + 6e9 + 10e9 + 12e9 + 1e9 + 1e9 + largest + 1e8));
+  CHECK(moment(ms, "end of backward").comm == Approx(1e9 + 1e9 + 2 * largest + 1e8));
+  // sub_group_size 1e9 > P/2: the whole partition flattened (2 bytes) and cast (4).
+  CHECK(moment(ms, "optimizer step").grads == Approx(1e9 + 6 * 0.5e9));
+  CHECK(peak(ms) == Approx(moment(ms, "loss backward").total()));
+}
+
+TEST_CASE("fsdp2: gathered weights and unsharded fp32 gradients at the loss's backward", "[engine]") {
+  const ModelSpec m = model_preset("llama-3.2-1b");
+  const double root = 2.0 * (128256.0 * 2048 + 2048);  // the root unit: tied embedding and final norm, bf16
+  const EngineStepLive live{1e9, 10e9, 12e9, 2e9, 1e9};
+  Strategy s;
+  s.dp = 2, s.zero = 3, s.gas = 1;
+  auto ms = engine_moments(m, s, Engine::Fsdp, live);
+  REQUIRE(ms.size() == 2);
+  // fp32 shards 4P/2, the root gathered, moments 8P/2; no gradient at gas 1.
+  CHECK(moment(ms, "loss backward").total() == Approx(2e9 + root + 4e9 + 10e9 + 12e9 + 1e9));
+  // gas 2: without gradient sync every unit keeps its unsharded gradient in fp32: 4P.
+  s.gas = 2;
+  ms = engine_moments(m, s, Engine::Fsdp, live);
+  CHECK(moment(ms, "loss backward").grads == Approx(4e9));
+  // The end of the backward: sharded fp32 gradients 4P/2, one unit reducing, two gathered.
+  const double unit = gather_unit_params(m, 1);
+  CHECK(moment(ms, "end of backward").total() == Approx(2e9 + 2e9 + 4e9 + 1e9 + unit * (2 + 4) + 2 * 2 * unit));
+  // zero=2: every unit's bf16 weights stay gathered from the forward (2P).
+  s.zero = 2, s.gas = 1;
+  CHECK(moment(engine_moments(m, s, Engine::Fsdp, live), "loss backward").params == Approx(2e9 + 2e9));
+  // DDP and ZeroRedundancyOptimizer (zero=0/1) keep their gradient buckets: added as before.
+  s.zero = 1;
+  CHECK(engine_moments(m, s, Engine::Fsdp, live).empty());
+}
+
+TEST_CASE("engine moments: the report's peak is the largest moment plus the overhead", "[engine]") {
+  Strategy s;
+  s.zero = 1, s.mbs = 4, s.gas = 1;
+  const Plan p = make_plan(model_preset("llama-3.2-1b"), "2xH200", s, 2048);
+  const MemoryReport r = estimate_memory(p, Engine::DeepSpeed);
+  const StageMemory& st = r.stages[0];
+  REQUIRE(st.moments.size() == 4);
+  int64_t best = 0;
+  for (const auto& [name, bytes] : st.moments) best = std::max(best, bytes);
+  CHECK(r.per_gpu_peak_bytes == best);
+  CHECK(st.peak_moment == "loss backward");
+  CHECK(st.gpu[int(MemCategory::Gradients)] == 0);  // gas 1: none yet
+  // Ours is never split.
+  CHECK(estimate_memory(p).stages[0].moments.empty());
 }
