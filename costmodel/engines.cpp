@@ -168,7 +168,8 @@ std::string engine_memory_note(Engine engine, const EngineEnv& env) {
            "source); checked only against runs already seen (validation/engines/README.md), not yet held out";
   if (engine == Engine::Megatron && !env.transformer_engine)
     return "Megatron without Transformer Engine: megatron-core's local attention keeps the s x s attention "
-           "probabilities, not counted here; measured peaks ran well above this prediction (validation/engines/README.md)";
+           "probabilities (softmax output, dropout mask and output: 5 bytes per score and head) and one s x s "
+           "score buffer, counted here; --with-te counts its fused attention instead (validation/engines/README.md)";
   return "";
 }
 

@@ -142,6 +142,7 @@ struct MemoryInputs {
   double sbh;        // seq * mbs * hidden
   int64_t plan_seq;  // the whole sequence (the cp ring's K/V chunks are sized from it)
   bool fused_loss;   // the runtime's one-kernel cross-entropy (HardwareProfile::fused_ops)
+  bool local_attention;  // Megatron without Transformer Engine: megatron-core's unfused DotProductAttention
   double sp_split() const { return s.sp ? s.tp : 1; }
 };
 
@@ -325,7 +326,14 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // calibrate measures as workspace with no tensor alive
   // (validation/archive/h200x2/alloc).
   const double frag = in.engine == Engine::Ours ? 0.0 : in.k.fragmentation * dynamic;
-  return in.k.context_bytes + in.k.static_buffer_bytes + work + frag + fp8_linear_transient_bytes(in.m, in.s, in.seq);
+  // Megatron's local DotProductAttention takes the output buffer of its
+  // baddbmm from the global memory buffer ("mpu"): one [b x heads/tp, s, s]
+  // tensor in the working precision, kept for the whole run.
+  const double local_attention_buffer =
+      in.local_attention ? double(in.e) * s.mbs * (double(in.m.heads) / s.tp) * double(in.seq) * double(in.seq)
+                         : 0.0;
+  return in.k.context_bytes + in.k.static_buffer_bytes + work + frag + local_attention_buffer +
+         fp8_linear_transient_bytes(in.m, in.s, in.seq);
 }
 
 StageMemory estimate_stage(const MemoryInputs& in, int st) {
@@ -396,7 +404,7 @@ void summarize(MemoryReport& r, const ClusterSpec& c, const MemoryConstants& k) 
 
 }  // namespace
 
-MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProfile* profile_in) {
+MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProfile* profile_in, const EngineEnv& env) {
   std::optional<HardwareProfile> own;
   if (!profile_in) own = default_profile(plan.cluster.gpu);
   const HardwareProfile& profile = profile_in ? *profile_in : *own;
@@ -412,9 +420,15 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   // code, assumed to match the profile too). Megatron's GPT keeps its default
   // --hidden-dropout and --attention-dropout of 0.1 (arguments.py), which the
   // export leaves as they are: two one-byte masks per layer, whatever the
-  // profile says; its attention backend is fused/flash (--attention-backend auto).
+  // profile says; its attention backend is fused/flash (--attention-backend auto)
+  // with Transformer Engine. Without it (megatron-core's local layer spec,
+  // transformer/dot_product_attention.py) the scores are materialised:
+  // softmax (in bf16: --attention-softmax-in-fp32 is off by default) saves its
+  // output, attention dropout its mask and output, which the bmm with V
+  // saves: 5 bytes per score, Korthikanti et al.'s 5as/h term.
+  const bool local_attention = megatron && !env.transformer_engine;
   AttentionImpl impl{};
-  impl.flash = megatron || profile.flash_attention;
+  impl.flash = megatron ? !local_attention : profile.flash_attention;
   impl.dropout = megatron || profile.dropout;
   impl.fused_ops = engine == Engine::Ours;  // the same saved tensors with or without the kernels
   // Context parallelism: a rank holds the activations and logits of its
@@ -428,7 +442,7 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;
   const MemoryInputs in{padded,   s, engine, megatron, seq, constants_of(c, profile), e,
                         partition_layers(padded, s.pp * s.vpp), impl, layer_act,
-                        double(seq) * s.mbs * padded.hidden, plan.seq, profile.fused_ops};
+                        double(seq) * s.mbs * padded.hidden, plan.seq, profile.fused_ops, local_attention};
 
   MemoryReport r;
   r.engine = engine;

@@ -61,7 +61,11 @@ std::vector<int> partition_layers(const ModelSpec& m, int chunks);
 // `profile` (null: the default profile of the plan's GPU) says which attention
 // kernel and dropout the activations assume, what the process itself takes
 // (context, workspaces, NCCL buffers), the GPU capacity and the headroom.
-MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours, const HardwareProfile* profile = nullptr);
+// `env`: what is installed beside the engine; Megatron without Transformer
+// Engine runs megatron-core's local (unfused) attention, which keeps the
+// s x s attention probabilities.
+MemoryReport estimate_memory(const Plan& plan, Engine engine = Engine::Ours, const HardwareProfile* profile = nullptr,
+                             const EngineEnv& env = {});
 // NCCL's device memory on one rank of pipeline stage `stage` (memory_model.cpp).
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k);
 nlohmann::json memory_report_json(const MemoryReport& r);

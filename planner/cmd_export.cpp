@@ -47,7 +47,7 @@ ExportResult export_plan(const Plan& plan, Engine engine, const std::string& fil
   }
   // A configuration of a plan predicted not to fit is still written (the
   // prediction may be wrong), but says so.
-  const MemoryReport m = estimate_memory(plan, engine);
+  const MemoryReport m = estimate_memory(plan, engine, nullptr, env);
   if (!m.fits())
     r.notes.insert(r.notes.begin(), fmt::format("this plan is predicted NOT to fit as {} allocates it: {}",
                                                 engine_version(engine), why_not_fits(m)));

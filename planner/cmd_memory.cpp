@@ -51,7 +51,7 @@ CLI::App* add_memory_command(CLI::App& app, int& exit_code) {
     Plan plan = resolve_plan(o->plan, true, &notes, use);
     const Engine engine = use.engine;
     const HardwareProfile profile = resolve_profile(o->profile, plan.cluster.gpu);
-    MemoryReport r = estimate_memory(plan, engine, &profile);
+    MemoryReport r = estimate_memory(plan, engine, &profile, use.engine_env);
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
     if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty()) notes.push_back(std::move(n));
     if (std::string n = engine_memory_note(engine, EngineEnv{o->with_te}); !n.empty()) notes.push_back(std::move(n));

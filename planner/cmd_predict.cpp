@@ -113,7 +113,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     StepPrediction p = predict_with_trace(plan, profile, o->trace);
     std::optional<EngineStep> engine_step;
     if (engine != Engine::Ours) {
-      p.memory = estimate_memory(plan, engine, &profile);
+      p.memory = estimate_memory(plan, engine, &profile, use.engine_env);
       if (std::string n = engine_memory_note(engine, use.engine_env); !n.empty()) p.memory.notes.push_back(std::move(n));
       engine_step = engine_step_time(plan, profile, engine);
     }

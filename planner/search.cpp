@@ -259,7 +259,7 @@ struct Searcher {
         ++out.stats.engine_refused;
         continue;
       }
-      const MemoryReport mem = estimate_memory(plan, req.engine, &profile);
+      const MemoryReport mem = estimate_memory(plan, req.engine, &profile, req.engine_env);
       ++out.stats.memory_checked;
       if (!mem.fits()) {
         ++out.stats.not_fitting;
@@ -327,7 +327,7 @@ struct Searcher {
       return std::nullopt;
     }
     if (req.engine != Engine::Ours) {
-      ranked.prediction.memory = estimate_memory(plan, req.engine, &profile);
+      ranked.prediction.memory = estimate_memory(plan, req.engine, &profile, req.engine_env);
       if (std::string n = collective_extrapolation_note(profile, plan.strategy); !n.empty())
         ranked.prediction.memory.notes.push_back(n);
       if (std::string n = engine_memory_note(req.engine, req.engine_env); !n.empty())

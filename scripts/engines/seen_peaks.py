@@ -84,7 +84,7 @@ def main():
             print(line + f" {moment} |")
     print()
     for (engine, k), v in sorted(errs.items()):
-        print(f"{engine} {k}: {len(v)} runs, MAPE of the peak {statistics.mean(x for x, _ in v):.1f}%, "
+        print(f"- {engine} {k}: {len(v)} runs, MAPE of the peak {statistics.mean(x for x, _ in v):.1f}%, "
               f"of the allocator view {statistics.mean(y for _, y in v):.1f}%")
 
 

@@ -429,3 +429,28 @@ TEST_CASE("engine moments: the report's peak is the largest moment plus the over
   // Ours is never split.
   CHECK(estimate_memory(p).stages[0].moments.empty());
 }
+
+TEST_CASE("megatron without transformer engine: the local attention's s x s probabilities", "[engine]") {
+  // megatron-core's DotProductAttention without TE (transformer/dot_product_attention.py):
+  // softmax in bf16 saves its output (2 bytes per score), attention dropout
+  // its mask (1) and output (2), kept by the bmm with V: 5 bytes per score,
+  // b x heads x s x s scores per layer, instead of the fused kernel's fp32
+  // log-sum-exp (4 bytes per head and token); and one b x heads x s x s bf16
+  // baddbmm buffer from the global memory buffer, for the whole run.
+  const ModelSpec m = model_preset("llama-3.2-1b");  // 16 layers, 32 heads
+  Strategy s;
+  s.zero = 1, s.mbs = 2, s.gas = 2;
+  const Plan p = make_plan(m, "2xH100", s, 2048);
+  const MemoryReport te = estimate_memory(p, Engine::Megatron, nullptr, EngineEnv{true});
+  const MemoryReport local = estimate_memory(p, Engine::Megatron);
+  const double scores = 2.0 * 32 * 2048 * 2048;                // per layer: 268,435,456
+  const double per_layer = 5 * scores - 4.0 * 32 * 2048 * 2;  // 1,341,652,992 bytes
+  const double act = 16 * per_layer;                           // 21,466,447,872 bytes, one micro-batch in flight
+  const double buffer = 2 * scores;                            // 536,870,912 bytes
+  const auto& a = local.peak_breakdown();
+  const auto& b = te.peak_breakdown();
+  CHECK(double(a[int(MemCategory::Activations)] - b[int(MemCategory::Activations)]) == Approx(act).epsilon(1e-12));
+  // The overhead: the buffer and the allocator's 1.5% of the added activations.
+  CHECK(double(a[int(MemCategory::Overhead)] - b[int(MemCategory::Overhead)]) ==
+        Approx(buffer + 0.015 * act).margin(2.0));
+}
