@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <stdexcept>
@@ -311,6 +312,20 @@ __device__ __forceinline__ float block_sum(float v, float* sh) {
   return t;
 }
 
+// Two sums at once (one pair of barriers). sh holds 64 floats.
+__device__ __forceinline__ void block_sum2(float& a, float& b, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = a, sh[32 + threadIdx.x / 32] = b;
+  __syncthreads();
+  a = 0.f, b = 0.f;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) a += sh[w], b += sh[32 + w];
+}
+
 // A block per row (grid-stride over rows); thread t holds vectors t, t + blockDim,
 // ... (K of them, N elements each) of the row in registers. Optional residual:
 // a = round(x + y) is written to sum (the norm then reads the rounded sum, as
@@ -381,7 +396,7 @@ template <class T, int N, int K>
 __global__ void norm_bwd_kernel(const T* dn, const T* a, const T* w, const float* mean, const float* rstd,
                                 const T* dres, T* da, float* dw_part, float* db_part, int64_t rows, int64_t h,
                                 bool rms) {
-  __shared__ float sh[32];
+  __shared__ float sh[64];
   const int64_t nv = h / N;
   float dw[K][N], db[K][N];
 #pragma unroll
@@ -411,8 +426,11 @@ __global__ void norm_bwd_kernel(const T* dn, const T* a, const T* w, const float
         }
       }
     }
-    const float m2 = block_sum(s2, sh) / float(h);
-    const float m1 = rms ? 0.f : block_sum(s1, sh) / float(h);
+    if (rms)
+      s2 = block_sum(s2, sh);
+    else
+      block_sum2(s1, s2, sh);
+    const float m2 = s2 / float(h), m1 = rms ? 0.f : s1 / float(h);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
@@ -435,20 +453,6 @@ __global__ void norm_bwd_kernel(const T* dn, const T* a, const T* w, const float
         if (db_part) db_part[blockIdx.x * h + j * N + n] = db[k][n];
       }
   }
-}
-
-// dw[c] = sum over the parts' rows of part[., c] (and db alike), one thread per column.
-__global__ void norm_reduce_kernel(const float* dw_part, const float* db_part, float* dw, float* db, int parts,
-                                   int64_t h) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= h) return;
-  float a = 0.f, b = 0.f;
-  for (int p = 0; p < parts; ++p) {
-    a += dw_part[p * h + c];
-    if (db_part) b += db_part[p * h + c];
-  }
-  dw[c] = a;
-  if (db) db[c] = b;
 }
 
 // The vectors per thread (K) and threads per block for a row of nv vectors:
@@ -524,8 +528,8 @@ void norm_bwd_n(NormShape sh, unsigned grid, const T* dn, const T* a, const T* w
 
 template <class T>
 void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean, const float* rstd, const void* dres,
-                void* da, float* dw_part, float* db_part, float* dw, float* db, int parts, int64_t rows, int64_t h,
-                bool rms, cudaStream_t st) {
+                void* da, float* dw_part, float* db_part, int parts, int64_t rows, int64_t h, bool rms,
+                cudaStream_t st) {
   const int N = vec_width(h, sizeof(T), {dn, a, w, dres, da});
   const NormShape sh = norm_shape(h / N);
   if (sh.threads == 0) throw std::runtime_error("norm_backward: hidden size " + std::to_string(h) + " too wide");
@@ -539,9 +543,6 @@ void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean,
                        db_part, rows, h, rms, st);
     check_launch("norm_backward");
   }
-  const int th = 256;
-  norm_reduce_kernel<<<unsigned((h + th - 1) / th), th, 0, st>>>(dw_part, db_part, dw, db, rows > 0 ? parts : 0, h);
-  check_launch("norm_backward (weight gradients)");
 }
 
 cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
@@ -598,7 +599,9 @@ int norm_backward_parts(int64_t rows) {
   int dev = 0, sms = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     sms = 132;
-  const int64_t want = 2 * int64_t(sms);
+  // Four blocks an SM: enough resident threads to hide the loads' latency,
+  // few enough that the partial sums (parts x h fp32) stay small.
+  const int64_t want = 4 * int64_t(sms);
   return int(rows < want ? (rows > 0 ? rows : 1) : want);
 }
 
@@ -608,10 +611,9 @@ void norm_forward(Dtype t, const void* x, const void* y, const void* w, const vo
 }
 
 void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const float* mean, const float* rstd,
-                   const void* dres, void* da, float* dw_part, float* db_part, float* dw, float* db, int parts,
-                   int64_t rows, int64_t h, bool rms, void* stream) {
-  PLANNER_DISPATCH(t, norm_bwd_t, dn, a, w, mean, rstd, dres, da, dw_part, db_part, dw, db, parts, rows, h, rms,
-                   S(stream));
+                   const void* dres, void* da, float* dw_part, float* db_part, int parts, int64_t rows, int64_t h,
+                   bool rms, void* stream) {
+  PLANNER_DISPATCH(t, norm_bwd_t, dn, a, w, mean, rstd, dres, da, dw_part, db_part, parts, rows, h, rms, S(stream));
 }
 
 // ---- scaling by a device scalar ------------------------------------------------
@@ -636,10 +638,13 @@ void scale_t(void* x, int64_t n, const float* num, double den, cudaStream_t st) 
   const int th = 256;
   if (n <= 0) return;
   const float inv = float(1.0 / den);
+  // A grid of at most 4096 blocks (grid-stride): when the ratio is 1 every
+  // block only reads it and returns, and half a million such blocks cost 0.3 ms.
+  auto grid = [&](int64_t work) { return std::min(blocks_for(work, th), 4096); };
   if (n % V == 0 && aligned16(x))
-    scale_kernel<T, V><<<blocks_for(n / V, th), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
+    scale_kernel<T, V><<<grid(n / V), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
   else
-    scale_kernel<T, 1><<<blocks_for(n, th), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
+    scale_kernel<T, 1><<<grid(n), th, 0, st>>>(static_cast<T*>(x), n, num, inv);
   check_launch("scale_by_ratio");
 }
 
