@@ -165,16 +165,10 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
 // One norm's backward over Th elements (e bytes each). ATen: the input gradient
 // (read x, dy; write dx) and the weight/bias gradient (read x, dy again), two
 // kernels. The runtime's fused norm (runtime/model/fused_ops.hpp): one pass (read
-// x, dy; write dx) keeping per-block partial weight (and bias) sums, a kernel
-// summing them, and in 16-bit precisions a cast of each sum to the weight's dtype.
-void norm_backward_ops(const ModelSpec& m, double e, double Th, bool fused, MemoryOps& bm) {
-  using MK = MemKernel;
-  if (!fused) {
-    bm.add(MK::Reduction, 5 * e * Th, 2);
-    return;
-  }
-  bm.add(MK::Reduction, 3 * e * Th, 2);
-  if (e < 4) bm.kernels += m.norm == NormKind::LayerNorm ? 2 : 1;
+// x, dy; write dx) keeping per-block partial weight (and bias) sums, and a
+// kernel summing them into the weight's dtype.
+void norm_backward_ops(double e, double Th, bool fused, MemoryOps& bm) {
+  bm.add(MemKernel::Reduction, (fused ? 3 : 5) * e * Th, 2);
 }
 
 // Norms, residual adds, the MLP's activation and the bias gradients.
@@ -191,7 +185,7 @@ void block_memory_ops(const ModelSpec& m, const LayerShape& s, const LayerDims& 
   // again); the runtime's fused norm one pass (read x, dy; write dx) whose
   // per-block partial weight sums a small kernel reduces (norm_ops).
   fm.add(MK::Reduction, norms * 2 * e * Th, norms);
-  for (int i = 0; i < norms; ++i) norm_backward_ops(m, e, Th, fused, bm);
+  for (int i = 0; i < norms; ++i) norm_backward_ops(e, Th, fused, bm);
   // Two residual adds (read two, write one); in the backward the gradient of each
   // block input is the sum of its two uses (residual and branch): one add each.
   fm.add(MK::Streaming, 2 * (3 * e * Th + (drop ? Th : 0)), 2);
@@ -409,7 +403,7 @@ PassTimes embedding_times(const HardwareProfile& p, const ModelSpec& m, const La
   }
   if (m.embed_norm) {
     fm.add(MK::Reduction, 2 * e * Th);
-    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    norm_backward_ops(e, Th, p.fused_ops, bm);
     bm.kernels += 2;
   }
   if (p.dropout) fm.add(MK::Streaming, 2 * e * Th + Th), bm.add(MK::Streaming, 2 * e * Th + Th);
@@ -449,7 +443,7 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
   // Final norm.
   if (m.final_norm) {
     fm.add(MK::Reduction, 2 * e * Th);
-    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    norm_backward_ops(e, Th, p.fused_ops, bm);
     bm.kernels += 2;
   }
   if (m.word_embed_dim > 0 && m.word_embed_dim != m.hidden) linear(p, pr, T, width, m.hidden, out);  // project_out
@@ -458,7 +452,7 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     linear(p, pr, T, m.hidden, m.hidden, out);
     fm.add(MK::Streaming, 2 * e * Th), bm.add(MK::Streaming, 3 * e * Th);
     fm.add(MK::Reduction, 2 * e * Th);
-    norm_backward_ops(m, e, Th, p.fused_ops, bm);
+    norm_backward_ops(e, Th, p.fused_ops, bm);
     bm.kernels += 2;
     bm.add(MK::Reduction, e * Th, 2);  // dense bias gradient
   }

@@ -455,6 +455,30 @@ __global__ void norm_bwd_kernel(const T* dn, const T* a, const T* w, const float
   }
 }
 
+// out[c] = sum over p < parts of part[p, c], written in T: blocks of 32 columns
+// x 32 row groups (each thread sums every 32nd part of its column, coalesced
+// across the warp), then the 32 groups summed in shared memory. blockIdx.y
+// picks the weight's (0) or the bias's (1) sums.
+template <class T>
+__global__ void norm_sum_parts_kernel(const float* dw_part, const float* db_part, T* dw, T* db, int parts,
+                                      int64_t h) {
+  __shared__ float sh[32][33];
+  const float* part = blockIdx.y == 0 ? dw_part : db_part;
+  T* out = blockIdx.y == 0 ? dw : db;
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (c < h)
+    for (int p = threadIdx.y; p < parts; p += 32) acc += part[p * h + c];
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < h) {
+    float t = 0.f;
+#pragma unroll 8
+    for (int g = 0; g < 32; ++g) t += sh[g][threadIdx.x];
+    out[c] = from_f<T>(t);
+  }
+}
+
 // The vectors per thread (K) and threads per block for a row of nv vectors:
 // the fewest vectors per thread that keep the block at 512 threads or fewer;
 // 0 threads when even 8 vectors per thread would need more than 1024.
@@ -528,8 +552,8 @@ void norm_bwd_n(NormShape sh, unsigned grid, const T* dn, const T* a, const T* w
 
 template <class T>
 void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean, const float* rstd, const void* dres,
-                void* da, float* dw_part, float* db_part, int parts, int64_t rows, int64_t h, bool rms,
-                cudaStream_t st) {
+                void* da, float* dw_part, float* db_part, void* dw, void* db, int parts, int64_t rows, int64_t h,
+                bool rms, cudaStream_t st) {
   const int N = vec_width(h, sizeof(T), {dn, a, w, dres, da});
   const NormShape sh = norm_shape(h / N);
   if (sh.threads == 0) throw std::runtime_error("norm_backward: hidden size " + std::to_string(h) + " too wide");
@@ -543,6 +567,10 @@ void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean,
                        db_part, rows, h, rms, st);
     check_launch("norm_backward");
   }
+  const dim3 grid(unsigned((h + 31) / 32), db_part ? 2u : 1u), block(32, 32);
+  norm_sum_parts_kernel<T><<<grid, block, 0, st>>>(dw_part, db_part, static_cast<T*>(dw), static_cast<T*>(db),
+                                                   rows > 0 ? parts : 0, h);
+  check_launch("norm_backward (weight gradients)");
 }
 
 cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
@@ -611,9 +639,10 @@ void norm_forward(Dtype t, const void* x, const void* y, const void* w, const vo
 }
 
 void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const float* mean, const float* rstd,
-                   const void* dres, void* da, float* dw_part, float* db_part, int parts, int64_t rows, int64_t h,
-                   bool rms, void* stream) {
-  PLANNER_DISPATCH(t, norm_bwd_t, dn, a, w, mean, rstd, dres, da, dw_part, db_part, parts, rows, h, rms, S(stream));
+                   const void* dres, void* da, float* dw_part, float* db_part, void* dw, void* db, int parts,
+                   int64_t rows, int64_t h, bool rms, void* stream) {
+  PLANNER_DISPATCH(t, norm_bwd_t, dn, a, w, mean, rstd, dres, da, dw_part, db_part, dw, db, parts, rows, h, rms,
+                   S(stream));
 }
 
 // ---- scaling by a device scalar ------------------------------------------------

@@ -52,13 +52,13 @@ void norm_forward(Dtype t, const void* x, const void* y, const void* w, const vo
 
 // The norm's backward from the output gradient dn and the saved a, w, mean,
 // rstd: da = the input gradient, plus dres (the gradient reaching a through the
-// residual path) when given. The weight and bias gradients come as per-block
-// partial sums, dw_part and db_part (fp32, parts x h; db_part may be null),
-// parts = norm_backward_parts(rows): the caller sums them over the parts.
+// residual path) when given. The weight and bias gradients dw and db (h each,
+// in the dtype t; db may be null) are summed in two steps through dw_part and
+// db_part, fp32 scratch of parts x h, parts = norm_backward_parts(rows).
 int norm_backward_parts(int64_t rows);
 void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const float* mean, const float* rstd,
-                   const void* dres, void* da, float* dw_part, float* db_part, int parts, int64_t rows, int64_t h,
-                   bool rms, void* stream);
+                   const void* dres, void* da, float* dw_part, float* db_part, void* dw, void* db, int parts,
+                   int64_t rows, int64_t h, bool rms, void* stream);
 
 // x (n elements) *= *num / den in place, where num is a device float; nothing
 // is written when the ratio is exactly 1 (the cross-entropy's backward, whose

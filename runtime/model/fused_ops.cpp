@@ -229,14 +229,13 @@ struct NormFn : torch::autograd::Function<NormFn> {
     const auto f32 = a.options().dtype(at::kFloat);
     at::Tensor dw_part = at::empty({parts, h}, f32);
     at::Tensor db_part = has_b ? at::empty({parts, h}, f32) : at::Tensor();
+    at::Tensor dw = at::empty({h}, w.options()), db = has_b ? at::empty({h}, w.options()) : at::Tensor();
     fused::norm_backward(*kernel_dtype(a), dn.data_ptr(), a.data_ptr(), w.data_ptr(),
                          rms ? nullptr : mean.data_ptr<float>(), rstd.data_ptr<float>(),
                          dres.defined() ? dres.data_ptr() : nullptr, da.data_ptr(), dw_part.data_ptr<float>(),
-                         has_b ? db_part.data_ptr<float>() : nullptr, parts, rows, h, rms, stream_of(a));
-    // The parts summed by ATen's column reduction, written in the weight's dtype (one kernel each).
-    const auto wt = w.scalar_type();
-    return {da, has_y ? da : at::Tensor(), dw_part.sum(0, false, wt),
-            has_b ? db_part.sum(0, false, wt) : at::Tensor(), at::Tensor(), at::Tensor()};
+                         has_b ? db_part.data_ptr<float>() : nullptr, dw.data_ptr(), has_b ? db.data_ptr() : nullptr,
+                         parts, rows, h, rms, stream_of(a));
+    return {da, has_y ? da : at::Tensor(), dw, db, at::Tensor(), at::Tensor()};
   }
 };
 
