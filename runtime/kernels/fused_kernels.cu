@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace planner::rt::fused {
 namespace {
@@ -502,19 +503,26 @@ int vec_width(int64_t h, int elem, std::initializer_list<const void*> ptrs) {
   return V;
 }
 
+// Calls f with std::integral_constant<int, k> for k in {1, 2, 4, 8} (the
+// vectors per thread, a template argument of the norm kernels).
+template <class F>
+void with_k(int k, F&& f) {
+  switch (k) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
 template <class T, int N>
 void norm_fwd_n(NormShape sh, const T* x, const T* y, const T* w, const T* b, T* sum, T* out, float* mean,
                 float* rstd, int64_t rows, int64_t h, float eps, bool rms, cudaStream_t st) {
   const unsigned grid = unsigned(rows < 65535 * 16 ? rows : 65535 * 16);
-#define PLANNER_NORM_FWD(K) \
-  norm_fwd_kernel<T, N, K><<<grid, sh.threads, 0, st>>>(x, y, w, b, sum, out, mean, rstd, rows, h, eps, rms)
-  switch (sh.k) {
-    case 1: PLANNER_NORM_FWD(1); break;
-    case 2: PLANNER_NORM_FWD(2); break;
-    case 4: PLANNER_NORM_FWD(4); break;
-    default: PLANNER_NORM_FWD(8); break;
-  }
-#undef PLANNER_NORM_FWD
+  with_k(sh.k, [&](auto K) {
+    norm_fwd_kernel<T, N, decltype(K)::value>
+        <<<grid, sh.threads, 0, st>>>(x, y, w, b, sum, out, mean, rstd, rows, h, eps, rms);
+  });
 }
 
 template <class T>
@@ -538,16 +546,10 @@ template <class T, int N>
 void norm_bwd_n(NormShape sh, unsigned grid, const T* dn, const T* a, const T* w, const float* mean,
                 const float* rstd, const T* dres, T* da, float* dw_part, float* db_part, int64_t rows, int64_t h,
                 bool rms, cudaStream_t st) {
-#define PLANNER_NORM_BWD(K)                                                                                     \
-  norm_bwd_kernel<T, N, K><<<grid, sh.threads, 0, st>>>(dn, a, w, mean, rstd, dres, da, dw_part, db_part, rows, h, \
-                                                        rms)
-  switch (sh.k) {
-    case 1: PLANNER_NORM_BWD(1); break;
-    case 2: PLANNER_NORM_BWD(2); break;
-    case 4: PLANNER_NORM_BWD(4); break;
-    default: PLANNER_NORM_BWD(8); break;
-  }
-#undef PLANNER_NORM_BWD
+  with_k(sh.k, [&](auto K) {
+    norm_bwd_kernel<T, N, decltype(K)::value>
+        <<<grid, sh.threads, 0, st>>>(dn, a, w, mean, rstd, dres, da, dw_part, db_part, rows, h, rms);
+  });
 }
 
 template <class T>
