@@ -165,10 +165,6 @@ double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, d
   return comm;
 }
 
-}  // namespace planner
-
-namespace planner {
-
 bool engine_has_moments(const Strategy& s, Engine engine) {
   if (s.offload != Offload::None || s.finetune.frozen_base()) return false;
   if (engine == Engine::DeepSpeed) return s.zero >= 1;
