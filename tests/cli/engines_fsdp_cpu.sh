@@ -11,10 +11,24 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 python3 -c 'import torch, torch.distributed.fsdp' 2>/dev/null || { echo "SKIP: torch is not installed"; exit 77; }
 expect_exit 2 bash "$ROOT/scripts/engines/launch.sh" x "$ROOT/examples/plans/tiny-cpu.json" tensorflow
 expect_grep "engine must be deepspeed, megatron or fsdp" "$TMP/err"
-for plan in tiny-cpu-dp2-zero3 tiny-cpu-tp2-sp; do
+launch() {
   (cd "$ROOT" && X="$P" R="$TMP/r" PLANNER_ENGINE_STEPS=3 PLANNER_ENGINE_WARMUP=1 OMP_NUM_THREADS=1 \
-     timeout 240 bash scripts/engines/launch.sh "$plan" "examples/plans/$plan.json" fsdp) >"$TMP/$plan.log" 2>&1 ||
-    { echo "FAIL: $plan"; tail -20 "$TMP/$plan.log"; fails=$((fails+1)); continue; }
+     timeout 240 bash scripts/engines/launch.sh "$1" "examples/plans/$1.json" fsdp) >"$TMP/$1.log" 2>&1
+}
+for plan in tiny-cpu-dp2-zero3 tiny-cpu-tp2-sp; do
+  # A gloo rank of torch's CPU build sometimes dies by a signal (SIGABRT) on
+  # this 2-core machine: once in the sanitize pass of a CI run (2026-11-28),
+  # 0 of 10 local reruns; the fsdp_train barrier before teardown made it rarer
+  # (962277d). One relaunch, said on the output, for a death by signal only;
+  # a trainer's own failure (exit 1 with a Python error) fails at once.
+  if ! launch "$plan"; then
+    if grep -q "Signal [0-9]* (SIG" "$TMP/$plan.log"; then
+      echo "note: $plan: a rank died by a signal; relaunching once"; grep -m2 "Signal" "$TMP/$plan.log"
+      launch "$plan" || { echo "FAIL: $plan"; tail -20 "$TMP/$plan.log"; fails=$((fails+1)); continue; }
+    else
+      echo "FAIL: $plan"; tail -20 "$TMP/$plan.log"; fails=$((fails+1)); continue
+    fi
+  fi
   expect_grep "^launch: torchrun --nproc-per-node 2 scripts/engines/fsdp_train.py --fsdp-config" "$TMP/$plan.log"
   python3 - "$TMP/r/engines/$plan.result.json" "$TMP/r/engines/$plan.predict.json" <<'PY' || fails=$((fails+1))
 import json, math, sys
