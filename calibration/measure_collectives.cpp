@@ -212,9 +212,11 @@ void measure_collectives(const Ctx& c, Communicator& world, json& out) {
     }
     // Compute beside this size's collectives, every group at once. The CPU's
     // figure (MPI, compute on the same cores) is measured, not used by the fit.
-    json k = guarded([&] { return measure_contention(c, *comm); });
-    if (k.is_array()) contention.insert(contention.end(), k.begin(), k.end());
-    else if (contention_failed.empty()) contention_failed = k.value("failed", "");
+    for (auto* measure : {&measure_contention, &measure_contention_layers}) {
+      json k = guarded([&] { return measure(c, *comm); });
+      if (k.is_array()) contention.insert(contention.end(), k.begin(), k.end());
+      else if (contention_failed.empty()) contention_failed = k.value("failed", "");
+    }
     if (tp_chain.is_null()) tp_chain = guarded([&] { return measure_tp_chain(c, *comm); });
   }
   // Send/recv across nodes where the pairs above stayed inside one.

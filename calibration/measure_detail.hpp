@@ -123,6 +123,13 @@ nlohmann::json measure_cpu_adam_node(const Ctx& c, Communicator& world, int loca
 // its tensor-parallel collectives between GEMMs ([{op, bytes, group_size,
 // calls, chain_seconds, gemms_seconds, collectives_seconds, extra_seconds}]).
 nlohmann::json measure_contention(const Ctx& c, Communicator& comm);
+// The same beside the runtime's own layers' backward, a collective queued
+// after each layer as a data-parallel backward queues its units' reductions:
+// [{op, payload: "layers", bytes, calls, group_size, layer_seconds,
+// compute_alone_seconds, compute_beside_seconds, collectives_alone_seconds,
+// slowdown, and on the GPU collectives_beside_seconds, comm_slowdown}], both
+// slowdowns solved from the chain's two ends by the simulator's rules.
+nlohmann::json measure_contention_layers(const Ctx& c, Communicator& comm);
 nlohmann::json measure_tp_chain(const Ctx& c, Communicator& comm);
 
 // calibration/measure_collectives.cpp

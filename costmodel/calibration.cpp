@@ -709,9 +709,10 @@ struct Fitter {
   }
 
   void contention() {
-    if (!m.contains("compute_beside_comm") || !m["compute_beside_comm"].is_array()) return;
+    const std::vector<json> pts = contention_points(m, 0);
+    const bool layers = !pts.empty() && pts.front().value("payload", "") == "layers";
     std::vector<double> v;
-    for (const auto& x : m["compute_beside_comm"]) {
+    for (const auto& x : pts) {
       const double s = x.value("slowdown", 0.0);
       if (std::isfinite(s) && s > 0) v.push_back(s);
     }
@@ -723,13 +724,17 @@ struct Fitter {
     }
     p.compute_slowdown_beside_comm = s;
     set("compute_slowdown_beside_comm", s,
-        fmt::format("median over {} collectives (64 MiB, queued on the communicator's stream) of 1 + (GEMM and copy "
-                    "loop beside them - alone) / their overlap",
-                    v.size()));
-    // The collectives' own rate beside the loop (measured from the GPU's
+        layers ? fmt::format("median over {} chains of a decoder layer's backward, each layer followed by a collective "
+                             "as a data-parallel backward queues them, of the slowdown that gives the chain's end "
+                             "under the simulator's rules (chain_slowdowns_from)",
+                             v.size())
+               : fmt::format("median over {} collectives (64 MiB, queued on the communicator's stream) of 1 + (GEMM "
+                             "and copy loop beside them - alone) / their overlap",
+                             v.size()));
+    // The collectives' own rate beside the compute (measured from the GPU's
     // events; absent from profiles measured before it was).
     std::vector<double> c;
-    for (const auto& x : m["compute_beside_comm"])
+    for (const auto& x : pts)
       if (x.contains("comm_slowdown") && x["comm_slowdown"].is_number()) {
         const double k = x["comm_slowdown"].get<double>();
         if (std::isfinite(k) && k > 0) c.push_back(k);
@@ -738,9 +743,11 @@ struct Fitter {
     const double k = std::clamp(median(c), 1.0, HardwareProfile::kMaxCommSlowdown);
     p.comm_slowdown_beside_compute = k;
     set("comm_slowdown_beside_compute", k,
-        fmt::format("median over {} collectives of the rate that gives their end beside the same loop: slowed by it "
-                    "while it runs, at their own rate after (comm_slowdown_from)",
-                    c.size()));
+        layers ? fmt::format("median over {} such chains of the collectives' slowdown that gives their last end",
+                             c.size())
+               : fmt::format("median over {} collectives of the rate that gives their end beside the same loop: "
+                             "slowed by it while it runs, at their own rate after (comm_slowdown_from)",
+                             c.size()));
   }
 
   // After collectives() and contention(): the per-group-size table.

@@ -63,6 +63,13 @@ std::vector<HardwareProfile::CollectiveGroup> fit_collective_groups(const nlohma
                                                                     const HardwareProfile& fitted,
                                                                     std::vector<std::string>& notes);
 
+// The compute-beside-collectives points (the measurement's
+// "compute_beside_comm") of group size g (0: every size) that the fit reads:
+// those beside the runtime's layers' backward (payload "layers",
+// calibration/measure_contention.cpp) where there are any, else the GEMM
+// loop's (profiles measured before the layers were).
+std::vector<nlohmann::json> contention_points(const nlohmann::json& measured, int g);
+
 // The cluster calibrate ran on: "N x GPU", or "nodes x per-node x GPU" when its
 // ranks spanned nodes (the measurement's "nodes").
 ClusterSpec calibration_cluster(const nlohmann::json& measured, const GpuSpec& gpu);

@@ -60,8 +60,7 @@ double model_seconds(const std::string& op, double S, const GroupLink& gl) {
 // the points, as the single figures), or the fitted single figures.
 std::pair<double, double> slowdowns(const json& m, int g, const HardwareProfile& fitted) {
   std::vector<double> s, k;
-  for (const auto& x : m.value("compute_beside_comm", json::array())) {
-    if (!x.is_object() || x.value("group_size", 0) != g) continue;
+  for (const auto& x : contention_points(m, g)) {
     const double a = x.value("slowdown", 0.0), b = x.value("comm_slowdown", 0.0);
     if (std::isfinite(a) && a > 0) s.push_back(a);
     if (std::isfinite(b) && b > 0) k.push_back(b);
@@ -72,6 +71,17 @@ std::pair<double, double> slowdowns(const json& m, int g, const HardwareProfile&
 }
 
 }  // namespace
+
+std::vector<json> contention_points(const json& m, int g) {
+  std::vector<json> layers, loop;
+  const json none = json::array();
+  const json& all = m.contains("compute_beside_comm") && m["compute_beside_comm"].is_array() ? m["compute_beside_comm"] : none;
+  for (const auto& x : all) {
+    if (!x.is_object() || (g > 0 && x.value("group_size", 0) != g)) continue;
+    (x.value("payload", "") == "layers" ? layers : loop).push_back(x);
+  }
+  return layers.empty() ? loop : layers;
+}
 
 ClusterSpec calibration_cluster(const json& m, const GpuSpec& gpu) {
   const int W = std::max(1, m.value("ranks", 1));

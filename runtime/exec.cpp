@@ -96,6 +96,23 @@ json timeline_json(const Measurement& r) {
   return {{"stage_actions", r.trace_actions}, {"rank_stage", r.trace_rank_stage}, {"ranks", ranks}};
 }
 
+// The compute kernels beside the collectives (KernelProfile::beside): per
+// class, their time inside the collectives' union and the slowdown of the
+// launches matched by name against the same kernels alone (null: none matched).
+json beside_json(const BesideComm& b) {
+  json r = {{"collectives_busy_seconds", b.comm_busy_seconds}, {"compute_beside_seconds", b.compute_beside_seconds()}};
+  auto slow = [&](int c) { return b.slowdown(c) > 0 ? json(b.slowdown(c)) : json(nullptr); };
+  r["slowdown"] = slow(-1);
+  int c = 0;
+  for (const char* n : {"gemm", "attention", "memory_bound"}) {
+    r[n] = {{"beside_seconds", b.beside_seconds[size_t(c)]},
+            {"matched_seconds", b.matched_seconds[size_t(c)]},
+            {"slowdown", slow(c)}};
+    ++c;
+  }
+  return r;
+}
+
 // --kernels: one step's forward and backward kernels by op class, and the
 // longest 40 kernels by name.
 json kernels_json(const KernelProfile& k) {
@@ -116,6 +133,7 @@ json kernels_json(const KernelProfile& k) {
           {"span_seconds", k.span_seconds},
           {"launches", k.launches},
           {"distinct_kernels", k.kernels.size()},
+          {"beside_collectives", beside_json(k.beside)},
           {"top", top}};
 }
 

@@ -21,8 +21,70 @@ const char* to_string(KernelClass c) {
 }
 
 namespace {
+
 bool has(const std::string& lower, const char* part) { return lower.find(part) != std::string::npos; }
+
+bool is_compute(KernelClass c) { return c == KernelClass::Gemm || c == KernelClass::Attention || c == KernelClass::Memory; }
+
+// The collectives' intervals merged into a sorted union.
+std::vector<std::pair<double, double>> comm_union(const std::vector<KernelEvent>& events) {
+  std::vector<std::pair<double, double>> iv;
+  for (const auto& e : events)
+    if (kernel_class(e.name) == KernelClass::Comm && e.seconds > 0) iv.push_back({e.start_seconds, e.start_seconds + e.seconds});
+  std::sort(iv.begin(), iv.end());
+  std::vector<std::pair<double, double>> u;
+  for (const auto& x : iv) {
+    if (!u.empty() && x.first <= u.back().second) u.back().second = std::max(u.back().second, x.second);
+    else u.push_back(x);
+  }
+  return u;
+}
+
+// The part of [a, b] inside the union.
+double inside(const std::vector<std::pair<double, double>>& u, double a, double b) {
+  double s = 0;
+  auto it = std::upper_bound(u.begin(), u.end(), std::make_pair(a, 1e300));
+  if (it != u.begin()) --it;
+  for (; it != u.end() && it->first < b; ++it) s += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
+  return s;
+}
+
+BesideComm beside_comm(const std::vector<KernelEvent>& events) {
+  BesideComm r;
+  const auto u = comm_union(events);
+  for (const auto& x : u) r.comm_busy_seconds += x.second - x.first;
+  if (u.empty()) return r;
+  struct Launches {
+    int64_t alone = 0, beside = 0;
+    double alone_s = 0, beside_s = 0;
+  };
+  std::map<std::string, Launches> by_name;
+  for (const auto& e : events) {
+    const KernelClass c = kernel_class(e.name);
+    if (!is_compute(c) || e.seconds <= 0) continue;
+    const double in = inside(u, e.start_seconds, e.start_seconds + e.seconds);
+    r.beside_seconds[size_t(c)] += in;
+    Launches& l = by_name[e.name];
+    if (in == 0) l.alone += 1, l.alone_s += e.seconds;
+    else if (in >= 0.9 * e.seconds) l.beside += 1, l.beside_s += e.seconds;
+  }
+  for (const auto& [name, l] : by_name)
+    if (l.alone > 0 && l.beside > 0) {
+      const size_t c = size_t(kernel_class(name));
+      r.matched_seconds[c] += l.beside_s;
+      r.matched_alone_seconds[c] += double(l.beside) * l.alone_s / double(l.alone);
+    }
+  return r;
+}
+
 }  // namespace
+
+double BesideComm::slowdown(int cls) const {
+  double a = 0, b = 0;
+  for (int c = 0; c < 3; ++c)
+    if (cls < 0 || cls == c) a += matched_seconds[size_t(c)], b += matched_alone_seconds[size_t(c)];
+  return b > 0 ? a / b : 0.0;
+}
 
 KernelClass kernel_class(const std::string& name) {
   std::string s = name;
@@ -66,6 +128,7 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events) {
     computed += 1;
   }
   p.span_seconds = last - first;
+  p.beside = beside_comm(events);
   for (auto& [_, r] : by_name) p.kernels.push_back(std::move(r));
   std::stable_sort(p.kernels.begin(), p.kernels.end(),
                    [](const KernelRow& a, const KernelRow& b) { return a.seconds > b.seconds; });

@@ -4,6 +4,7 @@
 // by the time model's op classes (costmodel/layer_costs.hpp OpTimes), so that a
 // step-time miss can be traced to the class of kernels that causes it. No
 // LibTorch types in this header.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,26 @@ struct KernelRow {
   double seconds = 0;  // summed over the launches
 };
 
+// The compute kernels beside the collectives: how much of their time ran while
+// an NCCL kernel was resident on another stream, and how much slower they ran
+// then. The slowdown compares launches of one kernel name: those that ran
+// wholly beside a collective (at least 90% of their time) against those that
+// ran with none (the same kernels of a micro-batch before the gradients'
+// reductions start), summed over the names that have both:
+// slowdown = sum of the beside launches' time / sum of (their count x the
+// name's mean time alone). Names seen only beside collectives are left out
+// (`matched_seconds` says how much of the beside time the figure covers).
+struct BesideComm {
+  double comm_busy_seconds = 0;  // the union of the collectives' intervals
+  // Per compute class (GEMM, attention, memory-bound: KernelClass's order):
+  std::array<double, 3> beside_seconds{};  // time inside that union
+  std::array<double, 3> matched_seconds{};        // beside launches whose name also ran alone
+  std::array<double, 3> matched_alone_seconds{};  // the same launches at their name's mean time alone
+  double compute_beside_seconds() const { return beside_seconds[0] + beside_seconds[1] + beside_seconds[2]; }
+  // One class's slowdown (0 where nothing matched), or all of them together (-1).
+  double slowdown(int cls = -1) const;
+};
+
 struct KernelProfile {
   bool recorded = false;
   std::vector<KernelRow> kernels;  // distinct names, longest total first
@@ -44,6 +65,7 @@ struct KernelProfile {
   // sat idle between them (launch latency, host synchronisation, waits for
   // communication).
   double span_seconds = 0;
+  BesideComm beside;
   double busy_seconds() const { return gemm_seconds + attention_seconds + memory_seconds; }
   double idle_seconds() const { return span_seconds > busy_seconds() ? span_seconds - busy_seconds() : 0.0; }
 };

@@ -75,6 +75,38 @@ TEST_CASE("kernel events sum by name and class, the span from first start to las
   CHECK(none.span_seconds == 0);
 }
 
+TEST_CASE("compute kernels beside the collectives: their time inside the union and the slowdown by name",
+          "[kernels]") {
+  // Two collectives overlapping each other: union [2.0, 3.0] and [4.0, 4.5].
+  const std::vector<KernelEvent> ev = {
+      {"nvjet_a", 0.0, 0.10},         {"nvjet_a", 0.2, 0.10},  // alone: mean 0.10
+      {"flash_bprop", 0.4, 0.20},                               // alone
+      {"ncclDevKernel_AllReduce", 2.0, 0.6}, {"ncclDevKernel_AllReduce", 2.5, 0.5},
+      {"nvjet_a", 2.1, 0.12},         {"nvjet_a", 2.3, 0.14},  // wholly beside: 0.26 s for 0.20 alone
+      {"flash_bprop", 2.5, 0.30},                               // beside: 0.30 for 0.20
+      {"gelu", 2.9, 0.2},             // 0.1 of 0.2 inside: neither beside nor alone for the ratio
+      {"nvjet_b", 4.0, 0.2},          // only beside: counted in the time, not in the ratio
+      {"ncclDevKernel_AllGather", 4.0, 0.5},
+  };
+  const KernelProfile p = summarize_kernels(ev);
+  const BesideComm& b = p.beside;
+  CHECK(b.comm_busy_seconds == Approx(1.0 + 0.5));
+  CHECK(b.beside_seconds[0] == Approx(0.12 + 0.14 + 0.2));
+  CHECK(b.beside_seconds[1] == Approx(0.30));
+  CHECK(b.beside_seconds[2] == Approx(0.1));
+  CHECK(b.compute_beside_seconds() == Approx(0.86));
+  CHECK(b.matched_seconds[0] == Approx(0.26));
+  CHECK(b.matched_alone_seconds[0] == Approx(0.20));
+  CHECK(b.slowdown(0) == Approx(1.3));
+  CHECK(b.slowdown(1) == Approx(1.5));
+  CHECK(b.slowdown(2) == 0);
+  CHECK(b.slowdown() == Approx((0.26 + 0.30) / (0.20 + 0.20)));
+  // No collectives: nothing beside them.
+  const KernelProfile q = summarize_kernels({{"nvjet_a", 0.0, 0.1}});
+  CHECK(q.beside.comm_busy_seconds == 0);
+  CHECK(q.beside.slowdown() == 0);
+}
+
 TEST_CASE("the recorder starts and stops LibTorch's profiler (no kernels on the CPU)", "[kernels]") {
   KernelRecorder rec;
   CHECK_THROWS(rec.stop());

@@ -220,6 +220,26 @@ TEST_CASE("calibrate fits the collective table per group size from the slopes (h
     CHECK(model(S1) - model(S0) == Approx(r.slope).epsilon(1e-9));
     if (std::string(r.op) == "all_reduce") CHECK(model(S0) == Approx(r.t0).epsilon(1e-6));
   }
+  // Points beside the runtime's layers take the place of the GEMM loop's where
+  // a size has them (4 GPUs here: median of 1.3 and 1.5, and of 5 and 7); a
+  // size without them keeps the loop's; the single figures follow the layers'.
+  {
+    json ml = m;
+    ml["compute_beside_comm"].push_back(
+        {{"op", "all_reduce"}, {"payload", "layers"}, {"group_size", 4}, {"slowdown", 1.3}, {"comm_slowdown", 5.0}});
+    ml["compute_beside_comm"].push_back(
+        {{"op", "reduce_scatter"}, {"payload", "layers"}, {"group_size", 4}, {"slowdown", 1.5}, {"comm_slowdown", 7.0}});
+    CHECK(contention_points(ml, 4).size() == 2);
+    CHECK(contention_points(ml, 2).size() == 2);  // the loop's
+    CHECK(contention_points(ml, 0).size() == 2);  // every size: the layers' only
+    const HardwareProfile pl = fit_profile(ml, &gpu);
+    REQUIRE(pl.collective_groups.size() == 2);
+    CHECK(pl.collective_groups[0].compute_slowdown_beside_comm == Approx(1.1));
+    CHECK(pl.collective_groups[1].compute_slowdown_beside_comm == Approx(1.4));
+    CHECK(pl.collective_groups[1].comm_slowdown_beside_compute == Approx(6.0));
+    CHECK(pl.compute_slowdown_beside_comm == Approx(1.4));
+    CHECK(pl.comm_slowdown_beside_compute == Approx(6.0));
+  }
   // The fit is stated in the profile and its table printed.
   CHECK(p.calibration->at("fits").contains("collective_groups"));
   CHECK(calibration_table(p).find("   2 GPUs (nvlink): all-reduce 0.600") != std::string::npos);

@@ -148,6 +148,35 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
     CHECK(both.makespan_seconds == Approx(6.75 + 0.6875 + 0.5));
     CHECK(makespan_lower_bound(slow, 1) <= both.makespan_seconds + 1e-12);
   }
+  // calibrate's chain of passes, each followed by its collective, under the
+  // same rules: the simulated program above (8 backwards of 0.5 s after a 1 s
+  // forward, an all-reduce of 0.25 s after each, s = 1.5, c = 4) ends its
+  // backward at 6.75 s and its collectives 0.6875 s later.
+  {
+    const ChainBeside ch = chain_beside(8, 0.5, 0.25, 1.5, 4);
+    CHECK(ch.compute_end == Approx(6.75 - 1));
+    CHECK(ch.comm_end == Approx(6.75 - 1 + 0.6875));
+    const auto [s_back, c_back] = chain_slowdowns_from(8, 0.5, 0.25, ch.compute_end, ch.comm_end);
+    CHECK(s_back == Approx(1.5).epsilon(1e-3));
+    CHECK(c_back == Approx(4).epsilon(1e-3));
+  }
+  // By hand: 3 passes of 1 s, collectives of 1 s, s = 1.1, c = 2. The second
+  // pass is beside the first collective all along (1.1 s), which does 0.55 of
+  // its work then and ends at 2 + 1.1 - 0.55 = 2.55; the second collective
+  // queues behind it to 3.55, moves to 4.1 beside the third pass (ends 3.2),
+  // and the third runs alone after it: 5.1.
+  {
+    const ChainBeside ch = chain_beside(3, 1, 1, 1.1, 2);
+    CHECK(ch.compute_end == Approx(3.2));
+    CHECK(ch.comm_end == Approx(5.1));
+    const auto [s_back, c_back] = chain_slowdowns_from(3, 1, 1, 3.2, 5.1);
+    CHECK(s_back == Approx(1.1).epsilon(1e-3));
+    CHECK(c_back == Approx(2).epsilon(1e-3));
+    // Nothing slower than alone: both 1.
+    const auto [s1, c1] = chain_slowdowns_from(3, 1, 1, 3, 4);
+    CHECK(s1 == Approx(1));
+    CHECK(c1 == Approx(1));
+  }
   // The rule and calibrate's inverse of it: 30 ms of compute with 28 ms of
   // collectives at 1/5 of their rate: 6 ms done beside it, 22 after: 52 ms.
   CHECK(comm_end_beside_compute(0, 0.028, 0.030, 5) == Approx(0.052));
