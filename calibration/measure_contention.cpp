@@ -193,31 +193,34 @@ ModelSpec layer_probe_spec(bool quick) {
 }  // namespace
 
 // Compute beside the collectives as a data-parallel backward has them: the
-// runtime's own layers' backward (layer_probe_spec), one layer at a time, each
-// followed by a collective queued on the communicator as the engine queues a
-// unit's gradient reduction (an all-reduce under ZeRO-0/1, a reduce-scatter
-// under ZeRO-2/3; runtime/engine_zero.cpp). The collectives are sized to take
-// about one layer's backward alone, so that they queue up behind each other:
-// the chain's two ends (the compute's, the collectives') then give both
-// slowdowns under the simulator's own rules (chain_slowdowns_from), where the
-// GEMM loop of measure_contention has one synthetic kernel beside collectives
-// all queued before it.
+// runtime's own layers' backward (layer_probe_spec, 2 x 4096 tokens), one
+// layer at a time, every layer's but the last followed by a collective queued
+// on the communicator as the engine queues a unit's gradient reduction (an
+// all-reduce under ZeRO-0/1, a reduce-scatter under ZeRO-2/3;
+// runtime/engine_zero.cpp). The last collective so ends beside the last
+// layer's backward, and the chain's two ends (the compute's, the
+// collectives') give both slowdowns under the simulator's own rules
+// (chain_slowdowns_from), whether the collectives queue up or not. Two sizes:
+// each layer's own gradients ("layers", the points the fit reads) and, as a
+// diagnosis, as many bytes as take a layer's backward alone ("layers_time").
+// The GEMM loop of measure_contention has one synthetic kernel beside
+// collectives all queued before it.
 json measure_contention_layers(const Ctx& c, Communicator& comm) {
   const ModelSpec m = layer_probe_spec(c.quick);
-  const int64_t seq = c.quick ? 64 : 4096;
+  const int64_t seq = c.quick ? 64 : 4096, batch = c.quick ? 1 : 2;
   const int L = int(m.layers), g = comm.size();
   TransformerModel model(m, seq, nullptr, false, nullptr);
   const at::ScalarType dt = c.cuda ? at::kBFloat16 : at::kFloat;
   model.materialize(c.device, dt, 17);
   const auto opt = at::TensorOptions().device(c.device).dtype(dt);
   at::manual_seed(3);
-  const at::Tensor x = at::randn({1, seq, m.hidden}, opt), dy = at::randn({1, seq, m.hidden}, opt);
+  const at::Tensor x = at::randn({batch, seq, m.hidden}, opt), dy = at::randn({batch, seq, m.hidden}, opt);
   std::optional<SideStream> side;
   if (c.cuda) side.emplace(true);
   // One chain: the forward (not timed), then the backward layer by layer with
-  // `after(l)` queued after each layer's; the compute's time and (GPU, with
-  // collectives) the collectives' end, both from the backward's start.
-  auto chain = [&](const std::function<WorkPtr(int)>& after) {
+  // `after` queued after each layer's but the last; the compute's time and
+  // (GPU, with collectives) the collectives' end, both from the backward's start.
+  auto chain = [&](const std::function<WorkPtr()>& after) {
     std::vector<at::Tensor> xs(static_cast<size_t>(L)), ys(static_cast<size_t>(L));
     for (int l = 0; l < L; ++l) {
       xs[size_t(l)] = (l == 0 ? x : ys[size_t(l) - 1]).detach().requires_grad_(true);
@@ -233,7 +236,7 @@ json measure_contention_layers(const Ctx& c, Communicator& comm) {
     for (int l = L - 1; l >= 0; --l) {
       ys[size_t(l)].backward(grad);
       grad = xs[size_t(l)].grad();
-      if (after) works.push_back(after(l));
+      if (after && l > 0) works.push_back(after());
     }
     t.stop();
     if (side) side->run([&] {
@@ -246,62 +249,70 @@ json measure_contention_layers(const Ctx& c, Communicator& comm) {
     synchronize(c.cuda);
     return std::pair<double, double>{compute, end};
   };
-  auto best = [&](const std::function<WorkPtr(int)>& after) {
+  auto best = [&](const std::function<WorkPtr()>& after) {
     std::pair<double, double> b{1e30, 0};
     for (int r = 0; r < 2; ++r) b = std::min(b, chain(after));
     return b;
   };
   chain(nullptr);  // warm-up: kernels chosen, the allocator's blocks in place
   const double pass = best(nullptr).first / L;
+  // One layer's gradients (no biases): q, k, v and out projections, the
+  // SwiGLU's three matrices, two norms.
+  const int64_t h = m.hidden, kv = m.kv_heads * (h / m.heads);
+  const int64_t layer_numel = h * (h + 2 * kv) + h * h + 3 * h * m.ffn + 2 * h;
   json points = json::array();
-  for (const char* op : {"all_reduce", "reduce_scatter"}) {
-    const std::string o = op;
-    // A first collective of 2^24 elements (2^14 on the CPU) on every rank at once
-    // to size it: as many elements as take one layer's backward alone, in
-    // whole multiples of the group size (the slowest rank's figures decide).
-    int64_t n = c.quick ? int64_t(1) << 14 : int64_t(1) << 24;
-    auto run_one = [&](at::Tensor& full, at::Tensor& part) {
-      return o == "all_reduce" ? comm.all_reduce(full) : comm.reduce_scatter(full, part);
-    };
-    at::Tensor full = at::ones({n}, opt), part = at::empty({n / g}, opt);
-    run_one(full, part)->wait();
-    synchronize(c.cuda);
-    const double one = time_fixed(c, [&] { run_one(full, part)->wait(); }, 5);
-    at::Tensor mine = at::tensor(std::vector<double>{one, pass}, at::TensorOptions().dtype(at::kDouble)).to(c.device);
-    at::Tensor all = at::empty({2 * g}, mine.options());
-    comm.all_gather(mine, all)->wait();
-    synchronize(c.cuda);
-    const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
-    const double scale = std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-9), 1.0 / 16, 64.0);
-    n = std::max<int64_t>(g, int64_t(double(n) * scale) / g * g);
-    full = at::ones({n}, opt), part = at::empty({n / g}, opt);
-    run_one(full, part)->wait();
-    synchronize(c.cuda);
-    auto after = [&](int) { return run_one(full, part); };
-    // The collectives alone: L of them back to back from one start.
-    comm.barrier();
-    IntervalTimer ta(c.cuda);
-    ta.start();
-    for (int l = 0; l < L; ++l) run_one(full, part)->wait();
-    ta.stop();
-    synchronize(c.cuda);
-    const double alone = ta.seconds().at(0);
-    const auto [with, end] = best(after);
-    const double coll = alone / L;
-    const auto [slow, comm_slow] =
-        c.cuda ? chain_slowdowns_from(L, pass, coll, with, end) : std::pair<double, double>{1 + std::max(0.0, with / (pass * L) - 1), 1.0};
-    say(c, "layers' backward beside " + o + " (" + std::to_string(L) + " x " + fmt_num(double(n * full.element_size()) / 1048576.0) +
-               " MiB over " + std::to_string(g) + " ranks): " + fmt_num(pass * 1e3) + " ms a layer alone, " +
-               fmt_num(coll * 1e3) + " ms a collective alone; beside each other the backward takes " +
-               fmt_num(with * 1e3) + " ms (alone " + fmt_num(pass * L * 1e3) + "), the collectives end after " +
-               fmt_num(end * 1e3) + " ms: slowdowns " + fmt_num(slow, 4) + " (compute), " + fmt_num(comm_slow, 4) +
-               " (collectives)");
-    json p = {{"op", o},  {"payload", "layers"}, {"bytes", n * full.element_size()}, {"calls", L},
-              {"group_size", g}, {"layer_seconds", pass}, {"compute_alone_seconds", pass * L},
-              {"compute_beside_seconds", with}, {"collectives_alone_seconds", alone}, {"slowdown", slow}};
-    if (c.cuda) p["collectives_beside_seconds"] = end, p["comm_slowdown"] = comm_slow;
-    points.push_back(p);
-  }
+  for (const char* op : {"all_reduce", "reduce_scatter"})
+    for (const bool by_time : {false, true}) {
+      const std::string o = op;
+      auto run_one = [&](at::Tensor& full, at::Tensor& part) {
+        return o == "all_reduce" ? comm.all_reduce(full) : comm.reduce_scatter(full, part);
+      };
+      int64_t n = std::max<int64_t>(g, layer_numel / g * g);
+      at::Tensor full = at::ones({n}, opt), part = at::empty({n / g}, opt);
+      run_one(full, part)->wait();
+      synchronize(c.cuda);
+      if (by_time) {
+        // As many elements as take one layer's backward alone, in whole
+        // multiples of the group size (the slowest rank's figures decide).
+        const double one = time_fixed(c, [&] { run_one(full, part)->wait(); }, 5);
+        at::Tensor mine = at::tensor(std::vector<double>{one, pass}, at::TensorOptions().dtype(at::kDouble)).to(c.device);
+        at::Tensor all = at::empty({2 * g}, mine.options());
+        comm.all_gather(mine, all)->wait();
+        synchronize(c.cuda);
+        const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
+        const double scale =
+            std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-9), 1.0 / 16, 64.0);
+        n = std::max<int64_t>(g, int64_t(double(n) * scale) / g * g);
+        full = at::ones({n}, opt), part = at::empty({n / g}, opt);
+        run_one(full, part)->wait();
+        synchronize(c.cuda);
+      }
+      // The collectives alone: L - 1 of them back to back from one start.
+      comm.barrier();
+      IntervalTimer ta(c.cuda);
+      ta.start();
+      for (int l = 1; l < L; ++l) run_one(full, part)->wait();
+      ta.stop();
+      synchronize(c.cuda);
+      const double alone = ta.seconds().at(0), coll = alone / (L - 1);
+      const auto [with, end] = best([&] { return run_one(full, part); });
+      const auto [slow, comm_slow] = c.cuda ? chain_slowdowns_from(L, L - 1, pass, coll, with, end)
+                                            : std::pair<double, double>{std::max(1.0, with / (pass * L)), 1.0};
+      const int64_t bytes = n * full.element_size();
+      say(c, "layers' backward beside " + o + " (" + std::to_string(L - 1) + " x " +
+                 fmt_num(double(bytes) / 1048576.0) + " MiB over " + std::to_string(g) + " ranks" +
+                 (by_time ? ", sized to a layer's time" : "") + "): " + fmt_num(pass * 1e3) + " ms a layer alone, " +
+                 fmt_num(coll * 1e3) + " ms a collective alone; beside each other the backward takes " +
+                 fmt_num(with * 1e3) + " ms (alone " + fmt_num(pass * L * 1e3) + "), the collectives end after " +
+                 fmt_num(end * 1e3) + " ms: slowdowns " + fmt_num(slow, 4) + " (compute), " + fmt_num(comm_slow, 4) +
+                 " (collectives)");
+      json p = {{"op", o}, {"payload", by_time ? "layers_time" : "layers"}, {"bytes", bytes}, {"calls", L - 1},
+                {"layers", L}, {"tokens", batch * seq}, {"group_size", g}, {"layer_seconds", pass},
+                {"compute_alone_seconds", pass * L}, {"compute_beside_seconds", with},
+                {"collectives_alone_seconds", alone}, {"slowdown", slow}};
+      if (c.cuda) p["collectives_beside_seconds"] = end, p["comm_slowdown"] = comm_slow;
+      points.push_back(p);
+    }
   return points;
 }
 

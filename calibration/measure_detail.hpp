@@ -125,7 +125,9 @@ nlohmann::json measure_cpu_adam_node(const Ctx& c, Communicator& world, int loca
 nlohmann::json measure_contention(const Ctx& c, Communicator& comm);
 // The same beside the runtime's own layers' backward, a collective queued
 // after each layer as a data-parallel backward queues its units' reductions:
-// [{op, payload: "layers", bytes, calls, group_size, layer_seconds,
+// [{op, payload: "layers" (each layer's gradients) or "layers_time" (a
+// collective as long as a layer's backward), bytes, calls, layers, tokens,
+// group_size, layer_seconds,
 // compute_alone_seconds, compute_beside_seconds, collectives_alone_seconds,
 // slowdown, and on the GPU collectives_beside_seconds, comm_slowdown}], both
 // slowdowns solved from the chain's two ends by the simulator's rules.

@@ -78,7 +78,9 @@ std::vector<json> contention_points(const json& m, int g) {
   const json& all = m.contains("compute_beside_comm") && m["compute_beside_comm"].is_array() ? m["compute_beside_comm"] : none;
   for (const auto& x : all) {
     if (!x.is_object() || (g > 0 && x.value("group_size", 0) != g)) continue;
-    (x.value("payload", "") == "layers" ? layers : loop).push_back(x);
+    const std::string payload = x.value("payload", "");
+    if (payload == "layers") layers.push_back(x);
+    else if (payload.empty()) loop.push_back(x);  // "layers_time" and others: a diagnosis, not fitted
   }
   return layers.empty() ? loop : layers;
 }

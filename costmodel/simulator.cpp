@@ -62,7 +62,7 @@ double comm_slowdown_from(double pass, double alone, double end) {
   return done_beside <= pass / cap ? cap : std::clamp(pass / done_beside, 1.0, cap);
 }
 
-ChainBeside chain_beside(int n, double pass, double coll, double s, double c) {
+ChainBeside chain_beside(int n, int colls, double pass, double coll, double s, double c) {
   double t = 0, comm_free = 0;
   for (int i = 0; i < n; ++i) {
     double dur = pass;
@@ -72,26 +72,27 @@ ChainBeside chain_beside(int n, double pass, double coll, double s, double c) {
       comm_free = comm_end_beside_compute(t, comm_free, dur, c);
     }
     t += dur;
-    comm_free = std::max(comm_free, t) + coll;  // queued at the pass's end, alone until the next pass
+    if (i < colls) comm_free = std::max(comm_free, t) + coll;  // queued at the pass's end, alone until the next pass
   }
   return {t, comm_free};
 }
 
-std::pair<double, double> chain_slowdowns_from(int n, double pass, double coll, double compute_end, double comm_end) {
+std::pair<double, double> chain_slowdowns_from(int n, int colls, double pass, double coll, double compute_end,
+                                               double comm_end) {
   const double cap = HardwareProfile::kMaxCommSlowdown;
   // For a given c, the s that gives the compute's end (it grows with s).
   auto s_for = [&](double c) {
     double lo = 1, hi = 3;
-    if (chain_beside(n, pass, coll, lo, c).compute_end >= compute_end) return lo;
-    if (chain_beside(n, pass, coll, hi, c).compute_end <= compute_end) return hi;
+    if (chain_beside(n, colls, pass, coll, lo, c).compute_end >= compute_end) return lo;
+    if (chain_beside(n, colls, pass, coll, hi, c).compute_end <= compute_end) return hi;
     for (int k = 0; k < 60; ++k) {
       const double mid = (lo + hi) / 2;
-      (chain_beside(n, pass, coll, mid, c).compute_end < compute_end ? lo : hi) = mid;
+      (chain_beside(n, colls, pass, coll, mid, c).compute_end < compute_end ? lo : hi) = mid;
     }
     return (lo + hi) / 2;
   };
   // Then the c whose comm end is closest, over a geometric grid refined once.
-  auto miss = [&](double c) { return std::abs(chain_beside(n, pass, coll, s_for(c), c).comm_end - comm_end); };
+  auto miss = [&](double c) { return std::abs(chain_beside(n, colls, pass, coll, s_for(c), c).comm_end - comm_end); };
   double best = 1, best_miss = miss(1);
   const int steps = 400;
   for (int k = 1; k <= steps; ++k) {

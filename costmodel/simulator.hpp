@@ -101,21 +101,25 @@ double comm_end_beside_compute(double t, double end, double pass, double c);
 // that gives it, in [1, HardwareProfile::kMaxCommSlowdown].
 double comm_slowdown_from(double pass, double alone, double end);
 
-// A backward of `n` equal passes of `pass` seconds alone, each followed by a
-// collective of `coll` seconds alone queued on the comm stream at the pass's
-// end (the gradients of a data-parallel backward, one unit at a time), under
-// the simulator's rules (simulator_walk.cpp): a pass beside queued collectives
-// runs `s` times slower for its overlap with them, min(pass, their remaining
-// time x c), and they progress at 1/c of their rate beside it.
+// A backward of `n` equal passes of `pass` seconds alone, the first `colls`
+// of them (at most n) each followed by a collective of `coll` seconds alone
+// queued on the comm stream at the pass's end (the gradients of a
+// data-parallel backward, one unit at a time), under the simulator's rules
+// (simulator_walk.cpp): a pass beside queued collectives runs `s` times slower
+// for its overlap with them, min(pass, their remaining time x c), and they
+// progress at 1/c of their rate beside it.
 struct ChainBeside {
   double compute_end = 0;  // the last pass's end
   double comm_end = 0;     // the last collective's end
 };
-ChainBeside chain_beside(int n, double pass, double coll, double s, double c);
+ChainBeside chain_beside(int n, int colls, double pass, double coll, double s, double c);
 // The inverse, for calibrate: the (s, c) whose chain_beside gives the measured
 // compute and comm ends (s in [1, 3], c in [1, HardwareProfile::
-// kMaxCommSlowdown]); the closest pair where none gives both exactly.
-std::pair<double, double> chain_slowdowns_from(int n, double pass, double coll, double compute_end, double comm_end);
+// kMaxCommSlowdown]); the closest pair where none gives both exactly. With
+// colls < n the last collective ends beside the last pass, which identifies c
+// even where the collectives never queue up behind each other.
+std::pair<double, double> chain_slowdowns_from(int n, int colls, double pass, double coll, double compute_end,
+                                               double comm_end);
 
 // A lower bound on the makespan that needs no simulation: the busiest stage's
 // compute stream, plus the forward of micro-batch 0 through the stages before

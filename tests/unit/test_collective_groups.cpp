@@ -229,7 +229,9 @@ TEST_CASE("calibrate fits the collective table per group size from the slopes (h
         {{"op", "all_reduce"}, {"payload", "layers"}, {"group_size", 4}, {"slowdown", 1.3}, {"comm_slowdown", 5.0}});
     ml["compute_beside_comm"].push_back(
         {{"op", "reduce_scatter"}, {"payload", "layers"}, {"group_size", 4}, {"slowdown", 1.5}, {"comm_slowdown", 7.0}});
-    CHECK(contention_points(ml, 4).size() == 2);
+    ml["compute_beside_comm"].push_back(
+        {{"op", "all_reduce"}, {"payload", "layers_time"}, {"group_size", 4}, {"slowdown", 2.5}, {"comm_slowdown", 9.0}});
+    CHECK(contention_points(ml, 4).size() == 2);  // not the diagnosis
     CHECK(contention_points(ml, 2).size() == 2);  // the loop's
     CHECK(contention_points(ml, 0).size() == 2);  // every size: the layers' only
     const HardwareProfile pl = fit_profile(ml, &gpu);

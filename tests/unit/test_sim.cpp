@@ -153,10 +153,10 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
   // forward, an all-reduce of 0.25 s after each, s = 1.5, c = 4) ends its
   // backward at 6.75 s and its collectives 0.6875 s later.
   {
-    const ChainBeside ch = chain_beside(8, 0.5, 0.25, 1.5, 4);
+    const ChainBeside ch = chain_beside(8, 8, 0.5, 0.25, 1.5, 4);
     CHECK(ch.compute_end == Approx(6.75 - 1));
     CHECK(ch.comm_end == Approx(6.75 - 1 + 0.6875));
-    const auto [s_back, c_back] = chain_slowdowns_from(8, 0.5, 0.25, ch.compute_end, ch.comm_end);
+    const auto [s_back, c_back] = chain_slowdowns_from(8, 8, 0.5, 0.25, ch.compute_end, ch.comm_end);
     CHECK(s_back == Approx(1.5).epsilon(1e-3));
     CHECK(c_back == Approx(4).epsilon(1e-3));
   }
@@ -166,16 +166,29 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
   // queues behind it to 3.55, moves to 4.1 beside the third pass (ends 3.2),
   // and the third runs alone after it: 5.1.
   {
-    const ChainBeside ch = chain_beside(3, 1, 1, 1.1, 2);
+    const ChainBeside ch = chain_beside(3, 3, 1, 1, 1.1, 2);
     CHECK(ch.compute_end == Approx(3.2));
     CHECK(ch.comm_end == Approx(5.1));
-    const auto [s_back, c_back] = chain_slowdowns_from(3, 1, 1, 3.2, 5.1);
+    const auto [s_back, c_back] = chain_slowdowns_from(3, 3, 1, 1, 3.2, 5.1);
     CHECK(s_back == Approx(1.1).epsilon(1e-3));
     CHECK(c_back == Approx(2).epsilon(1e-3));
     // Nothing slower than alone: both 1.
-    const auto [s1, c1] = chain_slowdowns_from(3, 1, 1, 3, 4);
+    const auto [s1, c1] = chain_slowdowns_from(3, 3, 1, 1, 3, 4);
     CHECK(s1 == Approx(1));
     CHECK(c1 == Approx(1));
+  }
+  // No collective after the last pass: 4 passes of 1 s, collectives of 0.25 s
+  // after the first 3, s = 1.2, c = 2. Each collective is done 0.5 s into the
+  // next pass, which takes 1 + 0.5 x 0.2 = 1.1 s: the compute ends at
+  // 1 + 3 x 1.1 = 4.3, the last collective at 3.2 + 0.5 = 3.7, inside the last
+  // pass; both slowdowns come back though the collectives never queue up.
+  {
+    const ChainBeside ch = chain_beside(4, 3, 1, 0.25, 1.2, 2);
+    CHECK(ch.compute_end == Approx(4.3));
+    CHECK(ch.comm_end == Approx(3.7));
+    const auto [s_back, c_back] = chain_slowdowns_from(4, 3, 1, 0.25, 4.3, 3.7);
+    CHECK(s_back == Approx(1.2).epsilon(1e-3));
+    CHECK(c_back == Approx(2).epsilon(1e-3));
   }
   // The rule and calibrate's inverse of it: 30 ms of compute with 28 ms of
   // collectives at 1/5 of their rate: 6 ms done beside it, 22 after: 52 ms.
