@@ -237,13 +237,16 @@ json measure_contention_layers(const Ctx& c, Communicator& comm) {
       ys[size_t(l)].backward(grad);
       grad = xs[size_t(l)].grad();
       if (after && l > 0) works.push_back(after());
+      // The collectives' end on a side stream that waits for the compute only
+      // up to the last one's queuing: waiting for the whole backward there
+      // would clip their end at the compute's.
+      if (after && l == 1 && side) side->run([&] {
+          for (auto& w : works) w->wait();
+          tc.stop();
+        });
     }
     t.stop();
-    if (side) side->run([&] {
-        for (auto& w : works) w->wait();
-        tc.stop();
-      });
-    else tc.stop();
+    if (!after || !side) tc.stop();
     for (auto& w : works) w->wait();
     const double compute = t.seconds().at(0), end = tc.seconds().at(0);
     synchronize(c.cuda);
