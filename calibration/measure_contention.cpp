@@ -182,7 +182,7 @@ ModelSpec layer_probe_spec(bool quick) {
   ModelSpec m;
   m.name = "calibrate-contention-probe";
   m.arch = Arch::Decoder;
-  m.layers = quick ? 2 : 6;
+  m.layers = quick ? 3 : 6;
   m.hidden = quick ? 64 : 2048, m.heads = quick ? 4 : 32, m.kv_heads = quick ? 2 : 8;
   m.ffn = quick ? 128 : 8192, m.vocab = 1024;
   m.mlp = MlpKind::SwiGlu, m.norm = NormKind::RmsNorm, m.pos = PosEmbed::Rotary;

@@ -567,20 +567,18 @@ at::Tensor TransformerModel::head_norm(const at::Tensor& x, int w, int b) const 
   at::Tensor wt = tp_ && !sp_ ? copy_to_tp(p(w), tp_) : p(w);
   at::Tensor bt = b < 0 ? at::Tensor() : tp_ && !sp_ ? copy_to_tp(p(b), tp_) : p(b);
   const int64_t d = spec_.head_dim();
-  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {d}, wt, bt, 1e-5);
-  return at::rms_norm(x, {d}, wt, 1e-6);
+  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {d}, wt, bt, norm_eps());
+  return at::rms_norm(x, {d}, wt, norm_eps());
 }
 
 // The model's norms go through runtime/model/fused_ops (one kernel each way on
 // CUDA, at::layer_norm / at::rms_norm elsewhere).
 at::Tensor TransformerModel::norm(const at::Tensor& x, int w, int b) const {
-  const bool ln = spec_.norm == NormKind::LayerNorm;
-  return rt::norm(x, p(w), popt(b), ln ? 1e-5 : 1e-6, !ln);
+  return rt::norm(x, p(w), popt(b), norm_eps(), spec_.norm != NormKind::LayerNorm);
 }
 
 std::array<at::Tensor, 2> TransformerModel::add_norm(const at::Tensor& x, const at::Tensor& y, int w, int b) const {
-  const bool ln = spec_.norm == NormKind::LayerNorm;
-  return rt::add_norm(x, y, p(w), popt(b), ln ? 1e-5 : 1e-6, !ln);
+  return rt::add_norm(x, y, p(w), popt(b), norm_eps(), spec_.norm != NormKind::LayerNorm);
 }
 
 // Under tp, xn is the full input (after enter_tp; under sp the sequence shard,

@@ -247,6 +247,8 @@ class TransformerModel {
 
  private:
   at::Tensor norm(const at::Tensor& x, int w, int b) const;
+  // The norm kind's epsilon: LayerNorm 1e-5, RMSNorm 1e-6 (every norm of the model).
+  double norm_eps() const { return spec_.norm == NormKind::LayerNorm ? 1e-5 : 1e-6; }
   // {x + y, norm(x + y)}: the residual add and the norm after it, fused on CUDA.
   std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, int w, int b) const;
   at::Tensor post_norm(const at::Tensor& x, int w, int b) const;  // norm(), or x when w < 0

@@ -149,8 +149,16 @@ assert all(x["backend"] == "mpi" and x["group_size"] == 2 and x["seconds"] > 0 f
 assert c["ranks"] == 2
 # Compute beside the collectives: both measured on every rank at once (the fit leaves the CPU's out).
 cb = c["compute_beside_comm"]
-assert [x["op"] for x in cb] == ["all_reduce", "all_gather"], cb
-assert all(x["calls"] >= 4 and x["compute_alone_seconds"] > 0 and x["slowdown"] >= 1 for x in cb), cb
+loop = [x for x in cb if "payload" not in x]
+assert [x["op"] for x in loop] == ["all_reduce", "all_gather"], cb
+assert all(x["calls"] >= 4 and x["compute_alone_seconds"] > 0 and x["slowdown"] >= 1 for x in loop), cb
+# And beside the runtime's own layers' backward, a collective after each layer but the last:
+# each op with each layer's gradients (fitted) and sized to a layer's time (a diagnosis).
+lay = [x for x in cb if "payload" in x]
+assert [(x["op"], x["payload"]) for x in lay] == [("all_reduce", "layers"), ("all_reduce", "layers_time"),
+                                                  ("reduce_scatter", "layers"), ("reduce_scatter", "layers_time")], cb
+assert all(x["calls"] == x["layers"] - 1 >= 2 and x["layer_seconds"] > 0 and x["slowdown"] >= 1 and x["bytes"] > 0
+           and abs(x["compute_alone_seconds"] - x["layers"] * x["layer_seconds"]) < 1e-12 for x in lay), lay
 # Tensor-parallel collectives between GEMMs: the three ops, each chain timed with its parts apart.
 tc = c["tp_chain"]
 assert [x["op"] for x in tc] == ["all_reduce", "all_gather", "reduce_scatter"], tc
