@@ -36,6 +36,21 @@ using nlohmann::json;
 //  - the compute, for the time the two overlap:
 //    slowdown = 1 + (with - alone) / min(alone, collectives' time beside it).
 // On the CPU (MPI) the collectives' time beside the compute is not measured.
+// Each figure's largest over the ranks of `comm` (every rank calls at once):
+// what every rank must size its calls by.
+std::vector<double> slowest_rank(const Ctx& c, Communicator& comm, const std::vector<double>& mine) {
+  const int g = comm.size();
+  const int64_t n = int64_t(mine.size());
+  at::Tensor t = at::tensor(mine, at::TensorOptions().dtype(at::kDouble)).to(c.device);
+  at::Tensor all = at::empty({g * n}, t.options());
+  comm.all_gather(t, all)->wait();
+  synchronize(c.cuda);
+  const at::Tensor worst = all.view({g, n}).amax(0).cpu();
+  std::vector<double> out(mine.size());
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = worst[i].item<double>();
+  return out;
+}
+
 struct ContentionRig {
   const Ctx& c;
   Communicator& comm;
@@ -104,14 +119,8 @@ struct ContentionRig {
   // Every rank must queue the same number of collectives: as many as take
   // about as long as the compute on the slowest rank.
   int calls_like_compute(double per_call, double alone) {
-    const int g = comm.size();
-    at::Tensor mine = at::tensor(std::vector<double>{per_call, alone}, at::TensorOptions().dtype(at::kDouble))
-                          .to(c.device);
-    at::Tensor all = at::empty({2 * g}, mine.options());
-    comm.all_gather(mine, all)->wait();
-    synchronize(c.cuda);
-    const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
-    return int(std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-6), 4.0, 400.0));
+    const auto worst = slowest_rank(c, comm, {per_call, alone});
+    return int(std::clamp(worst[1] / std::max(worst[0], 1e-6), 4.0, 400.0));
   }
   json point(const std::string& o);
 };
@@ -162,22 +171,9 @@ json ContentionRig::point(const std::string& o) {
   return p;
 }
 
-}  // namespace
-
-json measure_contention(const Ctx& c, Communicator& comm) {
-  ContentionRig rig(c, comm);
-  rig.compute();
-  synchronize(c.cuda);
-  json ops = json::array();
-  for (const char* op : {"all_reduce", "all_gather"}) ops.push_back(rig.point(op));
-  return ops;
-}
-
-namespace {
-
 // The probe of measure_contention_layers: the runtime's decoder layer of
 // Llama-3.2-1B (hidden 2048, 32 heads, 8 kv heads, SwiGLU 8192, RMSNorm,
-// rotary) over one sequence of 4096 tokens; on the CPU (MPI, CI) a tiny one.
+// rotary), six of them; on the CPU (MPI, CI) three tiny ones.
 ModelSpec layer_probe_spec(bool quick) {
   ModelSpec m;
   m.name = "calibrate-contention-probe";
@@ -191,6 +187,16 @@ ModelSpec layer_probe_spec(bool quick) {
 }
 
 }  // namespace
+
+json measure_contention(const Ctx& c, Communicator& comm) {
+  ContentionRig rig(c, comm);
+  rig.compute();
+  synchronize(c.cuda);
+  json ops = json::array();
+  for (const char* op : {"all_reduce", "all_gather"}) ops.push_back(rig.point(op));
+  return ops;
+}
+
 
 // Compute beside the collectives as a data-parallel backward has them: the
 // runtime's own layers' backward (layer_probe_spec, 2 x 4096 tokens), one
@@ -278,13 +284,8 @@ json measure_contention_layers(const Ctx& c, Communicator& comm) {
         // As many elements as take one layer's backward alone, in whole
         // multiples of the group size (the slowest rank's figures decide).
         const double one = time_fixed(c, [&] { run_one(full, part)->wait(); }, 5);
-        at::Tensor mine = at::tensor(std::vector<double>{one, pass}, at::TensorOptions().dtype(at::kDouble)).to(c.device);
-        at::Tensor all = at::empty({2 * g}, mine.options());
-        comm.all_gather(mine, all)->wait();
-        synchronize(c.cuda);
-        const at::Tensor worst = all.view({g, 2}).amax(0).cpu();
-        const double scale =
-            std::clamp(worst[1].item<double>() / std::max(worst[0].item<double>(), 1e-9), 1.0 / 16, 64.0);
+        const auto worst = slowest_rank(c, comm, {one, pass});
+        const double scale = std::clamp(worst[1] / std::max(worst[0], 1e-9), 1.0 / 16, 64.0);
         n = std::max<int64_t>(g, int64_t(double(n) * scale) / g * g);
         full = at::ones({n}, opt), part = at::empty({n / g}, opt);
         run_one(full, part)->wait();
@@ -299,6 +300,8 @@ json measure_contention_layers(const Ctx& c, Communicator& comm) {
       synchronize(c.cuda);
       const double alone = ta.seconds().at(0), coll = alone / (L - 1);
       const auto [with, end] = best([&] { return run_one(full, part); });
+      // On the CPU (MPI shares the cores; the fit does not apply it) only the
+      // compute's ratio, with no collectives' end to solve from.
       const auto [slow, comm_slow] = c.cuda ? chain_slowdowns_from(L, L - 1, pass, coll, with, end)
                                             : std::pair<double, double>{std::max(1.0, with / (pass * L)), 1.0};
       const int64_t bytes = n * full.element_size();

@@ -149,46 +149,38 @@ TEST_CASE("DP gradient reduction is hidden behind a long enough backward, except
     CHECK(makespan_lower_bound(slow, 1) <= both.makespan_seconds + 1e-12);
   }
   // calibrate's chain of passes, each followed by its collective, under the
-  // same rules: the simulated program above (8 backwards of 0.5 s after a 1 s
-  // forward, an all-reduce of 0.25 s after each, s = 1.5, c = 4) ends its
-  // backward at 6.75 s and its collectives 0.6875 s later.
-  {
-    const ChainBeside ch = chain_beside(8, 8, 0.5, 0.25, 1.5, 4);
-    CHECK(ch.compute_end == Approx(6.75 - 1));
-    CHECK(ch.comm_end == Approx(6.75 - 1 + 0.6875));
-    const auto [s_back, c_back] = chain_slowdowns_from(8, 8, 0.5, 0.25, ch.compute_end, ch.comm_end);
-    CHECK(s_back == Approx(1.5).epsilon(1e-3));
-    CHECK(c_back == Approx(4).epsilon(1e-3));
-  }
-  // By hand: 3 passes of 1 s, collectives of 1 s, s = 1.1, c = 2. The second
-  // pass is beside the first collective all along (1.1 s), which does 0.55 of
-  // its work then and ends at 2 + 1.1 - 0.55 = 2.55; the second collective
-  // queues behind it to 3.55, moves to 4.1 beside the third pass (ends 3.2),
-  // and the third runs alone after it: 5.1.
-  {
-    const ChainBeside ch = chain_beside(3, 3, 1, 1, 1.1, 2);
-    CHECK(ch.compute_end == Approx(3.2));
-    CHECK(ch.comm_end == Approx(5.1));
-    const auto [s_back, c_back] = chain_slowdowns_from(3, 3, 1, 1, 3.2, 5.1);
-    CHECK(s_back == Approx(1.1).epsilon(1e-3));
-    CHECK(c_back == Approx(2).epsilon(1e-3));
-    // Nothing slower than alone: both 1.
-    const auto [s1, c1] = chain_slowdowns_from(3, 3, 1, 1, 3, 4);
-    CHECK(s1 == Approx(1));
-    CHECK(c1 == Approx(1));
-  }
+  // same rules, and its inverse: the chain's two ends by hand, and (s, c) back
+  // from them.
+  auto chain_round_trip = [](int n, int colls, double pass, double coll, double s, double c, double compute_end,
+                             double comm_end) {
+    const ChainBeside ch = chain_beside(n, colls, pass, coll, s, c);
+    CHECK(ch.compute_end == Approx(compute_end));
+    CHECK(ch.comm_end == Approx(comm_end));
+    const auto [s_back, c_back] = chain_slowdowns_from(n, colls, pass, coll, ch.compute_end, ch.comm_end);
+    CHECK(s_back == Approx(s).epsilon(1e-3));
+    CHECK(c_back == Approx(c).epsilon(1e-3));
+  };
+  // The simulated program above (8 backwards of 0.5 s after a 1 s forward, an
+  // all-reduce of 0.25 s after each, s = 1.5, c = 4) ends its backward at
+  // 6.75 s and its collectives 0.6875 s later.
+  chain_round_trip(8, 8, 0.5, 0.25, 1.5, 4, 6.75 - 1, 6.75 - 1 + 0.6875);
+  // 3 passes of 1 s, collectives of 1 s, s = 1.1, c = 2. The second pass is
+  // beside the first collective all along (1.1 s), which does 0.55 of its work
+  // then and ends at 2 + 1.1 - 0.55 = 2.55; the second collective queues
+  // behind it to 3.55, moves to 4.1 beside the third pass (ends 3.2), and the
+  // third runs alone after it: 5.1.
+  chain_round_trip(3, 3, 1, 1, 1.1, 2, 3.2, 5.1);
   // No collective after the last pass: 4 passes of 1 s, collectives of 0.25 s
   // after the first 3, s = 1.2, c = 2. Each collective is done 0.5 s into the
   // next pass, which takes 1 + 0.5 x 0.2 = 1.1 s: the compute ends at
   // 1 + 3 x 1.1 = 4.3, the last collective at 3.2 + 0.5 = 3.7, inside the last
   // pass; both slowdowns come back though the collectives never queue up.
+  chain_round_trip(4, 3, 1, 0.25, 1.2, 2, 4.3, 3.7);
+  // Nothing slower than alone: both 1.
   {
-    const ChainBeside ch = chain_beside(4, 3, 1, 0.25, 1.2, 2);
-    CHECK(ch.compute_end == Approx(4.3));
-    CHECK(ch.comm_end == Approx(3.7));
-    const auto [s_back, c_back] = chain_slowdowns_from(4, 3, 1, 0.25, 4.3, 3.7);
-    CHECK(s_back == Approx(1.2).epsilon(1e-3));
-    CHECK(c_back == Approx(2).epsilon(1e-3));
+    const auto [s1, c1] = chain_slowdowns_from(3, 3, 1, 1, 3, 4);
+    CHECK(s1 == Approx(1));
+    CHECK(c1 == Approx(1));
   }
   // The rule and calibrate's inverse of it: 30 ms of compute with 28 ms of
   // collectives at 1/5 of their rate: 6 ms done beside it, 22 after: 52 ms.
