@@ -229,6 +229,22 @@ json miss_causes(const StepPrediction& pred, const json& m, const json& rec, dou
       out["step"]["kernel_classes"] = classes;
       out["step"]["text"] = text;
     }
+    // The DP/ZeRO collectives' slowdown of the passes: the simulator's, and
+    // what --kernels measured beside the NCCL kernels (runtime/kernel_profile.hpp).
+    const json bc = m.contains("kernels") && m["kernels"].is_object()
+                        ? m["kernels"].value("beside_collectives", json())
+                        : json();
+    if (pred.contention_seconds > 0 || (bc.is_object() && num(bc, "compute_beside_seconds") > 0)) {
+      text += fmt::format("; beside the DP/ZeRO collectives: {:.4f} s of slowdown predicted", pred.contention_seconds);
+      if (bc.is_object()) {
+        text += fmt::format(", {:.4f} s of compute kernels measured beside NCCL kernels", num(bc, "compute_beside_seconds"));
+        if (bc.contains("slowdown") && bc["slowdown"].is_number())
+          text += fmt::format(" ({:.2f}x the same kernels alone, by name)", bc["slowdown"].get<double>());
+      }
+      out["step"]["beside_collectives"] = {{"contention_predicted", pred.contention_seconds},
+                                           {"measured", bc.is_object() ? bc : json()}};
+      out["step"]["text"] = text;
+    }
   }
   const json& pc = rec["predicted"]["categories"];
   const json& mc = rec["measured"]["categories"];

@@ -133,6 +133,21 @@ TEST_CASE("validate: the causes of a miss from the run's own actions", "[validat
   (*run.result)["measurement"]["action_seconds"] = {{"F", 0.3}, {"B", 0.6}};
   (*run.result)["measurement"]["step_seconds"]["median"] = 1.3;
   CHECK(plan_record(entry("c", "A"), pred, "", run)["causes"]["step"]["larger"] == "compute");
+  // The collectives' slowdown: predicted, and measured beside the NCCL kernels.
+  {
+    StepPrediction pc = pred;
+    pc.contention_seconds = 0.05;
+    RunOutcome rk = run;
+    (*rk.result)["measurement"]["kernels"] = {
+        {"beside_collectives", {{"compute_beside_seconds", 0.12}, {"slowdown", 1.16}}}};
+    const json c2 = plan_record(entry("k", "A"), pc, "", rk)["causes"]["step"];
+    CHECK(c2["beside_collectives"]["contention_predicted"].get<double>() == Approx(0.05));
+    CHECK(contains(c2["text"].get<std::string>(),
+                   "beside the DP/ZeRO collectives: 0.0500 s of slowdown predicted, 0.1200 s of compute kernels "
+                   "measured beside NCCL kernels (1.16x the same kernels alone, by name)"));
+    // Neither predicted nor measured: nothing said.
+    CHECK(!plan_record(entry("k0", "A"), pred, "", run)["causes"]["step"].contains("beside_collectives"));
+  }
   // The table names the cause for a plan missing by more than 4%.
   json plans = json::array({r});
   json report = {{"sweep_name", "t"}, {"steps", 2}, {"warmup", 1}, {"held_out", "B"}, {"plans", plans},
