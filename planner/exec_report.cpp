@@ -45,6 +45,7 @@ std::string error_text(const Row& r) {
 nlohmann::json kernel_class_comparison(const StepPrediction& p, const nlohmann::json& m) {
   if (!m.contains("kernels") || !m["kernels"].is_object()) return nullptr;
   const json& k = m["kernels"];
+  if (!k.contains("by_class") || !k["by_class"].is_object()) return nullptr;
   const json& c = k["by_class"];
   // The kernels are rank 0's: its pipeline stage's, with under tp the
   // collectives it waits for inside the passes (in the measured span).
