@@ -26,11 +26,14 @@ bool has(const std::string& lower, const char* part) { return lower.find(part) !
 
 bool is_compute(KernelClass c) { return c == KernelClass::Gemm || c == KernelClass::Attention || c == KernelClass::Memory; }
 
+// Each kernel name's class, as summarize_kernels found it.
+using ClassOf = std::map<std::string, KernelRow>;
+
 // The collectives' intervals merged into a sorted union.
-std::vector<std::pair<double, double>> comm_union(const std::vector<KernelEvent>& events) {
+std::vector<std::pair<double, double>> comm_union(const std::vector<KernelEvent>& events, const ClassOf& rows) {
   std::vector<std::pair<double, double>> iv;
   for (const auto& e : events)
-    if (kernel_class(e.name) == KernelClass::Comm && e.seconds > 0) iv.push_back({e.start_seconds, e.start_seconds + e.seconds});
+    if (rows.at(e.name).cls == KernelClass::Comm && e.seconds > 0) iv.push_back({e.start_seconds, e.start_seconds + e.seconds});
   std::sort(iv.begin(), iv.end());
   std::vector<std::pair<double, double>> u;
   for (const auto& x : iv) {
@@ -49,9 +52,9 @@ double inside(const std::vector<std::pair<double, double>>& u, double a, double 
   return s;
 }
 
-BesideComm beside_comm(const std::vector<KernelEvent>& events) {
+BesideComm beside_comm(const std::vector<KernelEvent>& events, const ClassOf& rows) {
   BesideComm r;
-  const auto u = comm_union(events);
+  const auto u = comm_union(events, rows);
   for (const auto& x : u) r.comm_busy_seconds += x.second - x.first;
   if (u.empty()) return r;
   struct Launches {
@@ -60,7 +63,7 @@ BesideComm beside_comm(const std::vector<KernelEvent>& events) {
   };
   std::map<std::string, Launches> by_name;
   for (const auto& e : events) {
-    const KernelClass c = kernel_class(e.name);
+    const KernelClass c = rows.at(e.name).cls;
     if (!is_compute(c) || e.seconds <= 0) continue;
     const double in = inside(u, e.start_seconds, e.start_seconds + e.seconds);
     r.beside_seconds[size_t(c)] += in;
@@ -70,7 +73,7 @@ BesideComm beside_comm(const std::vector<KernelEvent>& events) {
   }
   for (const auto& [name, l] : by_name)
     if (l.alone > 0 && l.beside > 0) {
-      const size_t c = size_t(kernel_class(name));
+      const size_t c = size_t(rows.at(name).cls);
       r.matched_seconds[c] += l.beside_s;
       r.matched_alone_seconds[c] += double(l.beside) * l.alone_s / double(l.alone);
     }
@@ -122,13 +125,13 @@ KernelProfile summarize_kernels(const std::vector<KernelEvent>& events) {
      : r.cls == KernelClass::HostCopy  ? p.host_copy_seconds
                                        : p.comm_seconds) += e.seconds;
     p.launches += 1;
-    if (r.cls == KernelClass::HostCopy || r.cls == KernelClass::Comm) continue;  // other streams
+    if (!is_compute(r.cls)) continue;  // other streams
     if (computed == 0 || e.start_seconds < first) first = e.start_seconds;
     if (computed == 0 || e.start_seconds + e.seconds > last) last = e.start_seconds + e.seconds;
     computed += 1;
   }
   p.span_seconds = last - first;
-  p.beside = beside_comm(events);
+  p.beside = beside_comm(events, by_name);
   for (auto& [_, r] : by_name) p.kernels.push_back(std::move(r));
   std::stable_sort(p.kernels.begin(), p.kernels.end(),
                    [](const KernelRow& a, const KernelRow& b) { return a.seconds > b.seconds; });
