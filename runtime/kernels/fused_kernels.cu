@@ -4,6 +4,7 @@
 // each input and one write of each output, 16-byte vector accesses where the
 // widths allow, fp32 arithmetic.
 #include "runtime/kernels/fused_kernels.hpp"
+#include "runtime/kernels/kernel_util.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,33 +20,7 @@
 namespace planner::rt::fused {
 namespace {
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// N elements of T loaded or stored as one 16-byte access (N * sizeof(T) == 16),
-// or one at a time when N == 1.
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-template <class T, int N>
-__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  const Pack<T, N> x = *reinterpret_cast<const Pack<T, N>*>(p);
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_f(x.v[i]);
-}
-template <class T, int N>
-__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
-  Pack<T, N> x;
-#pragma unroll
-  for (int i = 0; i < N; ++i) x.v[i] = from_f<T>(in[i]);
-  *reinterpret_cast<Pack<T, N>*>(p) = x;
-}
+// to_f, from_f, Pack, load, store, blocks_for, check_launch, aligned16, S: kernel_util.cuh.
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
@@ -63,17 +38,6 @@ __device__ __forceinline__ float act_grad(float g, bool gelu) {
   return sg * (1.f + g * (1.f - sg));
 }
 
-int blocks_for(int64_t work, int threads) {
-  const int64_t b = (work + threads - 1) / threads;
-  return int(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
-}
-
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ---- GLU -------------------------------------------------------------------
 
@@ -575,16 +539,8 @@ void norm_bwd_t(const void* dn, const void* a, const void* w, const float* mean,
   check_launch("norm_backward (weight gradients)");
 }
 
-cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace
-
-#define PLANNER_DISPATCH(t, F, ...)                   \
-  switch (t) {                                        \
-    case Dtype::F32: F<float>(__VA_ARGS__); break;    \
-    case Dtype::F16: F<__half>(__VA_ARGS__); break;   \
-    case Dtype::BF16: F<__nv_bfloat16>(__VA_ARGS__); break; \
-  }
 
 void glu_forward(Dtype t, const void* u, void* a, int64_t rows, int64_t f, bool gelu, void* stream) {
   PLANNER_DISPATCH(t, glu_fwd_t, u, a, rows, f, gelu, S(stream));

@@ -65,4 +65,23 @@ void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const 
 // kept gradient is pre-multiplied by the factor the backward brings).
 void scale_by_ratio(Dtype t, void* x, int64_t n, const float* num, double den, void* stream);
 
+// ---- FP8 per-tensor scaling (runtime/kernels/fp8_kernels.cu) -----------------
+// The casts around an FP8 GEMM (runtime/model/fp8_linear.hpp), in two kernels
+// instead of ATen's six: fp8_amax reads x once; fp8_cast reads it again and
+// writes one byte per element, row-major, transposed, or both in one pass.
+
+// *amax = max |x| over n elements (fp32; NaN when x holds one), overwritten.
+void fp8_amax(Dtype t, const void* x, int64_t n, float* amax, void* stream);
+
+// The scaled cast of x (rows x cols, row-major) with scale = fmax / *amax as
+// (1 / amax) * fmax in fp32, or 1 when amax is not > 0 (ATen's arithmetic in
+// fp8_linear.cpp, so both give the same bytes): q = fp8(float(x) * scale),
+// rounded to nearest even and saturated at fmax (e5m2: fmax 57344, else
+// e4m3 448). Writes q into out (rows x cols) and/or its transpose into out_t
+// (cols x rows); either may be null. *scale_inv = 1 / scale. The transposed
+// form needs rows and cols even and x 2-element aligned (fp8_cast_supported).
+bool fp8_cast_supported(Dtype t, const void* x, int64_t rows, int64_t cols);
+void fp8_cast(Dtype t, const void* x, int64_t rows, int64_t cols, const float* amax, bool e5m2, void* out, void* out_t,
+              float* scale_inv, void* stream);
+
 }  // namespace planner::rt::fused

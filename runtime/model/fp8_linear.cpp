@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/model/fused_ops.hpp"
+#include "runtime/model/kernel_dispatch.hpp"
 #include "runtime/model/transformer.hpp"
 
 namespace planner::rt {
@@ -32,17 +34,23 @@ void check_dims(int64_t tokens, int64_t out, int64_t in) {
 }
 
 // y = x w^T + b with x (.., in), w (out, in), b (out) or empty; see the header.
+// The forward's amax of x and of w are kept for the backward (x is saved and
+// w does not change before the optimizer step), so the backward reads each
+// of them once, for its transposed cast.
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
     const int64_t out = w.size(0), in = w.size(1);
     const at::Tensor x2 = x.reshape({-1, in});
     check_dims(x2.size(0), out, in);
-    const Fp8Tensor x8 = quantize_fp8(x2, at::kFloat8_e4m3fn);
-    const Fp8Tensor w8 = quantize_fp8(w, at::kFloat8_e4m3fn);
+    const at::Tensor amax_x = fp8_amax(x2), amax_w = fp8_amax(w);
+    const Fp8Tensor x8 = cast_fp8(x2, amax_x, at::kFloat8_e4m3fn, true, false).row;
+    const Fp8Tensor w8 = cast_fp8(w, amax_w, at::kFloat8_e4m3fn, true, false).row;
     // x (row-major) times w^T: w8 is (out, in) contiguous, so its transpose is column-major.
     at::Tensor y = fp8_mm(x8, {w8.data.t(), w8.scale_inv}, x.scalar_type(), b.numel() > 0 ? b : at::Tensor());
     ctx->save_for_backward({x, w, b});
     ctx->saved_data["gx"] = x.requires_grad();
+    ctx->saved_data["amax_x"] = amax_x;
+    ctx->saved_data["amax_w"] = amax_w;
     auto shape = x.sizes().vec();
     shape.back() = out;
     // Not a view (y is this function's own), as LinearAccum returns it: a
@@ -56,18 +64,21 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     const int64_t out = w.size(0), in = w.size(1);
     const at::ScalarType dt = x.scalar_type();
     const at::Tensor g2 = grads[0].reshape({-1, out});  // (tokens, out)
-    const Fp8Tensor g8 = quantize_fp8(g2, at::kFloat8_e5m2);
+    const bool need_gx = ctx->saved_data["gx"].toBool();
+    // dY in e5m2: row-major for dX, transposed (out x tokens) for dW.
+    Fp8Casts g8 = cast_fp8(g2, fp8_amax(g2), at::kFloat8_e5m2, need_gx, true);
     at::Tensor gx, gw_ret, gb_ret;
-    if (ctx->saved_data["gx"].toBool()) {
+    if (need_gx) {
       // dX (tokens x in) = dY (tokens x out) W (out x in): W column-major is
-      // its transpose made contiguous, transposed back (a copy).
-      const Fp8Tensor w8 = quantize_fp8(w, at::kFloat8_e4m3fn);
-      gx = fp8_mm(g8, {w8.data.t().contiguous().t(), w8.scale_inv}, dt).view(x.sizes());
+      // W's transposed cast (in x out, contiguous), transposed back as a view.
+      const Fp8Tensor wt = cast_fp8(w, ctx->saved_data["amax_w"].toTensor(), at::kFloat8_e4m3fn, false, true).t;
+      gx = fp8_mm(g8.row, {wt.data.t(), wt.scale_inv}, dt).view(x.sizes());
+      g8.row = {};  // freed before X's cast (costmodel/fp8_costs.cpp counts these moments)
     }
-    // dW (out x in) = dY^T (out x tokens, row-major: a copy) X (tokens x in, column-major: a copy).
-    const Fp8Tensor x8 = quantize_fp8(x.reshape({-1, in}), at::kFloat8_e4m3fn);
-    const at::Tensor dw = fp8_mm({g8.data.t().contiguous(), g8.scale_inv},
-                                 {x8.data.t().contiguous().t(), x8.scale_inv}, dt);
+    // dW (out x in) = dY^T (out x tokens, row-major) X (tokens x in, column-major: X's transposed cast).
+    const Fp8Tensor xt =
+        cast_fp8(x.reshape({-1, in}), ctx->saved_data["amax_x"].toTensor(), at::kFloat8_e4m3fn, false, true).t;
+    const at::Tensor dw = fp8_mm(g8.t, {xt.data.t(), xt.scale_inv}, dt);
     // Saved leaves unpack as the parameters themselves, so .grad() is the
     // gradient buffer bound now (as LinearAccum, runtime/model/transformer.cpp).
     at::Tensor gw = w.grad();
@@ -85,22 +96,60 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
 
 }  // namespace
 
-at::Tensor fp8_scale(const at::Tensor& x, at::ScalarType fp8) {
-  const double mx = max_of(fp8);
+at::Tensor fp8_amax(const at::Tensor& x) {
+#if PLANNER_FUSED_CUDA
+  if (kernels_run_on(x) && x.is_contiguous()) {
+    at::Tensor amax = at::empty({1}, x.options().dtype(at::kFloat));
+    fused::fp8_amax(*kernel_dtype(x), x.data_ptr(), x.numel(), amax.data_ptr<float>(), stream_of(x));
+    return amax;
+  }
+#endif
   // One reduction kernel reading x (no |x| temporary), in fp32.
-  const at::Tensor amax = at::linalg_vector_norm(x, INFINITY, std::nullopt, false, at::kFloat);
+  return at::linalg_vector_norm(x, INFINITY, std::nullopt, false, at::kFloat).reshape({1});
+}
+
+at::Tensor fp8_scale_from_amax(const at::Tensor& amax, at::ScalarType fp8) {
+  const double mx = max_of(fp8);
   return at::where(amax > 0, amax.reciprocal().mul_(mx), 1.0).reshape({1});
 }
 
-Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8) {
-  const at::Tensor scale = fp8_scale(x, fp8);
+at::Tensor fp8_scale(const at::Tensor& x, at::ScalarType fp8) { return fp8_scale_from_amax(fp8_amax(x), fp8); }
+
+Fp8Casts cast_fp8(const at::Tensor& x2, const at::Tensor& amax, at::ScalarType fp8, bool row, bool transposed) {
+  (void)max_of(fp8);  // refuses a dtype that is not FP8
+  if (x2.dim() != 2) throw std::invalid_argument("cast_fp8: expected a matrix");
+  Fp8Casts out;
+#if PLANNER_FUSED_CUDA
+  if (kernels_run_on(x2) && x2.is_contiguous() &&
+      (!transposed || fused::fp8_cast_supported(*kernel_dtype(x2), x2.data_ptr(), x2.size(0), x2.size(1)))) {
+    const int64_t rows = x2.size(0), cols = x2.size(1);
+    const at::Tensor scale_inv = at::empty({1}, x2.options().dtype(at::kFloat));
+    if (row) out.row = {at::empty({rows, cols}, x2.options().dtype(fp8)), scale_inv};
+    if (transposed) out.t = {at::empty({cols, rows}, x2.options().dtype(fp8)), scale_inv};
+    fused::fp8_cast(*kernel_dtype(x2), x2.data_ptr(), rows, cols, amax.data_ptr<float>(), fp8 == at::kFloat8_e5m2,
+                    row ? out.row.data.data_ptr() : nullptr, transposed ? out.t.data.data_ptr() : nullptr,
+                    scale_inv.data_ptr<float>(), stream_of(x2));
+    return out;
+  }
+#endif
+  const at::Tensor scale = fp8_scale_from_amax(amax, fp8);
   // A one-element (not 0-dim) fp32 scale promotes the product to fp32, so
   // the scaling rounds once, at the cast. No clamp is needed: |x| <= amax,
   // so |x * scale| exceeds max_fp8 by a few fp32 rounding steps at most,
   // which the cast rounds back to max_fp8 (the next step, 480 for e4m3 and
   // 65536 for e5m2, lies 7% and 14% higher), never to NaN or inf.
-  at::Tensor y = at::mul(x, scale).to(fp8);
-  return {y, scale.reciprocal()};
+  at::Tensor q = at::mul(x2, scale).to(fp8);
+  const at::Tensor scale_inv = scale.reciprocal();
+  if (transposed) out.t = {q.t().contiguous(), scale_inv};
+  if (row) out.row = {std::move(q), scale_inv};
+  return out;
+}
+
+Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8) {
+  const at::Tensor x2 = x.reshape({-1, x.dim() > 0 ? x.size(-1) : 1});
+  Fp8Tensor q = cast_fp8(x2, fp8_amax(x2), fp8, true, false).row;
+  q.data = q.data.view(x.sizes());
+  return q;
 }
 
 at::Tensor dequantize_fp8(const Fp8Tensor& q, at::ScalarType out) {

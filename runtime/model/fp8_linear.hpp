@@ -16,10 +16,12 @@
 //
 // The GEMMs accumulate in fp32 and write bf16 (out_dtype). The bf16 input and
 // weight are what the backward keeps (torchao saves the high-precision
-// tensors too): the backward casts them again, so the saved activations are
-// those of bf16 training. Hopper's FP8 tensor cores take one operand layout,
-// A row-major and B column-major, so the backward's GEMMs use transposed
-// copies (costmodel/layer_costs.cpp prices them, memory_model.cpp holds them).
+// tensors too): the backward casts them again (with the forward's amax, one
+// fp32 number each), so the saved activations are those of bf16 training.
+// Hopper's FP8 tensor cores take one operand layout, A row-major and B
+// column-major, so the backward's GEMMs take transposed casts: dY's both
+// ways, W's and X's transposed only (costmodel/fp8_costs.cpp prices the
+// kernels and holds the copies).
 //
 // at::_scaled_mm: CUDA only, compute capability 8.9 or later, every dimension
 // a multiple of 16; its signature is the same from torch 2.4 through 2.11 and
@@ -41,8 +43,22 @@ struct Fp8Tensor {
   at::Tensor scale_inv;  // fp32, one element: 1 / scale (what at::_scaled_mm multiplies by)
 };
 
+// max |x| as a one-element fp32 tensor on x's device.
+at::Tensor fp8_amax(const at::Tensor& x);
+// max_fp8 / amax as a one-element fp32 tensor (1 where amax is 0).
+at::Tensor fp8_scale_from_amax(const at::Tensor& amax, at::ScalarType fp8);
 // max_fp8 / max|x| as a one-element fp32 tensor on x's device (1 where x is all zero).
 at::Tensor fp8_scale(const at::Tensor& x, at::ScalarType fp8);
+struct Fp8Casts {
+  Fp8Tensor row;  // the cast, rows x cols (undefined data unless asked)
+  Fp8Tensor t;    // its transpose, cols x rows, contiguous (undefined unless asked)
+};
+// The scaled cast of the matrix x2 (rows x cols) to `fp8` with the scale of
+// `amax` (fp8_amax of x2, or of the same values earlier), row-major and/or
+// transposed. On CUDA with the runtime's kernels (runtime/kernels/fp8_kernels.cu,
+// PLANNER_FUSED_KERNELS) one kernel writes both; otherwise ATen's scale
+// multiply, cast and transposing copy. The same bytes either way.
+Fp8Casts cast_fp8(const at::Tensor& x2, const at::Tensor& amax, at::ScalarType fp8, bool row, bool transposed);
 // The scaled cast of x (any floating dtype) to `fp8` (Float8_e4m3fn or Float8_e5m2).
 Fp8Tensor quantize_fp8(const at::Tensor& x, at::ScalarType fp8);
 // data * scale_inv in `out` (the inverse of quantize_fp8, up to its rounding).

@@ -9,33 +9,14 @@
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
-#if PLANNER_FUSED_CUDA
-#include <c10/cuda/CUDAStream.h>
-
-#include "runtime/kernels/fused_kernels.hpp"
-#endif
+#include "runtime/model/kernel_dispatch.hpp"
 
 namespace planner::rt {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-namespace {
-
-#if PLANNER_FUSED_CUDA
-std::optional<fused::Dtype> kernel_dtype(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return fused::Dtype::F32;
-    case at::kHalf: return fused::Dtype::F16;
-    case at::kBFloat16: return fused::Dtype::BF16;
-    default: return std::nullopt;
-  }
-}
-void* stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-#endif
-
-// The kernels run for this tensor (CUDA, a dtype they take).
-bool use_kernels(const at::Tensor& t) {
+bool kernels_run_on(const at::Tensor& t) {
 #if PLANNER_FUSED_CUDA
   return fused_kernels_enabled() && t.is_cuda() && kernel_dtype(t).has_value();
 #else
@@ -43,6 +24,8 @@ bool use_kernels(const at::Tensor& t) {
   return false;
 #endif
 }
+
+namespace {
 
 at::Tensor act(const at::Tensor& g, bool gelu) { return gelu ? at::gelu(g, "tanh") : at::silu(g); }
 
@@ -54,7 +37,7 @@ struct GluFn : torch::autograd::Function<GluFn> {
     ctx->saved_data["gelu"] = gelu;
     auto shape = u.sizes().vec();
     shape.back() = f;
-    if (use_kernels(u)) {
+    if (kernels_run_on(u)) {
 #if PLANNER_FUSED_CUDA
       at::Tensor a = at::empty(shape, u.options());
       fused::glu_forward(*kernel_dtype(u), u.data_ptr(), a.data_ptr(), u.numel() / (2 * f), f, gelu, stream_of(u));
@@ -68,7 +51,7 @@ struct GluFn : torch::autograd::Function<GluFn> {
     const bool gelu = ctx->saved_data["gelu"].toBool();
     const int64_t f = u.size(-1) / 2;
     at::Tensor da = grads[0].contiguous();
-    if (use_kernels(u)) {
+    if (kernels_run_on(u)) {
 #if PLANNER_FUSED_CUDA
       at::Tensor du = at::empty_like(u);
       fused::glu_backward(*kernel_dtype(u), u.data_ptr(), da.data_ptr(), du.data_ptr(), u.numel() / (2 * f), f, gelu,
@@ -111,7 +94,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     ctx->saved_data["cos"] = c;
     ctx->saved_data["sin"] = sn;
     ctx->saved_data["dims"] = std::vector<int64_t>{nq, nkv, d};
-    if (use_kernels(qkv) && c.scalar_type() == qkv.scalar_type()) {
+    if (kernels_run_on(qkv) && c.scalar_type() == qkv.scalar_type()) {
 #if PLANNER_FUSED_CUDA
       at::Tensor q = at::empty({b, s, nq, d}, qkv.options()), k = at::empty({b, s, nkv, d}, qkv.options()),
                  v = at::empty({b, s, nkv, d}, qkv.options());
@@ -130,7 +113,7 @@ struct RotaryQkvFn : torch::autograd::Function<RotaryQkvFn> {
     const int64_t nq = dims[0], nkv = dims[1], d = dims[2];
     at::Tensor dq = grads[0].contiguous(), dk = grads[1].contiguous(), dv = grads[2].contiguous();
     const int64_t b = dq.size(0), s = dq.size(1);
-    if (use_kernels(dq) && c.scalar_type() == dq.scalar_type()) {
+    if (kernels_run_on(dq) && c.scalar_type() == dq.scalar_type()) {
 #if PLANNER_FUSED_CUDA
       at::Tensor dqkv = at::empty({b, s, (nq + 2 * nkv) * d}, dq.options());
       fused::rotary_backward(*kernel_dtype(dq), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), c.data_ptr(),
@@ -151,7 +134,7 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
     const at::Tensor c = table(cos_in, x.size(3)), sn = table(sin_in, x.size(3));
     ctx->saved_data["cos"] = c;
     ctx->saved_data["sin"] = sn;
-    if (use_kernels(x) && c.scalar_type() == x.scalar_type()) {
+    if (kernels_run_on(x) && c.scalar_type() == x.scalar_type()) {
 #if PLANNER_FUSED_CUDA
       at::Tensor y = at::empty_like(x);
       // The qkv kernel with no k or v heads: x's heads are all "q".
@@ -165,7 +148,7 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const at::Tensor c = ctx->saved_data["cos"].toTensor(), sn = ctx->saved_data["sin"].toTensor();
     at::Tensor g = grads[0].contiguous();
-    if (use_kernels(g) && c.scalar_type() == g.scalar_type()) {
+    if (kernels_run_on(g) && c.scalar_type() == g.scalar_type()) {
 #if PLANNER_FUSED_CUDA
       at::Tensor dx = at::empty_like(g);
       fused::rotary_backward(*kernel_dtype(g), g.data_ptr(), nullptr, nullptr, c.data_ptr(), sn.data_ptr(),
@@ -242,7 +225,7 @@ struct NormFn : torch::autograd::Function<NormFn> {
 // The norm kernels take these tensors: CUDA, one of their dtypes, the weight
 // (and bias) of the input's dtype and width, rows the kernels fit.
 bool norm_kernels_take(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, const at::Tensor& b) {
-  if (!use_kernels(x) || x.dim() < 1 || !w.defined() || w.dim() != 1) return false;
+  if (!kernels_run_on(x) || x.dim() < 1 || !w.defined() || w.dim() != 1) return false;
   const int64_t h = x.size(-1);
   auto same = [&](const at::Tensor& t, bool whole) {
     return !t.defined() || (t.scalar_type() == x.scalar_type() && t.device() == x.device() &&
@@ -316,7 +299,7 @@ std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, con
 
 void scale_by_ratio_(at::Tensor& g, const at::Tensor& num, double den) {
 #if PLANNER_FUSED_CUDA
-  if (use_kernels(g) && g.is_contiguous() && num.is_cuda() && num.numel() == 1) {
+  if (kernels_run_on(g) && g.is_contiguous() && num.is_cuda() && num.numel() == 1) {
     const at::Tensor n = num.to(at::kFloat).contiguous();
     fused::scale_by_ratio(*kernel_dtype(g), g.data_ptr(), g.numel(), n.data_ptr<float>(), den, stream_of(g));
     return;
@@ -327,7 +310,7 @@ void scale_by_ratio_(at::Tensor& g, const at::Tensor& num, double den) {
 
 at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& count,
                                double scale, at::Tensor& grad) {
-  if (!use_kernels(logits) || !logits.is_contiguous() || logits.dim() != 2) return {};
+  if (!kernels_run_on(logits) || !logits.is_contiguous() || logits.dim() != 2) return {};
 #if PLANNER_FUSED_CUDA
   const int64_t n = logits.size(0), V = logits.size(1);
   at::Tensor lab = labels.to(at::kLong).contiguous();

@@ -29,6 +29,10 @@ bool fused_kernels_enabled();
 // planner exec checks before any rank starts.
 bool fused_kernels_from_env();
 
+// Whether the kernels run for t: enabled, a CUDA tensor, of a dtype they take
+// (fp32, fp16, bf16).
+bool kernels_run_on(const at::Tensor& t);
+
 // Gated linear unit: u (..., 2f) = [gate | up] -> act(gate) * up (..., f),
 // act = SiLU (SwiGLU) or GELU's tanh form (GeGLU). Saves u only.
 at::Tensor glu(const at::Tensor& u, bool gelu);

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/fp8_linear.hpp"
@@ -60,43 +61,100 @@ TEST_CASE("fp8: rounding to the nearest e4m3 / e5m2 number", "[fp8]") {
   CHECK_THROWS(quantize_fp8(at::ones({2}), at::kBFloat16));
 }
 
-TEST_CASE("fp8 linear: forward and backward are the GEMMs of the dequantised operands", "[fp8]") {
-  if (!fp8_gemm_available(at::Device(at::kCPU))) {
-    WARN("at::_scaled_mm does not run on this CPU build: the FP8 linear is checked on the device only");
-    return;
-  }
-  at::manual_seed(7);
-  const auto bf = at::TensorOptions().dtype(at::kBFloat16);
-  const at::Tensor x = at::randn({2, 16, 48}, bf).requires_grad_(true);
-  const at::Tensor w = (at::randn({32, 48}, bf) * 0.1).requires_grad_(true);
-  const at::Tensor b = at::randn({32}, bf).requires_grad_(true);
-  const at::Tensor g = at::randn({2, 16, 32}, bf);
-  const at::Tensor y = fp8_linear(x, w, b);
-  REQUIRE(y.sizes() == at::IntArrayRef({2, 16, 32}));
-  y.backward(g);
+namespace {
 
-  // The reference: fp32 GEMMs of what the casts kept.
-  auto deq = [](const at::Tensor& t, at::ScalarType f) { return dequantize_fp8(quantize_fp8(t, f), at::kFloat); };
-  const at::Tensor x2 = x.detach().reshape({-1, 48}), g2 = g.reshape({-1, 32});
-  const at::Tensor xq = deq(x2, at::kFloat8_e4m3fn), wq = deq(w.detach(), at::kFloat8_e4m3fn);
-  const at::Tensor gq = deq(g2, at::kFloat8_e5m2);
-  const at::Tensor y_ref = at::mm(xq, wq.t()) + b.detach().to(at::kFloat);
-  const at::Tensor gx_ref = at::mm(gq, wq), gw_ref = at::mm(gq.t(), xq);
-  // Only the bf16 output's rounding (2^-8 relative) and the addition order differ.
-  auto rel = [](const at::Tensor& a, const at::Tensor& r) {
-    return (a.to(at::kFloat) - r).norm().item<double>() / r.norm().item<double>();
-  };
-  CHECK(rel(y.detach().reshape({-1, 32}), y_ref) < 8e-3);
-  CHECK(rel(x.grad().reshape({-1, 48}), gx_ref) < 8e-3);
-  CHECK(rel(w.grad(), gw_ref) < 8e-3);
-  CHECK(rel(b.grad(), g2.to(at::kFloat).sum(0)) < 8e-3);
-  // And within FP8's own error of the full-precision linear: e4m3 keeps 3
-  // mantissa bits (relative rounding error at most 2^-4 per element).
-  const at::Tensor y_full = at::mm(x2.to(at::kFloat), w.detach().to(at::kFloat).t()) + b.detach().to(at::kFloat);
-  CHECK(rel(y.detach().reshape({-1, 32}), y_full) < 0.0625);
-  // Dimensions that are not multiples of 16 are refused by name.
-  CHECK_THROWS_WITH(fp8_linear(at::randn({3, 48}, bf), w.detach(), b.detach()),
-                    PLANNER_CONTAINS("multiples of 16"));
+// The devices whose at::_scaled_mm runs: the CPU where this LibTorch has the
+// kernel, and the GPU (compute capability 8.9 or later), where the casts run
+// on the runtime's own kernels when they were built.
+std::vector<at::Device> fp8_devices() {
+  std::vector<at::Device> out;
+  if (fp8_gemm_available(at::Device(at::kCPU))) out.emplace_back(at::kCPU);
+  if (at::hasCUDA() && fp8_gemm_available(at::Device(at::kCUDA, 0))) out.emplace_back(at::kCUDA, 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 linear: forward and backward are the GEMMs of the dequantised operands", "[fp8]") {
+  const std::vector<at::Device> devices = fp8_devices();
+  if (devices.empty()) WARN("at::_scaled_mm runs on no device of this build: the FP8 linear is checked on the GPU only");
+  for (const at::Device& dev : devices) {
+    INFO("device " << dev.str());
+    at::manual_seed(7);
+    const auto bf = at::TensorOptions().dtype(at::kBFloat16).device(dev);
+    const at::Tensor x = at::randn({2, 16, 48}, bf).requires_grad_(true);
+    const at::Tensor w = (at::randn({32, 48}, bf) * 0.1).requires_grad_(true);
+    const at::Tensor b = at::randn({32}, bf).requires_grad_(true);
+    const at::Tensor g = at::randn({2, 16, 32}, bf);
+    const at::Tensor y = fp8_linear(x, w, b);
+    REQUIRE(y.sizes() == at::IntArrayRef({2, 16, 32}));
+    y.backward(g);
+
+    // The reference: fp32 GEMMs of what the casts kept.
+    auto deq = [](const at::Tensor& t, at::ScalarType f) { return dequantize_fp8(quantize_fp8(t, f), at::kFloat); };
+    const at::Tensor x2 = x.detach().reshape({-1, 48}), g2 = g.reshape({-1, 32});
+    const at::Tensor xq = deq(x2, at::kFloat8_e4m3fn), wq = deq(w.detach(), at::kFloat8_e4m3fn);
+    const at::Tensor gq = deq(g2, at::kFloat8_e5m2);
+    const at::Tensor y_ref = at::mm(xq, wq.t()) + b.detach().to(at::kFloat);
+    const at::Tensor gx_ref = at::mm(gq, wq), gw_ref = at::mm(gq.t(), xq);
+    // Only the bf16 output's rounding (2^-8 relative) and the addition order differ.
+    auto rel = [](const at::Tensor& a, const at::Tensor& r) {
+      return (a.to(at::kFloat) - r).norm().item<double>() / r.norm().item<double>();
+    };
+    CHECK(rel(y.detach().reshape({-1, 32}), y_ref) < 8e-3);
+    CHECK(rel(x.grad().reshape({-1, 48}), gx_ref) < 8e-3);
+    CHECK(rel(w.grad(), gw_ref) < 8e-3);
+    CHECK(rel(b.grad(), g2.to(at::kFloat).sum(0)) < 8e-3);
+    // And within FP8's own error of the full-precision linear: e4m3 keeps 3
+    // mantissa bits (relative rounding error at most 2^-4 per element).
+    const at::Tensor y_full = at::mm(x2.to(at::kFloat), w.detach().to(at::kFloat).t()) + b.detach().to(at::kFloat);
+    CHECK(rel(y.detach().reshape({-1, 32}), y_full) < 0.0625);
+    // Dimensions that are not multiples of 16 are refused by name.
+    CHECK_THROWS_WITH(fp8_linear(at::randn({3, 48}, bf), w.detach(), b.detach()),
+                      PLANNER_CONTAINS("multiples of 16"));
+  }
+}
+
+TEST_CASE("fp8 casts: the amax and the scaled casts, row-major and transposed, are ATen's bytes", "[fp8]") {
+  // On the GPU with the runtime's kernels this compares fp8_kernels.cu with
+  // ATen's arithmetic (the scale as (1 / amax) * max, the product in fp32,
+  // round to nearest even); on the CPU both sides are ATen.
+  std::vector<at::Device> devices{at::Device(at::kCPU)};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  at::manual_seed(11);
+  for (const at::Device& dev : devices)
+    for (at::ScalarType dt : {at::kBFloat16, at::kFloat, at::kHalf})
+      for (at::ScalarType f8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2})
+        // 64-multiples, a ragged tile edge, one odd-length row (row-major only).
+        for (auto [rows, cols] : {std::pair<int64_t, int64_t>{256, 384}, {130, 66}, {1, 1001}}) {
+          INFO(dev.str() << " " << c10::toString(dt) << " " << c10::toString(f8) << " " << rows << " x " << cols);
+          // Magnitudes over six decades, so that some products land in FP8's
+          // subnormals, and one exact maximum.
+          at::Tensor x = (at::randn({rows, cols}) * at::exp(at::randn({rows, cols}) * 3)).to(dt).to(dev);
+          const at::Tensor amax = fp8_amax(x);
+          const at::Tensor amax_ref = x.abs().max().to(at::kFloat).reshape({1});
+          CHECK(at::equal(amax.cpu(), amax_ref.cpu()));
+          const at::Tensor scale = fp8_scale_from_amax(amax_ref, f8);
+          const at::Tensor want = at::mul(x, scale).to(f8).cpu().view(at::kByte);
+          const bool both = cols % 2 == 0 && rows % 2 == 0;
+          const Fp8Casts c = cast_fp8(x, amax, f8, true, both);
+          CHECK(at::equal(c.row.data.cpu().view(at::kByte), want));
+          CHECK(at::equal(c.row.scale_inv.cpu(), scale.reciprocal().cpu()));
+          if (both) {
+            CHECK(at::equal(c.t.data.cpu().view(at::kByte), want.t().contiguous()));
+            const Fp8Casts t_only = cast_fp8(x, amax, f8, false, true);
+            CHECK_FALSE(t_only.row.data.defined());
+            CHECK(at::equal(t_only.t.data.cpu().view(at::kByte), want.t().contiguous()));
+          }
+        }
+  // All zeros: scale 1, zero bytes.
+  for (const at::Device& dev : devices) {
+    const at::Tensor z = at::zeros({64, 64}, at::TensorOptions().dtype(at::kBFloat16).device(dev));
+    const Fp8Casts c = cast_fp8(z, fp8_amax(z), at::kFloat8_e4m3fn, true, true);
+    CHECK(c.row.scale_inv.item<double>() == 1.0);
+    CHECK(c.row.data.to(at::kFloat).abs().sum().item<double>() == 0.0);
+    CHECK(c.t.data.to(at::kFloat).abs().sum().item<double>() == 0.0);
+  }
 }
 
 TEST_CASE("fp8 linears on a model: the loss and gradients of bf16 within FP8's error", "[fp8]") {
