@@ -355,7 +355,7 @@ PassTimes transformer_layer_times(const HardwareProfile& p, const ModelSpec& m, 
   MemoryOps f8f, f8b;
   auto layer_linear = [&](int64_t n, int64_t k) {
     linear(p, pr, T, n, k, out);
-    if (pr == Precision::FP8) add_fp8_cast_ops(double(T), double(n), double(k), f8f, f8b);
+    if (pr == Precision::FP8) add_fp8_cast_ops(double(T), double(n), double(k), p.fused_ops, f8f, f8b);
   };
   layer_linear(x.q_local + 2 * x.kv_local, h);
   layer_linear(h, x.q_local);

@@ -141,7 +141,7 @@ struct MemoryInputs {
   double layer_act;  // one layer's saved activations of one micro-batch on one rank
   double sbh;        // seq * mbs * hidden
   int64_t plan_seq;  // the whole sequence (the cp ring's K/V chunks are sized from it)
-  bool fused_loss;   // the runtime's one-kernel cross-entropy (HardwareProfile::fused_ops)
+  bool fused_kernels;  // the runtime's CUDA kernels (HardwareProfile::fused_ops): the one-kernel cross-entropy, the FP8 casts
   bool local_attention;  // Megatron without Transformer Engine: megatron-core's unfused DotProductAttention
   double sp_split() const { return s.sp ? s.tp : 1; }
 };
@@ -244,7 +244,7 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   // Without TP the runtime's fused cross-entropy kernel (runtime/model/fused_ops.hpp)
   // writes the gradient straight from the logits: no chunk at all.
   const bool bf16_copy = s.tp == 1 && (s.precision == Precision::BF16 || s.precision == Precision::FP8);
-  const double chunk = s.tp == 1 && in.fused_loss ? 0.0
+  const double chunk = s.tp == 1 && in.fused_kernels ? 0.0
                        : std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
   return in.e * tokens * vp * (sm.inflight_microbatches + 1) + chunk +
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
@@ -333,7 +333,7 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
       in.local_attention ? double(in.e) * s.mbs * (double(in.m.heads) / s.tp) * double(in.seq) * double(in.seq)
                          : 0.0;
   return in.k.context_bytes + in.k.static_buffer_bytes + work + frag + local_attention_buffer +
-         fp8_linear_transient_bytes(in.m, in.s, in.seq);
+         fp8_linear_transient_bytes(in.m, in.s, in.seq, in.fused_kernels);
 }
 
 StageMemory estimate_stage(const MemoryInputs& in, int st) {

@@ -9,6 +9,7 @@
 #include "costmodel/calibration.hpp"
 #include "costmodel/compat.hpp"
 #include "costmodel/engines.hpp"
+#include "costmodel/fp8_costs.hpp"
 #include "costmodel/hardware_profile.hpp"
 #include "costmodel/layer_costs.hpp"
 #include "costmodel/memory_model.hpp"
@@ -111,29 +112,45 @@ TEST_CASE("fp8 layer: the four linears at the FP8 rate plus their casts; attenti
   CHECK(f.backward.attention_seconds == Approx(b.backward.attention_seconds));
   // The GEMMs: at 2x the rate (all four are compute-bound at T = 2048).
   CHECK(f.forward.gemm_seconds == Approx(b.forward.gemm_seconds / 2).epsilon(1e-6));
-  // The casts (layer_costs.cpp add_fp8_cast_ops), over (T, n, k) of qkv
-  // (12288, 4096), o (4096, 4096), up (22016, 4096), down (4096, 11008):
-  // forward 2(X + W) bytes read by the amax reductions (at 0.67 of the
-  // stream) and 11 (X + W) by the casts (PyTorch's non-vectorized kernels:
-  // the strided class, 0.55 of the stream), X = T k, W = k n.
+  // The casts (fp8_costs.cpp add_fp8_cast_ops), over (T, n, k) of qkv
+  // (12288, 4096), o (4096, 4096), up (22016, 4096), down (4096, 11008),
+  // X = T k, W = k n, G = T n. The runtime's own kernels (the profile's
+  // fused_ops, the default): forward 2(X + W) bytes read by the amax
+  // reductions (at 0.67 of the stream) and 3 (X + W) by the casts (read 2,
+  // write 1: the streaming rate, 500 GB/s).
   const double T = 2048;
   const double shapes[4][2] = {{12288, 4096}, {4096, 4096}, {22016, 4096}, {4096, 11008}};
-  double XW = 0, GXW = 0;
+  double XW = 0, GXW = 0, G = 0, W = 0;
   for (auto& nk : shapes) {
     const double n = nk[0], k = nk[1];
     XW += T * k + k * n;
     GXW += T * n + T * k + k * n;
+    G += T * n;
+    W += k * n;
   }
   const double Bps = 0.5e12, red = 0.67 * Bps, strided = 0.55 * Bps;
-  const double fwd_extra = 2 * XW / red + 11 * XW / strided;
-  CHECK(f.forward.memory_seconds - b.forward.memory_seconds == Approx(fwd_extra).epsilon(1e-9));
-  // Backward: amax and cast of dY, X, W again; the three transposes (2 bytes
-  // each element: read, write; strided); dW added into the gradient buffer
-  // (6 kn, a vectorized stream).
-  double W = 0;
-  for (auto& nk : shapes) W += nk[0] * nk[1];
-  const double bwd_extra = 2 * GXW / red + 11 * GXW / strided + 2 * GXW / strided + 6 * W / Bps;
-  CHECK(f.backward.memory_seconds - b.backward.memory_seconds == Approx(bwd_extra).epsilon(1e-9));
+  CHECK(f.forward.memory_seconds - b.forward.memory_seconds == Approx(2 * XW / red + 3 * XW / Bps).epsilon(1e-9));
+  // Backward: dY's amax (2 G), its cast both ways (read 2, write 2), X's and
+  // W's transposed casts from the forward's amax (3 each), dW added into the
+  // gradient buffer (6 kn): all streaming but the reduction.
+  CHECK(f.backward.memory_seconds - b.backward.memory_seconds ==
+        Approx(2 * G / red + (4 * G + 3 * (XW)) / Bps + 6 * W / Bps).epsilon(1e-9));
+
+  // ATen's path (a profile without the runtime's kernels): 11 bytes a cast
+  // element (bf16 x scale into fp32, then to fp8) on PyTorch's non-vectorized
+  // kernels (the strided class, 0.55 of the stream); the backward's amax of
+  // dY only, its casts of dY, X, W and their transposing copies (2 bytes an
+  // element, strided), and the dW add.
+  HardwareProfile pa = p;
+  pa.fused_ops = false;
+  s.precision = Precision::BF16;
+  const PassTimes ba = transformer_layer_times(pa, m, s, GroupLink{});
+  s.precision = Precision::FP8;
+  const PassTimes fa = transformer_layer_times(pa, m, s, GroupLink{});
+  CHECK(fa.forward.memory_seconds - ba.forward.memory_seconds ==
+        Approx(2 * XW / red + 11 * XW / strided).epsilon(1e-9));
+  CHECK(fa.backward.memory_seconds - ba.backward.memory_seconds ==
+        Approx(2 * G / red + 11 * GXW / strided + 2 * GXW / strided + 6 * W / Bps).epsilon(1e-9));
 }
 
 TEST_CASE("fp8 memory: the transient fp8 copies of the largest linear, nothing else", "[fp8]") {
@@ -147,12 +164,18 @@ TEST_CASE("fp8 memory: the transient fp8 copies of the largest linear, nothing e
                         MemCategory::Activations, MemCategory::LogitsLoss})
     CHECK(gf[int(c)] == gb[int(c)]);
   // llama-2-7b at T = 2048: the MLP up projection (n = 22016, k = 4096) holds
-  // the most, at the cast of its weight in the backward: dY8 (Tn) beside the
-  // weight's fp32 scaled temporary and fp8 copy (5 kn) (fp8_costs.cpp).
+  // the most, at its weight-gradient GEMM: dY8 transposed (Tn), X8
+  // transposed (Tk) and the bf16 dW (2 kn) (fp8_costs.cpp, the runtime's
+  // kernels), against 2 Tn + kn at dX's GEMM.
   const double T = 2048, n = 22016, k = 4096;
-  const double expect = std::max({5 * T * n, T * n + 5 * k * n, T * n + 5 * T * k, 2 * T * n + 2 * T * k + 2 * k * n});
+  const double expect = T * n + T * k + 2 * k * n;  // 0.22 GiB
+  CHECK(expect > 2 * T * n + k * n);
   CHECK(double(gf[int(MemCategory::Overhead)] - gb[int(MemCategory::Overhead)]) == Approx(expect).margin(2));
-  CHECK(expect == Approx(T * n + 5 * k * n));  // 0.46 GiB
+  // Without the kernels (ATen's path) the weight's fp32 temporary and fp8
+  // copy (5 kn) beside dY8 both ways (2 Tn) is the largest moment: 0.50 GiB.
+  const Strategy sf = f.strategy;
+  CHECK(fp8_linear_transient_bytes(f.model, sf, 2048, false) == Approx(2 * T * n + 5 * k * n));
+  CHECK(fp8_linear_transient_bytes(f.model, sf, 2048, true) == Approx(expect));
 }
 
 TEST_CASE("search: fp8 only with --allow fp8, and only where the GPU has it", "[fp8]") {
