@@ -81,10 +81,13 @@ nlohmann::json measure_in_step(const Ctx& c);
 // The operands of every GEMM (aten::mm, addmm, addmm_; 2-D) and fused
 // attention (q, k, v; the output gradient of each attention backward) run on
 // any thread while fn() runs, copied (a RecordFunction observer; one capture
-// at a time). `self` is addmm's bias or addmm_'s accumulator.
+// at a time). `self` is addmm's bias or addmm_'s accumulator; an FP8 GEMM
+// (precision=fp8's at::_scaled_mm) keeps its two scales and output dtype.
 struct CapturedGemm {
-  std::string op;  // "aten::mm", "aten::addmm", "aten::addmm_"
+  std::string op;  // "aten::mm", "aten::addmm", "aten::addmm_", "aten::_scaled_mm"
   at::Tensor a, b, self;
+  at::Tensor scale_a, scale_b;                    // aten::_scaled_mm only
+  at::ScalarType out_dtype = at::kBFloat16;       // aten::_scaled_mm only
   int count = 1;  // calls of this shape and layout (more than 1 only when `distinct`)
 };
 struct Captured {

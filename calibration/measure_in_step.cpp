@@ -65,6 +65,7 @@
 #include "runtime/data.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_profile.hpp"
+#include "runtime/model/fp8_linear.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/run_config.hpp"
 
@@ -277,9 +278,14 @@ json measure_row(const Ctx& c, const RowModel& m, const InStep& in, const Captur
 
 json measure_in_step(const Ctx& c) {
   json out = json::array();
-  const std::vector<Precision> precisions =
-      c.cuda ? std::vector<Precision>{Precision::BF16, Precision::FP16, Precision::FP32}
-             : std::vector<Precision>{Precision::FP32};
+  std::vector<Precision> precisions = c.cuda ? std::vector<Precision>{Precision::BF16, Precision::FP16, Precision::FP32}
+                                             : std::vector<Precision>{Precision::FP32};
+  // precision=fp8 where the GPU runs FP8 GEMMs: its layers' GEMMs in a step
+  // against calibrate's timing of the same at::_scaled_mm calls, for
+  // gemm_efficiency_fp8's in-step factor (FP8 GEMMs draw more power than
+  // bf16's: their points alone do not say how fast they run between a
+  // step's other kernels).
+  if (c.cuda && fp8_gemm_available(c.device)) precisions.push_back(Precision::FP8);
   // The memory-bound copy that comes between calibrate's GEMMs.
   std::unique_ptr<Filler> filler;
   if (c.cuda) filler = std::make_unique<Filler>(c);

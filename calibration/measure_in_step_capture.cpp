@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -46,9 +47,13 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
   const std::string_view name = fn.name();
   const auto in = fn.inputs();
   auto tensor = [&](size_t i) { return i < in.size() && in[i].isTensor() ? in[i].toTensor() : at::Tensor(); };
-  at::Tensor a, b, self, q, k, v, dout;
+  at::Tensor a, b, self, q, k, v, dout, scale_a, scale_b;
+  at::ScalarType out_dtype = at::kBFloat16;
   if (name == "aten::mm") {
     a = tensor(0), b = tensor(1);
+  } else if (name == "aten::_scaled_mm") {  // (a, b, scale_a, scale_b, bias, scale_result, out_dtype, fast_accum)
+    a = tensor(0), b = tensor(1), scale_a = tensor(2), scale_b = tensor(3);
+    if (in.size() > 6 && in[6].isInt()) out_dtype = static_cast<at::ScalarType>(in[6].toInt());
   } else if (name == "aten::addmm" || name == "aten::addmm_") {
     self = tensor(0), a = tensor(1), b = tensor(2);
   } else if (name == "aten::scaled_dot_product_attention") {
@@ -66,7 +71,7 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
       const char* lay = layout_of(a, b);
       for (CapturedGemm& g : cap->gemms)
         if (g.a.size(0) == a.size(0) && g.b.size(1) == b.size(1) && g.a.size(1) == a.size(1) &&
-            std::string_view(layout_of(g.a, g.b)) == lay) {
+            g.a.scalar_type() == a.scalar_type() && std::string_view(layout_of(g.a, g.b)) == lay) {
           ++g.count;
           return nullptr;
         }
@@ -76,6 +81,7 @@ std::unique_ptr<at::ObserverContext> observe(const at::RecordFunction& fn) {
     g.a = a.clone(at::MemoryFormat::Preserve);
     g.b = b.clone(at::MemoryFormat::Preserve);
     if (self.defined()) g.self = self.clone(at::MemoryFormat::Preserve);
+    if (scale_a.defined()) g.scale_a = scale_a.clone(), g.scale_b = scale_b.clone(), g.out_dtype = out_dtype;
     cap->gemms.push_back(std::move(g));
   } else if (q.defined() && k.defined() && v.defined() && q.dim() == 4) {
     ++cap->attention_calls;
@@ -106,8 +112,18 @@ void capture_ops(Captured& cap, const std::function<void()>& fn) {
   g_captured = nullptr;
 }
 
+namespace {
+
+at::Tensor scaled_mm(const CapturedGemm& g) {
+  return at::_scaled_mm(g.a, g.b, g.scale_a, g.scale_b, std::nullopt, std::nullopt, g.out_dtype, false);
+}
+
+}  // namespace
+
 void replay_gemm(const CapturedGemm& g) {
-  if (g.op == "aten::addmm_") {
+  if (g.op == "aten::_scaled_mm") {
+    (void)scaled_mm(g);
+  } else if (g.op == "aten::addmm_") {
     at::Tensor t = g.self;
     t.addmm_(g.a, g.b);
   } else if (g.op == "aten::addmm") {
@@ -120,10 +136,12 @@ void replay_gemm(const CapturedGemm& g) {
 // Each distinct captured GEMM (the layers repeat theirs) timed once as
 // calibrate times its shapes, counted: the shapes, their summed time and the calls.
 json time_gemms(const Ctx& c, const Captured& cap, const Filler* filler, double& alone_gemm, int64_t& calls) {
-  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<const CapturedGemm*, int>> distinct;
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t, std::string>, std::pair<const CapturedGemm*, int>>
+      distinct;
   calls = 0;
   for (const CapturedGemm& g : cap.gemms) {
-    auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1));
+    auto key = std::make_tuple(std::string(layout_of(g.a, g.b)), g.a.size(0), g.b.size(1), g.a.size(1),
+                               std::string(c10::toString(g.a.scalar_type())));
     auto [it, fresh] = distinct.try_emplace(key, &g, 0);
     it->second.second += g.count;
     calls += g.count;
@@ -133,12 +151,15 @@ json time_gemms(const Ctx& c, const Captured& cap, const Filler* filler, double&
   for (const auto& [key, gc] : distinct) {
     const CapturedGemm& g = *gc.first;
     at::Tensor y = at::empty({g.a.size(0), g.b.size(1)}, g.a.options());
-    auto fn = [&] { at::mm_out(y, g.a, g.b); };
+    const bool fp8 = g.op == "aten::_scaled_mm";
+    std::function<void()> fn = [&] { at::mm_out(y, g.a, g.b); };
+    if (fp8) fn = [&] { (void)scaled_mm(g); };  // as calibrate times its FP8 points
     const double alone = time_per_call(c, fn);
     const double sec = c.cuda ? time_interleaved(c, fn, alone, *filler) : alone;
     alone_gemm += gc.second * sec;
     shapes.push_back({{"layout", std::get<0>(key)}, {"m", std::get<1>(key)}, {"n", std::get<2>(key)},
                       {"k", std::get<3>(key)}, {"count", gc.second}, {"seconds", sec}});
+    if (fp8) shapes.back()["fp8"] = true;
   }
   return shapes;
 }

@@ -185,7 +185,8 @@ struct Fitter {
     HardwareProfile q = p;
     q.memory_in_step_factor = 1;
     for (auto& x : m["in_step"]) {
-      if (!x.contains("spec") || x.value("precision", "") == "fp32") continue;
+      // fp32 and fp8 rows set the GEMM rates only (gemm_in_step_factors).
+      if (!x.contains("spec") || x.value("precision", "") == "fp32" || x.value("precision", "") == "fp8") continue;
       Plan plan;
       x["spec"].get_to(plan.model);
       plan.cluster = parse_cluster("1x" + gpu->name);
@@ -327,7 +328,7 @@ struct Fitter {
                                 "fitted forward and data-gradient efficiency",
                                 v.size(), fp32 ? "fp32 " : "16-bit "));
     };
-    fit_fp8(by_prec);
+    fit_fp8(by_prec, factors);
     fit_tn(tn16, "weight_grad_gemm_relative", p.weight_grad_gemm_relative, false);
     fit_tn(tn32, "weight_grad_gemm_relative_fp32", p.weight_grad_gemm_relative_fp32, true);
     if (main_eff > 0) {
@@ -346,8 +347,11 @@ struct Fitter {
 
   // FP8 GEMM points (at::_scaled_mm, e4m3 x e4m3 -> bf16, per-tensor scales):
   // their efficiency against the FP8 peak, as the bf16 fit does (median over
-  // the shapes that are not memory-bound, operands one byte each).
-  void fit_fp8(std::map<std::string, std::vector<json*>>& by_prec) {
+  // the shapes that are not memory-bound, operands one byte each), times the
+  // in-step factor of the fp8 in_step rows where calibrate measured them
+  // (their steps' GEMMs: the layers' FP8 ones and the bf16 head's).
+  void fit_fp8(std::map<std::string, std::vector<json*>>& by_prec,
+               const std::map<std::string, std::pair<double, size_t>>& factors) {
     if (!by_prec.count("fp8") || p.peak_fp8_flops <= 0) return;
     std::vector<double> effs;
     for (json* g : by_prec["fp8"]) {
@@ -361,12 +365,21 @@ struct Fitter {
       (*g)["memory_bound"] = bytes / p.memory_Bps() > flops / (p.peak_fp8_flops * f);
       if (!(*g)["memory_bound"].get<bool>()) effs.push_back(e);
     }
-    const double eff = fraction(median(effs), "gemm_efficiency_fp8", notes);
+    const double points = median(effs);
+    double factor = 1;
+    std::string how_step;
+    if (auto it = factors.find("fp8"); it != factors.end() && gpu) {
+      factor = it->second.first;
+      how_step = fmt::format(" x {:.4f}, the median over {} models (precision=fp8) of calibrate's time for their "
+                             "GEMMs / the GEMM kernels' time in a sustained training step (the points alone: {:.4f})",
+                             factor, it->second.second, points);
+    }
+    const double eff = fraction(points * factor, "gemm_efficiency_fp8", notes);
     if (eff <= 0) return;
     p.gemm_efficiency_fp8 = eff;
     set("gemm_efficiency_fp8", eff,
         fmt::format("median over {} FP8 shapes (at::_scaled_mm, e4m3, per-tensor scales) of measured FLOP/s / (FP8 "
-                    "peak {:.4g} TFLOP/s x shape factor)", effs.size(), p.peak_fp8_flops / 1e12));
+                    "peak {:.4g} TFLOP/s x shape factor){}", effs.size(), p.peak_fp8_flops / 1e12, how_step));
   }
 
   // Kernels the layer model prices beside the fused backward (layer_costs.cpp):

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 
 #include "runtime/kernels/fused_kernels.hpp"
 #include "runtime/kernels/kernel_util.cuh"
@@ -77,40 +79,51 @@ __global__ void cast_kernel(const T* x, int64_t n, const float* amax, uint8_t* o
   for (int64_t i = groups * N + first; i < n; i += stride) out[i] = to_fp8<E5>(to_f(x[i]) * s);
 }
 
-// Transposed (and, when out is given, row-major too): a 64 x 64 tile a block
-// of 32 x 8 threads, each thread two adjacent columns of eight rows; the tile
-// goes through shared memory so that both stores are row-contiguous.
-constexpr int kTile = 64;
+// Transposed (and, when out is given, row-major too), 16-bit inputs: a 64 x 64
+// tile a block of 256 threads. Loading, each thread takes eight adjacent
+// elements (one 16-byte load) of a row, eight threads a row, 32 rows a pass;
+// storing, eight threads write a transposed row's 64 bytes, eight bytes each,
+// gathered from the tile in shared memory (rows padded to 68 bytes: at most
+// two threads of a warp on a bank).
+constexpr int kTile = 64, kPad = kTile + 4, kThreads = 256, kVec = 8;
 
 template <class T, bool E5>
 __global__ void cast_t_kernel(const T* x, int64_t rows, int64_t cols, const float* amax, uint8_t* out, uint8_t* out_t,
                               float* scale_inv) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+  static_assert(sizeof(T) * kVec == 16, "16-bit elements, eight to a 16-byte load");
+  __shared__ __align__(16) uint8_t tile[kTile][kPad];
   const float s = scale_of(amax, E5 ? kE5m2Max : kE4m3Max);
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) *scale_inv = 1.f / s;
+  const int t = threadIdx.x;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && t == 0) *scale_inv = 1.f / s;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  for (int j = ty; j < kTile; j += 8) {
-    const int64_t r = r0 + j, c = c0 + 2 * tx;
+  const int lane8 = (t % 8) * kVec;  // this thread's eight elements (load) or eight bytes (store)
+#pragma unroll
+  for (int pass = 0; pass < kTile * kTile / (kThreads * kVec); ++pass) {
+    const int lr = t / 8 + pass * (kThreads / 8);
+    const int64_t r = r0 + lr, c = c0 + lane8;
     if (r < rows && c < cols) {
-      float v[2];
-      load<T, 2>(x + r * cols + c, v);
-      Pack<uint8_t, 2> q;
-      q.v[0] = to_fp8<E5>(v[0] * s);
-      q.v[1] = to_fp8<E5>(v[1] * s);
-      tile[j][2 * tx] = q.v[0];
-      tile[j][2 * tx + 1] = q.v[1];
-      if (out) *reinterpret_cast<Pack<uint8_t, 2>*>(out + r * cols + c) = q;
+      float v[kVec];
+      load<T, kVec>(x + r * cols + c, v);
+      Pack<uint8_t, kVec> q;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) q.v[k] = to_fp8<E5>(v[k] * s);
+      if (out) *reinterpret_cast<Pack<uint8_t, kVec>*>(out + r * cols + c) = q;
+      uint32_t w[2];
+      memcpy(w, q.v, 8);
+      *reinterpret_cast<uint32_t*>(&tile[lr][lane8]) = w[0];
+      *reinterpret_cast<uint32_t*>(&tile[lr][lane8 + 4]) = w[1];
     }
   }
   __syncthreads();
-  for (int j = ty; j < kTile; j += 8) {
-    const int64_t c = c0 + j, r = r0 + 2 * tx;
+#pragma unroll
+  for (int pass = 0; pass < kTile * kTile / (kThreads * kVec); ++pass) {
+    const int lc = t / 8 + pass * (kThreads / 8);
+    const int64_t c = c0 + lc, r = r0 + lane8;
     if (c < cols && r < rows) {
-      Pack<uint8_t, 2> q;
-      q.v[0] = tile[2 * tx][j];
-      q.v[1] = tile[2 * tx + 1][j];
-      *reinterpret_cast<Pack<uint8_t, 2>*>(out_t + c * rows + r) = q;
+      Pack<uint8_t, kVec> q;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) q.v[k] = tile[lane8 + k][lc];
+      *reinterpret_cast<Pack<uint8_t, kVec>*>(out_t + c * rows + r) = q;
     }
   }
 }
@@ -134,8 +147,12 @@ template <class T, bool E5>
 void cast_e(const T* x, int64_t rows, int64_t cols, const float* amax, uint8_t* out, uint8_t* out_t, float* scale_inv,
             cudaStream_t st) {
   if (out_t) {
-    const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile)), block(32, 8);
-    cast_t_kernel<T, E5><<<grid, block, 0, st>>>(x, rows, cols, amax, out, out_t, scale_inv);
+    if constexpr (sizeof(T) == 2) {
+      const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+      cast_t_kernel<T, E5><<<grid, kThreads, 0, st>>>(x, rows, cols, amax, out, out_t, scale_inv);
+    } else {
+      throw std::invalid_argument("fp8_cast: the transposed cast takes 16-bit inputs (fp8_cast_supported)");
+    }
     return;
   }
   constexpr int V = 16 / sizeof(T);
@@ -166,8 +183,7 @@ void fp8_amax(Dtype t, const void* x, int64_t n, float* amax, void* stream) {
 }
 
 bool fp8_cast_supported(Dtype t, const void* x, int64_t rows, int64_t cols) {
-  const uintptr_t elem = t == Dtype::F32 ? 4 : 2;
-  return rows % 2 == 0 && cols % 2 == 0 && reinterpret_cast<uintptr_t>(x) % (2 * elem) == 0 &&
+  return t != Dtype::F32 && rows % kVec == 0 && cols % kVec == 0 && aligned16(x) &&
          (cols + kTile - 1) / kTile < (int64_t(1) << 31) && (rows + kTile - 1) / kTile < 65536;
 }
 

@@ -79,7 +79,8 @@ void fp8_amax(Dtype t, const void* x, int64_t n, float* amax, void* stream);
 // rounded to nearest even and saturated at fmax (e5m2: fmax 57344, else
 // e4m3 448). Writes q into out (rows x cols) and/or its transpose into out_t
 // (cols x rows); either may be null. *scale_inv = 1 / scale. The transposed
-// form needs rows and cols even and x 2-element aligned (fp8_cast_supported).
+// form takes fp16/bf16 with rows and cols multiples of 8 and x 16-byte
+// aligned (fp8_cast_supported).
 bool fp8_cast_supported(Dtype t, const void* x, int64_t rows, int64_t cols);
 void fp8_cast(Dtype t, const void* x, int64_t rows, int64_t cols, const float* amax, bool e5m2, void* out, void* out_t,
               float* scale_inv, void* stream);
