@@ -46,10 +46,10 @@ int64_t largest_matrix_per_rank(const ModelSpec& m, int tp) {
   return std::max({h * (m.q_dim() + 2 * m.kv_dim()) / t, m.q_dim() * h / t, h * up / t, m.ffn * h / t});
 }
 
-double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s) {
+double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s, bool fused) {
   const double largest = double(largest_matrix_per_rank(m, s.tp));
   return double(bytes_per_element(s.precision)) * largest +
-         kNf4DequantTempBytesPerWeight * std::min(largest, double(kNf4DequantSlice));
+         (fused ? 0.0 : kNf4DequantTempBytesPerWeight * std::min(largest, double(kNf4DequantSlice)));
 }
 
 double frozen_base_bytes(const ModelSpec& m, const Strategy& s, double params, int layers) {
@@ -65,10 +65,10 @@ double trainable_params_per_rank(const ModelSpec& m, const Strategy& s, double p
 }
 
 ModelStateBytes finetune_model_state_bytes(const ModelSpec& m, const Strategy& s, const MemoryConstants& k,
-                                           double params, int layers) {
+                                           double params, int layers, bool fused) {
   ModelStateBytes out = model_state_bytes(trainable_params_per_rank(m, s, params, layers), s, k);
   out.gpu_params += frozen_base_bytes(m, s, params, layers);
-  if (s.finetune.quantized_base() && layers > 0) out.gpu_params += nf4_dequant_buffer_bytes(m, s);
+  if (s.finetune.quantized_base() && layers > 0) out.gpu_params += nf4_dequant_buffer_bytes(m, s, fused);
   return out;
 }
 
@@ -142,18 +142,28 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
       // Dequantise NF4 to the compute precision before the forward GEMM and
       // again before the backward's dX GEMM (bitsandbytes' MatMul4Bit keeps the
       // 4-bit state, not the dequantised matrix), as runtime/model/lora.cpp's
-      // nf4_dequantize does it per slice of kNf4DequantSlice weights, in bytes
-      // per weight: the packed codes to int32 indices (read 0.5, write 2), the
-      // gather of the fp32 level pairs (read 2, write 4), the scale multiply
-      // into the compute precision (read 4, write e); all three on PyTorch's
-      // non-vectorized path (validation/h100/ft23's kernels:
+      // nf4_dequantize does it. With the runtime's kernel
+      // (runtime/kernels/nf4_kernels.cu; the profile's fused_ops) one kernel a
+      // matrix reads the packed codes (0.5 bytes a weight) and each 64-weight
+      // block's 8-bit constant (with its 256-block's fp32 scale) and writes e:
+      // the streaming rate. ATen's path, per slice of kNf4DequantSlice weights,
+      // in bytes per weight: the packed codes to int32 indices (read 0.5, write
+      // 2), the gather of the fp32 level pairs (read 2, write 4), the scale
+      // multiply into the compute precision (read 4, write e); all three on
+      // PyTorch's non-vectorized path (validation/h100/ft23's kernels:
       // _scatter_gather_elementwise_kernel and a casting BinaryFunctor), the
-      // strided class. The per-block constants (1/64 of the weights) are left out.
+      // strided class; the per-block constants (1/64 of the weights) left out.
       const double weights = double(di) * double(dout);
-      const double bytes = weights * (0.5 + 2 + 2 + 4 + 4 + e);
-      const int kernels = 3 * int(std::ceil(weights / double(kNf4DequantSlice)));
-      fm.add(MK::Strided, bytes, kernels);
-      bm.add(MK::Strided, bytes, kernels);
+      if (p.fused_ops) {
+        const double bytes = weights * (0.5 + e + 1.0 / kNf4BlockSize + 4.0 / (kNf4BlockSize * kNf4AbsmaxBlockSize));
+        fm.add(MK::Streaming, bytes, 1);
+        bm.add(MK::Streaming, bytes, 1);
+      } else {
+        const double bytes = weights * (0.5 + 2 + 2 + 4 + 4 + e);
+        const int kernels = 3 * int(std::ceil(weights / double(kNf4DequantSlice)));
+        fm.add(MK::Strided, bytes, kernels);
+        bm.add(MK::Strided, bytes, kernels);
+      }
     }
     if (!f.targets_any(w.target)) continue;
     // Forward: Z = X A (T x r), Y += (Z B) * alpha/r, the add reading Y and Z B.

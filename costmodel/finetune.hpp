@@ -40,9 +40,10 @@ int64_t matrix_params_per_layer(const ModelSpec& m, int tp);
 // holds one at a time, in the compute precision.
 int64_t largest_matrix_per_rank(const ModelSpec& m, int tp);
 // QLoRA's dequantisation at its peak: the largest matrix in the compute
-// precision and its slice's temporaries (kNf4DequantSlice weights at
+// precision, and without the runtime's kernel (`fused` false: ATen's path)
+// its slice's temporaries (kNf4DequantSlice weights at
 // kNf4DequantTempBytesPerWeight).
-double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s);
+double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s, bool fused);
 
 // Bytes of a rank's frozen base holding `params` parameters of which
 // `layers` transformer layers: the working precision for LoRA; for QLoRA the
@@ -59,7 +60,7 @@ double trainable_params_per_rank(const ModelSpec& m, const Strategy& s, double p
 // and the adapters as any trained weights (model_state_bytes: 2 + 2 + K bytes
 // per parameter, ZeRO-1 sharding their optimizer states over dp).
 ModelStateBytes finetune_model_state_bytes(const ModelSpec& m, const Strategy& s, const MemoryConstants& k,
-                                           double params, int layers);
+                                           double params, int layers, bool fused);
 
 // Bytes one layer saves for its backward under fine-tuning, for a micro-batch
 // (compare layer_activation_bytes(...).total(tp, sp) for full training): a

@@ -350,7 +350,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   ModelStateBytes ms = states(double(moe.dense), s);
   if (moe.experts > 0) add_model_states(ms, states(double(moe.experts), expert_data_parallel(s)));
   // LoRA/QLoRA: a frozen base, the adapters' gradients and states (ep = 1 under fine-tuning).
-  if (s.finetune.frozen_base()) ms = finetune_model_state_bytes(in.m, s, in.k, double(sm.params), sm.layers);
+  if (s.finetune.frozen_base())
+    ms = finetune_model_state_bytes(in.m, s, in.k, double(sm.params), sm.layers, in.fused_kernels);
   auto& g = sm.gpu;
   g[int(MemCategory::Parameters)] = saturate_bytes(ms.gpu_params);
   g[int(MemCategory::Gradients)] = saturate_bytes(ms.gpu_grads);

@@ -85,4 +85,14 @@ bool fp8_cast_supported(Dtype t, const void* x, int64_t rows, int64_t cols);
 void fp8_cast(Dtype t, const void* x, int64_t rows, int64_t cols, const float* amax, bool e5m2, void* out, void* out_t,
               float* scale_inv, void* stream);
 
+// ---- QLoRA's NF4 dequantisation (runtime/kernels/nf4_kernels.cu) ------------
+// runtime/model/lora.hpp's Nf4Tensor to `t` in one kernel: out[i] =
+// levels[code_i] * absmax[i / 64] with absmax[b] = float(absmax_codes[b]) *
+// absmax_scale[b / 256] + mean, each product and the sum rounded in fp32 as
+// ATen's path rounds them (no fused multiply-add), the result once into t.
+// codes: ceil(n / 2) bytes, weight 2i in the low nibble; absmax_codes:
+// float8_e4m3fn bytes; levels: the 16 NF4 levels (host memory).
+void nf4_dequantize(Dtype t, const uint8_t* codes, const uint8_t* absmax_codes, const float* absmax_scale, float mean,
+                    const float* levels, void* out, int64_t n, void* stream);
+
 }  // namespace planner::rt::fused

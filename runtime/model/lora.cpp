@@ -6,6 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/model/fused_ops.hpp"
+#include "runtime/model/kernel_dispatch.hpp"
+
 namespace planner::rt {
 
 using torch::autograd::AutogradContext;
@@ -98,6 +101,16 @@ at::Tensor nf4_dequantize(const Nf4Tensor& q, at::ScalarType dtype) {
   at::NoGradGuard no_grad;
   const at::Device d = q.codes.device();
   at::Tensor out = at::empty({q.numel}, at::TensorOptions().device(d).dtype(dtype));
+#if PLANNER_FUSED_CUDA
+  // One kernel (runtime/kernels/nf4_kernels.cu), the same values as below.
+  if (kernels_run_on(out) && q.codes.is_contiguous() && q.absmax_codes.is_contiguous() &&
+      q.absmax_scale.is_contiguous()) {
+    fused::nf4_dequantize(*kernel_dtype(out), q.codes.data_ptr<uint8_t>(),
+                          static_cast<const uint8_t*>(q.absmax_codes.data_ptr()), q.absmax_scale.data_ptr<float>(),
+                          q.absmax_mean, nf4_levels().data(), out.data_ptr(), q.numel, stream_of(out));
+    return out.view(q.shape);
+  }
+#endif
   const at::Tensor table = q.pairs.defined() ? q.pairs : pair_table(d);
   const at::Tensor absmax = nf4_absmax(q);
   // In slices of 2^24 weights (a multiple of the block): the temporaries

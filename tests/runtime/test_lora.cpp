@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <vector>
 
 #include "runtime/model/lora.hpp"
 #include "lora/lora_check.hpp"
@@ -87,4 +88,31 @@ TEST_CASE("lora: NF4 round trip within its quantization bound", "[lora]") {
   const double mse_nf4 = (back.reshape({-1, 64}) - blocks).pow(2).mean().item<double>();
   const double mse_int4 = (int4 - blocks).pow(2).mean().item<double>();
   CHECK(mse_nf4 < mse_int4);
+}
+
+TEST_CASE("nf4 dequantisation: level times the block's double-quantized absmax, rounded once into the dtype", "[lora]") {
+  // On the GPU with the runtime's kernels this checks runtime/kernels/nf4_kernels.cu
+  // against the formula in ATen; on the CPU, ATen's path against it.
+  std::vector<at::Device> devices{at::Device(at::kCPU)};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  const auto& L = nf4_levels();
+  const at::Tensor levels = at::tensor(std::vector<float>(L.begin(), L.end()));
+  at::manual_seed(5);
+  for (const at::Device& dev : devices)
+    // Whole 16-weight groups over many 256-blocks of constants, a ragged
+    // tail (n % 16 != 0) and an odd count (a half-used last byte).
+    for (int64_t n : {int64_t(64 * 256 * 3 + 64 * 17), int64_t(64 * 5 + 40), int64_t(1001)})
+      for (at::ScalarType dt : {at::kBFloat16, at::kHalf, at::kFloat}) {
+        INFO(dev.str() << " n " << n << " " << c10::toString(dt));
+        const at::Tensor w = (at::randn({n}) * at::exp(at::randn({n}))).to(dev);
+        const Nf4Tensor q = nf4_quantize(w);
+        const at::Tensor got = nf4_dequantize(q, dt).cpu();
+        // The reference: unpack the nibbles, look the levels up, times the
+        // block's constant (fp32 product), rounded into dt.
+        const at::Tensor bytes = q.codes.cpu().to(at::kLong);
+        const at::Tensor idx = at::stack({bytes.bitwise_and(15), bytes.bitwise_right_shift(4)}, 1).reshape({-1});
+        const at::Tensor absmax = nf4_absmax(q).cpu().repeat_interleave(64);
+        const at::Tensor want = (levels.index_select(0, idx.narrow(0, 0, n)) * absmax.narrow(0, 0, n)).to(dt);
+        CHECK(at::equal(got, want));
+      }
 }

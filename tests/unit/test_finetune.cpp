@@ -11,6 +11,7 @@
 #include "strategies/errors.hpp"
 #include "strategies/strategy.hpp"
 
+#include <vector>
 #include <nlohmann/json.hpp>
 
 using namespace planner;
@@ -121,12 +122,14 @@ TEST_CASE("finetune: QLoRA model states of LLaMA-2-7B by hand", "[finetune]") {
   const MemBreakdown& g = r.peak_breakdown();
   // Base: 32 * 202,375,168 = 6,476,005,376 matrix weights at 4.126953125 bits
   // = 3,340,771,328 bytes; the other 262,410,240 (embedding, head, norms) in
-  // bf16; one dequantised gate+up matrix (2 x 11008 x 4096) in bf16 and the
-  // slice temporaries of the dequantisation (6 bytes for each of 2^24
-  // weights); adapters in bf16.
-  const double base = 3'340'771'328.0 + 2.0 * 262'410'240 + 2.0 * 2 * 11008 * 4096 + 6.0 * 16'777'216;
+  // bf16; one dequantised gate+up matrix (2 x 11008 x 4096) in bf16, written
+  // by the runtime's kernel with no temporaries; adapters in bf16.
+  const double base = 3'340'771'328.0 + 2.0 * 262'410'240 + 2.0 * 2 * 11008 * 4096;
   const double adapters = 159'907'840.0;
   CHECK(double(g[int(MemCategory::Parameters)]) == Approx(base + 2 * adapters).epsilon(1e-12));
+  // ATen's path (no kernel) adds its slice temporaries: 6 bytes for each of 2^24 weights.
+  CHECK(nf4_dequant_buffer_bytes(p.model, p.strategy, false) ==
+        Approx(nf4_dequant_buffer_bytes(p.model, p.strategy, true) + 6.0 * 16'777'216));
   CHECK(double(g[int(MemCategory::Gradients)]) == Approx(2 * adapters).epsilon(1e-12));
   CHECK(double(g[int(MemCategory::OptimizerStates)]) == Approx(12 * adapters).epsilon(1e-12));
   // LoRA: the base in bf16 (6,738,415,616 parameters), no dequantisation buffer.
@@ -192,20 +195,37 @@ TEST_CASE("finetune: a frozen layer's backward drops the weight-gradient GEMMs",
                             (full.forward.gemm_seconds + full.backward.gemm_seconds);
   CHECK(base_share > 0.6);
   CHECK(base_share < 0.72);
-  // QLoRA adds the dequantisation of the seven matrices, forward and backward:
-  // 202,375,168 weights at 14.5 bytes each (codes to int32: 0.5 + 2; the
-  // gather: 2 + 4; the scale multiply into bf16: 4 + 2), strided kernels,
-  // three per slice of 2^24 weights.
+  // QLoRA adds the dequantisation of the seven matrices, forward and backward.
+  // The runtime's kernel (the profile's fused_ops): one a matrix, reading the
+  // codes (0.5 bytes a weight), the 8-bit constant of each 64 weights and the
+  // fp32 scale of each 16,384, writing bf16 (2), at the streaming rate.
+  const std::vector<int64_t> matrices{4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 4096,
+                                      4096 * 11008, 4096 * 11008, 4096 * 11008};
   f.mode = FinetuneMode::Qlora;
   PassTimes q = full;
   apply_finetune_layer_times(p, m, shape, f, q);
   MemoryOps deq;
-  for (int64_t n : {4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 4096, 4096 * 11008, 4096 * 11008, 4096 * 11008})
-    deq.add(MemKernel::Strided, double(n) * 14.5, n > (1 << 24) ? 9 : 3);  // 45,088,768 weights: 3 slices
+  for (int64_t n : matrices) deq.add(MemKernel::Streaming, double(n) * (0.5 + 2 + 1.0 / 64 + 4.0 / 16384), 1);
+  REQUIRE(p.fused_ops);
   CHECK(q.forward.memory_seconds - lora.forward.memory_seconds ==
         Approx(p.memory_in_step_factor * deq.seconds(p)).epsilon(1e-9));
   CHECK(q.backward.memory_seconds - lora.backward.memory_seconds ==
         Approx(p.memory_in_step_factor * deq.seconds(p)).epsilon(1e-9));
+  // ATen's path: 14.5 bytes a weight (codes to int32: 0.5 + 2; the gather:
+  // 2 + 4; the scale multiply into bf16: 4 + 2), strided kernels, three per
+  // slice of 2^24 weights.
+  HardwareProfile pa = p;
+  pa.fused_ops = false;
+  Finetune fl = f;
+  fl.mode = FinetuneMode::Lora;
+  PassTimes la = full, qa = full;
+  apply_finetune_layer_times(pa, m, shape, fl, la);
+  apply_finetune_layer_times(pa, m, shape, f, qa);
+  MemoryOps deqa;
+  for (int64_t n : matrices)
+    deqa.add(MemKernel::Strided, double(n) * 14.5, n > (1 << 24) ? 9 : 3);  // 45,088,768 weights: 3 slices
+  CHECK(qa.forward.memory_seconds - la.forward.memory_seconds ==
+        Approx(pa.memory_in_step_factor * deqa.seconds(pa)).epsilon(1e-9));
 }
 
 TEST_CASE("finetune: predicted step, FLOPs and gradient traffic", "[finetune]") {
