@@ -147,7 +147,12 @@ struct Nf4Linear : torch::autograd::Function<Nf4Linear> {
     const auto* q = reinterpret_cast<const Nf4Tensor*>(nf4);
     ctx->saved_data["nf4"] = nf4;
     const at::Tensor w = nf4_dequantize(*q, x.scalar_type());  // (out, in)
-    return b.numel() > 0 ? at::linear(x, w, b) : at::linear(x, w);
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    at::Tensor y = b.numel() > 0 ? at::addmm(b, x2, w.t()) : at::mm(x2, w.t());
+    auto shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    // Not a view (y is this function's own): the adapters add into it in place.
+    return at::_unsafe_view(y, shape);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto* q = reinterpret_cast<const Nf4Tensor*>(ctx->saved_data["nf4"].toInt());
@@ -173,7 +178,9 @@ struct LoraTerm : torch::autograd::Function<LoraTerm> {
     at::Tensor x2 = x.reshape({-1, x.size(-1)});
     at::Tensor z = at::mm(x2, A.t());  // (tokens, r)
     if (TpKind(kind) == TpKind::Row) reinterpret_cast<Communicator*>(tp)->all_reduce(z)->wait();
-    at::Tensor t = at::mm(z, B.t()).mul_(scale);  // (tokens, rows)
+    // The scale on z (tokens x r), not on the (tokens x rows) product: one
+    // small pass instead of a full one.
+    at::Tensor t = at::mm(z * scale, B.t());  // (tokens, rows)
     if (TpKind(kind) == TpKind::Row && !first) t.zero_();
     ctx->save_for_backward({x, A, B, z});
     ctx->saved_data["scale"] = scale;
@@ -187,15 +194,45 @@ struct LoraTerm : torch::autograd::Function<LoraTerm> {
     auto s = ctx->get_saved_variables();
     const at::Tensor &x = s[0], &A = s[1], &B = s[2], &z = s[3];
     const double scale = ctx->saved_data["scale"].toDouble();
-    at::Tensor g = grads[0].reshape({-1, B.size(0)}) * scale;  // (tokens, rows)
-    at::Tensor dB = at::mm(g.t(), z);                          // (rows, r)
-    at::Tensor dz = at::mm(g, B);                              // (tokens, r)
+    // The output gradient as it comes (a column slice of the fused matrix's
+    // gradient: row stride of the whole width, no copy); the scale goes on
+    // the small products dB and dZ.
+    const at::Tensor g = grads[0].reshape({-1, B.size(0)});  // (tokens, rows)
+    at::Tensor dB = at::mm(g.t(), z).mul_(scale);           // (rows, r)
+    at::Tensor dz = at::mm(g, B).mul_(scale);               // (tokens, r)
     at::Tensor x2 = x.reshape({-1, x.size(-1)});
     at::Tensor dA = at::mm(dz.t(), x2);                        // (r, in)
     if (TpKind(ctx->saved_data["kind"].toInt()) == TpKind::Column)
       reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt())->all_reduce(dA)->wait();
     at::Tensor dx = x.requires_grad() ? at::mm(dz, A).view(x.sizes()) : at::Tensor();
     return {dx, dA, dB, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// y[..., offsets[i] : offsets[i] + width_i] += terms[i] in place, y returned:
+// the adapters' terms into their parts' columns of a fused matrix's output.
+// The backward gives y's gradient as it comes and each term's as a column
+// slice of it (a view), where autograd's in-place-on-a-view path would copy
+// the whole gradient once per part.
+struct AddColumns : torch::autograd::Function<AddColumns> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, at::TensorList terms, std::vector<int64_t> offsets) {
+    std::vector<int64_t> widths;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      widths.push_back(terms[i].size(-1));
+      y.narrow(-1, offsets[i], widths.back()).add_(terms[i]);
+    }
+    ctx->mark_dirty({y});
+    ctx->saved_data["offsets"] = offsets;
+    ctx->saved_data["widths"] = widths;
+    return y;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const std::vector<int64_t> offsets = ctx->saved_data["offsets"].toIntVector(),
+                               widths = ctx->saved_data["widths"].toIntVector();
+    tensor_list out{grads[0]};
+    for (size_t i = 0; i < offsets.size(); ++i) out.push_back(grads[0].narrow(-1, offsets[i], widths[i]));
+    out.push_back(at::Tensor());  // the offsets
+    return out;
   }
 };
 
@@ -320,10 +357,13 @@ at::Tensor LoraAdapters::forward(const at::Tensor& x, int w, int b) const {
   const at::Tensor bias = b >= 0 && (!mx.row || first) ? store.get(b) : at::empty({0}, x.options());
   at::Tensor y = mx.nf4 ? Nf4Linear::apply(x, bias, reinterpret_cast<int64_t>(mx.nf4.get()))
                         : (bias.numel() > 0 ? at::linear(x, store.get(w), bias) : at::linear(x, store.get(w)));
-  // The adapters, in the compute precision: (x A^T) B^T * alpha / r per part,
-  // zeros where a part of the fused matrix has none.
-  std::vector<at::Tensor> outs;
-  bool any = false;
+  // The adapters, in the compute precision: (x A^T) B^T * alpha / r added
+  // in place into their part's columns of y (no concatenation, nothing for
+  // a part without an adapter). y is this function's own: at::linear and
+  // Nf4Linear save their input and weight, not their output.
+  std::vector<at::Tensor> terms;
+  std::vector<int64_t> offsets;
+  int64_t offset = 0;
   for (const Part& p : mx.parts) {
     if (p.a >= 0) {
       // Column-parallel under tp: A is whole on every rank but each rank's
@@ -335,15 +375,14 @@ at::Tensor LoraAdapters::forward(const at::Tensor& x, int w, int b) const {
       const at::Tensor A = store_.get(p.a), B = store_.get(p.b);
       if (A.scalar_type() != x.scalar_type())
         throw std::logic_error("LoraAdapters: adapters and activations in different precisions");
-      outs.push_back(LoraTerm::apply(x, A, B, f_.scale(), reinterpret_cast<int64_t>(tp), int64_t(kind), first));
-      any = true;
-    } else {
-      auto shape = x.sizes().vec();
-      shape.back() = p.rows;
-      outs.push_back(at::zeros(shape, x.options()));
+      terms.push_back(LoraTerm::apply(x, A, B, f_.scale(), reinterpret_cast<int64_t>(tp), int64_t(kind), first));
+      offsets.push_back(offset);
     }
+    offset += p.rows;
   }
-  return any ? y + at::cat(outs, -1) : y;
+  if (terms.empty()) return y;
+  if (terms.size() == 1 && mx.parts.size() == 1) return y.add_(terms[0]);
+  return AddColumns::apply(y, at::TensorList(terms), offsets);
 }
 
 std::vector<at::Tensor> LoraAdapters::parameters() const {
