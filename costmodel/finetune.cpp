@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -136,6 +138,7 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
   out.backward.gemm_seconds -= layer_weight_grad_seconds(p, m, s);
   using MK = MemKernel;
   MemoryOps fm, bm;
+  std::set<std::string> seen;  // the runtime's matrices whose adapters' dX exists already
   for (const LayerMatrix& w : layer_matrices(m)) {
     const int64_t di = w.column_parallel ? w.d_in : w.d_in / t, dout = w.column_parallel ? w.d_out / t : w.d_out;
     if (f.quantized_base()) {
@@ -166,13 +169,27 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
       }
     }
     if (!f.targets_any(w.target)) continue;
-    // Forward: Z = X A (T x r), Y += (Z B) * alpha/r, the add reading Y and Z B.
-    out.forward.gemm_seconds += gemm_seconds(p, T, r, di, pr) + gemm_seconds(p, T, dout, r, pr);
-    fm.add(MK::Streaming, 3 * e * double(T) * double(dout) + 2 * e * double(T) * double(r), 2);
-    // Backward: dZ = dY B^T, dB = Z^T dY, dA = X^T dZ, dX += dZ A^T (and the add).
+    // As runtime/model/lora.cpp's LoraAdd runs them. The runtime fuses q, k
+    // and v into one matrix and a gated MLP's gate and up into another; the
+    // adapters of one matrix's parts share its input and its output.
+    const std::string group = w.name == std::string("k") || w.name == std::string("v") ? "q"
+                              : w.name == std::string("up") && m.mlp == MlpKind::SwiGlu ? "gate"
+                                                                                         : w.name;
+    const bool first_in_group = seen.insert(group).second;
+    // Forward: Z = X A^T (T x r), then Y[:, part] += (alpha/r) Z B^T as one
+    // GEMM accumulating into the part's columns of the base's output: no
+    // separate add, but the (memory-bound, k = r) GEMM reads those columns too.
+    const double accumulate = e * double(T) * double(dout) / p.memory_Bps();
+    out.forward.gemm_seconds += gemm_seconds(p, T, r, di, pr) + gemm_seconds(p, T, dout, r, pr) + accumulate;
+    // Backward: dZ = dY_part B (scaled: a T x r pass), dB = dY_part^T Z
+    // (scaled: r x d_out), dA = dZ^T X, and dX = dZ A accumulated over the
+    // matrix's adapted parts in one tensor (a later part's GEMM reads it),
+    // added once into the base's input gradient.
     out.backward.gemm_seconds += gemm_seconds(p, T, r, dout, pr) + gemm_seconds(p, T, di, r, pr) +
-                                 weight_grad_gemm_seconds(p, r, dout, T, pr) + weight_grad_gemm_seconds(p, di, r, T, pr);
-    bm.add(MK::Streaming, 3 * e * double(T) * double(di), 1);
+                                 weight_grad_gemm_seconds(p, r, dout, T, pr) + weight_grad_gemm_seconds(p, di, r, T, pr) +
+                                 (first_in_group ? 0.0 : e * double(T) * double(di) / p.memory_Bps());
+    bm.add(MK::Streaming, 2 * e * (double(T) * double(r) + double(r) * double(dout)), 2);
+    if (first_in_group) bm.add(MK::Streaming, 3 * e * double(T) * double(di), 1);
   }
   out.forward.memory_seconds += p.memory_in_step_factor * fm.seconds(p);
   out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);

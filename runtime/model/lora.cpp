@@ -163,75 +163,69 @@ struct Nf4Linear : torch::autograd::Function<Nf4Linear> {
 
 enum class TpKind : int64_t { None, Column, Row };
 
-// One adapter's term t = (x A^T) B^T * scale. A custom function, so that
+// The adapters of one base matrix: y (.., n) += scale * (x A_i^T) B_i^T into
+// each adapted part's columns [offset_i, offset_i + rows_i), in place, each
+// as one GEMM accumulating into that column slice of y (cuBLAS's leading
+// dimension: no term tensor, no separate add). A custom function, so that
 // autograd saves A and B themselves (leaves), not views of them: under ZeRO-3
 // the Engine gathers a unit's parameters again for its backward into another
-// buffer (the leaf's data rebound), and a saved view (at::linear's A^T) would
-// read the forward's buffer, reused by then. dA and dB go to the leaves'
-// bound gradients as any parameter's. Under tp (lora.hpp): a column-parallel
-// matrix's A is whole, its gradient summed over tp here; a row-parallel one's
-// partial z is summed in the forward and the term is counted on tp rank 0
-// (zeros elsewhere; the gradient still reaches every rank's B).
-struct LoraTerm : torch::autograd::Function<LoraTerm> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& A, const at::Tensor& B,
-                            double scale, int64_t tp, int64_t kind, bool first) {
-    at::Tensor x2 = x.reshape({-1, x.size(-1)});
-    at::Tensor z = at::mm(x2, A.t());  // (tokens, r)
-    if (TpKind(kind) == TpKind::Row) reinterpret_cast<Communicator*>(tp)->all_reduce(z)->wait();
-    // The scale on z (tokens x r), not on the (tokens x rows) product: one
-    // small pass instead of a full one.
-    at::Tensor t = at::mm(z * scale, B.t());  // (tokens, rows)
-    if (TpKind(kind) == TpKind::Row && !first) t.zero_();
-    ctx->save_for_backward({x, A, B, z});
+// buffer (the leaf's data rebound), and a saved view would read the forward's
+// buffer, reused by then. dA and dB go to the leaves' bound gradients as any
+// parameter's; the adapters' dX of all parts accumulate into one tensor.
+// Under tp (lora.hpp): a column-parallel matrix's A is whole, its gradient
+// summed over tp here; a row-parallel one's partial z is summed in the
+// forward and the term is counted on tp rank 0 only (the gradient still
+// reaches every rank's B).
+struct LoraAdd : torch::autograd::Function<LoraAdd> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, const at::Tensor& x, at::TensorList As,
+                            at::TensorList Bs, std::vector<int64_t> offsets, double scale, int64_t tp, int64_t kind,
+                            bool first) {
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    at::Tensor y2 = y.view({-1, y.size(-1)});
+    std::vector<at::Tensor> saved{x};
+    for (const at::Tensor& A : As) saved.push_back(A);
+    for (const at::Tensor& B : Bs) saved.push_back(B);
+    for (size_t i = 0; i < As.size(); ++i) {
+      at::Tensor z = at::mm(x2, As[i].t());  // (tokens, r)
+      if (TpKind(kind) == TpKind::Row) reinterpret_cast<Communicator*>(tp)->all_reduce(z)->wait();
+      if (TpKind(kind) != TpKind::Row || first)
+        y2.narrow(1, offsets[i], Bs[i].size(0)).addmm_(z, Bs[i].t(), /*beta=*/1, /*alpha=*/scale);
+      saved.push_back(z);
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["offsets"] = offsets;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["tp"] = tp;
     ctx->saved_data["kind"] = kind;
-    auto shape = x.sizes().vec();
-    shape.back() = B.size(0);
-    return t.view(shape);
-  }
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    auto s = ctx->get_saved_variables();
-    const at::Tensor &x = s[0], &A = s[1], &B = s[2], &z = s[3];
-    const double scale = ctx->saved_data["scale"].toDouble();
-    // The output gradient as it comes (a column slice of the fused matrix's
-    // gradient: row stride of the whole width, no copy); the scale goes on
-    // the small products dB and dZ.
-    const at::Tensor g = grads[0].reshape({-1, B.size(0)});  // (tokens, rows)
-    at::Tensor dB = at::mm(g.t(), z).mul_(scale);           // (rows, r)
-    at::Tensor dz = at::mm(g, B).mul_(scale);               // (tokens, r)
-    at::Tensor x2 = x.reshape({-1, x.size(-1)});
-    at::Tensor dA = at::mm(dz.t(), x2);                        // (r, in)
-    if (TpKind(ctx->saved_data["kind"].toInt()) == TpKind::Column)
-      reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt())->all_reduce(dA)->wait();
-    at::Tensor dx = x.requires_grad() ? at::mm(dz, A).view(x.sizes()) : at::Tensor();
-    return {dx, dA, dB, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// y[..., offsets[i] : offsets[i] + width_i] += terms[i] in place, y returned:
-// the adapters' terms into their parts' columns of a fused matrix's output.
-// The backward gives y's gradient as it comes and each term's as a column
-// slice of it (a view), where autograd's in-place-on-a-view path would copy
-// the whole gradient once per part.
-struct AddColumns : torch::autograd::Function<AddColumns> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, at::TensorList terms, std::vector<int64_t> offsets) {
-    std::vector<int64_t> widths;
-    for (size_t i = 0; i < terms.size(); ++i) {
-      widths.push_back(terms[i].size(-1));
-      y.narrow(-1, offsets[i], widths.back()).add_(terms[i]);
-    }
     ctx->mark_dirty({y});
-    ctx->saved_data["offsets"] = offsets;
-    ctx->saved_data["widths"] = widths;
     return y;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const std::vector<int64_t> offsets = ctx->saved_data["offsets"].toIntVector(),
-                               widths = ctx->saved_data["widths"].toIntVector();
-    tensor_list out{grads[0]};
-    for (size_t i = 0; i < offsets.size(); ++i) out.push_back(grads[0].narrow(-1, offsets[i], widths[i]));
-    out.push_back(at::Tensor());  // the offsets
+    const auto s = ctx->get_saved_variables();
+    const std::vector<int64_t> offsets = ctx->saved_data["offsets"].toIntVector();
+    const size_t parts = offsets.size();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const bool column = TpKind(ctx->saved_data["kind"].toInt()) == TpKind::Column;
+    const at::Tensor& x = s[0];
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    // The output gradient as it comes; each part's as a column slice of it
+    // (row stride the whole width: no copy).
+    const at::Tensor g2 = grads[0].reshape({-1, grads[0].size(-1)});
+    at::Tensor dx;
+    tensor_list dA(parts), dB(parts);
+    for (size_t i = 0; i < parts; ++i) {
+      const at::Tensor &A = s[1 + i], &B = s[1 + parts + i], &z = s[1 + 2 * parts + i];
+      const at::Tensor gi = g2.narrow(1, offsets[i], B.size(0));  // (tokens, rows)
+      dB[i] = at::mm(gi.t(), z).mul_(scale);                     // (rows, r)
+      const at::Tensor dz = at::mm(gi, B).mul_(scale);          // (tokens, r)
+      dA[i] = at::mm(dz.t(), x2);                                // (r, in)
+      if (column) reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt())->all_reduce(dA[i])->wait();
+      if (x.requires_grad()) dx = dx.defined() ? dx.addmm_(dz, A) : at::mm(dz, A);
+    }
+    tensor_list out{grads[0], dx.defined() ? dx.view(x.sizes()) : at::Tensor()};
+    out.insert(out.end(), dA.begin(), dA.end());
+    out.insert(out.end(), dB.begin(), dB.end());
+    out.resize(out.size() + 5);  // offsets, scale, tp, kind, first
     return out;
   }
 };
@@ -357,32 +351,31 @@ at::Tensor LoraAdapters::forward(const at::Tensor& x, int w, int b) const {
   const at::Tensor bias = b >= 0 && (!mx.row || first) ? store.get(b) : at::empty({0}, x.options());
   at::Tensor y = mx.nf4 ? Nf4Linear::apply(x, bias, reinterpret_cast<int64_t>(mx.nf4.get()))
                         : (bias.numel() > 0 ? at::linear(x, store.get(w), bias) : at::linear(x, store.get(w)));
-  // The adapters, in the compute precision: (x A^T) B^T * alpha / r added
-  // in place into their part's columns of y (no concatenation, nothing for
-  // a part without an adapter). y is this function's own: at::linear and
-  // Nf4Linear save their input and weight, not their output.
-  std::vector<at::Tensor> terms;
+  // The adapters, in the compute precision: (x A^T) B^T * alpha / r
+  // accumulated in place into their parts' columns of y (nothing for a part
+  // without an adapter). y is this function's own: at::linear and Nf4Linear
+  // save their input and weight, not their output.
+  // Column-parallel under tp: A is whole on every rank but each rank's
+  // dZ = dY B covers only its rows of B, so A's gradient is summed over tp;
+  // x's gradient through A is summed by the model's enter_tp as the base's
+  // is. Row-parallel: x holds this rank's columns, z is partial (summed in the
+  // forward; dZ = dY B is whole on every rank).
+  std::vector<at::Tensor> As, Bs;
   std::vector<int64_t> offsets;
   int64_t offset = 0;
   for (const Part& p : mx.parts) {
     if (p.a >= 0) {
-      // Column-parallel under tp: A is whole on every rank but each rank's
-      // dZ = dY B covers only its rows of B, so A's gradient is summed over
-      // tp; x's gradient through A is summed by the model's enter_tp as the
-      // base's is. Row-parallel: x holds this rank's columns, z is partial
-      // (summed in the forward; dZ = dY B is whole on every rank).
-      const TpKind kind = !tp ? TpKind::None : mx.row ? TpKind::Row : TpKind::Column;
-      const at::Tensor A = store_.get(p.a), B = store_.get(p.b);
-      if (A.scalar_type() != x.scalar_type())
+      As.push_back(store_.get(p.a)), Bs.push_back(store_.get(p.b));
+      if (As.back().scalar_type() != x.scalar_type())
         throw std::logic_error("LoraAdapters: adapters and activations in different precisions");
-      terms.push_back(LoraTerm::apply(x, A, B, f_.scale(), reinterpret_cast<int64_t>(tp), int64_t(kind), first));
       offsets.push_back(offset);
     }
     offset += p.rows;
   }
-  if (terms.empty()) return y;
-  if (terms.size() == 1 && mx.parts.size() == 1) return y.add_(terms[0]);
-  return AddColumns::apply(y, at::TensorList(terms), offsets);
+  if (As.empty()) return y;
+  const TpKind kind = !tp ? TpKind::None : mx.row ? TpKind::Row : TpKind::Column;
+  return LoraAdd::apply(y, x, at::TensorList(As), at::TensorList(Bs), offsets, f_.scale(),
+                        reinterpret_cast<int64_t>(tp), int64_t(kind), first);
 }
 
 std::vector<at::Tensor> LoraAdapters::parameters() const {

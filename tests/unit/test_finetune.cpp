@@ -183,9 +183,12 @@ TEST_CASE("finetune: a frozen layer's backward drops the weight-gradient GEMMs",
   // The four weight gradients of full training's layer (fused qkv, o, gate+up, down).
   const double wgrad = weight_grad_gemm_seconds(p, 4096, 3 * 4096, T, bf) + weight_grad_gemm_seconds(p, 4096, 4096, T, bf) +
                        weight_grad_gemm_seconds(p, 4096, 2 * 11008, T, bf) + weight_grad_gemm_seconds(p, 11008, 4096, T, bf);
-  // q's adapter: forward X A (T x 16, k 4096) and (X A) B (T x 4096, k 16);
+  // q's adapter: forward X A (T x 16, k 4096) and (X A) B (T x 4096, k 16),
+  // the latter accumulating into q's columns of the base output (reading
+  // them: 2 T 4096 bytes more at the memory rate);
   // backward dZ (T x 16, k 4096), dX (T x 4096, k 16), dB (16 x 4096), dA (4096 x 16).
-  const double fwd = gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf);
+  const double fwd =
+      gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf) + 2.0 * T * 4096 / p.memory_Bps();
   const double bwd = gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf) +
                      weight_grad_gemm_seconds(p, 16, 4096, T, bf) + weight_grad_gemm_seconds(p, 4096, 16, T, bf);
   CHECK(lora.forward.gemm_seconds == Approx(full.forward.gemm_seconds + fwd));
@@ -195,6 +198,27 @@ TEST_CASE("finetune: a frozen layer's backward drops the weight-gradient GEMMs",
                             (full.forward.gemm_seconds + full.backward.gemm_seconds);
   CHECK(base_share > 0.6);
   CHECK(base_share < 0.72);
+  // The adapters' memory-bound passes: no add in the forward (the GEMM
+  // accumulates); in the backward dZ's and dB's scale (2 bytes each way) and
+  // one add of the adapters' dX into the base's (3 x 2 T 4096 bytes).
+  const double bwd_mem = 2.0 * 2 * (double(T) * 16 + 16.0 * 4096) / p.memory_Bps() + 2 * p.kernel_overhead_seconds +
+                         3.0 * 2 * T * 4096 / p.memory_Bps() + p.kernel_overhead_seconds;
+  CHECK(lora.forward.memory_seconds == Approx(full.forward.memory_seconds));
+  CHECK(lora.backward.memory_seconds - full.backward.memory_seconds ==
+        Approx(p.memory_in_step_factor * bwd_mem).epsilon(1e-9));
+  // q and k: k's dX accumulates into q's (its GEMM reads it), one add for both.
+  Finetune qk = f;
+  qk.targets = kLoraQ | kLoraK;
+  PassTimes both = full;
+  apply_finetune_layer_times(p, m, shape, qk, both);
+  const double k_bwd = gemm_seconds(p, T, 16, 4096, bf) + gemm_seconds(p, T, 4096, 16, bf) +
+                       weight_grad_gemm_seconds(p, 16, 4096, T, bf) + weight_grad_gemm_seconds(p, 4096, 16, T, bf) +
+                       2.0 * T * 4096 / p.memory_Bps();
+  CHECK(both.backward.gemm_seconds == Approx(lora.backward.gemm_seconds + k_bwd));
+  CHECK(both.backward.memory_seconds - lora.backward.memory_seconds ==
+        Approx(p.memory_in_step_factor * (2.0 * 2 * (double(T) * 16 + 16.0 * 4096) / p.memory_Bps() +
+                                          2 * p.kernel_overhead_seconds))
+            .epsilon(1e-9));
   // QLoRA adds the dequantisation of the seven matrices, forward and backward.
   // The runtime's kernel (the profile's fused_ops): one a matrix, reading the
   // codes (0.5 bytes a weight), the 8-bit constant of each 64 weights and the
