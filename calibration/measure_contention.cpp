@@ -197,7 +197,6 @@ json measure_contention(const Ctx& c, Communicator& comm) {
   return ops;
 }
 
-
 // Compute beside the collectives as a data-parallel backward has them: the
 // runtime's own layers' backward (layer_probe_spec, 2 x 4096 tokens), one
 // layer at a time, every layer's but the last followed by a collective queued

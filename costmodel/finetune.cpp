@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
-#include <string>
 
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
@@ -15,11 +13,11 @@ namespace planner {
 
 std::vector<LayerMatrix> layer_matrices(const ModelSpec& m) {
   const int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim(), f = m.ffn;
-  std::vector<LayerMatrix> out{{"q", kLoraQ, h, q, true}, {"k", kLoraK, h, kv, true}, {"v", kLoraV, h, kv, true},
-                               {"o", kLoraO, q, h, false}};
-  if (m.mlp == MlpKind::SwiGlu) out.push_back({"gate", kLoraMlp, h, f, true});
-  out.push_back({"up", kLoraMlp, h, f, true});
-  out.push_back({"down", kLoraMlp, f, h, false});
+  std::vector<LayerMatrix> out{{"q", kLoraQ, h, q, true, 0}, {"k", kLoraK, h, kv, true, 0},
+                               {"v", kLoraV, h, kv, true, 0}, {"o", kLoraO, q, h, false, 1}};
+  if (m.mlp == MlpKind::SwiGlu) out.push_back({"gate", kLoraMlp, h, f, true, 2});
+  out.push_back({"up", kLoraMlp, h, f, true, 2});
+  out.push_back({"down", kLoraMlp, f, h, false, 3});
   return out;
 }
 
@@ -42,10 +40,11 @@ int64_t matrix_params_per_layer(const ModelSpec& m, int tp) {
 }
 
 int64_t largest_matrix_per_rank(const ModelSpec& m, int tp) {
-  // As the runtime stores them (runtime/model/transformer.cpp): q, k and v as
+  // As the runtime stores them (LayerMatrix::runtime_matrix): q, k and v as
   // one matrix, a gated MLP's gate and up as one; each dequantised whole.
-  const int64_t t = std::max(1, tp), h = m.hidden, up = (m.mlp == MlpKind::SwiGlu ? 2 : 1) * m.ffn;
-  return std::max({h * (m.q_dim() + 2 * m.kv_dim()) / t, m.q_dim() * h / t, h * up / t, m.ffn * h / t});
+  int64_t size[4] = {0, 0, 0, 0};
+  for (const LayerMatrix& w : layer_matrices(m)) size[w.runtime_matrix] += w.d_in * w.d_out / std::max(1, tp);
+  return *std::max_element(size, size + 4);
 }
 
 double nf4_dequant_buffer_bytes(const ModelSpec& m, const Strategy& s, bool fused) {
@@ -138,7 +137,7 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
   out.backward.gemm_seconds -= layer_weight_grad_seconds(p, m, s);
   using MK = MemKernel;
   MemoryOps fm, bm;
-  std::set<std::string> seen;  // the runtime's matrices whose adapters' dX exists already
+  unsigned seen = 0;  // the runtime matrices whose adapters' dX exists already (bit runtime_matrix)
   for (const LayerMatrix& w : layer_matrices(m)) {
     const int64_t di = w.column_parallel ? w.d_in : w.d_in / t, dout = w.column_parallel ? w.d_out / t : w.d_out;
     if (f.quantized_base()) {
@@ -169,13 +168,10 @@ void apply_finetune_layer_times(const HardwareProfile& p, const ModelSpec& m, co
       }
     }
     if (!f.targets_any(w.target)) continue;
-    // As runtime/model/lora.cpp's LoraAdd runs them. The runtime fuses q, k
-    // and v into one matrix and a gated MLP's gate and up into another; the
-    // adapters of one matrix's parts share its input and its output.
-    const std::string group = w.name == std::string("k") || w.name == std::string("v") ? "q"
-                              : w.name == std::string("up") && m.mlp == MlpKind::SwiGlu ? "gate"
-                                                                                         : w.name;
-    const bool first_in_group = seen.insert(group).second;
+    // As runtime/model/lora.cpp's LoraAdd runs them: the adapters of one
+    // runtime matrix's parts share its input and its output.
+    const bool first_in_group = !(seen & (1u << w.runtime_matrix));
+    seen |= 1u << w.runtime_matrix;
     // Forward: Z = X A^T (T x r), then Y[:, part] += (alpha/r) Z B^T as one
     // GEMM accumulating into the part's columns of the base's output: no
     // separate add, but the (memory-bound, k = r) GEMM reads those columns too.

@@ -23,6 +23,10 @@ struct LayerMatrix {
   unsigned target;     // the LoraTarget bit that puts an adapter on it
   int64_t d_in, d_out; // whole matrix
   bool column_parallel;
+  // The runtime's matrix it is part of (runtime/model/transformer.cpp: q, k
+  // and v fused, 0; o, 1; a gated MLP's gate and up fused, 2; down, 3): the
+  // adapters of one runtime matrix share its input and output.
+  int runtime_matrix;
 };
 std::vector<LayerMatrix> layer_matrices(const ModelSpec& m);
 
