@@ -11,6 +11,7 @@
 #include "runtime/measure_detail.hpp"
 #include "runtime/model/moe.hpp"
 #include "specs/flops.hpp"
+#include "specs/lora_shapes.hpp"
 #include "strategies/rank_grid.hpp"
 
 namespace planner::rt::detail {
@@ -184,8 +185,11 @@ void report(const RunConfig& cfg, bool cuda, Measurement& r) {
   r.mean_s = sum / static_cast<double>(t.size());
   r.samples_per_second = static_cast<double>(r.samples_per_step) / r.median_s;
   r.tokens_per_second = static_cast<double>(r.tokens_per_step) / r.median_s;
-  r.model_flops_per_step = model_flops(cfg.model(), cfg.seq(), r.tokens_per_step);
-  r.hardware_flops_per_step = hardware_flops(cfg.model(), cfg.seq(), r.tokens_per_step, st.ckpt);
+  // LoRA/QLoRA: no weight gradients of the frozen base, the adapters' own;
+  // the prediction counts the same (costmodel/predict.cpp fill_prediction).
+  const double ft_flops = finetune_flops_adjustment(cfg.model(), st.finetune, r.tokens_per_step);
+  r.model_flops_per_step = model_flops(cfg.model(), cfg.seq(), r.tokens_per_step) + ft_flops;
+  r.hardware_flops_per_step = hardware_flops(cfg.model(), cfg.seq(), r.tokens_per_step, st.ckpt) + ft_flops;
   r.model_tflops = r.model_flops_per_step / r.median_s / 1e12 / r.world;  // per GPU
   r.hardware_tflops = r.hardware_flops_per_step / r.median_s / 1e12 / r.world;
   const auto& g = cfg.plan.cluster.gpu;

@@ -57,4 +57,24 @@ expect_bad_input $P export "$TMP/q.json" --to deepspeed
 expect_grep "finetune=qlora is not modelled for this engine" "$TMP/err"
 expect_exit 0 $P memory --model llama-2-7b --gpus 1xRTX3090 --strategy ckpt=full --seq 512 --global-batch 1 -o "$TMP/f.json"
 expect_bad_input $P export "$TMP/f.json" --to peft
+# exec counts a LoRA step's FLOPs as the prediction does (no weight gradients of
+# the frozen base): its TFLOP/s and MFU are not those of full training.
+if [ "${PLANNER_HAS_RUNTIME:-OFF}" = ON ]; then
+  echo '{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 128}' > "$TMP/tiny-llama.json"
+  expect_exit 0 $P predict --model "$TMP/tiny-llama.json" --gpus 1xH100 --strategy finetune=lora,lora_r=4,mbs=2,precision=fp32 \
+    --seq 64 --global-batch 2 -o "$TMP/lora-plan.json"
+  expect_exit 0 $P exec "$TMP/lora-plan.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/lora-r.json"
+  python3 - "$TMP/lora-r.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+m, p = r["measurement"], r["prediction"]
+# By hand: tokens 128; matmul params 2 x (4 x 64^2 + 3 x 64 x 128) + 64 x 512 = 114688;
+# adapters r 4 on q, k, v, o, gate, up, down: 2 x 4 x (4 x 128 + 2 x 192 + 192) = 8704.
+# Full training 3 x (2 x 114688 + 4 x 2 x 64 x 64) x 128; LoRA less 2 x 128 x 114688, plus 6 x 128 x 8704.
+full = 3 * (2 * 114688 + 4 * 2 * 64 * 64) * 128
+lora = full - 2 * 128 * 114688 + 6 * 128 * 8704
+assert abs(p["model_flops_per_step"] - lora) < 1, (p["model_flops_per_step"], lora)
+assert abs(m["model_flops_per_step"] - lora) < 1, (m["model_flops_per_step"], lora)
+PY
+fi
 finish
