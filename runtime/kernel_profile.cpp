@@ -159,7 +159,7 @@ void KernelRecorder::start() {
 
 KernelProfile KernelRecorder::stop() { return summarize_kernels(stop_events()); }
 
-std::vector<KernelEvent> KernelRecorder::stop_events() {
+std::vector<KernelEvent> KernelRecorder::stop_events(bool host_ops) {
   if (!running_) throw std::logic_error("KernelRecorder::stop: not recording");
   running_ = false;
   const auto result = torch::autograd::profiler::disableProfiler();
@@ -167,8 +167,9 @@ std::vector<KernelEvent> KernelRecorder::stop_events() {
   using K = libkineto::ActivityType;
   for (const auto& e : result->events()) {
     const auto t = K(e.activityType());
-    if (t != K::CONCURRENT_KERNEL && t != K::GPU_MEMCPY && t != K::GPU_MEMSET) continue;
-    events.push_back({e.name(), double(e.startNs()) * 1e-9, double(e.durationNs()) * 1e-9});
+    const bool host = t == K::CPU_OP;
+    if (!(host && host_ops) && t != K::CONCURRENT_KERNEL && t != K::GPU_MEMCPY && t != K::GPU_MEMSET) continue;
+    events.push_back({e.name(), double(e.startNs()) * 1e-9, double(e.durationNs()) * 1e-9, host});
   }
   std::stable_sort(events.begin(), events.end(),
                    [](const KernelEvent& a, const KernelEvent& b) { return a.start_seconds < b.start_seconds; });

@@ -26,6 +26,7 @@ struct KernelEvent {
   std::string name;
   double start_seconds = 0;  // on the profiler's clock
   double seconds = 0;        // duration
+  bool host = false;         // a host-side op (stop_events(true) only), else a GPU activity
 };
 
 struct KernelRow {
@@ -84,8 +85,9 @@ class KernelRecorder {
   ~KernelRecorder();  // a recorder left running (an exception in the step) turns the profiler off
   void start();
   KernelProfile stop();
-  // stop() without the summary: every event, in the order of their starts.
-  std::vector<KernelEvent> stop_events();
+  // stop() without the summary: every event, in the order of their starts;
+  // with `host_ops` also the host's ATen ops (KernelEvent::host).
+  std::vector<KernelEvent> stop_events(bool host_ops = false);
 
  private:
   bool running_ = false;

@@ -245,16 +245,45 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   return lm;
 }
 
+// One JSON object a line: name, start (seconds after the first event),
+// duration, host (an ATen op on the host) or not (a GPU activity).
+void write_kernel_events(const char* path, const std::vector<KernelEvent>& events) {
+  std::ofstream out(path);
+  if (!out) throw InputError(std::string("PLANNER_KERNEL_EVENTS: cannot write ") + path);
+  const double t0 = events.empty() ? 0.0 : events.front().start_seconds;
+  for (const auto& e : events) {
+    std::string name;
+    for (char c : e.name) name += c == '"' || c == '\\' ? ' ' : c;
+    char line[96];
+    std::snprintf(line, sizeof line, "\",\"start\":%.9f,\"dur\":%.9f,\"host\":%d}\n", e.start_seconds - t0, e.seconds,
+                  int(e.host));
+    out << "{\"name\":\"" << name << line;
+  }
+}
+
 // --kernels: one more step after every figure was read (the profiler's own
 // work is in none of them): its forward and backward kernels, recorded until
 // the hook after the last backward; the optimizer runs unrecorded.
-void record_kernels(const RunConfig& cfg, bool cuda, Engine& engine, Measurement& r) {
+void record_kernels(const RunConfig& cfg, bool cuda, int rank, Engine& engine, Measurement& r) {
   synchronize(cuda);
   KernelRecorder rec;
   bool stopped = false;
+  // PLANNER_KERNEL_EVENTS=FILE (a diagnosis aid, docs/RUNTIME.md): rank 0
+  // also writes every event of the step, the host's ATen ops included.
+  const char* dump = std::getenv("PLANNER_KERNEL_EVENTS");
+  const bool write_events = dump && *dump && rank == 0;
   engine.after_backward = [&] {
     synchronize(cuda);
-    r.kernels = rec.stop();
+    if (write_events) {
+      const std::vector<KernelEvent> events = rec.stop_events(true);
+      write_kernel_events(dump, events);
+      std::vector<KernelEvent> gpu;
+      for (const auto& e : events)
+        if (!e.host) gpu.push_back(e);
+      r.kernels = summarize_kernels(gpu);
+    } else {
+      r.kernels = rec.stop();
+    }
     stopped = true;
   };
   rec.start();
@@ -303,7 +332,7 @@ void measure_steps(const RunConfig& cfg, const RunSetup& su, Measurement& r) {
     r.host_copy_gbps = host_copy_gbps();
   }
   detail::memory_categories(cuda, su.outside0, lm, r);
-  if (cfg.options.kernels) record_kernels(cfg, cuda, engine, r);
+  if (cfg.options.kernels) record_kernels(cfg, cuda, su.world ? su.world->rank() : 0, engine, r);
   r.final_loss_scale = engine.loss_scale();
   r.skipped_steps = engine.skipped_steps();
 }
