@@ -132,7 +132,7 @@ void run_plan_command(const PlanCmdOpts& o, int& exit_code) {
   // Each GPU's calibration: its held-out error, or the band of an uncalibrated GPU.
   std::vector<std::string> calibration;
   for (const auto& c : clusters)
-    if (std::string t = step_time_band(c.gpu, req.model.moe.enabled()).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
+    if (std::string t = step_time_band(c.gpu, band_kind(req.model, req.finetune)).text; std::find(calibration.begin(), calibration.end(), t) == calibration.end())
       calibration.push_back(std::move(t));
   // --engine: what that engine's measured peaks showed against its memory here.
   if (std::string n = engine_memory_note(req.engine, req.engine_env); !n.empty()) calibration.push_back(std::move(n));

@@ -19,7 +19,7 @@ namespace {
 
 std::string prediction_table(const Plan& plan, const StepPrediction& p, const std::vector<std::string>& assumed) {
   std::string out = plan_header(plan) + assumed_line(assumed) + "\n";
-  const StepTimeBand band = step_time_band(plan.cluster.gpu, plan.model.moe.enabled());
+  const StepTimeBand band = step_time_band(plan.cluster.gpu, band_kind(plan));
   const bool wide = !band.calibrated;
   out += fmt::format("step time        {:>12.4f} s{}\n", p.step_seconds,
                      wide ? fmt::format("   (band {:.4f} - {:.4f} s: not calibrated)", p.step_seconds * band.low,
@@ -129,7 +129,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["assumed"] = assumed;
-      const StepTimeBand band = step_time_band(plan.cluster.gpu, plan.model.moe.enabled());
+      const StepTimeBand band = step_time_band(plan.cluster.gpu, band_kind(plan));
       j["step_seconds_band"] = {p.step_seconds * band.low, p.step_seconds * band.high};
       j["tokens_per_second_band"] = {p.tokens_per_second / band.high, p.tokens_per_second / band.low};
       j["band_note"] = band.text;
@@ -139,7 +139,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       std::string text = prediction_table(plan, p, assumed);
       if (engine_step) text += engine_step_text(*engine_step);
       if (cost) text += "\nTo train " + train_cost_line(*cost) + "\n";
-      text += "note: " + step_time_band(plan.cluster.gpu, plan.model.moe.enabled()).text + "\n";
+      text += "note: " + step_time_band(plan.cluster.gpu, band_kind(plan)).text + "\n";
       if (!o->output.empty() && o->output != "-") text += fmt::format("Wrote the plan to {}\n", o->output);
       emit_report(o->output, text);
     }

@@ -47,7 +47,7 @@ CompareResult compare_clusters(SearchRequest req, const std::vector<ClusterSpec>
   if (clusters.empty()) throw InputError("--gpus: no cluster given");
   if (batches.size() != clusters.size()) throw InputError("compare: one global batch per cluster");
   CompareResult r;
-  r.moe = req.model.moe.enabled();
+  r.band = band_kind(req.model, req.finetune);
   r.objective = cost.tokens && cost.has_price() ? Objective::Cost : cost.tokens ? Objective::Time : Objective::Throughput;
   check_objective(r.objective, cost, clusters);
   const bool common = std::all_of(batches.begin(), batches.end(), [&](int64_t b) { return b == batches.front(); });
@@ -82,7 +82,7 @@ std::string days_text(double days) {
 // A row's objective per token, low and high (seconds per token, times the
 // price per GPU-second with a cost), from its GPU's step-time band.
 std::pair<double, double> per_token_band(const CompareRow& w) {
-  const StepTimeBand b = step_time_band(w.cluster.gpu, w.best && w.best->plan.model.moe.enabled());
+  const StepTimeBand b = step_time_band(w.cluster.gpu, w.best ? band_kind(w.best->plan) : BandKind::Dense);
   double per_token = 1.0 / w.best->prediction.tokens_per_second;
   if (w.train && w.train->cost && w.train->tokens > 0) per_token = *w.train->cost / w.train->tokens;
   return {per_token * b.low, per_token * b.high};
@@ -139,13 +139,13 @@ std::string compare_table(const CompareResult& r) {
                        w.train && w.train->cost ? fmt::format("{:.0f}", *w.train->cost) : "-",
                        format_bytes(double(w.headroom_bytes())), band_value(w, lo, r.objective),
                        band_value(w, hi, r.objective),
-                       step_time_band(w.cluster.gpu, r.moe).calibrated ? " (calibrated)" : " (not calibrated)");
+                       step_time_band(w.cluster.gpu, r.band).calibrated ? " (calibrated)" : " (not calibrated)");
   }
   // Bands (docs/UNCERTAINTY.md): which GPUs were calibrated, and where two
   // clusters' step-time bands overlap so that their order is not certain.
   std::vector<std::string> notes;
   for (const auto& w : r.rows) {
-    const std::string t = step_time_band(w.cluster.gpu, r.moe).text;
+    const std::string t = step_time_band(w.cluster.gpu, r.band).text;
     if (std::find(notes.begin(), notes.end(), t) == notes.end()) notes.push_back(t);
   }
   // A best plan whose collective group is above the profile's measured ones
@@ -190,7 +190,7 @@ nlohmann::json compare_json(const CompareResult& r) {
     c["global_batch"] = w.global_batch;
     c["fits"] = w.best.has_value();
     c["gpu_calibrated"] = !w.cluster.gpu.calibrated.empty();
-    const StepTimeBand band = step_time_band(w.cluster.gpu, r.moe);
+    const StepTimeBand band = step_time_band(w.cluster.gpu, r.band);
     c["band_note"] = band.text;
     if (const std::string note = calibration_note(w.cluster.gpu); !note.empty()) c["calibration_note"] = note;
     c["candidates_evaluated"] = w.stats.enumerated;

@@ -28,7 +28,7 @@ struct CompareResult {
   int64_t global_batch = 0, seq = 0;  // global_batch 0: each cluster has its own (CompareRow::global_batch)
   std::vector<std::string> assumed;   // defaults that shaped the answer (the `assumed:` line)
   std::vector<CompareRow> rows;  // best first; clusters where nothing fits last, in the order given
-  bool moe = false;              // a mixture-of-experts model: the MoE step-time band (step_time_band)
+  BandKind band = BandKind::Dense;  // which held-out record its step times are judged by (step_time_band)
 };
 
 // Searches `req` (model, seq, profile, engine) on each cluster with `global_batch`

@@ -50,11 +50,11 @@ std::string money(const std::optional<TrainCost>& t) { return t && t->cost ? fmt
 
 }  // namespace
 
-TieRule tie_rule(const GpuSpec& gpu, bool moe) {
-  const StepTimeBand b = step_time_band(gpu, moe);
+TieRule tie_rule(const GpuSpec& gpu, BandKind kind) {
+  const StepTimeBand b = step_time_band(gpu, kind);
   if (b.mape_pct > 0)
-    return {b.mape_pct, fmt::format("the held-out step-time MAPE of {}{} ({} plans, docs/UNCERTAINTY.md)", gpu.name,
-                                    moe ? "'s mixture-of-experts plans" : "", b.plans)};
+    return {b.mape_pct, fmt::format("the held-out step-time MAPE of {}{} ({}, docs/UNCERTAINTY.md)", gpu.name,
+                                    kind == BandKind::Moe ? "'s mixture-of-experts plans" : kind == BandKind::Finetune ? "'s fine-tuning plans" : "", b.over)};
   const double half = 100 * (b.high - b.low) / 2;
   return {half, fmt::format("half the width of {}'s step-time band ({:+.0f}% to {:+.0f}%): {} has no held-out runs of its own",
                             gpu.name, 100 * (b.low - 1), 100 * (b.high - 1), gpu.name)};
@@ -82,7 +82,7 @@ std::vector<int> tie_groups(const std::vector<RankedEntry>& ranked, Objective o,
     // --tokens), days or money with them.
     const double key = objective_key(ranked[i], o);
     values.push_back(key < 0 ? -1.0 / key : key);
-    thresholds.push_back(tie_rule(ranked[i].plan->plan.cluster.gpu, ranked[i].plan->plan.model.moe.enabled()).threshold_pct);
+    thresholds.push_back(tie_rule(ranked[i].plan->plan.cluster.gpu, band_kind(ranked[i].plan->plan)).threshold_pct);
   }
   return tie_groups(values, thresholds);
 }
@@ -98,9 +98,9 @@ std::string tie_lines(const std::vector<RankedEntry>& ranked, const std::vector<
     while (last + 1 < group.size() && group[last + 1] == group[lead]) ++last;
     if (last == lead) continue;
     // The band's widest rule (over several clusters a pair takes the larger threshold of its GPUs).
-    TieRule r = tie_rule(ranked[lead].plan->plan.cluster.gpu, ranked[lead].plan->plan.model.moe.enabled());
+    TieRule r = tie_rule(ranked[lead].plan->plan.cluster.gpu, band_kind(ranked[lead].plan->plan));
     for (size_t i = lead + 1; i <= last; ++i)
-      if (TieRule m = tie_rule(ranked[i].plan->plan.cluster.gpu, ranked[i].plan->plan.model.moe.enabled()); m.threshold_pct > r.threshold_pct) r = std::move(m);
+      if (TieRule m = tie_rule(ranked[i].plan->plan.cluster.gpu, band_kind(ranked[i].plan->plan)); m.threshold_pct > r.threshold_pct) r = std::move(m);
     out += fmt::format("tied: #{} to #{} are predicted within {:.1f}% of #{}, {}: the prediction does not order them\n",
                        lead + 1, last + 1, r.threshold_pct, lead + 1, r.reason);
   }
@@ -185,7 +185,7 @@ nlohmann::json ranked_json(const std::vector<ClusterSearch>& searches, const std
       if (k != i && group[k] == group[i]) p["tied_with"].push_back(k + 1);
     const GpuSpec& gpu = ranked[i].plan->plan.cluster.gpu;
     if (!ties.contains(gpu.name)) {
-      const TieRule r = tie_rule(gpu, ranked[i].plan->plan.model.moe.enabled());
+      const TieRule r = tie_rule(gpu, band_kind(ranked[i].plan->plan));
       ties[gpu.name] = {{"threshold_pct", r.threshold_pct}, {"reason", r.reason}};
     }
     plans.push_back(p);

@@ -51,7 +51,7 @@ struct TieRule {
   double threshold_pct = 0;
   std::string reason;
 };
-TieRule tie_rule(const GpuSpec& gpu, bool moe = false);  // moe: the MoE band (step_time_band)
+TieRule tie_rule(const GpuSpec& gpu, BandKind kind = BandKind::Dense);  // kind: its record (step_time_band)
 
 // The tie group (1-based) of each of the first `n` plans of `ranked`: a group
 // starts at the best plan not yet in one (its leader) and holds the plans after

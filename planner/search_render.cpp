@@ -22,7 +22,7 @@ nlohmann::json ranked_plan_json(const RankedPlan& p, int rank) {
   j["global_batch"] = p.plan.global_batch;
   j["seq"] = p.plan.seq;
   j["gpu_calibrated"] = !p.plan.cluster.gpu.calibrated.empty();
-  const StepTimeBand band = step_time_band(p.plan.cluster.gpu, p.plan.model.moe.enabled());
+  const StepTimeBand band = step_time_band(p.plan.cluster.gpu, band_kind(p.plan));
   j["step_seconds_band"] = {p.prediction.step_seconds * band.low, p.prediction.step_seconds * band.high};
   j["tokens_per_second_band"] = {p.prediction.tokens_per_second / band.high, p.prediction.tokens_per_second / band.low};
   return j;

@@ -70,7 +70,7 @@ RankSweep ranking_sweep(const std::string& question, int top, const std::string&
   RankSweep out;
   out.question = question;
   out.notes = r.notes;
-  const TieRule tie = tie_rule(req.cluster.gpu, req.model.moe.enabled());
+  const TieRule tie = tie_rule(req.cluster.gpu, band_kind(req.model, req.finetune));
   out.tie_threshold_pct = tie.threshold_pct;
   out.tie_reason = tie.reason;
   out.sweep.path = sweep_path;

@@ -101,12 +101,17 @@ struct StepTimeBand {
   bool calibrated = false;
   std::string text;
   double mape_pct = 0;  // calibrated with held-out runs: their step-time MAPE (0: none)
-  int plans = 0;        // ... over this many plans
+  int plans = 0;        // ... over this many runs
+  std::string over;     // what they are, in words ("131 plans", "7 runs of 4 plans")
 };
-// `moe`: the plan's model is a mixture of experts, whose step times have
-// their own held-out record (validation/h100x4/moe28): that record's band
-// where the GPU has one, else the GPU's band widened to it and said.
-StepTimeBand step_time_band(const GpuSpec& g, bool moe = false);
+// Which held-out record a plan's step time is judged by. Mixture-of-experts
+// plans (validation/h100x4/moe28) and fine-tuning plans (LoRA/QLoRA on a
+// frozen base, validation/h200/lora_lean2 and lora_gaps) ran slower than
+// predicted beyond the dense plans' spread, so each has its own record:
+// that record's band where the GPU has one, else the GPU's band widened to
+// it and said. specs/plan.hpp band_kind(plan) picks it.
+enum class BandKind { Dense, Moe, Finetune };
+StepTimeBand step_time_band(const GpuSpec& g, BandKind kind = BandKind::Dense);
 // Appends g's note to `notes` unless it is empty or already there (one note per
 // GPU type over several clusters).
 void add_calibration_note(std::vector<std::string>& notes, const GpuSpec& g);

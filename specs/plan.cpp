@@ -40,6 +40,11 @@ int64_t positive_field(const nlohmann::json& j, const char* key) {
 }
 }  // namespace
 
+BandKind band_kind(const ModelSpec& m, const Finetune& f) {
+  if (m.moe.enabled()) return BandKind::Moe;
+  return f.frozen_base() ? BandKind::Finetune : BandKind::Dense;
+}
+
 Plan plan_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw InputError("plan: expected a JSON object");
   if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != "planner-plan")

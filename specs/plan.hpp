@@ -27,6 +27,11 @@ struct Plan {
 };
 
 nlohmann::json plan_to_json(const Plan& p);
+// The held-out record a plan's step time is judged by (step_time_band): a
+// mixture of experts first, then fine-tuning, else dense.
+BandKind band_kind(const ModelSpec& m, const Finetune& f);
+inline BandKind band_kind(const Plan& p) { return band_kind(p.model, p.strategy.finetune); }
+
 Plan plan_from_json(const nlohmann::json& j);   // InputError naming the bad field
 Plan load_plan(const std::string& path);        // InputError for a missing or malformed file
 // Writes atomically (temporary file, then rename), so a failure leaves nothing half-written.

@@ -7,6 +7,7 @@
 #include "catch.hpp"
 #include "planner/plan_rank.hpp"
 #include "planner/validate_rank.hpp"
+#include "specs/plan.hpp"
 #include "test_util.hpp"
 
 using namespace planner;
@@ -117,7 +118,7 @@ TEST_CASE("tie_rule: the GPU's held-out MAPE, else half its datasheet band", "[p
 }
 
 TEST_CASE("a mixture of experts has its own band: H100's MoE record, elsewhere the GPU's band widened to it", "[plan][ties][moe]") {
-  const StepTimeBand dense = step_time_band(gpu_by_name("H100")), moe = step_time_band(gpu_by_name("H100"), true);
+  const StepTimeBand dense = step_time_band(gpu_by_name("H100")), moe = step_time_band(gpu_by_name("H100"), BandKind::Moe);
   // validation/h100x4/moe28: six held-out MoE plans, measured 1.032 to 1.545 x predicted, MAPE 13.6%.
   CHECK(moe.calibrated);
   CHECK(moe.mape_pct == 13.6);
@@ -126,19 +127,48 @@ TEST_CASE("a mixture of experts has its own band: H100's MoE record, elsewhere t
   CHECK(moe.high == 1.545);
   CHECK(moe.mape_pct > dense.mape_pct);
   CHECK(contains(moe.text, "validation/h100x4/moe28"));
-  const TieRule r = tie_rule(gpu_by_name("H100"), true);
+  const TieRule r = tie_rule(gpu_by_name("H100"), BandKind::Moe);
   CHECK(r.threshold_pct == 13.6);
   CHECK(contains(r.reason, "mixture-of-experts plans"));
   // An uncalibrated GPU: its datasheet band, widened to the MoE record's top, and said.
-  const StepTimeBand a10 = step_time_band(gpu_by_name("A10")), a10m = step_time_band(gpu_by_name("A10"), true);
+  const StepTimeBand a10 = step_time_band(gpu_by_name("A10")), a10m = step_time_band(gpu_by_name("A10"), BandKind::Moe);
   CHECK(a10m.low == std::min(a10.low, 1.032));
   CHECK(a10m.high == 1.545);
   CHECK(a10m.high > a10.high);
-  CHECK(contains(a10m.text, "no held-out MoE runs on"));
+  CHECK(contains(a10m.text, "mixture-of-experts plans: no current held-out record of them on A10"));
   // H200 is calibrated but has no MoE record: its MAPE becomes the MoE record's.
-  const StepTimeBand h200m = step_time_band(gpu_by_name("H200"), true);
+  const StepTimeBand h200m = step_time_band(gpu_by_name("H200"), BandKind::Moe);
   CHECK(h200m.mape_pct == 13.6);
   CHECK(h200m.high == 1.545);
+}
+
+TEST_CASE("fine-tuning has its own band: H200's LoRA/QLoRA record, elsewhere the GPU's band widened to it", "[plan][ties][finetune]") {
+  const StepTimeBand dense = step_time_band(gpu_by_name("H200")), ft = step_time_band(gpu_by_name("H200"), BandKind::Finetune);
+  // validation/h200/lora_lean2 (4 held-out runs: 0.4951/0.4724, 0.5084/0.4821, 0.4920/0.4607, 0.5341/0.5083 s)
+  // and lora_gaps (3 of them again: 0.5103/0.4724, 0.5047/0.4607, 0.5211/0.4821 s): measured 1.048 to 1.096 x
+  // predicted; errors 4.6, 5.2, 6.4, 4.8, 7.4, 8.7, 7.5%: MAPE 6.4%.
+  CHECK(ft.calibrated);
+  CHECK(ft.mape_pct == 6.4);
+  CHECK(ft.plans == 7);
+  CHECK(ft.low == 1.048);
+  CHECK(ft.high == 1.096);
+  CHECK(ft.mape_pct > dense.mape_pct);
+  CHECK(contains(ft.text, "H200 fine-tuning (LoRA/QLoRA) plans: held-out step times were 6.4% off"));
+  const TieRule r = tie_rule(gpu_by_name("H200"), BandKind::Finetune);
+  CHECK(r.threshold_pct == 6.4);
+  CHECK(contains(r.reason, "fine-tuning plans"));
+  // H100 has no current fine-tuning record: its band widened to H200's and said.
+  const StepTimeBand h100 = step_time_band(gpu_by_name("H100")), h100f = step_time_band(gpu_by_name("H100"), BandKind::Finetune);
+  CHECK(h100f.low == std::min(h100.low, 1.048));
+  CHECK(h100f.high == std::max(h100.high, 1.096));
+  CHECK(h100f.mape_pct == std::max(h100.mape_pct, 6.4));
+  CHECK(contains(h100f.text, "no current held-out record of them on H100-SXM, the band widened to H200's record"));
+  // Which record a plan takes: MoE first, then a frozen base.
+  ModelSpec m = model_preset("llama-3.1-8b");
+  Finetune f;
+  CHECK(band_kind(m, f) == BandKind::Dense);
+  f.mode = FinetuneMode::Lora;
+  CHECK(band_kind(m, f) == BandKind::Finetune);
 }
 
 TEST_CASE("ranking_summary with plan's ties: the flip of issue 30 lies inside the pick's band", "[validate][rank][ties]") {
