@@ -95,6 +95,49 @@ int run_exec_and_report(const rt::ExecOptions& e, const Plan& plan, const Hardwa
 }
 #endif
 
+namespace {
+
+// `planner exec`'s command line as given.
+struct ExecCli {
+  std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
+              lr = "3e-4", profile;
+  std::string comm_timeout = "300", trace, headroom, moe_routing = "learned";
+  bool json = false, quiet = false, oversubscribe = false, kernels = false;
+};
+
+#if defined(PLANNER_HAS_RUNTIME)
+// The run's options from the command line, each checked (InputError naming the option).
+rt::ExecOptions exec_options(const ExecCli& o) {
+  rt::ExecOptions e;
+  e.plan_path = o.plan;
+  e.steps = int(parse_capped(o.steps, "--steps", kMaxSteps, false));
+  e.warmup = int(parse_capped(o.warmup, "--warmup", kMaxSteps, true));
+  e.output_path = o.output;
+  e.tokens_path = o.tokens;
+  e.json = o.json;
+  e.device = o.device;
+  e.tokens_dtype = o.tokens_dtype;
+  e.seed = uint64_t(parse_int(o.seed, "--seed", true));
+  e.profile_path = o.profile;
+  e.progress = !o.quiet;
+  e.oversubscribe = o.oversubscribe;
+  e.trace_path = o.trace;
+  e.kernels = o.kernels;
+  e.moe_routing = rt::parse_moe_routing(o.moe_routing);
+  e.comm_timeout_seconds = int(parse_capped(o.comm_timeout, "--comm-timeout", 86400, false));
+  try {
+    size_t used = 0;
+    e.optim.lr = std::stod(o.lr, &used);
+    if (used != o.lr.size() || !(e.optim.lr > 0) || e.optim.lr > 1e3) throw std::invalid_argument("lr");
+  } catch (const std::exception&) {
+    throw InputError(fmt::format("--lr: expected a number above 0 and at most 1000 such as 3e-4, got '{}'", clip(o.lr)));
+  }
+  return e;
+}
+#endif
+
+}  // namespace
+
 CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("exec", "Run a plan on this machine, measure, and compare with the prediction");
   cmd->footer(
@@ -103,18 +146,13 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
       "  planner exec examples/plans/tiny-cpu.json --steps 20 --warmup 2 -o result.json\n"
       "  planner exec examples/plans/tiny-cpu-dp2-zero3.json --device cpu --oversubscribe --trace step.json\n"
       "  planner exec examples/plans/gpt2-xl-h100-bf16.json --kernels   # GPU: where forward+backward time goes\n"
+      "  planner exec moe-plan.json --moe-routing balanced   # MoE benchmark: every expert gets the same rows\n"
       "  mpirun -np 16 --hostfile hosts planner exec plan.json   # several nodes: one rank per GPU\n"
       "Runs on the GPU when there is one, else on the CPU. A plan with dp > 1 starts one process per rank\n"
       "with mpirun (or runs inside an existing mpirun/srun launch). Result schema: docs/RESULT.md.\n"
       "A plan predicted not to fit (memory model, --profile, --headroom) runs anyway after a warning on\n"
       "stderr; result.json records \"predicted_fit\": false.");
-  struct Opts {
-    std::string plan, steps = "10", warmup = "3", output, tokens, tokens_dtype = "uint16", device = "auto", seed = "1234",
-                lr = "3e-4", profile;
-    std::string comm_timeout = "300", trace, headroom;
-    bool json = false, quiet = false, oversubscribe = false, kernels = false;
-  };
-  auto o = std::make_shared<Opts>();  // owned by the callback, which the app owns
+  auto o = std::make_shared<ExecCli>();  // owned by the callback, which the app owns
   cmd->add_option("plan", o->plan, "plan.json to run")->required();
   cmd->add_option("--steps", o->steps, "timed steps (default 10)");
   cmd->add_option("--warmup", o->warmup, "warm-up steps before timing (default 3)");
@@ -135,6 +173,10 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--kernels", o->kernels,
                 "GPU: after the timed steps, record one more step's forward/backward kernels and compare them by "
                 "op class (GEMM, attention, memory-bound) with the prediction");
+  cmd->add_option("--moe-routing", o->moe_routing,
+                  "mixture of experts: learned (default: the router's top-k) or balanced (a benchmark mode: token t's "
+                  "k experts are (t*k + j) mod E, so every expert gets the same rows; the router and its loss still "
+                  "run; a dense model refuses it)");
   cmd->add_option("--comm-timeout", o->comm_timeout,
                   "seconds a collective may take before every rank is ended (default 300)");
   cmd->callback([o, &exit_code] {
@@ -166,29 +208,7 @@ CLI::App* add_exec_command(CLI::App& app, int& exit_code) {
     if (fcntl(1, F_GETFD) < 0 && errno == EBADF)
       throw InputError("stdout is closed, so the report would be lost; redirect it (> report.txt) or to /dev/null");
 #if defined(PLANNER_HAS_RUNTIME)
-    rt::ExecOptions e;
-    e.plan_path = o->plan;
-    e.steps = int(parse_capped(o->steps, "--steps", kMaxSteps, false));
-    e.warmup = int(parse_capped(o->warmup, "--warmup", kMaxSteps, true));
-    e.output_path = o->output;
-    e.tokens_path = o->tokens;
-    e.json = o->json;
-    e.device = o->device;
-    e.tokens_dtype = o->tokens_dtype;
-    e.seed = uint64_t(parse_int(o->seed, "--seed", true));
-    e.profile_path = o->profile;
-    e.progress = !o->quiet;
-    e.oversubscribe = o->oversubscribe;
-    e.trace_path = o->trace;
-    e.kernels = o->kernels;
-    e.comm_timeout_seconds = int(parse_capped(o->comm_timeout, "--comm-timeout", 86400, false));
-    try {
-      size_t used = 0;
-      e.optim.lr = std::stod(o->lr, &used);
-      if (used != o->lr.size() || !(e.optim.lr > 0) || e.optim.lr > 1e3) throw std::invalid_argument("lr");
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("--lr: expected a number above 0 and at most 1000 such as 3e-4, got '{}'", clip(o->lr)));
-    }
+    rt::ExecOptions e = exec_options(*o);
     check_headroom(o->headroom);
     HardwareProfile profile = load_profile(o->profile, checked.cluster.gpu);
     if (!o->headroom.empty()) apply_headroom(o->headroom, profile);

@@ -107,6 +107,7 @@ std::string self_exe(const char* argv0) {
 
 struct ValidateOpts {
   std::string sweep, output, steps, warmup, device = "auto", only, half, timeout = "1200", gpus, rank_question, top;
+  std::string moe_routing;  // empty: exec's default (learned)
   ProfileCli profile;
   bool json = false, quiet = false, oversubscribe = false, predict_only = false, no_plots = false, kernels = false;
 };
@@ -131,7 +132,20 @@ void check_options(const ValidateOpts& o) {
     throw InputError(fmt::format("--device '{}' is not one of auto|cuda|cpu", o.device));
   if (!o.half.empty() && o.half != "A" && o.half != "B") throw InputError("--half must be A or B");
   if (o.kernels && o.device == "cpu") throw InputError("--kernels records GPU kernels; it cannot go with --device cpu");
+  if (!o.moe_routing.empty() && o.moe_routing != "learned" && o.moe_routing != "balanced")
+    throw InputError(fmt::format("--moe-routing '{}' is not one of learned (the router's own top-k) or balanced (every "
+                                 "expert the same rows, a benchmark mode)", clip(o.moe_routing)));
   check_headroom(o.profile.headroom);
+}
+
+// --moe-routing balanced runs only mixture-of-experts plans: a dense one among
+// those chosen is refused before anything runs (planner exec would refuse it).
+void check_moe_routing(const ValidateOpts& o, const ValidateJob& j) {
+  if (o.moe_routing != "balanced") return;
+  for (const auto& e : j.sw.entries)
+    if ((j.only.empty() || j.only.count(e.name)) && (o.half.empty() || e.half == o.half) && !e.plan.model.moe.enabled())
+      throw InputError(fmt::format("--moe-routing balanced needs mixture-of-experts models; plan '{}' ({}) is dense "
+                                   "(leave it out with --only)", e.name, clip(e.plan.model.name)));
 }
 
 void check_output_dir(const std::string& dir) {
@@ -166,6 +180,7 @@ ValidateJob prepare(const ValidateOpts& o) {
     if (!found) throw InputError(fmt::format("--only: no plan '{}' in {}", trim(n), source));
     j.only.insert(trim(n));
   }
+  check_moe_routing(o, j);
   for (const auto& e : j.sw.entries) j.profiles.push_back(resolve_profile(o.profile, e.plan.cluster.gpu, o.device));
   j.dir = !o.output.empty() ? o.output : o.sweep.empty() ? "validate-ranking" : "validate-" + fs::path(o.sweep).stem().string();
   check_output_dir(j.dir);
@@ -187,6 +202,7 @@ RunOutcome run_plan(const ValidateOpts& o, const ValidateJob& j, const SweepEntr
   if (!o.profile.headroom.empty()) args.insert(args.end(), {"--headroom", o.profile.headroom});
   if (o.oversubscribe) args.push_back("--oversubscribe");
   if (o.kernels) args.push_back("--kernels");
+  if (!o.moe_routing.empty()) args.insert(args.end(), {"--moe-routing", o.moe_routing});
   // A pipeline plan's predicted and measured timelines (timeline_NAME.png).
   const std::string trace_rel = "runs/" + e.name + ".trace.json";
   if (e.plan.strategy.pp > 1) {
@@ -300,6 +316,7 @@ void run_validate(const ValidateOpts& o, int& exit_code) {
                    {"predict_only", o.predict_only},
                    {"profile", o.profile.profile.empty() ? json(nullptr) : json(o.profile.profile)},
                    {"headroom", o.profile.headroom.empty() ? json(nullptr) : json(o.profile.headroom)},
+                   {"moe_routing", o.moe_routing.empty() ? json(nullptr) : json(o.moe_routing)},
                    {"machine", machine},
                    {"complete", false},
                    {"plans", plans}};
@@ -355,6 +372,7 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
       "  planner validate tests/data/sweep_tiny_cpu.json -o out --device cpu --oversubscribe\n"
       "  planner validate validation/sets/sweep_1gpu.json -o preds --predict-only   # commit predictions before running\n"
       "  planner validate validation/sets/sweep_1gpu.json -o h200 --gpus 1xH200 --profile h200.json\n"
+      "  planner validate validation/sets/sweep_x2_moe29.json -o balanced --moe-routing balanced   # MoE benchmark mode\n"
       "  planner validate --rank-question \"--model llama-2-7b --gpus 4xH100 --global-batch 32\" --top 5 -o rank\n"
       "Each plan runs as `planner exec` (mpirun started by it for several ranks). Writes DIR/report.json,\n"
       "DIR/report.csv, DIR/plans/NAME.json, DIR/runs/NAME.json (result) and NAME.log, and with gnuplot on the\n"
@@ -386,6 +404,9 @@ CLI::App* add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--kernels", o->kernels,
                 "GPU: every plan also records one step's kernels (planner exec --kernels); the causes of a miss then "
                 "name the op class");
+  cmd->add_option("--moe-routing", o->moe_routing,
+                  "mixture of experts: learned (the router's top-k, exec's default) or balanced (every expert the same "
+                  "rows, a benchmark mode; planner exec --moe-routing); passed to every plan's exec");
   cmd->add_flag("--json", o->json, "print report.json instead of the table");
   cmd->add_flag("--quiet,-q", o->quiet, "no progress on stderr");
   cmd->callback([o, &exit_code] { run_validate(*o, exit_code); });

@@ -424,6 +424,8 @@ std::string report_table(const json& report) {
   std::string o = fmt::format("planner validate: {} ({} plans; {} warm-up + {} timed steps each)\n",
                               report.value("sweep_name", ""), report["plans"].size(), report.value("warmup", 0),
                               report.value("steps", 0));
+  if (report.value("moe_routing", json(nullptr)) == "balanced")
+    o += "mixture of experts: balanced routing (benchmark mode, --moe-routing balanced), not the models' own\n";
   o += fmt::format("{:<30} {:>1} {:>2}  {:<42} {:>9} {:>9} {:>7}  {:>10} {:>10} {:>7}  {:<14}\n", "plan", "", "G",
                    "strategy", "step pred", "meas", "err", "peak pred", "meas", "err", "fit / outcome");
   auto cell = [](const json& v, const char* f) { return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("-"); };

@@ -4,6 +4,7 @@
 #include "runtime/engine_detail.hpp"
 #include "runtime/model/context_parallel.hpp"
 #include "runtime/model/lora.hpp"
+#include "runtime/model/moe.hpp"
 #include "runtime/model/fp8_linear.hpp"
 
 namespace planner::rt {
@@ -90,6 +91,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   if (s.pp > 1)
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp, ep_);
+  if (MoeBlock* moe = model_->moe()) moe->set_routing(cfg_.options.moe_routing);
   ParamStore& store = model_->store();
   store.make_leaves(device_, I.dt);
   if (s.finetune.frozen_base()) {  // the adapters are what the units hold

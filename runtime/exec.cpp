@@ -168,6 +168,7 @@ json measurement_json(const Measurement& r) {
           {"skipped_steps", r.skipped_steps},
           {"moe_imbalance", num_or_null(r.moe_imbalance, r.moe_imbalance > 0)},
           {"moe_imbalance_largest", num_or_null(r.moe_imbalance_largest, r.moe_imbalance_largest > 0)},
+          {"moe_routing", r.moe_routing.empty() ? json(nullptr) : json(r.moe_routing)},
           {"init_seconds", r.init_seconds},
           {"data", r.data},
           {"world", r.world},
@@ -228,6 +229,9 @@ void check_runnable(const ExecOptions& o, const Plan& plan) {
   // An environment variable the run reads is checked here too: an unknown
   // PLANNER_CP_ATTENTION, PLANNER_MOE_* or PLANNER_FUSED_KERNELS would otherwise be ignored (every plan: a misspelt
   // value is an error whatever the plan's cp).
+  if (o.moe_routing == MoeRouting::Balanced && !plan.model.moe.enabled())
+    throw InputError(where + ": --moe-routing balanced needs a mixture-of-experts model; '" + clip(plan.model.name) +
+                     "' is dense");
   cp_attention_from_env();
   moe_gemm_from_env();
   fused_kernels_from_env();
@@ -299,6 +303,7 @@ ExecRun run_plan(const ExecOptions& o, Plan plan) {
              {"lr", o.optim.lr},
              {"tokens_path", o.tokens_path},
              {"kernels", o.kernels},
+             {"moe_routing", to_string(o.moe_routing)},
              {"tokens_dtype", o.tokens_path.empty() ? json(nullptr) : json(o.tokens_dtype)}}},
            {"measurement", measurement_json(m)},
            {"machine", machine_json(m.machine)}};

@@ -98,6 +98,9 @@ struct Measurement {
   // the group's mean (1: balanced; what --moe-imbalance assumes), and the
   // largest single layer's such ratio. 0: not measured.
   double moe_imbalance = 0, moe_imbalance_largest = 0;
+  // Mixture of experts: the routing that ran, "learned" or "balanced"
+  // (RunOptions::moe_routing); empty for a dense model.
+  std::string moe_routing;
   std::string data;           // description of the token source
   MeasuredMemory memory;
   KernelProfile kernels;      // RunOptions::kernels: one extra step's forward + backward kernels (this rank's)

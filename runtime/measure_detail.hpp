@@ -30,7 +30,8 @@ void gather_trace(const RunConfig& cfg, Communicator* world, Engine& engine, Mea
 void memory_categories(bool cuda, int64_t outside0, const LoopMemory& lm, Measurement& r);
 // Every rank's figures to every rank; the step's time is the slowest rank's.
 void gather_ranks(Communicator* world, Measurement& r);
-// MoE with ep > 1: the routing's imbalance over rank 0's ep group
+// MoE: the routing that ran (Measurement::moe_routing, a note when balanced);
+// with ep > 1 the routing's imbalance over rank 0's ep group
 // (Measurement::moe_imbalance), from every rank's MoeBlock::received_rows.
 void gather_moe_routing(const RunConfig& cfg, Communicator* world, Engine& engine, Measurement& r);
 // Timing statistics, throughput, MFU and the notes.

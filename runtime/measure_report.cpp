@@ -71,7 +71,14 @@ void gather_trace(const RunConfig& cfg, Communicator* world, Engine& engine, Mea
 void gather_moe_routing(const RunConfig& cfg, Communicator* world, Engine& engine, Measurement& r) {
   const Strategy& st = cfg.strategy();
   const MoeBlock* moe = engine.model().moe();
-  if (st.ep <= 1 || !moe) return;
+  if (!moe) return;
+  r.moe_routing = to_string(moe->routing());
+  if (moe->routing() == MoeRouting::Balanced)
+    r.notes.push_back(
+        "mixture of experts: balanced routing (benchmark mode, --moe-routing balanced): token t of a micro-batch went "
+        "to experts (t*k + j) mod E, not to the router's top-k; the router, its softmax, the gate weights and the "
+        "auxiliary loss still ran. These times are those of exactly balanced routing, not of the model's own");
+  if (st.ep <= 1) return;
   // Every rank takes part (padded to the longest list: pipeline stages run
   // different layers); rank 0's ep group is read.
   size_t per = 0;

@@ -6,6 +6,16 @@
 
 namespace planner::rt {
 
+const char* to_string(MoeRouting r) { return r == MoeRouting::Balanced ? "balanced" : "learned"; }
+
+MoeRouting parse_moe_routing(const std::string& text, const std::string& what) {
+  if (text == "learned") return MoeRouting::Learned;
+  if (text == "balanced") return MoeRouting::Balanced;
+  throw InputError(what + " '" + text.substr(0, 40) +
+                   "' is not one of learned (the router's own top-k) or balanced (every expert the same rows, a "
+                   "benchmark mode)");
+}
+
 void check_run_options(const RunOptions& o) {
   if (o.steps < 1) throw InputError("--steps must be at least 1, got " + std::to_string(o.steps));
   if (o.warmup < 0) throw InputError("--warmup must not be negative, got " + std::to_string(o.warmup));

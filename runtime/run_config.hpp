@@ -26,6 +26,18 @@ struct OptimizerSettings {
   int fp16_scale_window = 1000;  // clean steps before the loss scale doubles
 };
 
+// How a mixture of experts chooses each token's experts (runtime/model/moe.hpp;
+// `planner exec --moe-routing`): Learned, the router's top-k (the model's own
+// routing); Balanced, a benchmark mode that gives token t of a micro-batch the
+// experts (t k + j) mod E, j < k, so that every expert gets exactly T k / E rows
+// when E divides T k (the router, its softmax, the gate weights and the
+// auxiliary loss still run). Megatron-LM's --moe-router-force-load-balancing
+// is the same idea with random logits; this one is deterministic and exact.
+enum class MoeRouting { Learned, Balanced };
+const char* to_string(MoeRouting r);
+// "learned" or "balanced"; anything else is an InputError naming `what` (the option).
+MoeRouting parse_moe_routing(const std::string& text, const std::string& what = "--moe-routing");
+
 // What a run chooses beside the plan (`planner exec`'s options).
 struct RunOptions {
   std::string device = "auto";          // auto | cuda | cpu
@@ -41,6 +53,7 @@ struct RunOptions {
   bool time_actions = true;             // time each action of the step program (exposed communication)
   bool trace = false;                   // record the last timed step's action spans on every rank
   bool kernels = false;                 // GPU: one more step whose forward/backward kernels are recorded
+  MoeRouting moe_routing = MoeRouting::Learned;  // mixture of experts: the router's choice or exactly balanced
   // The step program's overlap options (strategies/step_program.hpp
   // StepOptions), which the Engine honours; `planner exec` takes them from
   // the hardware profile its prediction uses, so the run is the program predicted.

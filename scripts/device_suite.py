@@ -35,7 +35,7 @@ TOP = {"format", "version", "description", "machine", "gpus", "budget_s", "repla
 BUILD = {"targets", "tests"}
 CALIBRATE = {"one_gpu", "ranks", "budget_s", "measure_s", "quick"}
 SWEEP = {"name", "file", "profile", "only", "half", "gpus", "kernels", "steps", "warmup", "headroom", "timeout_s",
-         "plots", "env"}
+         "plots", "args", "env"}
 PREDICT = {"name", "file", "profile", "gpus"}
 RANKING = {"name", "question", "top", "profile", "steps", "warmup", "headroom", "timeout_s", "plots", "env"}
 EXEC = {"name", "plan", "gpu", "steps", "warmup", "profile", "trace", "kernels", "headroom", "args", "env", "timeout_s"}
@@ -152,6 +152,8 @@ def load(path, root):
                 raise SuiteError(f"{where}: \"run\" must be a shell command")
             if sec == "baselines" and e.get("mode", "eager") not in ("eager", "compile", "ddp", "fsdp2"):
                 raise SuiteError(f"{where}: \"mode\" must be eager, compile, ddp or fsdp2")
+            if "args" in e and not (isinstance(e["args"], list) and all(isinstance(x, str) for x in e["args"])):
+                raise SuiteError(f"{where}: \"args\" must be a list of strings")
             for k in ("env",):
                 if k in e and not (isinstance(e[k], dict) and all(isinstance(v, str) for v in e[k].values())):
                     raise SuiteError(f"{where}: \"env\" must map names to strings")
@@ -207,6 +209,7 @@ def steps(s, sp):
             a += f" --{k} {shlex.quote(str(w[k]))}" if k in w else ""
         a += " --kernels" if w.get("kernels") else ""
         a += " --no-plots" if w.get("plots") is False else ""
+        a += "".join(" " + arg(x) for x in w.get("args", []))  # more validate options, e.g. --moe-routing balanced
         out.append((w["name"], a, w.get("env", {}), 600))
     # Ranking checks: the top plans of a `planner plan` question, run as a sweep.
     for w in s["rankings"]:

@@ -34,18 +34,21 @@ struct RunResult {
   at::Tensor params;  // fp32, CPU
 };
 
-// The run of model m under s at seq tokens, with the default options (seed 1234).
-inline rt::RunConfig run_config(const ModelSpec& m, const Strategy& s, int64_t seq) {
-  return rt::make_run_config(m, s, seq);
+// The run of model m under s at seq tokens, with options o (the defaults: seed 1234, learned MoE routing).
+inline rt::RunConfig run_config(const ModelSpec& m, const Strategy& s, int64_t seq, const rt::RunOptions& o = {}) {
+  rt::RunConfig c = rt::make_run_config(m, s, seq);
+  c.options = o;
+  return c;
 }
 
 // One process, dp * gas micro-batches of mbs: the step the dp ranks compute
 // together (the cp ranks of a dp index share its samples, whole sequences here;
 // the ep ranks are dp ranks).
-inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, int steps) {
+inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, int steps,
+                            const rt::RunOptions& o = {}) {
   Strategy one = s;
   one.gas = s.gas * s.dp, one.dp = 1, one.cp = 1, one.ep = 1;
-  const rt::RunConfig c = run_config(m, one, seq);
+  const rt::RunConfig c = run_config(m, one, seq, o);
   Trainer t(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed));
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(t.step(k).item<double>());
@@ -56,8 +59,8 @@ inline RunResult run_single(const ModelSpec& m, const Strategy& s, int64_t seq, 
 inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, rt::Communicator* dp,
                             rt::Communicator* pp = nullptr, rt::Communicator* tp = nullptr,
                             rt::Communicator* cp = nullptr, rt::Communicator* ep = nullptr,
-                            rt::Communicator* edp = nullptr) {
-  const rt::RunConfig c = run_config(m, s, seq);
+                            rt::Communicator* edp = nullptr, const rt::RunOptions& o = {}) {
+  const rt::RunConfig c = run_config(m, s, seq, o);
   rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), dp, pp, tp, cp, ep, edp);
   RunResult r;
   for (int k = 0; k < steps; ++k) r.losses.push_back(e.step(k).item<double>());
@@ -119,24 +122,25 @@ inline GridComms make_grid_comms(const Degrees& d) {
 
 // The Engine's run of s over the grid, each group passed where its degree is
 // above 1 (the Engine checks the groups' sizes against s).
-inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, const GridComms& c) {
+inline RunResult run_engine(const ModelSpec& m, const Strategy& s, int64_t seq, int steps, const GridComms& c,
+                            const rt::RunOptions& o = {}) {
   return run_engine(m, s, seq, steps, s.dp_cp() > 1 ? c.dp_cp.get() : nullptr, s.pp > 1 ? c.pp.get() : nullptr,
                     s.tp > 1 ? c.tp.get() : nullptr, s.cp > 1 ? c.cp.get() : nullptr,
-                    s.ep > 1 ? c.ep.get() : nullptr, s.ep > 1 ? c.edp.get() : nullptr);
+                    s.ep > 1 ? c.ep.get() : nullptr, s.ep > 1 ? c.edp.get() : nullptr, o);
 }
 
 // s (its degrees those of the grid) for `steps` steps on one process and over
-// the grid's ranks: the same losses and parameters within tol.
+// the grid's ranks (both with options o): the same losses and parameters within tol.
 inline void check_equivalent(const ModelSpec& m, const Strategy& s, int64_t seq, const GridComms& c, int steps = 3,
-                             Tolerance tol = {}) {
-  INFO(m.name << " " << s.to_string());
-  check_close(run_single(m, s, seq, steps), run_engine(m, s, seq, steps, c), tol);
+                             Tolerance tol = {}, const rt::RunOptions& o = {}) {
+  INFO(m.name << " " << s.to_string() << " moe routing " << rt::to_string(o.moe_routing));
+  check_close(run_single(m, s, seq, steps, o), run_engine(m, s, seq, steps, c, o), tol);
 }
 
 // Every strategy of `texts` on every model, fp32, with the grid's degrees,
-// sequence parallelism off and (with_sp) on: three steps equal one process's.
+// sequence parallelism off and (with_sp) on, options o: three steps equal one process's.
 inline void check_grid(const Degrees& d, const std::vector<ModelSpec>& models, const std::vector<const char*>& texts,
-                       bool with_sp, int64_t seq = 16) {
+                       bool with_sp, int64_t seq = 16, const rt::RunOptions& o = {}) {
   const GridComms c = make_grid_comms(d);
   for (const ModelSpec& m : models)
     for (const char* text : texts)
@@ -144,7 +148,7 @@ inline void check_grid(const Degrees& d, const std::vector<ModelSpec>& models, c
         Strategy s = Strategy::parse(text);
         s.dp = d.dp, s.pp = d.pp, s.tp = d.tp, s.cp = d.cp, s.ep = d.ep;
         s.sp = sp == 1, s.precision = Precision::FP32;
-        check_equivalent(m, s, seq, c);
+        check_equivalent(m, s, seq, c, 3, {}, o);
       }
 }
 

@@ -39,6 +39,7 @@
 #include "runtime/batch.hpp"
 #include "runtime/data.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/model/moe.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/run_config.hpp"
 #include "strategies/errors.hpp"
@@ -105,6 +106,7 @@ inline Trainer::Trainer(const RunConfig& cfg, at::Device device, std::shared_ptr
   if (cfg_.strategy().mbs <= 0 || cfg_.strategy().gas <= 0) throw InputError("mbs and gas must be positive");
   if (!tokens_) throw std::invalid_argument("Trainer needs a token source");
   model_ = std::make_unique<TransformerModel>(cfg_.model(), cfg_.seq());
+  if (rt::MoeBlock* moe = model_->moe()) moe->set_routing(cfg_.options.moe_routing);
   const at::ScalarType dt = rt::working_dtype(cfg_.strategy().precision);
   mixed_ = dt != at::kFloat;
   at::Tensor init = model_->materialize(device_, dt, cfg_.options.seed);

@@ -154,6 +154,10 @@ at::Tensor route_topk(const at::Tensor& probs, int64_t k) {
   return std::get<1>(at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(-1, 0, k).contiguous();
 }
 
+at::Tensor route_balanced(int64_t T, int64_t k, int64_t E, const at::TensorOptions& options) {
+  return at::arange(T * k, options.dtype(at::kLong)).remainder(E).view({T, k});
+}
+
 at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& counts, int64_t k) {
   const int64_t T = probs.size(0), E = probs.size(1);
   at::Tensor f = counts.to(at::kFloat) / double(T * k);  // the share of assignments per expert
@@ -343,7 +347,9 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   const int64_t T = xn.size(0);
   // Router on the replicated input (its gradient is whole on every tp rank).
   const at::Tensor probs = at::softmax(at::matmul(xn, S.get(l.router).t()).to(at::kFloat), -1);  // (T, E)
-  const at::Tensor idx = route_topk(probs.detach(), k);                                            // (T, k)
+  const at::Tensor idx = routing_ == MoeRouting::Balanced
+                             ? route_balanced(T, k, spec_.moe.experts, probs.options())
+                             : route_topk(probs.detach(), k);  // (T, k)
   at::Tensor w = probs.gather(1, idx);
   w = w / w.sum(-1, true);
   // The T k assignments (token t's j-th at t k + j) and how many each expert got.

@@ -24,6 +24,18 @@
 //     as Megatron's MoEAuxLossAutoScaler does, so it works on every pipeline
 //     stage. The loss the runtime reports stays the language-model loss.
 //
+// Balanced routing (RunOptions::moe_routing, `planner exec --moe-routing
+// balanced`): a benchmark mode that replaces only the top-k choice. Token t of
+// the T tokens of a micro-batch (flattened (b, s) index) goes to experts
+// (t k + j) mod E, j = 0..k-1 (distinct, as k <= E); the router's logits,
+// softmax, the gate weights (the probabilities at those experts, renormalised)
+// and the auxiliary loss are computed as in the learned path, so the router's
+// cost and gradient stay. When E divides T k every expert gets T k / E rows
+// and every ep rank the same. Megatron-LM's --moe-router-force-load-balancing
+// is the same idea for benchmarks (megatron/core/transformer/moe/moe_utils.py
+// apply_random_logits: the router's logits replaced by normal random ones in
+// the forward), balanced in expectation only.
+//
 // Routing is dropless (every routed token is computed): capacity_factor > 0
 // (token dropping) is refused by name, as are the encoder, the parallel block,
 // MLP biases, sequence parallelism and context parallelism with MoE layers.
@@ -45,6 +57,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/run_config.hpp"
 #include "specs/model_spec.hpp"
 
 namespace planner::rt {
@@ -56,6 +69,8 @@ inline constexpr double kAuxLossCoeff = 0.01;
 
 // The top-k experts of each token (probs: (T, E)), ties to the lower index: (T, k) int64.
 at::Tensor route_topk(const at::Tensor& probs, int64_t k);
+// Balanced routing's experts (above) for T tokens: (T, k) int64, row t = (t k + j) mod E.
+at::Tensor route_balanced(int64_t T, int64_t k, int64_t E, const at::TensorOptions& options);
 // E * sum_i f_i * P_i (above) for probs (T, E) and the chosen experts idx (T, k): an fp32 scalar,
 // differentiable in probs.
 at::Tensor load_balancing_loss(const at::Tensor& probs, const at::Tensor& idx);
@@ -103,6 +118,9 @@ class MoeBlock {
   int ep_size() const { return ep_size_; }
   // The experts' GEMM switches (from the environment unless set; tests set them).
   void set_gemm(const MoeGemm& g) { gemm_ = g; }
+  // The router's top-k (the default) or balanced routing (above).
+  void set_routing(MoeRouting r) { routing_ = r; }
+  MoeRouting routing() const { return routing_; }
   // The aux loss of the last forward of each layer (detached; for tests).
   mutable std::vector<at::Tensor> last_aux;
   // With ep > 1: the rows this rank's experts received in each layer forward
@@ -124,6 +142,7 @@ class MoeBlock {
   int tp_size_ = 1, ep_size_ = 1, ep_rank_ = 0;
   int64_t local_experts_ = 0;
   MoeGemm gemm_;
+  MoeRouting routing_ = MoeRouting::Learned;
   std::vector<MoeLayerIds> ids_;
 };
 

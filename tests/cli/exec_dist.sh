@@ -148,4 +148,48 @@ i, big = m["moe_imbalance"], m["moe_imbalance_largest"]
 assert 1.0 <= i <= 2.0 and i <= big <= 2.0, (i, big)
 assert any("busiest rank of the ep group" in n and "assumed 1.00" in n for n in m["notes"]), m["notes"]
 PY
+# --moe-routing balanced (runtime/model/moe.hpp): token t of a micro-batch to
+# experts (t*k + j) mod E. seq 64 x mbs 2 = 128 tokens, k = 2: 256
+# assignments, 64 per expert, 128 rows on each ep rank in every layer forward,
+# so the measured imbalance is exactly 1; the result says which routing ran.
+expect_exit 0 $P exec "$TMP/moe-ep2.json" --device cpu --steps 2 --warmup 1 --oversubscribe -q --moe-routing balanced -o "$TMP/moe-b.json"
+python3 - "$TMP/moe-b.json" "$TMP/moe-r.json" <<'PY' || fails=$((fails+1))
+import json, sys
+r = json.load(open(sys.argv[1])); m = r["measurement"]
+assert m["moe_routing"] == "balanced" and r["options"]["moe_routing"] == "balanced", (m["moe_routing"], r["options"])
+assert m["moe_imbalance"] == 1.0 and m["moe_imbalance_largest"] == 1.0, (m["moe_imbalance"], m["moe_imbalance_largest"])
+assert any("balanced routing (benchmark mode" in n for n in m["notes"]), m["notes"]
+learned = json.load(open(sys.argv[2]))["measurement"]
+assert learned["moe_routing"] == "learned" and not any("benchmark mode" in n for n in learned["notes"])
+PY
+expect_grep "note: mixture of experts: balanced routing \(benchmark mode" "$TMP/out"
+# A bad value, and balanced on a dense model: one line, exit 2, nothing written.
+expect_bad_input $P exec "$TMP/moe-ep2.json" --device cpu --oversubscribe -q --moe-routing even -o "$TMP/moe-bad.json" \
+  && expect_grep "^planner: --moe-routing 'even' is not one of learned .* or balanced" "$TMP/err"
+expect_bad_input $P exec "$ROOT/examples/plans/tiny-cpu.json" --device cpu -q --moe-routing balanced -o "$TMP/moe-bad.json" \
+  && expect_grep "^planner: plan .*--moe-routing balanced needs a mixture-of-experts model; 'tiny-gpt' is dense" "$TMP/err"
+[ ! -e "$TMP/moe-bad.json" ] || { echo "FAIL: a result was written with a refused --moe-routing"; fails=$((fails+1)); }
+# planner validate passes it to every plan's exec and records it; a bad value
+# or a dense plan among those chosen is refused before anything runs.
+mkdir -p "$TMP/vm"; cp "$TMP/moe.json" "$TMP/vm/moe.json"; cp "$ROOT/tests/data/tiny-gpt2.json" "$TMP/vm/"
+cat > "$TMP/vm/sweep.json" <<'JS'
+{"format": "planner-sweep", "version": 1, "name": "tiny MoE", "steps": 1, "warmup": 0, "held_out": "B",
+ "defaults": {"gpus": "2xH100", "seq": 64},
+ "plans": [{"name": "moe-dp2-ep2", "half": "B", "model": "moe.json", "strategy": "dp=2,ep=2,mbs=2,precision=fp32", "global_batch": 4},
+           {"name": "dense", "half": "A", "model": "tiny-gpt2.json", "gpus": "1xH100", "strategy": "mbs=2,precision=fp32", "global_batch": 2}]}
+JS
+expect_bad_input $P validate "$TMP/vm/sweep.json" -o "$TMP/vm/out" --device cpu --oversubscribe --moe-routing Balanced \
+  && expect_grep "^planner: --moe-routing 'Balanced' is not one of learned" "$TMP/err"
+expect_bad_input $P validate "$TMP/vm/sweep.json" -o "$TMP/vm/out" --device cpu --oversubscribe --moe-routing balanced \
+  && expect_grep "^planner: --moe-routing balanced needs mixture-of-experts models; plan 'dense' \(tiny-gpt2\) is dense" "$TMP/err"
+[ ! -e "$TMP/vm/out" ] || { echo "FAIL: validate wrote before refusing --moe-routing"; fails=$((fails+1)); }
+expect_exit 0 $P validate "$TMP/vm/sweep.json" -o "$TMP/vm/out" --device cpu --oversubscribe --moe-routing balanced --half B --no-plots -q
+expect_grep "^mixture of experts: balanced routing \(benchmark mode" "$TMP/out"
+python3 - "$TMP/vm/out" <<'PY' || fails=$((fails+1))
+import json, sys
+rep = json.load(open(sys.argv[1] + "/report.json"))
+assert rep["moe_routing"] == "balanced" and rep["plans"][0]["status"] == "ran", (rep["moe_routing"], rep["plans"][0]["status"])
+m = json.load(open(sys.argv[1] + "/runs/moe-dp2-ep2.json"))["measurement"]
+assert m["moe_routing"] == "balanced" and m["moe_imbalance"] == 1.0, (m["moe_routing"], m["moe_imbalance"])
+PY
 finish

@@ -20,9 +20,12 @@ using namespace planner::test;
 
 namespace {
 
-// Every strategy of `texts` on m at dp x pp x tp with ep (sp off) equals one process.
-void check_ep(int dp, int pp, int tp, int ep, const ModelSpec& m, const std::vector<const char*>& texts) {
-  check_grid({dp, pp, tp, 1, ep}, {m}, texts, /*with_sp=*/false);
+// Every strategy of `texts` on m at dp x pp x tp with ep (sp off) equals one process, both with `routing`.
+void check_ep(int dp, int pp, int tp, int ep, const ModelSpec& m, const std::vector<const char*>& texts,
+              rt::MoeRouting routing = rt::MoeRouting::Learned) {
+  rt::RunOptions o;
+  o.moe_routing = routing;
+  check_grid({dp, pp, tp, 1, ep}, {m}, texts, /*with_sp=*/false, /*seq=*/16, o);
 }
 
 }  // namespace
@@ -65,5 +68,25 @@ TEST_CASE("dist: expert parallelism equals the single-process run", "[dist][moe]
     check_ep(4, 1, 1, 2, m, {"mbs=1,gas=2"});
     check_ep(2, 1, 2, 2, m, {"mbs=2,gas=2"});
     check_ep(2, 2, 1, 2, m4, {"mbs=1,gas=4,schedule=1f1b"});
+  }
+}
+
+// Balanced routing (runtime/model/moe.hpp, `planner exec --moe-routing
+// balanced`): token t of a micro-batch to experts (t k + j) mod E on every
+// rank and in the one process alike (the micro-batches are the same), so the
+// ep runs equal the single process as with the router's routing. moe_like: 8
+// experts, top-2; mbs 2 x seq 16 = 32 tokens, 64 assignments, 8 per expert,
+// 32 rows per rank at ep 2 (16 at ep 4), and with mbs 1 (16 tokens) 4 per expert.
+TEST_CASE("dist: expert parallelism with balanced routing equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  const ModelSpec m = moe_like();
+  const auto bal = rt::MoeRouting::Balanced;
+  if (w.size == 2) {
+    check_ep(2, 1, 1, 2, m, {"mbs=2,gas=2", "mbs=1,gas=2,ckpt=full"}, bal);
+    check_ep(2, 1, 1, 1, m, {"mbs=2,gas=2"}, bal);
+  }
+  if (w.size == 4) {
+    check_ep(4, 1, 1, 2, m, {"mbs=1,gas=2"}, bal);
+    check_ep(2, 1, 2, 2, m, {"mbs=2,gas=2"}, bal);
   }
 }

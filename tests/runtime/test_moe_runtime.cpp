@@ -168,3 +168,112 @@ TEST_CASE("moe: what the runtime does not execute is refused by name", "[moe]") 
   }
   CHECK(what.find("capacity factor") != std::string::npos);
 }
+
+// Balanced routing (runtime/model/moe.hpp, `planner exec --moe-routing balanced`).
+namespace {
+
+// Layer 0's tensor `n` of a materialized model, by name.
+at::Tensor layer0(rt::TransformerModel& model, const std::string& n) {
+  for (const auto& i : model.store().infos())
+    if (i.name == "h.0." + n) return model.store().params.narrow(0, i.offset, i.numel).view(i.shape);
+  FAIL("no " << n);
+  return at::Tensor();
+}
+
+std::vector<int64_t> as_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kLong).contiguous().view({-1});
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+// The SwiGLU MLP of the experts and the shared MLP (moe_like's kind).
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2) {
+  const at::Tensor u = at::matmul(x, w1.t());
+  const int64_t f = u.size(-1) / 2;
+  return at::matmul(at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f), w2.t());
+}
+
+}  // namespace
+
+TEST_CASE("moe: balanced routing's experts by hand, T k / E rows each", "[moe]") {
+  // T = 6, k = 2, E = 4: token t to experts 2t mod 4 and 2t+1 mod 4; 3 rows each (6 * 2 / 4).
+  const at::Tensor a = rt::route_balanced(6, 2, 4, at::TensorOptions());
+  REQUIRE(a.sizes() == at::IntArrayRef({6, 2}));
+  CHECK(as_vector(a) == std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+  CHECK(as_vector(at::bincount(a.view({-1}), {}, 4)) == std::vector<int64_t>{3, 3, 3, 3});
+  // E = 3 does not divide k: the choices wrap inside a token, still distinct: (0,1) (2,0) (1,2), 2 rows each.
+  const at::Tensor b = rt::route_balanced(3, 2, 3, at::TensorOptions());
+  CHECK(as_vector(b) == std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+  CHECK(as_vector(at::bincount(b.view({-1}), {}, 3)) == std::vector<int64_t>{2, 2, 2});
+  // k = E: every token to every expert once (T rows each).
+  const at::Tensor c = rt::route_balanced(5, 4, 4, at::TensorOptions());
+  for (int64_t t = 0; t < 5; ++t) CHECK(as_vector(std::get<0>(c[t].sort())) == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(as_vector(at::bincount(c.view({-1}), {}, 4)) == std::vector<int64_t>{5, 5, 5, 5});
+}
+
+// The layer under balanced routing against the token-by-token mixture with
+// experts (t k + j) mod E and the router's probabilities at those experts,
+// renormalised; the auxiliary loss is then E * sum_i (1/E) P_i = 1.
+TEST_CASE("moe: a layer with balanced routing equals its token-by-token mixture", "[moe]") {
+  const ModelSpec m = moe_like();  // 8 experts, top-2, SwiGLU, gated shared MLP
+  rt::TransformerModel model(m, 8);
+  model.materialize(at::kCPU, at::kFloat, 5);
+  model.moe()->set_routing(rt::MoeRouting::Balanced);
+  at::manual_seed(3);
+  const at::Tensor xn = at::randn({2, 8, m.hidden}, at::kFloat);  // T = 16 tokens, 32 assignments, 4 per expert
+  const at::Tensor got = model.moe()->forward(model.store(), 0, xn, 1.0).view({-1, m.hidden});
+  CHECK(model.moe()->last_aux[0].item<double>() == Approx(1.0).epsilon(1e-6));
+  const at::Tensor R = layer0(model, "moe.router.w"), W1 = layer0(model, "moe.experts.fc1.w"),
+                   W2 = layer0(model, "moe.experts.fc2.w"), G = layer0(model, "moe.shared.gate.w");
+  const at::Tensor S1 = layer0(model, "moe.shared.fc1.w"), S2 = layer0(model, "moe.shared.fc2.w");
+  const at::Tensor x = xn.view({-1, m.hidden});
+  const int64_t E = m.moe.experts, k = m.moe.top_k;
+  std::vector<int64_t> rows(size_t(E), 0);
+  for (int64_t t = 0; t < x.size(0); ++t) {
+    const at::Tensor p = at::softmax(at::matmul(x[t], R.t()), -1);
+    const int64_t e0 = (t * k) % E, e1 = (t * k + 1) % E;
+    ++rows[size_t(e0)], ++rows[size_t(e1)];
+    const double norm = (p[e0] + p[e1]).item<double>();
+    at::Tensor want = at::sigmoid(at::dot(x[t], G[0])) * swiglu(x[t], S1, S2);
+    want = want + p[e0] / norm * swiglu(x[t], W1[e0], W2[e0]) + p[e1] / norm * swiglu(x[t], W1[e1], W2[e1]);
+    CHECK(max_abs_diff(got[t], want) <= 1e-5);
+  }
+  CHECK(rows == std::vector<int64_t>(size_t(E), 16 * 2 / 8));
+}
+
+// The gate weights sum to 1 per token: with every expert a copy of expert 0
+// the routed part is (sum of the weights) x expert 0's MLP. A zero router
+// gives every expert the same probability (all ties, where the learned top-k
+// would take experts 0 and 1 for every token); k = E chooses every expert.
+TEST_CASE("moe: balanced routing's gate weights sum to 1, with ties and k = E", "[moe]") {
+  for (const int64_t k : {int64_t(2), int64_t(8)}) {
+    ModelSpec m = moe_like();
+    m.moe.top_k = k, m.moe.shared_ffn = 0, m.moe.shared_experts = 0, m.moe.shared_gate = false;
+    rt::TransformerModel model(m, 8);
+    model.materialize(at::kCPU, at::kFloat, 6);
+    model.moe()->set_routing(rt::MoeRouting::Balanced);
+    at::Tensor W1 = layer0(model, "moe.experts.fc1.w"), W2 = layer0(model, "moe.experts.fc2.w");
+    W1.copy_(W1[0].unsqueeze(0).expand_as(W1)), W2.copy_(W2[0].unsqueeze(0).expand_as(W2));
+    at::manual_seed(7);
+    const at::Tensor xn = at::randn({1, 5, m.hidden}, at::kFloat);
+    const at::Tensor want = swiglu(xn.view({-1, m.hidden}), W1[0], W2[0]);
+    INFO("k = " << k);
+    CHECK(max_abs_diff(model.moe()->forward(model.store(), 0, xn, 1.0).view({-1, m.hidden}), want) <= 1e-5);
+    layer0(model, "moe.router.w").zero_();  // uniform probabilities: every choice a tie
+    CHECK(max_abs_diff(model.moe()->forward(model.store(), 0, xn, 1.0).view({-1, m.hidden}), want) <= 1e-5);
+  }
+}
+
+// The Engine (one process) with balanced routing equals the Trainer with it,
+// and the routing is not the learned one: the losses differ.
+TEST_CASE("moe: the Engine with balanced routing equals the single-process trainer", "[moe]") {
+  ModelSpec m = moe_like();
+  m.moe.dense_layers = 1;
+  Strategy s = Strategy::parse("zero=1,mbs=2,gas=2");
+  s.precision = Precision::FP32;
+  rt::RunOptions o;
+  o.moe_routing = rt::MoeRouting::Balanced;
+  const RunResult a = run_single(m, s, 16, 3, o);
+  check_close(a, run_engine(m, s, 16, 3, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, o));
+  const RunResult learned = run_single(m, s, 16, 3);
+  CHECK(std::abs(learned.losses.back() - a.losses.back()) > 1e-6);
+}
