@@ -126,6 +126,27 @@ double deepspeed_largest_module_params(const ModelSpec& m, int tp) {
   return std::max({double(m.vocab) * width, qkv, mlp}) / tp;
 }
 
+// DeepSpeed 0.19.8 ZeRO-3, runtime/zero/partitioned_param_coordinator.py,
+// once the first step has recorded the module trace (is_complete_trace):
+// fetch_sub_module, at every module's fetch (containers with no parameters of
+// their own included), all-gathers ahead up to stage3_prefetch_bucket_size
+// elements of parameters not yet gathered, capped by stage3_max_live_parameters
+// less __n_available_params (the elements gathered or in flight), so the
+// forward soon runs at that cap; __params_to_release keeps a parameter that
+// recurs within stage3_max_reuse_distance elements of the trace or whose later
+// use the prefetcher has already walked past (__most_recent_step_id_param_fetched_for
+// beyond the step), and by the end of the forward the prefetcher has walked
+// into the backward's part of the trace: what is gathered stays gathered until
+// its backward. Each gathered parameter is a whole 16-bit copy
+// (partition_parameters.py AllGatherCoalescedHandle.wait), each one in flight
+// its all-gather buffer. A replay of the coordinator over torch_model.py's
+// module trace (scripts/engines/ds_zero3_trace.py) gives 1.002e9-1.023e9
+// elements at the loss's backward for llama-3.2-1b/3b and gpt2-xl (the cap and
+// the last parameter the prefetcher took), 773.5e6 of gpt2-large's 774e6.
+// Persistent parameters (stage3_param_persistence_threshold 1e5: norms and
+// biases, under 0.1% of these models) are left out.
+double deepspeed_zero3_live_params(double params) { return std::min(params, DeepSpeedBuckets{}.max_live_elements); }
+
 double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, double stage_params,
                          double pp_buffers) {
   const double lp = bytes_per_element(s.precision);
@@ -145,9 +166,10 @@ double engine_comm_bytes(const ModelSpec& m, const Strategy& s, Engine engine, d
         // allocated at full size (stage_1_and_2.py setup_buckets: torch.empty).
         comm += (b.overlap_comm ? 2 : 1) * lp * b.reduce_elements;
       } else {
-        // stage3.py: one reduce buffer, the prefetch bucket and the gathered
-        // largest module with its gradient (the estimator's 4 x largest layer).
-        comm += lp * b.reduce_elements + lp * b.prefetch_elements + 2 * lp * deepspeed_largest_module_params(m, s.tp);
+        // stage3.py: one reduce buffer, the parameters held gathered
+        // (deepspeed_zero3_live_params) and the largest module's gradient.
+        comm += lp * b.reduce_elements + lp * deepspeed_zero3_live_params(stage_params) +
+                lp * deepspeed_largest_module_params(m, s.tp);
       }
       break;
     }
@@ -213,25 +235,26 @@ std::vector<EngineMoment> deepspeed_zero12_moments(const Strategy& s, const Engi
 // 16-bit weight partition, the 16-bit gradient partitions
 // (grad_partitions_flat_buffer, zeros at init, which also accumulates the
 // micro-batches), the fp32 master partition and moments (12 P/d), and the one
-// reduce bucket (torch.empty(reduce_bucket_size) at init). In the forward and
-// backward: gathered modules, the largest one (the word embedding, which the
-// head reuses within stage3_max_reuse_distance) and the prefetch bucket; at
-// the end of the backward also that module's full gradient (the estimator's
-// 4 x largest layer). The step: one sub-group at a time
+// reduce bucket (torch.empty(reduce_bucket_size) at init). At the loss's
+// backward: the parameters the coordinator holds gathered,
+// stage3_max_live_parameters of them (deepspeed_zero3_live_params). At the
+// end of the backward: the largest module (the word embedding) gathered with
+// the prefetch bucket and that module's full gradient (the estimator's 4 x
+// largest layer). The step: one sub-group at a time
 // (_prepare_fp32_grad_for_sub_group) flattens its gradients (16-bit copy)
 // and casts them to fp32: 6 bytes per element of min(P/d, sub_group_size).
 std::vector<EngineMoment> deepspeed_zero3_moments(const ModelSpec& m, const Strategy& s, const EngineStepLive& in) {
   const double P = in.params, d = s.dp_cp(), lp = bytes_per_element(s.precision);
   const DeepSpeedBuckets b;
   const double largest = lp * deepspeed_largest_module_params(m, s.tp);
-  const double gathered = largest + lp * b.prefetch_elements;
+  const double live = lp * deepspeed_zero3_live_params(P);
   const double bucket = lp * b.reduce_elements;
   const double sub_group = std::min(P / d, 1e9);  // stage3 sub_group_size default
   const double step_grads = lp * sub_group + (s.precision == Precision::FP32 ? 0.0 : 4.0 * sub_group);
   const double p = lp * P / d, g = lp * P / d, o = 12.0 * P / d, c = in.fixed_comm + bucket;
   return {
-      {"loss backward", p, g, o, in.activations, in.loss_peak, c + gathered},
-      {"end of backward", p, g, o, 0, 0, c + gathered + largest},
+      {"loss backward", p, g, o, in.activations, in.loss_peak, c + live},
+      {"end of backward", p, g, o, 0, 0, c + 2 * largest + lp * b.prefetch_elements},
       {"optimizer step", p, g + step_grads, o, 0, 0, c},
   };
 }

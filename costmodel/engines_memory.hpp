@@ -29,14 +29,17 @@ namespace planner {
 
 // DeepSpeed's bucket sizes in elements, its defaults (deepspeed/runtime/zero/
 // config.py: reduce_bucket_size and allgather_bucket_size 5e8,
-// stage3_prefetch_bucket_size 5e7; runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE
-// 5e8 for ZeRO-0), and overlap_comm as the export writes it (true: two reduce
-// buffers, stage_1_and_2.py setup_buckets).
+// stage3_prefetch_bucket_size 5e7, stage3_max_live_parameters and
+// stage3_max_reuse_distance 1e9, which the export leaves as they are;
+// runtime/engine.py MEMORY_OPT_ALLREDUCE_SIZE 5e8 for ZeRO-0), and
+// overlap_comm as the export writes it (true: two reduce buffers,
+// stage_1_and_2.py setup_buckets).
 struct DeepSpeedBuckets {
   double reduce_elements = 5e8;
   double allgather_elements = 5e8;
   double prefetch_elements = 5e7;
   double allreduce_elements = 5e8;
+  double max_live_elements = 1e9;
   bool overlap_comm = true;
 };
 
@@ -53,6 +56,12 @@ double gather_unit_params(const ModelSpec& m, int tp);
 // largest module (its 16-bit weight and gradient). The largest module here:
 // the word embedding, the fused QKV or the widest MLP matrix, divided by tp.
 double deepspeed_largest_module_params(const ModelSpec& m, int tp);
+
+// DeepSpeed ZeRO-3: parameter elements held gathered (whole, 16-bit) by a
+// rank of `params` parameters from the forward to the loss's backward, every
+// step after the first: stage3_max_live_parameters, or all of them when fewer
+// (engines_memory.cpp has the derivation).
+double deepspeed_zero3_live_params(double params);
 
 // Communication buffers of one rank under `engine` (not Ours): reduce and
 // gather buckets, gathered units; `pp_buffers` (pipeline send/receive) is

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`memory --engine` against the engines' measured peaks (validation/engines, runs 1-3), for one or two builds.
+"""`memory --engine` against the engines' measured peaks (validation/engines, runs 1-4), for one or two builds.
 
   python3 scripts/engines/seen_peaks.py --planner build/planner [--before OLD/planner]
 
@@ -11,7 +11,8 @@ context_bytes, nccl_communicator_bytes per communicator used (dp, tp, pp) and
 the fragmentation term (1.5% of the activations and logits at the peak). Run1
 ran on 4x H100 with the calib20 profile; runs 2 and 3 on H200s, predicted with
 the catalog's H200 profile (--gpus 4xH200 / 2xH200 and the plan's model,
-strategy, seq and batch), as validation/engines/README.md says.
+strategy, seq and batch), as validation/engines/README.md says; run 4 on 2x
+H100 with the catalog's H100 profile (--gpus 2xH100).
 """
 import argparse
 import json
@@ -26,6 +27,7 @@ RUNS = [  # (run, plans, results, gpus, profile file or None)
      "validation/h100x4/calib20/profile-4gpu.json"),
     ("run2", "validation/engines/plans2", "validation/engines/h200x4/run2/engines", "4xH200", None),
     ("run3", "validation/engines/plans3", "validation/engines/x2/run3/engines", "2xH200", None),
+    ("run4", "validation/engines/plans4", "validation/engines/x2/run4/engines", "2xH100", None),
 ]
 CATALOG = {"H100": "costmodel/profiles/H100-SXM.json", "H200": "costmodel/profiles/H200.json"}
 

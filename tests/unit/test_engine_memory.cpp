@@ -130,11 +130,13 @@ TEST_CASE("deepspeed ZeRO-3 agrees with estimate_zero3_model_states_mem_needs", 
       CHECK(ours + gathered == Approx(est + 2 * psi / 8).epsilon(1e-6));
     } else {
       CHECK(ours + gathered == Approx(est).epsilon(0.03));
-      // With offload the categories are added: the gathered module, its
-      // gradient, the reduce and prefetch buckets and NCCL's buffers.
+      // With offload the categories are added: the 1e9 parameters held
+      // gathered (stage3_max_live_parameters; psi = 2.65e9 is above it) in
+      // bf16, the largest module's gradient, the 5e8-element reduce bucket
+      // and NCCL's buffers: 2e9 + 2 x 50257 x 2560 + 1e9 + NCCL.
       const MemoryReport r = estimate_memory(make_plan(m, "8xA100-80GB", s, 2048), Engine::DeepSpeed);
       CHECK(r.stages[0].gpu[int(MemCategory::CommBuffers)] ==
-            Approx(gathered + 2 * 5e8 + 2 * 5e7 + memory_constants(ClusterSpec{}).nccl_bytes_per_communicator)
+            Approx(2e9 + 257315840.0 + 1e9 + memory_constants(ClusterSpec{}).nccl_bytes_per_communicator)
                 .epsilon(1e-9));
     }
   }
@@ -383,12 +385,29 @@ TEST_CASE("deepspeed ZeRO-3: buffers made at init stay, the gathered module and 
   const auto ms = engine_moments(m, s, Engine::DeepSpeed, live);
   REQUIRE(ms.size() == 3);
   // weight and gradient partitions 2P/2 each, 12P/2, one 5e8 bf16 reduce
-  // bucket, the embedding gathered and the 5e7-element prefetch bucket.
-  CHECK(moment(ms, "loss backward").total() == Approx(1e9 + 1e9 + 6e9 + 10e9 + 12e9 + 1e9 + 1e9 + largest + 1e8));
+  // bucket (1e9), NCCL (1e9), and the parameters held gathered: all P = 1e9
+  // of them (stage3_max_live_parameters 1e9), 2e9 bytes in bf16.
+  CHECK(moment(ms, "loss backward").total() == Approx(1e9 + 1e9 + 6e9 + 10e9 + 12e9 + 1e9 + 1e9 + 2e9));
+  CHECK(moment(ms, "loss backward").comm == Approx(1e9 + 1e9 + 2e9));
+  // the embedding gathered with its gradient and the 5e7-element prefetch bucket.
   CHECK(moment(ms, "end of backward").comm == Approx(1e9 + 1e9 + 2 * largest + 1e8));
   // sub_group_size 1e9 > P/2: the whole partition flattened (2 bytes) and cast (4).
   CHECK(moment(ms, "optimizer step").grads == Approx(1e9 + 6 * 0.5e9));
   CHECK(peak(ms) == Approx(moment(ms, "loss backward").total()));
+  // P = 3e9: the cap binds, 1e9 elements gathered (2e9 bytes) beside the bucket and NCCL.
+  const EngineStepLive big{3e9, 10e9, 12e9, 2e9, 1e9};
+  CHECK(moment(engine_moments(m, s, Engine::DeepSpeed, big), "loss backward").comm == Approx(1e9 + 1e9 + 2e9));
+  // P = 0.5e9: every parameter gathered, 1e9 bytes.
+  const EngineStepLive half{0.5e9, 10e9, 12e9, 2e9, 1e9};
+  CHECK(moment(engine_moments(m, s, Engine::DeepSpeed, half), "loss backward").comm == Approx(1e9 + 1e9 + 1e9));
+}
+
+TEST_CASE("deepspeed ZeRO-3: the coordinator holds stage3_max_live_parameters gathered, or the whole model",
+          "[engine]") {
+  // gpt2-large (774,030,080 parameters) is under the 1e9 cap: all of it;
+  // llama-3.2-3b (3,212,749,824) is over it: 1e9.
+  CHECK(deepspeed_zero3_live_params(774030080.0) == 774030080.0);
+  CHECK(deepspeed_zero3_live_params(3212749824.0) == 1e9);
 }
 
 TEST_CASE("fsdp2: gathered weights and unsharded fp32 gradients at the loss's backward", "[engine]") {
