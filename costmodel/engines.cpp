@@ -166,9 +166,9 @@ std::string engine_memory_note(Engine engine, const EngineEnv& env) {
   if (engine == Engine::DeepSpeed)
     return "DeepSpeed: its ZeRO buffers are counted at the moments DeepSpeed 0.19.8 allocates them (read from its "
            "source); held out on 2 H100s (validation/engines/x2/run4), the peak less the CUDA context and NCCL's memory "
-           "came within 0.3% of torch's max_memory_allocated for ZeRO-1/2 and 5.8-8.5% under it for ZeRO-3, before "
-           "ZeRO-3 counted the stage3_max_live_parameters its coordinator keeps gathered (runs 1-4 re-predicted "
-           "since: within 0.6%)";
+           "came within 0.3% of torch's max_memory_allocated for ZeRO-1/2; ZeRO-3, with the "
+           "stage3_max_live_parameters its coordinator keeps gathered counted since, within 0.8% on five plans "
+           "held out on 2 H200s (validation/engines/x2/run5)";
   if (engine == Engine::Megatron && !env.transformer_engine)
     return "Megatron without Transformer Engine: megatron-core's local attention keeps the s x s attention "
            "probabilities (softmax output, dropout mask and output: 5 bytes per score and head) and one s x s "
