@@ -383,7 +383,7 @@ constexpr SpecialRecord kMoeRecords[] = {
      "all slower: the routing's imbalance and the ep group's waits", "validation/h100x4/moe28", "6 plans"},
     {{"H200", 0.964, 1.290, 8.3, 6}, "mixture-of-experts plans",
      "the ep plans slower: the learned router's imbalance (1.11-1.28x, priced only through --moe-imbalance) and "
-     "the MoE layers' host time, which the H200 profile does not price",
+     "the MoE layers' host time, which the H200 profile priced only at ep 1 since (validation/h200/moe30)",
      "validation/x2/moe29", "6 plans"}};
 constexpr SpecialRecord kFinetuneRecords[] = {
     {{"H200", 1.048, 1.096, 6.4, 7}, "fine-tuning (LoRA/QLoRA) plans",
