@@ -365,8 +365,10 @@ constexpr CalibratedMiss kCalibratedMisses[] = {{"H100-SXM", 0.947, 1.131, 5.1, 
 // Plans with their own held-out record (measured / predicted as shipped at
 // the time of the runs):
 //  - mixture of experts: 4 H100s, validation/h100x4/moe28 (6 plans, ep 1 to
-//    4, planner exec's MoE layers; the routing's imbalance assumed 1); two
-//    H200s, validation/x2/moe29 (6 plans, ep 1 and 2, the learned router);
+//    4, planner exec's MoE layers; the routing's imbalance assumed 1); H200,
+//    the two sets predicted with the moe_host fields it ships:
+//    validation/h200/moe30 (5 one-GPU plans) and validation/h200x2/moe31 (4
+//    plans at ep 2, the learned router);
 //  - fine-tuning (LoRA/QLoRA on a frozen base): one H200, the four plans of
 //    validation/h200/lora_lean2 (held out) and three of them run again on
 //    another H200 start with the same predictions (validation/h200/lora_gaps):
@@ -381,10 +383,10 @@ struct SpecialRecord {
 constexpr SpecialRecord kMoeRecords[] = {
     {{"H100-SXM", 1.032, 1.545, 13.6, 6}, "mixture-of-experts plans",
      "all slower: the routing's imbalance and the ep group's waits", "validation/h100x4/moe28", "6 plans"},
-    {{"H200", 0.964, 1.290, 8.3, 6}, "mixture-of-experts plans",
-     "the ep plans slower: the learned router's imbalance (1.11-1.28x, priced only through --moe-imbalance) and "
-     "the MoE layers' host time, which the H200 profile priced only at ep 1 since (validation/h200/moe30)",
-     "validation/x2/moe29", "6 plans"}};
+    {{"H200", 1.012, 1.280, 10.3, 9}, "mixture-of-experts plans",
+     "all slower: the MoE layers' host time beyond calibrate's probe layer at small micro-batches, and at ep > 1 "
+     "the learned router's imbalance (1.15-1.30x, priced only through --moe-imbalance)",
+     "validation/h200/moe30, validation/h200x2/moe31", "9 plans"}};
 constexpr SpecialRecord kFinetuneRecords[] = {
     {{"H200", 1.048, 1.096, 6.4, 7}, "fine-tuning (LoRA/QLoRA) plans",
      "all slower: their GEMMs ran at a lower clock under the power limit than the calibrated in-step rate",
