@@ -45,29 +45,29 @@ def module_trace(spec, seq):
     ids = {m: i for i, m in enumerate(mods)}
     events, remaining = [], collections.Counter()
 
-    class BeforeBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, mid):
-            ctx.mid = mid
-            return x.view_as(x)
+    def marker(on_backward):
+        """An identity whose backward calls on_backward(module id) when the gradient passes it."""
 
-        @staticmethod
-        def backward(ctx, g):
-            events.append(("B", ctx.mid))
-            return g, None
+        class Marker(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, mid):
+                ctx.mid = mid
+                return x.view_as(x)
 
-    class AfterBackward(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, mid):
-            ctx.mid = mid
-            return x.view_as(x)
+            @staticmethod
+            def backward(ctx, g):
+                on_backward(ctx.mid)
+                return g, None
 
-        @staticmethod
-        def backward(ctx, g):
-            remaining[ctx.mid] -= 1
-            if remaining[ctx.mid] == 0:
-                events.append(("BR", ctx.mid))
-            return g, None
+        return Marker
+
+    def released(mid):
+        remaining[mid] -= 1
+        if remaining[mid] == 0:
+            events.append(("BR", mid))
+
+    BeforeBackward = marker(lambda mid: events.append(("B", mid)))
+    AfterBackward = marker(released)
 
     def pre_forward(m, args):
         events.append(("F", ids[m]))
