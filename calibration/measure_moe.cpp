@@ -32,7 +32,9 @@ namespace {
 constexpr int kLayers = 8;
 constexpr int64_t kSeq = 256;  // tokens per sequence: the attention's GPU work stays small
 
-ModelSpec moe_probe_spec(int ep) {
+// `shared`: with a shared MLP of the experts' width behind Qwen2-MoE's sigmoid
+// gate, as Qwen-MoE and DeepSeek layers have (the probe's second layer kind).
+ModelSpec moe_probe_spec(int ep, bool shared = false) {
   ModelSpec m;
   m.name = "calibrate-moe-probe";
   m.arch = Arch::Decoder;
@@ -41,6 +43,7 @@ ModelSpec moe_probe_spec(int ep) {
   m.qkv_bias = m.out_bias = m.mlp_bias = false;
   m.moe.top_k = 2, m.moe.expert_ffn = 512;
   m.moe.experts = ep * ((8 + ep - 1) / ep);  // 8, or the next multiple of ep
+  if (shared) m.moe.shared_ffn = 512, m.moe.shared_gate = true;
   return m;
 }
 
@@ -57,6 +60,38 @@ double median(std::vector<double> v) {
 // step runs them: under mpirun each layer's exchange of the routed counts then
 // also waits for the slowest rank of the group, which a barrier per layer
 // would hide.
+// The probe with a shared gated MLP (moe_probe_spec's `shared`): its whole
+// layer's host seconds per forward and backward at `T` tokens, timed as the
+// plain probe's (the difference is the shared MLP's host work).
+nlohmann::json measure_shared_layer(const Ctx& c, Communicator* ep, int64_t T) {
+  const int n = ep ? ep->size() : 1;
+  const ModelSpec m = moe_probe_spec(n, true);
+  TransformerModel model(m, kSeq, nullptr, false, ep);
+  const at::ScalarType dt = c.cuda ? at::kBFloat16 : at::kFloat;
+  model.materialize(c.device, dt, 11 + uint64_t(c.rank));
+  const auto opt = at::TensorOptions().device(c.device).dtype(dt);
+  at::manual_seed(5 + uint64_t(c.rank));
+  const at::Tensor x = at::randn({T / kSeq, kSeq, m.hidden}, opt), dy = at::randn({T / kSeq, kSeq, m.hidden}, opt);
+  const int warm = 3, reps = c.quick ? 5 : 15;
+  std::vector<double> fwd, bwd;
+  for (int i = 0; i < warm + reps; ++i) {
+    synchronize(c.cuda);
+    if (ep) ep->barrier();
+    at::Tensor y = x.detach().requires_grad_(true);
+    const double t0 = now_s();
+    for (int l = 0; l < kLayers; ++l) y = model.layer(l, y, false);
+    const double t1 = now_s();
+    y.backward(dy);
+    const double t2 = now_s();
+    if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1) / kLayers);
+  }
+  synchronize(c.cuda);
+  say(c, "moe host (ep " + std::to_string(n) + ", " + std::to_string(T) + " tokens, with a shared gated MLP): forward " +
+             fmt_num(median(fwd) * 1e3) + " ms, backward " + fmt_num(median(bwd) * 1e3) + " ms per layer");
+  return {{"tokens", T}, {"rows", T * m.moe.top_k}, {"shared_ffn", m.moe.shared_ffn},
+          {"forward_seconds", median(fwd)}, {"backward_seconds", median(bwd)}};
+}
+
 nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
   const int n = ep ? ep->size() : 1;
   const ModelSpec m = moe_probe_spec(n);
@@ -106,8 +141,11 @@ nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
                       {"block_forward_seconds", bf},
                       {"block_backward_seconds", bb}});
   }
+  // The same layer with a shared gated MLP, at the first token count.
+  const nlohmann::json shared = measure_shared_layer(c, ep, tokens.front());
   return {{"ep", n},
           {"unit", "layer"},
+          {"shared", shared},
           {"seq", kSeq},
           {"experts", m.moe.experts},
           {"top_k", m.moe.top_k},

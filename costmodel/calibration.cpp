@@ -558,8 +558,9 @@ struct Fitter {
       set(prefix + "backward_row_seconds", br, how);
       return true;
     };
-    one("moe_host", p.moe_host_forward_seconds, p.moe_host_forward_row_seconds, p.moe_host_backward_seconds,
-        p.moe_host_backward_row_seconds, "moe_host_");
+    if (one("moe_host", p.moe_host_forward_seconds, p.moe_host_forward_row_seconds, p.moe_host_backward_seconds,
+            p.moe_host_backward_row_seconds, "moe_host_"))
+      moe_host_shared(m["moe_host"]);
     if (m.contains("moe_host_ep") && m["moe_host_ep"].value("ep", 0) >= 2 &&
         one("moe_host_ep", p.moe_host_ep_forward_seconds, p.moe_host_ep_forward_row_seconds,
             p.moe_host_ep_backward_seconds, p.moe_host_ep_backward_row_seconds, "moe_host_ep_")) {
@@ -573,6 +574,27 @@ struct Fitter {
                         "block's exchanges, {:.0f} MiB over {} peers",
                         double(comm) / 1048576.0, p.moe_host_ep_size - 1));
       }
+    }
+  }
+
+  // The shared MLP's part: the probe with a shared gated MLP at the first
+  // token count, less the plain probe's point there (each >= 0).
+  void moe_host_shared(const json& x) {
+    if (!x.contains("shared") || !x["shared"].is_object()) return;
+    const json& sh = x["shared"];
+    const int64_t T = sh.value("tokens", int64_t(0));
+    for (const json& pt : x["points"]) {
+      if (pt.value("tokens", int64_t(-1)) != T) continue;
+      p.moe_host_shared_forward_seconds = std::max(0.0, sh.value("forward_seconds", 0.0) - pt.value("forward_seconds", 0.0));
+      p.moe_host_shared_backward_seconds =
+          std::max(0.0, sh.value("backward_seconds", 0.0) - pt.value("backward_seconds", 0.0));
+      const std::string how = fmt::format(
+          "calibrate's MoE probe layer with a shared MLP of width {} behind a sigmoid gate, less the same layer "
+          "without, timed on the host at {} tokens (ep {})",
+          sh.value("shared_ffn", 0), T, x.value("ep", 1));
+      set("moe_host_shared_forward_seconds", p.moe_host_shared_forward_seconds, how);
+      set("moe_host_shared_backward_seconds", p.moe_host_shared_backward_seconds, how);
+      return;
     }
   }
 

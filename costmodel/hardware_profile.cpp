@@ -70,7 +70,9 @@ void HardwareProfile::validate() const {
                                 {moe_host_ep_forward_seconds, "moe_host_ep_forward_seconds"},
                                 {moe_host_ep_forward_row_seconds, "moe_host_ep_forward_row_seconds"},
                                 {moe_host_ep_backward_seconds, "moe_host_ep_backward_seconds"},
-                                {moe_host_ep_backward_row_seconds, "moe_host_ep_backward_row_seconds"}})
+                                {moe_host_ep_backward_row_seconds, "moe_host_ep_backward_row_seconds"},
+                                {moe_host_shared_forward_seconds, "moe_host_shared_forward_seconds"},
+                                {moe_host_shared_backward_seconds, "moe_host_shared_backward_seconds"}})
     non_negative(v, name);
   if (moe_host_ep_size < 0 || moe_host_ep_size == 1)
     throw InputError(fmt::format("profile: moe_host_ep_size={} must be 0 (not measured) or an ep group of 2 or more ranks", moe_host_ep_size));
@@ -232,7 +234,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(gpu) X(source) X(peak_fp32_flops) X(peak_tf32_flops) X(peak_fp16_flops) X(peak_bf16_flops) X(peak_fp8_flops) X(allow_tf32) \
   X(gemm_efficiency) X(gemm_efficiency_fp32) X(gemm_efficiency_fp16) X(gemm_efficiency_bf16) X(gemm_efficiency_fp8) X(weight_grad_gemm_relative) X(weight_grad_gemm_relative_fp32) X(sm_count) X(gemm_tile_m) X(gemm_tile_n) X(gemm_k_half) X(attention_forward_relative)  \
   X(attention_backward_relative) X(attention_forward_relative_fp32) X(attention_backward_relative_fp32) X(attention_window_forward_relative) X(attention_window_backward_relative) X(memory_bandwidth_Bps) X(memory_efficiency) X(strided_kernel_relative) X(reduction_kernel_relative) X(adamw_kernel_relative) X(attention_in_step_factor) X(memory_in_step_factor) X(kernel_overhead_seconds)      \
-  X(moe_host_forward_seconds) X(moe_host_forward_row_seconds) X(moe_host_backward_seconds) X(moe_host_backward_row_seconds) X(moe_host_ep_size) X(moe_host_ep_forward_seconds) X(moe_host_ep_forward_row_seconds) X(moe_host_ep_backward_seconds) X(moe_host_ep_backward_row_seconds) \
+  X(moe_host_forward_seconds) X(moe_host_forward_row_seconds) X(moe_host_backward_seconds) X(moe_host_backward_row_seconds) X(moe_host_ep_size) X(moe_host_ep_forward_seconds) X(moe_host_ep_forward_row_seconds) X(moe_host_ep_backward_seconds) X(moe_host_ep_backward_row_seconds) X(moe_host_shared_forward_seconds) X(moe_host_shared_backward_seconds) \
   X(compute_slowdown_beside_comm) X(comm_slowdown_beside_compute) X(nvlink_efficiency) X(pcie_efficiency) X(network_efficiency) X(collective_base_latency_seconds) X(reduce_scatter_relative) X(all_gather_relative) X(broadcast_relative) X(send_recv_relative) X(tp_collective_extra_seconds) X(tp_collective_extra_seconds_per_byte)            \
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) X(fused_ops) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \

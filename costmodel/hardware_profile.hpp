@@ -129,6 +129,10 @@ struct HardwareProfile {
   int moe_host_ep_size = 0;  // 0: no ep measurement (ep > 1 then takes the ep = 1 figures, said in a note)
   double moe_host_ep_forward_seconds = 0, moe_host_ep_forward_row_seconds = 0;
   double moe_host_ep_backward_seconds = 0, moe_host_ep_backward_row_seconds = 0;
+  // What a shared MLP behind Qwen2-MoE's sigmoid gate adds to those host
+  // seconds per layer: calibrate's probe layer timed again with one (its
+  // autograd nodes run on every rank, whatever the ep). 0: not measured, none.
+  double moe_host_shared_forward_seconds = 0, moe_host_shared_backward_seconds = 0;
 
   // --- communication and host -----------------------------------------------
   double nvlink_efficiency = 0.67;    // NCCL bus bandwidth over the NVLink datasheet rate

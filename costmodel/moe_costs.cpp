@@ -220,7 +220,7 @@ MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s,
   return {int64_t(((L - k) * double(dense_layer) + k * double(lp.shared)) / L), int64_t(k * double(lp.experts) / L)};
 }
 
-MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows) {
+MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows, bool shared) {
   MoeHostSeconds h;
   const bool from_ep = ep > 1 && p.moe_host_ep_size >= 2;
   const double f = from_ep ? p.moe_host_ep_forward_seconds : p.moe_host_forward_seconds;
@@ -230,6 +230,7 @@ MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows) {
   h.forward = f + fr * rows;
   h.backward = b + br * rows;
   h.measured = h.forward > 0 || h.backward > 0;
+  if (h.measured && shared) h.forward += p.moe_host_shared_forward_seconds, h.backward += p.moe_host_shared_backward_seconds;
   h.ep_unmeasured = h.measured && ep > 1 && !from_ep;
   return h;
 }
@@ -246,7 +247,8 @@ void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& e
   u.moe_a2a_forward_seconds += a2a;
   u.moe_a2a_backward_seconds += a2a + again;
   // The host floor, for the MoE layers' share of the mean layer.
-  const MoeHostSeconds host = moe_host_seconds(c.p, s.ep, routed_tokens_per_rank(c.m, c.shape.seq * c.shape.mbs));
+  const MoeHostSeconds host =
+      moe_host_seconds(c.p, s.ep, routed_tokens_per_rank(c.m, c.shape.seq * c.shape.mbs), c.m.moe.shared_ffn > 0);
   if (host.measured && c.m.layers > 0) {
     const double share = double(c.m.layers - c.m.moe.dense_layers) / double(c.m.layers);
     const double host_b = host.backward + (s.ckpt == Ckpt::Full ? host.forward : 0.0);

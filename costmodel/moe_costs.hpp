@@ -107,12 +107,14 @@ MoeLayerParams mean_layer_params_per_rank(const ModelSpec& m, const Strategy& s,
 // (calibrate's moe_host part): ep = 1 from the single-GPU figures; ep > 1
 // from the ep group's figures (measured at moe_host_ep_size ranks, taken as
 // they are for other ep sizes), else from the single-GPU ones (`ep_unmeasured`).
-// Zero where the profile has none (`measured` false).
+// `shared`: the layer has a shared MLP (ModelSpec::moe.shared_ffn > 0), which
+// adds the profile's moe_host_shared_* figures. Zero where the profile has
+// none (`measured` false).
 struct MoeHostSeconds {
   double forward = 0, backward = 0;
   bool measured = false, ep_unmeasured = false;
 };
-MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows);
+MoeHostSeconds moe_host_seconds(const HardwareProfile& p, int ep, double rows, bool shared = false);
 
 // What a MoE layer unit's costs need besides its links.
 struct MoeUnitContext {

@@ -115,7 +115,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         plan.model.windowed_layers(plan.seq)));
   // MoE in this runtime: the host's part (one sync per layer forward, many small kernels).
   if (plan.model.moe.enabled()) {
-    const MoeHostSeconds h = moe_host_seconds(profile, plan.strategy.ep, 1.0);
+    const MoeHostSeconds h = moe_host_seconds(profile, plan.strategy.ep, 1.0, plan.model.moe.shared_ffn > 0);
     if (!h.measured)
       p.memory.notes.push_back(
           "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (each layer's forward waits "
@@ -131,7 +131,11 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
                       "than predicted (validation/h100x4/moe28 and the three sets before it)") +
           (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
                              "all-to-all's host work (calibrate under mpirun measures it)"
-                           : ""));
+                           : "") +
+          (h.measured && plan.model.moe.shared_ffn > 0 && !(profile.moe_host_shared_forward_seconds > 0)
+               ? "; the shared MLP's host work is not in that figure (calibrate's moe_host part measures it since "
+                 "2026-11-28)"
+               : ""));
   }
   if (sim_out) *sim_out = sim;
   return p;

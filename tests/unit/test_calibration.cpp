@@ -505,6 +505,37 @@ TEST_CASE("attention rates per head dimension and sequence interpolate between m
   CHECK(message(bad) == "profile: 'flash_attention' has the wrong type (number)");
 }
 
+TEST_CASE("calibrate fits the MoE layer's host time, with the shared MLP's part apart (hand numbers, H100)",
+          "[calibrate][moe]") {
+  const GpuSpec gpu = gpu_by_name("H100-SXM");
+  json m = h100_measurements();
+  // 1 ms + 1e-8 s per row forward, 2 ms + 2e-8 s backward (1024 and 8192 tokens, top-2: 2048 and 16384 rows);
+  // with a shared gated MLP at 1024 tokens: 1.30 and 2.45 ms, i.e. +0.30 and +0.45 ms over the plain layer there.
+  m["moe_host"] = {{"ep", 1}, {"unit", "layer"}, {"experts", 8}, {"expert_ffn", 512}, {"top_k", 2}, {"hidden", 512},
+                   {"precision", "bf16"},
+                   {"points", json::array({{{"tokens", 1024}, {"rows", 2048}, {"forward_seconds", 1e-3 + 2048e-8},
+                                            {"backward_seconds", 2e-3 + 2048 * 2e-8}},
+                                           {{"tokens", 8192}, {"rows", 16384}, {"forward_seconds", 1e-3 + 16384e-8},
+                                            {"backward_seconds", 2e-3 + 16384 * 2e-8}}})},
+                   {"shared", {{"tokens", 1024}, {"rows", 2048}, {"shared_ffn", 512},
+                               {"forward_seconds", 1.3e-3 + 2048e-8}, {"backward_seconds", 2.45e-3 + 2048 * 2e-8}}}};
+  const HardwareProfile p = fit_profile(m, &gpu);
+  CHECK(p.moe_host_forward_seconds == Approx(1e-3));
+  CHECK(p.moe_host_forward_row_seconds == Approx(1e-8));
+  CHECK(p.moe_host_backward_seconds == Approx(2e-3));
+  CHECK(p.moe_host_shared_forward_seconds == Approx(0.3e-3));
+  CHECK(p.moe_host_shared_backward_seconds == Approx(0.45e-3));
+  CHECK((*p.calibration)["fits"].contains("moe_host_shared_forward_seconds"));
+  CHECK(profile_from_json(profile_to_json(p), default_profile(gpu)).moe_host_shared_backward_seconds == Approx(0.45e-3));
+  // A shared layer faster than the plain one (noise) adds nothing; without the shared point, nothing is fitted.
+  m["moe_host"]["shared"]["forward_seconds"] = 0.5e-3;
+  CHECK(fit_profile(m, &gpu).moe_host_shared_forward_seconds == 0);
+  m["moe_host"].erase("shared");
+  const HardwareProfile q = fit_profile(m, &gpu);
+  CHECK(q.moe_host_shared_forward_seconds == 0);
+  CHECK_FALSE((*q.calibration)["fits"].contains("moe_host_shared_forward_seconds"));
+}
+
 TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (hand numbers)", "[calibrate]") {
   const GpuSpec gpu = gpu_by_name("H100-SXM");
   json m = h100_measurements();

@@ -224,6 +224,18 @@ TEST_CASE("the MoE host floor by hand", "[moe][time]") {
   p.moe_host_ep_forward_seconds = p.moe_host_ep_backward_seconds = 1e-9;
   CHECK(build_cost_model(plan, p).unit(1).moe_host_forward_seconds == 0);
   CHECK(build_cost_model(plan, p).unit(1).moe_host_backward_seconds == 0);
+  // A shared MLP adds the profile's shared figures to either, only where a host time is measured.
+  p.moe_host_ep_forward_seconds = 0.08, p.moe_host_ep_backward_seconds = 0.03;
+  p.moe_host_shared_forward_seconds = 0.004, p.moe_host_shared_backward_seconds = 0.006;
+  CHECK(moe_host_seconds(p, 2, rows, true).forward == Approx(0.084));
+  CHECK(moe_host_seconds(p, 2, rows, true).backward == Approx(0.036));
+  CHECK(moe_host_seconds(p, 2, rows, false).forward == Approx(0.08));
+  CHECK(moe_host_seconds(p, 1, rows, true).backward == Approx(0.02 + 0.006));
+  HardwareProfile none_measured = p;
+  none_measured.moe_host_forward_seconds = none_measured.moe_host_backward_seconds = 0;
+  none_measured.moe_host_forward_row_seconds = 0, none_measured.moe_host_ep_size = 0;
+  CHECK_FALSE(moe_host_seconds(none_measured, 1, rows, true).measured);
+  CHECK(moe_host_seconds(none_measured, 1, rows, true).forward == 0);
 }
 
 TEST_CASE("the MoE block's memory-bound kernels by hand, as the runtime runs them", "[moe][time]") {
