@@ -43,7 +43,7 @@ ModelSpec moe_probe_spec(int ep, bool shared = false) {
   m.qkv_bias = m.out_bias = m.mlp_bias = false;
   m.moe.top_k = 2, m.moe.expert_ffn = 512;
   m.moe.experts = ep * ((8 + ep - 1) / ep);  // 8, or the next multiple of ep
-  if (shared) m.moe.shared_ffn = 512, m.moe.shared_gate = true;
+  if (shared) m.moe.shared_experts = 1, m.moe.shared_ffn = 512, m.moe.shared_gate = true;
   return m;
 }
 
