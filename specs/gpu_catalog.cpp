@@ -367,8 +367,9 @@ constexpr CalibratedMiss kCalibratedMisses[] = {{"H100-SXM", 0.947, 1.131, 5.1, 
 //  - mixture of experts: 4 H100s, validation/h100x4/moe28 (6 plans, ep 1 to
 //    4, planner exec's MoE layers; the routing's imbalance assumed 1); H200,
 //    the two sets predicted with the moe_host fields it ships:
-//    validation/h200/moe30 (5 one-GPU plans) and validation/h200x2/moe31 (4
-//    plans at ep 2, the learned router);
+//    validation/h200/moe30 (5 one-GPU plans), validation/h200x2/moe31 (4
+//    plans at ep 2, the learned router) and moe32 (6 plans with a shared
+//    expert, after the shared MLP's host part was measured);
 //  - fine-tuning (LoRA/QLoRA on a frozen base): one H200, the four plans of
 //    validation/h200/lora_lean2 (held out) and three of them run again on
 //    another H200 start with the same predictions (validation/h200/lora_gaps):
@@ -383,10 +384,10 @@ struct SpecialRecord {
 constexpr SpecialRecord kMoeRecords[] = {
     {{"H100-SXM", 1.032, 1.545, 13.6, 6}, "mixture-of-experts plans",
      "all slower: the routing's imbalance and the ep group's waits", "validation/h100x4/moe28", "6 plans"},
-    {{"H200", 1.012, 1.280, 10.3, 9}, "mixture-of-experts plans",
-     "all slower: the MoE layers' host time beyond calibrate's probe layer at small micro-batches, and at ep > 1 "
-     "the learned router's imbalance (1.15-1.30x, priced only through --moe-imbalance)",
-     "validation/h200/moe30, validation/h200x2/moe31", "9 plans"}};
+    {{"H200", 0.965, 1.355, 12.0, 15}, "mixture-of-experts plans",
+     "all but one slower: the MoE layers' host time beyond calibrate's probe layer at small micro-batches, and at "
+     "ep > 1 the learned router's imbalance (1.15-1.30x, priced only through --moe-imbalance)",
+     "validation/h200/moe30, validation/h200x2/moe31, moe32", "15 plans"}};
 constexpr SpecialRecord kFinetuneRecords[] = {
     {{"H200", 1.048, 1.096, 6.4, 7}, "fine-tuning (LoRA/QLoRA) plans",
      "all slower: their GEMMs ran at a lower clock under the power limit than the calibrated in-step rate",
