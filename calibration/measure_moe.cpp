@@ -56,10 +56,31 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-// Layers run one after another with no barrier between them, as a training
-// step runs them: under mpirun each layer's exchange of the routed counts then
-// also waits for the slowest rank of the group, which a barrier per layer
-// would hide.
+// The median host seconds per layer of a forward through kLayers layers
+// (`layer(l, y)`) and of its backward, after warm-up. Layers run one after
+// another with no barrier between them, as a training step runs them: under
+// mpirun each layer's exchange of the routed counts then also waits for the
+// slowest rank of the group, which a barrier per layer would hide.
+template <class Layer>
+std::pair<double, double> time_chain(const Ctx& c, Communicator* ep, const at::Tensor& x, const at::Tensor& dy,
+                                     Layer layer) {
+  const int warm = 3, reps = c.quick ? 5 : 15;
+  std::vector<double> fwd, bwd;
+  for (int i = 0; i < warm + reps; ++i) {
+    synchronize(c.cuda);
+    if (ep) ep->barrier();
+    at::Tensor y = x.detach().requires_grad_(true);
+    const double t0 = now_s();
+    for (int l = 0; l < kLayers; ++l) y = layer(l, y);
+    const double t1 = now_s();
+    y.backward(dy);
+    const double t2 = now_s();
+    if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1) / kLayers);
+  }
+  synchronize(c.cuda);
+  return {median(fwd), median(bwd)};
+}
+
 // The probe with a shared gated MLP (moe_probe_spec's `shared`): its whole
 // layer's host seconds per forward and backward at `T` tokens, timed as the
 // plain probe's (the difference is the shared MLP's host work).
@@ -72,24 +93,11 @@ nlohmann::json measure_shared_layer(const Ctx& c, Communicator* ep, int64_t T) {
   const auto opt = at::TensorOptions().device(c.device).dtype(dt);
   at::manual_seed(5 + uint64_t(c.rank));
   const at::Tensor x = at::randn({T / kSeq, kSeq, m.hidden}, opt), dy = at::randn({T / kSeq, kSeq, m.hidden}, opt);
-  const int warm = 3, reps = c.quick ? 5 : 15;
-  std::vector<double> fwd, bwd;
-  for (int i = 0; i < warm + reps; ++i) {
-    synchronize(c.cuda);
-    if (ep) ep->barrier();
-    at::Tensor y = x.detach().requires_grad_(true);
-    const double t0 = now_s();
-    for (int l = 0; l < kLayers; ++l) y = model.layer(l, y, false);
-    const double t1 = now_s();
-    y.backward(dy);
-    const double t2 = now_s();
-    if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1) / kLayers);
-  }
-  synchronize(c.cuda);
+  const auto [f, b] = time_chain(c, ep, x, dy, [&](int l, const at::Tensor& y) { return model.layer(l, y, false); });
   say(c, "moe host (ep " + std::to_string(n) + ", " + std::to_string(T) + " tokens, with a shared gated MLP): forward " +
-             fmt_num(median(fwd) * 1e3) + " ms, backward " + fmt_num(median(bwd) * 1e3) + " ms per layer");
+             fmt_num(f * 1e3) + " ms, backward " + fmt_num(b * 1e3) + " ms per layer");
   return {{"tokens", T}, {"rows", T * m.moe.top_k}, {"shared_ffn", m.moe.shared_ffn},
-          {"forward_seconds", median(fwd)}, {"backward_seconds", median(bwd)}};
+          {"forward_seconds", f}, {"backward_seconds", b}};
 }
 
 nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
@@ -102,7 +110,6 @@ nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
   model.materialize(c.device, dt, 11 + uint64_t(c.rank));
   const auto opt = at::TensorOptions().device(c.device).dtype(dt);
   nlohmann::json points = nlohmann::json::array();
-  const int warm = 3, reps = c.quick ? 5 : 15;
   // CPU-sized (quick) shapes: the experts' GEMMs at 8192 tokens take seconds on a CPU.
   const std::vector<int64_t> tokens = c.quick ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1024, 8192};
   for (const int64_t T : tokens) {
@@ -112,22 +119,9 @@ nlohmann::json measure_moe_host(const Ctx& c, Communicator* ep) {
     // block alone with its residual add, as calibrate timed it before.
     const MoeBlock& block = *model.moe();
     auto chain = [&](bool whole) {
-      std::vector<double> fwd, bwd;
-      for (int i = 0; i < warm + reps; ++i) {
-        synchronize(c.cuda);
-        if (ep) ep->barrier();
-        at::Tensor xn = x.detach().requires_grad_(true);
-        const double t0 = now_s();
-        at::Tensor y = xn;
-        for (int l = 0; l < kLayers; ++l)
-          y = whole ? model.layer(l, y, false) : y + block.forward(model.store(), l, y, 1.0);
-        const double t1 = now_s();
-        y.backward(dy);
-        const double t2 = now_s();
-        if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1) / kLayers);
-      }
-      synchronize(c.cuda);
-      return std::pair<double, double>{median(fwd), median(bwd)};
+      return time_chain(c, ep, x, dy, [&](int l, const at::Tensor& y) {
+        return whole ? model.layer(l, y, false) : y + block.forward(model.store(), l, y, 1.0);
+      });
     };
     const auto [f, b] = chain(true);
     const auto [bf, bb] = chain(false);
