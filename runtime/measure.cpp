@@ -247,9 +247,7 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
 
 // One JSON object a line: name, start (seconds after the first event),
 // duration, host (an ATen op on the host) or not (a GPU activity).
-void write_kernel_events(const char* path, const std::vector<KernelEvent>& events) {
-  std::ofstream out(path);
-  if (!out) throw InputError(std::string("PLANNER_KERNEL_EVENTS: cannot write ") + path);
+void write_kernel_events(std::ofstream& out, const std::vector<KernelEvent>& events) {
   const double t0 = events.empty() ? 0.0 : events.front().start_seconds;
   for (const auto& e : events) {
     std::string name;
@@ -272,11 +270,14 @@ void record_kernels(const RunConfig& cfg, bool cuda, int rank, Engine& engine, M
   // also writes every event of the step, the host's ATen ops included.
   const char* dump = std::getenv("PLANNER_KERNEL_EVENTS");
   const bool write_events = dump && *dump && rank == 0;
+  std::ofstream out;  // opened before the step, so a bad path stops nothing half-done
+  if (write_events && !(out.open(dump), out))
+    throw InputError(std::string("PLANNER_KERNEL_EVENTS: cannot write '") + dump + "'");
   engine.after_backward = [&] {
     synchronize(cuda);
     if (write_events) {
       const std::vector<KernelEvent> events = rec.stop_events(true);
-      write_kernel_events(dump, events);
+      write_kernel_events(out, events);
       std::vector<KernelEvent> gpu;
       for (const auto& e : events)
         if (!e.host) gpu.push_back(e);

@@ -117,19 +117,37 @@ TEST_CASE("tie_rule: the GPU's held-out MAPE, else half its datasheet band", "[p
   CHECK(contains(u.reason, "no held-out runs"));
 }
 
+namespace {
+
+// A GPU's own held-out record for a kind of plan: its band, MAPE and count, the
+// record's folder in the note, and the tie threshold at that MAPE.
+struct Record {
+  const char* gpu;
+  BandKind kind;
+  double mape, low, high;
+  int plans;
+  const char* text, *tie_reason;
+};
+
+void check_record(const Record& want) {
+  const StepTimeBand dense = step_time_band(gpu_by_name(want.gpu)), b = step_time_band(gpu_by_name(want.gpu), want.kind);
+  CHECK(b.calibrated);
+  CHECK(b.mape_pct == want.mape);
+  CHECK(b.plans == want.plans);
+  CHECK(b.low == want.low);
+  CHECK(b.high == want.high);
+  CHECK(b.mape_pct > dense.mape_pct);
+  CHECK(contains(b.text, want.text));
+  const TieRule r = tie_rule(gpu_by_name(want.gpu), want.kind);
+  CHECK(r.threshold_pct == want.mape);
+  CHECK(contains(r.reason, want.tie_reason));
+}
+
+}  // namespace
+
 TEST_CASE("a mixture of experts has its own band: H100's MoE record, elsewhere the GPU's band widened to it", "[plan][ties][moe]") {
-  const StepTimeBand dense = step_time_band(gpu_by_name("H100")), moe = step_time_band(gpu_by_name("H100"), BandKind::Moe);
   // validation/h100x4/moe28: six held-out MoE plans, measured 1.032 to 1.545 x predicted, MAPE 13.6%.
-  CHECK(moe.calibrated);
-  CHECK(moe.mape_pct == 13.6);
-  CHECK(moe.plans == 6);
-  CHECK(moe.low == 1.032);
-  CHECK(moe.high == 1.545);
-  CHECK(moe.mape_pct > dense.mape_pct);
-  CHECK(contains(moe.text, "validation/h100x4/moe28"));
-  const TieRule r = tie_rule(gpu_by_name("H100"), BandKind::Moe);
-  CHECK(r.threshold_pct == 13.6);
-  CHECK(contains(r.reason, "mixture-of-experts plans"));
+  check_record({"H100", BandKind::Moe, 13.6, 1.032, 1.545, 6, "validation/h100x4/moe28", "mixture-of-experts plans"});
   // An uncalibrated GPU: its datasheet band, widened to the MoE record's top, and said.
   const StepTimeBand a10 = step_time_band(gpu_by_name("A10")), a10m = step_time_band(gpu_by_name("A10"), BandKind::Moe);
   CHECK(a10m.low == std::min(a10.low, 1.032));
@@ -138,29 +156,16 @@ TEST_CASE("a mixture of experts has its own band: H100's MoE record, elsewhere t
   CHECK(contains(a10m.text, "mixture-of-experts plans: no current held-out record of them on A10"));
   // H200's own record: validation/h200/moe30, h200x2/moe31 and moe32, fifteen plans predicted with the moe_host
   // fields the profile ships, measured 0.965 to 1.355 x predicted (e.g. 0.2520 s against 0.1859 s), MAPE 12.0%.
-  const StepTimeBand h200m = step_time_band(gpu_by_name("H200"), BandKind::Moe);
-  CHECK(h200m.mape_pct == 12.0);
-  CHECK(h200m.plans == 15);
-  CHECK(h200m.low == 0.965);
-  CHECK(h200m.high == 1.355);
-  CHECK(contains(h200m.text, "validation/h200/moe30, validation/h200x2/moe31, moe32"));
+  check_record({"H200", BandKind::Moe, 12.0, 0.965, 1.355, 15, "validation/h200/moe30, validation/h200x2/moe31, moe32",
+                "mixture-of-experts plans"});
 }
 
 TEST_CASE("fine-tuning has its own band: H200's LoRA/QLoRA record, elsewhere the GPU's band widened to it", "[plan][ties][finetune]") {
-  const StepTimeBand dense = step_time_band(gpu_by_name("H200")), ft = step_time_band(gpu_by_name("H200"), BandKind::Finetune);
   // validation/h200/lora_lean2 (4 held-out runs: 0.4951/0.4724, 0.5084/0.4821, 0.4920/0.4607, 0.5341/0.5083 s)
   // and lora_gaps (3 of them again: 0.5103/0.4724, 0.5047/0.4607, 0.5211/0.4821 s): measured 1.048 to 1.096 x
   // predicted; errors 4.6, 5.2, 6.4, 4.8, 7.4, 8.7, 7.5%: MAPE 6.4%.
-  CHECK(ft.calibrated);
-  CHECK(ft.mape_pct == 6.4);
-  CHECK(ft.plans == 7);
-  CHECK(ft.low == 1.048);
-  CHECK(ft.high == 1.096);
-  CHECK(ft.mape_pct > dense.mape_pct);
-  CHECK(contains(ft.text, "H200 fine-tuning (LoRA/QLoRA) plans: held-out step times were 6.4% off"));
-  const TieRule r = tie_rule(gpu_by_name("H200"), BandKind::Finetune);
-  CHECK(r.threshold_pct == 6.4);
-  CHECK(contains(r.reason, "fine-tuning plans"));
+  check_record({"H200", BandKind::Finetune, 6.4, 1.048, 1.096, 7,
+                "H200 fine-tuning (LoRA/QLoRA) plans: held-out step times were 6.4% off", "fine-tuning plans"});
   // H100 has no current fine-tuning record: its band widened to H200's and said.
   const StepTimeBand h100 = step_time_band(gpu_by_name("H100")), h100f = step_time_band(gpu_by_name("H100"), BandKind::Finetune);
   CHECK(h100f.low == std::min(h100.low, 1.048));
