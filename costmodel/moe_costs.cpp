@@ -125,11 +125,11 @@ void add_model_states(ModelStateBytes& into, const ModelStateBytes& more) {
 }
 
 LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double s, double b, double e, bool fused_glu) {
-  // The dense MLP: activation-function input(s) and the second GEMM's input
+  // The MLP: activation-function input(s) and the second GEMM's input
   // (`rows` x `cols` tokens, evaluated as the dense model always was). The
-  // runtime's fused GLU (runtime/model/fused_ops.hpp) saves [gate | up] and
-  // the product; eager code, and the runtime's experts (runtime/model/moe.cpp),
-  // also silu(gate).
+  // runtime's fused GLU (runtime/model/fused_ops.hpp; its experts' and shared
+  // MLPs too since 2026-11-28, runtime/model/moe.cpp) saves [gate | up] and
+  // the product; eager code also silu(gate).
   auto mlp = [&](double rows, double cols, double f, bool fused) {
     LayerActivationBytes a;
     if (m.mlp == MlpKind::SwiGlu) a.split = (fused ? 3 : 4) * e * rows * cols * f;
@@ -140,8 +140,8 @@ LayerActivationBytes mlp_activation_bytes(const ModelSpec& m, double s, double b
   LayerActivationBytes dense = mlp(s, b, double(m.ffn), fused_glu);
   if (!m.moe.enabled()) return dense;
   const double T = s * b, h = double(m.hidden), routed = routed_tokens_per_rank(m, int64_t(T));
-  LayerActivationBytes moe = mlp(routed, 1.0, double(m.moe.expert_ffn), false);
-  moe.split += mlp(T, 1.0, double(m.moe.shared_ffn), false).split;
+  LayerActivationBytes moe = mlp(routed, 1.0, double(m.moe.expert_ffn), fused_glu);
+  moe.split += mlp(T, 1.0, double(m.moe.shared_ffn), fused_glu).split;
   // Router probabilities in fp32 (softmax backward), the permuted expert
   // inputs (the first expert GEMM's input) and the expert outputs the
   // weighted combine keeps for its backward: whole on every tp rank.
@@ -184,8 +184,9 @@ PassTimes moe_mean_layer_times(const HardwareProfile& p, const ModelSpec& m, con
   // Each local expert's GEMMs at its own token count (one GEMM per expert, as
   // a sequential loop or a grouped GEMM of equal groups runs them).
   const int64_t local = m.moe.experts / ep, Te = tokens_per_local_expert(m, T, ep);
-  for (int64_t x = 0; x < local; ++x) add_mlp_times(p, m, pr, Te, m.moe.expert_ffn / t, moe);
-  if (m.moe.shared_ffn > 0) add_mlp_times(p, m, pr, T, m.moe.shared_ffn / t, moe);
+  // Their gated unit is the dense MLP's (fused where the profile has the kernels).
+  for (int64_t x = 0; x < local; ++x) add_mlp_times(p, m, pr, Te, m.moe.expert_ffn / t, moe, true);
+  if (m.moe.shared_ffn > 0) add_mlp_times(p, m, pr, T, m.moe.shared_ffn / t, moe, true);
   if (m.moe.shared_gate) add_linear_times(p, pr, T, 1, h, moe);
   if (s.ckpt == Ckpt::Full) moe.recompute = moe.forward;
   // The mean layer: dense and MoE layers by their counts.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/fused_ops.hpp"
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
 #include "strategies/errors.hpp"
@@ -138,6 +139,14 @@ MoeGemm moe_gemm_from_env() {
   MoeGemm g;
   if (const char* v = std::getenv("PLANNER_MOE_PAD_ROWS"); v && *v)
     g.pad_rows = parse_capped(v, "PLANNER_MOE_PAD_ROWS (rows)", 65536);  // a whole number from 1
+  if (const char* v = std::getenv("PLANNER_MOE_HOST_COUNTS"); v && *v) {
+    const std::string s(v);
+    if (s != "0" && s != "1")
+      throw InputError("PLANNER_MOE_HOST_COUNTS='" + s.substr(0, 40) +
+                       "' is not an accepted value: 1 (ep = 1 brings the routed counts to the host each layer, a "
+                       "diagnosis), or 0 or unset (the grouped GEMM takes them on the device)");
+    g.host_counts = s == "1";
+  }
   if (const char* v = std::getenv("PLANNER_MOE_GROUPED_MM"); v && *v) {
     const std::string s(v);
     if (s != "0" && s != "1")
@@ -222,13 +231,29 @@ void MoeBlock::declare(ParamStore& S, int64_t layer, const std::string& pre, int
   }
 }
 
-at::Tensor MoeBlock::activation(const at::Tensor& u, int64_t f) const {
+at::Tensor MoeBlock::activation(const at::Tensor& u) const {
   switch (spec_.mlp) {
     case MlpKind::Gelu: return at::gelu(u, "tanh");
     case MlpKind::Relu: return at::relu(u);
     case MlpKind::SwiGlu: break;
   }
-  return at::silu(u.narrow(-1, 0, f)) * u.narrow(-1, f, f);
+  // [gate | up] of this rank's width: the dense MLP's gated unit, one
+  // autograd node that saves u only (runtime/model/fused_ops.hpp).
+  return glu(u, spec_.gelu_gate);
+}
+
+// at::_grouped_mm refused this device once (said on stderr): one GEMM per
+// expert from then on.
+bool g_grouped_refused = false;
+
+void note_grouped_refused(const c10::Error& e) {
+  g_grouped_refused = true;
+  std::fprintf(stderr, "moe: at::_grouped_mm refused this device (%s); one GEMM per expert from here on\n",
+               e.what_without_backtrace());
+}
+
+bool MoeBlock::grouped_on(const at::Tensor& x) const {
+  return gemm_.grouped && x.scalar_type() == at::kBFloat16 && !g_grouped_refused;
 }
 
 // Rows grouped by local expert (rows[j] of expert j, in order): each expert's
@@ -238,18 +263,14 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
   // No rows at all: an empty result that still depends on x, so that the
   // backward reaches the dispatch exchange as on every other ep rank.
   if (sum(rows) == 0) return x * 0;
-  // The grouped GEMM, unless it refused this device once (then said on stderr).
-  static bool grouped_refused = false;
-  if (gemm_.grouped && x.scalar_type() == at::kBFloat16 && !grouped_refused) {
+  if (grouped_on(x)) {
     try {
       return grouped_experts(S, l, x, rows);
     } catch (const c10::Error& e) {
-      grouped_refused = true;
-      std::fprintf(stderr, "moe: at::_grouped_mm refused this device (%s); one GEMM per expert from here on\n",
-                   e.what_without_backtrace());
+      note_grouped_refused(e);
     }
   }
-  const int64_t f = spec_.moe.expert_ffn / tp_size_, pad_rows = gemm_.pad_rows;
+  const int64_t pad_rows = gemm_.pad_rows;
   // One unbind per stack: its backward stacks the experts' gradients in one
   // kernel (select() per expert would zero-fill and add the whole stack each).
   const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
@@ -264,7 +285,7 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
     // layer; the padding's outputs are dropped, so its gradients are zero.
     const int64_t np = (n + pad_rows - 1) / pad_rows * pad_rows;
     if (np != n) xj = at::constant_pad_nd(xj, {0, 0, 0, np - n});
-    at::Tensor yj = at::matmul(activation(at::matmul(xj, w1[size_t(j)].t()), f), w2[size_t(j)].t());
+    at::Tensor yj = at::matmul(activation(at::matmul(xj, w1[size_t(j)].t())), w2[size_t(j)].t());
     parts.push_back(np != n ? yj.narrow(0, 0, n) : yj);
     at_row += n;
   }
@@ -273,25 +294,42 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
 
 // The same with one grouped GEMM per stack (PLANNER_MOE_GROUPED_MM=1): rows
 // [ends[j-1], ends[j]) of x times expert j's matrix, for all local experts in
-// one launch (at::_grouped_mm, int32 group ends; its backward is LibTorch's).
+// one launch (at::_grouped_mm, int32 group ends on x's device; its backward
+// is LibTorch's).
+at::Tensor MoeBlock::grouped_mlp(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
+                                 const at::Tensor& ends) const {
+  const at::Tensor u = at::_grouped_mm(x.contiguous(), S.get(l.fc1).transpose(1, 2), ends);
+  return at::_grouped_mm(activation(u).contiguous(), S.get(l.fc2).transpose(1, 2), ends);
+}
+
+// grouped_mlp with the group ends from row counts the host has (ep > 1).
 at::Tensor MoeBlock::grouped_experts(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                                      const std::vector<int64_t>& rows) const {
-  const int64_t f = spec_.moe.expert_ffn / tp_size_;
   at::Tensor ends = at::empty({local_experts_}, at::TensorOptions().dtype(at::kInt).pinned_memory(x.is_cuda()));
   int32_t* e = ends.data_ptr<int32_t>();
   int64_t at_row = 0;
   for (int64_t j = 0; j < local_experts_; ++j) e[j] = int32_t(at_row += rows[size_t(j)]);
   if (x.is_cuda()) ends = ends.to(x.device(), /*non_blocking=*/true);
-  const at::Tensor u = at::_grouped_mm(x.contiguous(), S.get(l.fc1).transpose(1, 2), ends);
-  return at::_grouped_mm(activation(u, f).contiguous(), S.get(l.fc2).transpose(1, 2), ends);
+  return grouped_mlp(S, l, x, ends);
 }
 
 // The routed experts' outputs for xs, the assignments' rows grouped by
 // expert (counts: int64 (E) on the device), in the same order, partial over
-// tp. One host sync: the row counts, which the all-to-all sizes need.
+// tp. With ep > 1, one host sync: the row counts, which the all-to-all sizes
+// need. With every expert here (ep = 1) and the grouped GEMM, none: its group
+// ends are the counts' running sum on the device, so the host runs on into
+// the next layer while the GPU routes (PLANNER_MOE_HOST_COUNTS=1 brings the
+// counts to the host anyway, as before 2026-11-28: a diagnosis).
 at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& xs,
                             const at::Tensor& counts) const {
   const int64_t E = spec_.moe.experts, El = local_experts_;
+  if (!ep_ && !gemm_.host_counts && grouped_on(xs)) {
+    try {
+      return grouped_mlp(S, l, xs, counts.cumsum(0).to(at::kInt));
+    } catch (const c10::Error& e) {
+      note_grouped_refused(e);
+    }
+  }
   if (!ep_) {
     const at::Tensor c = counts.cpu();
     return experts(S, l, xs, std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + E));
@@ -370,8 +408,7 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   // Back to assignment order, weighted, and each token's k outputs summed.
   at::Tensor out = (permute_rows(y, inv_order, order) * ws).view({T, k, h}).sum(1);
   if (l.sh_fc1 >= 0) {
-    const int64_t fs = spec_.moe.shared_ffn / tp_size_;
-    at::Tensor sh = at::matmul(activation(at::matmul(xt, S.get(l.sh_fc1).t()), fs), S.get(l.sh_fc2).t());
+    at::Tensor sh = at::matmul(activation(at::matmul(xt, S.get(l.sh_fc1).t())), S.get(l.sh_fc2).t());
     if (l.sh_gate >= 0) sh = sh * copy_to_tp(at::sigmoid(at::matmul(xn, S.get(l.sh_gate).t())), tp_);
     out = out + sh;
   }

@@ -95,9 +95,13 @@ at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double sc
 //     expert's rows padded with zeros to a multiple of PLANNER_MOE_PAD_ROWS=N
 //     (N >= 1, default 1: no padding).
 // A value outside those is an InputError naming it.
+// PLANNER_MOE_HOST_COUNTS=1 (a diagnosis): with ep = 1 the routed counts
+// still go to the host each layer, as they did before the grouped GEMM took
+// its group ends on the device (MoeBlock::routed).
 struct MoeGemm {
   int64_t pad_rows = 1;
   bool grouped = true;
+  bool host_counts = false;
 };
 MoeGemm moe_gemm_from_env();
 
@@ -134,7 +138,10 @@ class MoeBlock {
   at::Tensor routed(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& xs, const at::Tensor& counts) const;
   at::Tensor grouped_experts(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,
                              const std::vector<int64_t>& rows) const;
-  at::Tensor activation(const at::Tensor& u, int64_t f) const;
+  at::Tensor grouped_mlp(const ParamStore& store, const MoeLayerIds& l, const at::Tensor& x,
+                         const at::Tensor& ends) const;
+  bool grouped_on(const at::Tensor& x) const;
+  at::Tensor activation(const at::Tensor& u) const;
 
   ModelSpec spec_;
   Communicator* tp_ = nullptr;

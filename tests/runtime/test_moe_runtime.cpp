@@ -113,10 +113,12 @@ TEST_CASE("moe: grouped and padded expert GEMMs equal one GEMM per expert", "[mo
   rt::MoeGemm per_expert;
   per_expert.grouped = false;
   const auto loop = run(per_expert);
-  rt::MoeGemm grouped;
+  rt::MoeGemm grouped;  // its group ends from the counts on the device
+  rt::MoeGemm host_counts = grouped;
+  host_counts.host_counts = true;  // ... or from the host, as before
   rt::MoeGemm padded = per_expert;
   padded.pad_rows = 5;
-  for (const auto& other : {run(grouped), run(padded)})
+  for (const auto& other : {run(grouped), run(host_counts), run(padded)})
     for (size_t i = 0; i < loop.size(); ++i) {
       INFO("output, input gradient, parameter gradients: " << i);
       const double scale = loop[i].abs().max().item<double>();
@@ -134,6 +136,13 @@ TEST_CASE("moe: the experts' GEMM switches refuse what they do not accept", "[mo
   ::setenv("PLANNER_MOE_PAD_ROWS", "64", 1);
   ::setenv("PLANNER_MOE_GROUPED_MM", "yes", 1);
   CHECK_THROWS_AS(rt::moe_gemm_from_env(), InputError);
+  ::setenv("PLANNER_MOE_GROUPED_MM", "1", 1);
+  ::setenv("PLANNER_MOE_HOST_COUNTS", "true", 1);
+  CHECK_THROWS_AS(rt::moe_gemm_from_env(), InputError);
+  ::setenv("PLANNER_MOE_HOST_COUNTS", "1", 1);
+  CHECK(rt::moe_gemm_from_env().host_counts);
+  ::unsetenv("PLANNER_MOE_HOST_COUNTS");
+  CHECK_FALSE(rt::moe_gemm_from_env().host_counts);
   ::setenv("PLANNER_MOE_GROUPED_MM", "0", 1);
   const rt::MoeGemm g = rt::moe_gemm_from_env();
   CHECK(g.pad_rows == 64);
