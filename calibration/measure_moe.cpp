@@ -2,17 +2,16 @@
 // transformer layer's forward and backward as the runtime runs them
 // (runtime/model/transformer.* and moe.*), which the time model puts under
 // each MoE layer as a floor (docs/TIME_MODEL.md, "Mixture of experts"). The
-// layer is the runtime's whole one, attention, norms and residuals included.
-// Under an ep group its forward waits once on the host for the routed counts
-// (they size the all-to-all), so the host cannot run ahead of that layer's
-// attention either. Alone (ep = 1) nothing waits since 2026-11-28, and the
-// layer's host time is timed behind a spinning GPU kernel (time_chain). The
-// layer is small (hidden 512, 8 heads over sequences of 256, experts of
-// width 512, top-2, SwiGLU, no shared MLP), over a chain of layers (a
-// barrier only before each chain). Two token counts give a fixed part and a
-// part per routed row (ep > 1 builds its row permutation on the host). Alone
-// (ep = 1) on rank 0, and under mpirun with every rank in one
-// expert-parallel group.
+// layer is the runtime's whole one, attention, norms and residuals included:
+// its forward waits once on the host for the routed counts (they size the
+// all-to-all), so the host cannot run ahead of that layer's attention either,
+// and the layer takes at least the host's time for all of it. The layer is
+// small (hidden 512, 8 heads over sequences of 256, experts of width 512,
+// top-2, SwiGLU, no shared MLP) so that the GPU's work is microseconds and
+// the wall time is the host's, over a chain of layers (a barrier only before
+// each chain). Two token counts give a fixed part and a part per routed row
+// (ep > 1 builds its row permutation on the host). Alone (ep = 1) on rank 0,
+// and under mpirun with every rank in one expert-parallel group.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -57,38 +56,26 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-// About 25 ms at an H100's or H200's clock: longer than the host takes to
-// launch kLayers layers' forward or their backward (a few hundred kernels,
-// below the launch queue's depth, so no launch waits for a free slot).
-constexpr int64_t kHoldCycles = 50'000'000;
-
 // The median host seconds per layer of a forward through kLayers layers
 // (`layer(l, y)`) and of its backward, after warm-up. Layers run one after
 // another with no barrier between them, as a training step runs them: under
 // mpirun each layer's exchange of the routed counts then also waits for the
-// slowest rank of the group (and for the GPU's work before the counts),
-// which a barrier per layer would hide. Alone (ep = 1) no layer waits for
-// the GPU, so each half is launched behind a spinning kernel (hold_gpu) and
-// its seconds are the host's own, however much GPU work the layer has.
+// slowest rank of the group, which a barrier per layer would hide.
 template <class Layer>
 std::pair<double, double> time_chain(const Ctx& c, Communicator* ep, const at::Tensor& x, const at::Tensor& dy,
                                      Layer layer) {
   const int warm = 3, reps = c.quick ? 5 : 15;
-  const bool hold = c.cuda && (!ep || ep->size() == 1);
   std::vector<double> fwd, bwd;
   for (int i = 0; i < warm + reps; ++i) {
     synchronize(c.cuda);
     if (ep) ep->barrier();
     at::Tensor y = x.detach().requires_grad_(true);
-    if (hold) hold_gpu(true, kHoldCycles);
     const double t0 = now_s();
     for (int l = 0; l < kLayers; ++l) y = layer(l, y);
     const double t1 = now_s();
-    if (hold) synchronize(true), hold_gpu(true, kHoldCycles);
-    const double t1b = now_s();
     y.backward(dy);
     const double t2 = now_s();
-    if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1b) / kLayers);
+    if (i >= warm) fwd.push_back((t1 - t0) / kLayers), bwd.push_back((t2 - t1) / kLayers);
   }
   synchronize(c.cuda);
   return {median(fwd), median(bwd)};
