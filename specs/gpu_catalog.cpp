@@ -384,14 +384,15 @@ struct SpecialRecord {
 constexpr SpecialRecord kMoeRecords[] = {
     {{"H100-SXM", 1.032, 1.545, 13.6, 6}, "mixture-of-experts plans",
      "all slower: the routing's imbalance and the ep group's waits", "validation/h100x4/moe28", "6 plans"},
-    {{"H200", 0.965, 1.355, 12.0, 15}, "mixture-of-experts plans",
-     "all but one slower: the MoE layers' host time beyond calibrate's probe layer at small micro-batches, and at "
-     "ep > 1 the learned router's imbalance (1.15-1.30x, priced only through --moe-imbalance)",
-     "validation/h200/moe30, validation/h200x2/moe31, moe32", "15 plans"}};
+    {{"H200", 0.740, 1.310, 13.5, 14}, "mixture-of-experts plans",
+     "both ways: the MoE layers' host floor over-priced at small micro-batches (its probe layer's host time is "
+     "not the real layer's, and moves between hosts), and at ep 2-4 the learned router's imbalance (busiest rank "
+     "1.4-2.6x the mean rows in a layer, priced only through --moe-imbalance)",
+     "validation/h200x2/moe35, validation/h200x4/moe36", "14 plans on one, two and four GPUs"}};
 constexpr SpecialRecord kFinetuneRecords[] = {
-    {{"H200", 1.048, 1.096, 6.4, 7}, "fine-tuning (LoRA/QLoRA) plans",
+    {{"H200", 1.048, 1.102, 7.1, 10}, "fine-tuning (LoRA/QLoRA) plans",
      "all slower: their GEMMs ran at a lower clock under the power limit than the calibrated in-step rate",
-     "validation/h200/lora_lean2, lora_gaps", "7 runs of 4 plans"}};
+     "validation/h200/lora_lean2, lora_gaps, moe33 (lora-ckpt)", "10 runs of 7 plans"}};
 
 StepTimeBand dense_step_time_band(const GpuSpec& g);
 
