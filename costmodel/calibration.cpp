@@ -569,6 +569,8 @@ struct Fitter {
       const int64_t comm = m["moe_host_ep"].value("communicator_bytes", int64_t(-1));
       if (comm > 0) {
         p.nccl_all_to_all_peer_bytes = comm / (p.moe_host_ep_size - 1);
+        p.nccl_all_to_all_fixed_bytes = 0;
+        set("nccl_all_to_all_fixed_bytes", 0.0, "one ep size measured: the whole communicator counted per peer");
         set("nccl_all_to_all_peer_bytes", double(p.nccl_all_to_all_peer_bytes),
             fmt::format("growth of memory outside the allocator across the ep communicator's set-up and the MoE "
                         "block's exchanges, {:.0f} MiB over {} peers",

@@ -91,6 +91,7 @@ void HardwareProfile::validate() const {
   non_negative(double(workspace_bytes), "workspace_bytes");
   non_negative(double(nccl_communicator_bytes), "nccl_communicator_bytes");
   non_negative(double(nccl_all_to_all_peer_bytes), "nccl_all_to_all_peer_bytes");
+  non_negative(double(nccl_all_to_all_fixed_bytes), "nccl_all_to_all_fixed_bytes");
   non_negative(double(nccl_pipe_link_bytes), "nccl_pipe_link_bytes");
   non_negative(double(memory_headroom_bytes), "memory_headroom_bytes");
   if (!(memory_headroom >= 0 && memory_headroom < 1))
@@ -239,7 +240,7 @@ HardwareProfile default_profile(const GpuSpec& g) { return measured_overlay(g, d
   X(host_copy_efficiency) X(host_memory_efficiency) X(cpu_adam_flops_per_param) X(flash_attention) X(dropout) X(fused_ops) \
   X(grad_bucket_bytes) X(grad_reduce_bytes_per_element) X(overlap_grad_reduce) X(overlap_param_gather) X(tp_comm_overlap)          \
   X(cpu_adam_params_per_second) X(cpu_adam_params_per_second_one_process) X(gpu_memory_bytes) X(context_bytes) X(workspace_bytes)                      \
-  X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(nccl_all_to_all_peer_bytes) X(memory_headroom) X(memory_headroom_bytes)
+  X(nccl_communicator_bytes) X(nccl_pipe_link_bytes) X(nccl_all_to_all_peer_bytes) X(nccl_all_to_all_fixed_bytes) X(memory_headroom) X(memory_headroom_bytes)
 
 namespace {
 

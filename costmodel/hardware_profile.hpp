@@ -225,6 +225,10 @@ struct HardwareProfile {
   // communicator's set-up and the MoE block's exchanges, over (ep - 1) peers. 0:
   // not measured (an ep group is then priced as one collective communicator).
   int64_t nccl_all_to_all_peer_bytes = 0;
+  // ... and the part of that communicator's buffers that does not grow with its
+  // peers: fixed + (ep - 1) x per peer, through two ep sizes' measurements (one
+  // calibrate measures one ep size, and sets this 0: per peer only).
+  int64_t nccl_all_to_all_fixed_bytes = 0;
   // Kept free when deciding whether a plan fits: usable = capacity -
   // max(memory_headroom x capacity, memory_headroom_bytes) (--headroom).
   double memory_headroom = 0.02;

@@ -80,8 +80,9 @@ double zero_buffer_bytes(const ModelSpec& m, const Strategy& s, bool emb, bool h
 // others and on every stage of the interleaved schedule's ring. Mixture of
 // experts with ep > 1 (runtime/measure.cpp setup_comms): the experts'
 // gradient group (dp/ep ranks, when more than one) is one more collective
-// communicator, and the ep group's all-to-all holds buffers per peer (the
-// profile's nccl_all_to_all_peer_bytes; without it, one communicator's).
+// communicator, and the ep group's all-to-all holds a fixed part and buffers
+// per peer (the profile's nccl_all_to_all_fixed_bytes + (ep - 1) x
+// nccl_all_to_all_peer_bytes; without them, one communicator's).
 double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const MemoryConstants& k) {
   const bool ends = stage == 0 || stage == s.pp - 1;
   const bool ep = s.ep > 1 && m.moe.enabled();
@@ -90,7 +91,8 @@ double nccl_bytes(const ModelSpec& m, const Strategy& s, int stage, const Memory
   const bool ring = s.schedule == Schedule::Interleaved && s.vpp > 1;
   const int links = s.pp < 2 ? 0 : (ring || !ends) ? 4 : 2;
   const double all_to_all = !ep                                   ? 0.0
-                            : k.nccl_bytes_per_all_to_all_peer > 0 ? (s.ep - 1) * k.nccl_bytes_per_all_to_all_peer
+                            : k.nccl_bytes_per_all_to_all_peer > 0
+                                ? k.nccl_bytes_all_to_all_fixed + (s.ep - 1) * k.nccl_bytes_per_all_to_all_peer
                                                                    : k.nccl_bytes_per_communicator;
   return collectives * k.nccl_bytes_per_communicator + links * k.nccl_bytes_per_pipe_link + all_to_all;
 }
@@ -155,6 +157,7 @@ MemoryConstants constants_of(const ClusterSpec& c, const HardwareProfile& profil
   k.nccl_bytes_per_communicator = double(profile.nccl_communicator_bytes);
   if (profile.nccl_pipe_link_bytes > 0) k.nccl_bytes_per_pipe_link = double(profile.nccl_pipe_link_bytes);
   k.nccl_bytes_per_all_to_all_peer = double(profile.nccl_all_to_all_peer_bytes);
+  k.nccl_bytes_all_to_all_fixed = double(profile.nccl_all_to_all_fixed_bytes);
   return k;
 }
 

@@ -20,6 +20,7 @@ struct MemoryConstants {
   double nccl_bytes_per_communicator = 0;    // NCCL channel buffers of a communicator used for collectives
   double nccl_bytes_per_pipe_link = 0;       // NCCL buffers of one pipeline send/receive link
   double nccl_bytes_per_all_to_all_peer = 0; // NCCL buffers per peer of the MoE ep communicator; 0: one
+  double nccl_bytes_all_to_all_fixed = 0;    // ... and its buffers that do not grow with the peers
                                              // collective communicator's for the whole group
   double fragmentation = 0;                  // caching-allocator slack, fraction of the dynamic memory
   double bucket_bytes = 0;                   // one gradient-reduction bucket

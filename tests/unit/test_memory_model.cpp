@@ -342,6 +342,11 @@ TEST_CASE("NCCL memory: one set per collective communicator and per pipeline lin
   CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=4"), 0, kp) == C + 3 * 100.0);
   CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=2"), 0, kp) == 2 * C + 100.0);
   CHECK(nccl_bytes(moe, Strategy::parse("dp=2,tp=2,ep=2"), 0, kp) == 2 * C + 100.0);
+  // A fixed part beside the per-peer one (two ep sizes measured): 50 + (ep - 1) x 100.
+  MemoryConstants kf = kp;
+  kf.nccl_bytes_all_to_all_fixed = 50;
+  CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=4"), 0, kf) == C + 50.0 + 3 * 100.0);
+  CHECK(nccl_bytes(moe, Strategy::parse("dp=4,ep=2"), 0, kf) == 2 * C + 50.0 + 100.0);
 }
 
 TEST_CASE("ep > 1 without a measured all-to-all figure: the assumption is said", "[memory][moe]") {
