@@ -127,7 +127,7 @@ struct MoeUnitContext {
 };
 // A MoE layer unit's additions to its UnitCost: the dispatch and combine
 // all-to-alls in each pass (again in a full recomputation); the host floor
-// (each layer's forward waits for its routed counts on the host, so a MoE
+// (many small kernels, and at ep > 1 each layer's forward waits for its routed counts on the host, so a MoE
 // layer's forward and its all-to-all take at least the host's forward
 // seconds, and its backward, recomputation included, at least the host's
 // backward seconds, weighted by the share of MoE layers in the mean layer;

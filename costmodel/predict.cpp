@@ -113,22 +113,23 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
         "attention_window)",
         plan.model.windowed_layers(plan.seq)));
-  // MoE in this runtime: the host's part (one sync per layer forward, many small kernels).
+  // MoE in this runtime: the host's part (many small kernels; at ep > 1 one sync per layer forward).
   if (plan.model.moe.enabled()) {
     const MoeHostSeconds h = moe_host_seconds(profile, plan.strategy.ep, 1.0, plan.model.moe.shared_ffn > 0);
     if (!h.measured)
       p.memory.notes.push_back(
-          "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (each layer's forward waits "
-          "for the routed counts that size its all-to-all, and the GPU idles while the host catches up); this "
+          "mixture of experts: planner exec's MoE layers are partly host-bound on GPUs (many small kernels, and at "
+          "ep > 1 each layer's forward waits for the routed counts that size its all-to-all, and the GPU idles "
+          "while the host catches up); this "
           "profile has no measurement of that host time (planner calibrate --only moe_host), so the prediction "
           "prices the kernels and the exchanges only: read it as a lower bound (validation/h100x4/moe_fix)");
     else
       p.memory.notes.push_back(
           std::string("mixture of experts: each MoE layer's forward and backward take at least the host's time in "
-                      "planner exec's MoE layer (the profile's moe_host fields; the forward waits on the host for "
-                      "the routed counts); not priced: the routing's imbalance beyond --moe-imbalance, and with "
-                      "ep > 1 each layer's wait for the slowest rank of the ep group; MoE steps have run slower "
-                      "than predicted (validation/h100x4/moe28 and the three sets before it)") +
+                      "planner exec's MoE layer (the profile's moe_host fields; at ep > 1 the forward waits on the "
+                      "host for the routed counts); not priced: the routing's imbalance beyond --moe-imbalance, and "
+                      "with ep > 1 each layer's wait for the slowest rank of the ep group; MoE steps have missed "
+                      "their predictions by more than dense ones (the band says by how much)") +
           (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
                              "all-to-all's host work (calibrate under mpirun measures it)"
                            : "") +

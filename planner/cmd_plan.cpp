@@ -28,7 +28,7 @@ struct PlanCmdOpts {
   TrainCostCli cost;
   ProfileCli profile;
   std::string top = "5", output, rank, engine, objective = "throughput", finetune, allow;
-  bool explain = false, json = false, quiet = false, with_te = false;
+  bool explain = false, json = false, quiet = false, with_te = false, runnable = false;
 };
 
 // Checks every option before the first search and before anything is written;
@@ -56,6 +56,9 @@ PlanSetup plan_setup(const PlanCmdOpts& o) {
   req.engine = o.engine.empty() ? Engine::Ours : parse_engine(o.engine);
   req.engine_env.transformer_engine = o.with_te;
   req.finetune = parse_finetune_option(o.finetune);
+  if (o.runnable && req.engine != Engine::Ours)
+    throw InputError("--runnable keeps what planner exec runs: it goes with --engine ours, not --engine " + o.engine);
+  req.runnable = o.runnable;
   apply_allow_option(o.allow, req);
   ps.objective = parse_objective(o.objective);
   ps.cost = parse_train_cost_options(o.cost.tokens, o.cost.price, o.cost.prices);
@@ -168,13 +171,16 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
       "  planner plan --model llama-2-7b --gpus 8xA100-80GB,8xH100,32xV100-32GB --global-batch 512 --tokens 1T "
       "--prices prices.json --objective cost\n"
       "  planner plan --model llama-2-7b --gpus 8xA100-80GB --global-batch 512 --engine megatron\n"
+      "  planner plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 4x8xH100 --runnable   # only what planner exec runs\n"
       "The space: every dp*tp*pp factorization, ZeRO 0-3, offload, checkpointing, micro-batch size and count,\n"
       "schedule and virtual stages, sequence parallelism and precision where the GPU supports it; context\n"
       "parallelism (cp, ring attention) from --seq 8192 on, every cp with seq a multiple of 2*cp.\n"
       "--objective: throughput (default), time (days to train --tokens) or cost (with --price/--prices). For a\n"
       "fixed token count time ranks as throughput; within one cluster cost does too, so cost differs only across\n"
       "several clusters given as --gpus A,B,C (searched one by one, ranked in one list; needs --global-batch).\n"
-      "--engine keeps the strategies that engine can run, judged by the memory it allocates.\n"
+      "--engine keeps the strategies that engine can run, judged by the memory it allocates. The default\n"
+      "engine, this runtime, is ranked on every strategy the cost model prices; a note names the shown plans\n"
+      "planner exec does not run (--json: their exec_gap), and --runnable keeps only the ones it runs.\n"
       "-o writes the best plan, or the --rank K-th of the list.");
   auto o = std::make_shared<PlanCmdOpts>();  // owned by the callback, which the app owns
   cmd->add_option("--model,-m", o->plan.model, "model preset or Hugging Face config.json")->required();
@@ -200,6 +206,9 @@ CLI::App* add_plan_command(CLI::App& app, int& exit_code) {
                   "also search these choices, comma-separated: fp8 (FP8 linear GEMMs where the GPU has FP8)");
   cmd->add_option("--finetune", o->finetune,
                   "lora or qlora: adapters on a frozen base (with lora_* keys: qlora,lora_r=64,lora_targets=q+v)");
+  cmd->add_flag("--runnable", o->runnable,
+                "rank only strategies planner exec runs (without it, plans the cost model prices but the runtime does "
+                "not run are ranked too, and a note names them)");
   cmd->callback([o, &exit_code] { run_plan_command(*o, exit_code); });
   return cmd;
 }

@@ -11,6 +11,7 @@
 #include "planner/cli.hpp"
 #include "planner/render.hpp"
 #include "planner/train_cost.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/parse_util.hpp"
 
 namespace planner {
@@ -118,6 +119,9 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
       engine_step = engine_step_time(plan, profile, engine);
     }
     if (std::string n = check_profile_gpu(profile, plan.cluster.gpu, true); !n.empty()) notes.push_back(std::move(n));
+    if (engine == Engine::Ours)  // the runtime's own limits (specs/runtime_gap.hpp)
+      if (const std::string gap = runtime_gap(plan.model, plan.strategy, plan.seq); !gap.empty())
+        notes.push_back("planner exec does not run this plan (" + gap + "): it is predicted as the cost model prices it");
     p.memory.notes.insert(p.memory.notes.begin(), notes.begin(), notes.end());
     const std::optional<TrainCost> cost = train_cost(cost_opts, plan.cluster, p.tokens_per_second);
     const std::vector<std::string> assumed = assumed_defaults(plan, given_inputs(o->plan));

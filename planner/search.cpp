@@ -16,6 +16,7 @@
 #include "costmodel/long_run.hpp"
 #include "costmodel/predict_detail.hpp"
 #include "costmodel/simulator.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 #include "strategies/search_space.hpp"
@@ -190,6 +191,8 @@ struct Ranking {
   std::array<double, kFamilies> fam_best, fam_small;
   std::array<size_t, kFamilies> fam_best_idx{}, fam_small_idx{};
   std::array<int64_t, kFamilies> fam_count{};
+  double run_best = kInf;  // Engine::Ours: the fastest simulated strategy `planner exec` runs
+  size_t run_best_idx = 0;
   Ranking() {
     fam_best.fill(kInf);
     fam_small.fill(kInf);
@@ -255,7 +258,8 @@ struct Searcher {
       if (const UseCheck u = check_use(plan, use); u.broken == UseLimit::Simulation) {
         skip_too_long();
         continue;
-      } else if (u.broken != UseLimit::None) {
+      } else if (u.broken != UseLimit::None ||
+                 (req.runnable && !runtime_gap(req.model, c.strategy, req.seq).empty())) {
         ++out.stats.engine_refused;
         continue;
       }
@@ -306,6 +310,47 @@ struct Searcher {
     }
     for (int f = 0; f < kFamilies; ++f)
       if (((c.families >> f) & 1) && t < k.fam_best[f]) k.fam_best[f] = t, k.fam_best_idx[f] = i;
+    if (req.engine == Engine::Ours && t < k.run_best && runtime_gap(req.model, c.strategy, req.seq).empty())
+      k.run_best = t, k.run_best_idx = i;
+  }
+
+  // Engine::Ours ranks what the cost model prices, some of which the runtime
+  // does not run (specs/runtime_gap.hpp): each shown plan carries why, and a
+  // note names them and the fastest simulated plan `planner exec` runs.
+  void exec_note(const Ranking& k) {
+    if (req.engine != Engine::Ours) return;
+    std::vector<std::string> ranks;
+    std::string why;
+    int first_run = 0;
+    for (size_t r = 0; r < out.plans.size(); ++r) {
+      RankedPlan& p = out.plans[r];
+      p.exec_gap = runtime_gap(p.plan.model, p.plan.strategy, p.plan.seq);
+      if (p.exec_gap.empty()) {
+        if (first_run == 0) first_run = int(r + 1);
+        continue;
+      }
+      ranks.push_back(fmt::format("#{}", r + 1));
+      if (why.empty()) why = p.exec_gap;
+    }
+    if (ranks.empty()) return;
+    std::string which = ranks[0];
+    for (size_t r = 1; r < ranks.size(); ++r) which += (r + 1 == ranks.size() ? " and " : ", ") + ranks[r];
+    std::string runs;
+    if (first_run > 0) {
+      runs = fmt::format("#{} is the fastest shown that it runs", first_run);
+    } else if (k.run_best < kInf) {
+      const std::optional<RankedPlan> b = full(k.run_best_idx);
+      runs = b ? fmt::format("the fastest of the {} simulated that it runs: {} at {:.3f} s", out.stats.simulated,
+                             short_strategy(b->plan.strategy), b->prediction.step_seconds)
+               : "";
+    } else {
+      runs = fmt::format("none of the {} simulated strategies is one it runs", out.stats.simulated);
+    }
+    if (first_run != 1) runs += "; plan --runnable ranks only what it runs";
+    out.notes.push_back(fmt::format("planner exec does not run {} ({}{}): they are predicted as the cost model prices "
+                                    "them{}{}",
+                                    which, why, ranks.size() > 1 ? ", the first's reason" : "", runs.empty() ? "" : "; ",
+                                    runs));
   }
 
   // A winner, predicted in full (memory, breakdown) and checked against the rules.
@@ -411,6 +456,7 @@ SearchResult search_plans(const SearchRequest& req) {
   const Ranking k = searcher.rank();
   for (const auto& [t, i] : k.top)
     if (auto p = searcher.full(i)) out.plans.push_back(std::move(*p));
+  searcher.exec_note(k);
   if (req.explain) searcher.explain(k, L);
   // The shown plan with the largest collective group names the extrapolation once.
   {

@@ -51,6 +51,7 @@ struct SearchRequest {
   Engine engine = Engine::Ours;             // keep what this engine can run; its memory decides what fits
   EngineEnv engine_env;                     // what is installed beside it (--with-te)
   Finetune finetune{};                      // --finetune: every candidate trains adapters on a frozen base
+  bool runnable = false;                    // --runnable (Engine::Ours): only what `planner exec` runs (specs/runtime_gap.hpp)
   // Called now and then with the fraction done and the phase ("bounding", "simulating").
   std::function<void(double fraction, std::string_view phase)> progress;
 };
@@ -58,6 +59,8 @@ struct SearchRequest {
 struct RankedPlan {
   Plan plan;
   StepPrediction prediction;
+  // With Engine::Ours: why `planner exec` does not run it (specs/runtime_gap.hpp), empty when it does.
+  std::string exec_gap;
 };
 
 struct FamilyExplanation {

@@ -25,6 +25,7 @@ nlohmann::json ranked_plan_json(const RankedPlan& p, int rank) {
   const StepTimeBand band = step_time_band(p.plan.cluster.gpu, band_kind(p.plan));
   j["step_seconds_band"] = {p.prediction.step_seconds * band.low, p.prediction.step_seconds * band.high};
   j["tokens_per_second_band"] = {p.prediction.tokens_per_second / band.high, p.prediction.tokens_per_second / band.low};
+  if (!p.exec_gap.empty()) j["exec_gap"] = p.exec_gap;  // `planner exec` does not run it (Engine::Ours)
   return j;
 }
 

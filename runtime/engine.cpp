@@ -6,6 +6,7 @@
 #include "runtime/model/lora.hpp"
 #include "runtime/model/moe.hpp"
 #include "runtime/model/fp8_linear.hpp"
+#include "specs/runtime_gap.hpp"
 
 namespace planner::rt {
 
@@ -65,16 +66,10 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
     if (!ep || ep->size() != s.ep)
       throw std::invalid_argument("Engine: the plan has ep=" + std::to_string(s.ep) + " but the ep group has " +
                                   std::to_string(ep ? ep->size() : 1) + " ranks");
-    if (s.zero > 0 || s.cp > 1)
-      throw InputError("the runtime executes expert parallelism (ep=" + std::to_string(s.ep) +
-                       ") with ZeRO-0 and cp=1 only; this plan has zero=" + std::to_string(s.zero) +
-                       ", cp=" + std::to_string(s.cp));
   }
-  if (spec_.moe.enabled() && s.finetune.frozen_base())
-    throw InputError("the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)");
-  if (spec_.moe.enabled() && s.zero >= 2)  // ZeRO-3 with a MoE model missed the single-process result in tests/runtime
-    throw InputError("the runtime executes mixture-of-experts models with ZeRO-0/1 only; this plan has zero=" +
-                     std::to_string(s.zero));
+  // The runtime's own limits beyond legality (specs/runtime_gap.hpp: what plan
+  // and predict say is predicted but not run).
+  if (const std::string gap = runtime_gap(spec_, s, cfg_.seq()); !gap.empty()) throw InputError(gap);
   if (!tokens_) throw std::invalid_argument("Engine needs a token source");
   Impl& I = *impl_;
   I.dp_rank = dp ? dp->rank() : 0;

@@ -25,6 +25,7 @@
 #include "runtime/model/fp8_linear.hpp"
 #include "runtime/model/fused_ops.hpp"
 #include "runtime/model/moe.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -205,22 +206,9 @@ void check_runnable(const ExecOptions& o, const Plan& plan) {
   if (plan.model.vocab < 2)
     throw InputError(where + ": model.vocab " + std::to_string(plan.model.vocab) +
                      " cannot be trained on (next-token prediction needs at least 2 tokens)");
-  if (s.sp && s.tp > 1 && plan.seq % s.tp != 0)
-    throw InputError(where + ": sp=1 splits the sequence over the tp ranks, so seq " + std::to_string(plan.seq) +
-                     " must be a multiple of tp=" + std::to_string(s.tp));
+  // The runtime's own limits (specs/runtime_gap.hpp): MoE, precision=fp8, sp's split.
+  if (const std::string gap = runtime_gap(plan.model, s, plan.seq); !gap.empty()) throw InputError(where + ": " + gap);
   if (s.precision == Precision::FP8) {
-    // runtime/model/fp8_linear.hpp: the FP8 linears bypass the tensor-parallel GEMMs, and
-    // at::_scaled_mm takes dimensions that are multiples of 16.
-    if (s.tp > 1)
-      throw InputError(where + ": precision=fp8 with tp=" + std::to_string(s.tp) +
-                       " is predicted but not run (the FP8 linear layers are not tensor-parallel here); use tp=1");
-    const ModelSpec& m = plan.model;
-    const int64_t tokens = plan.seq / s.cp * s.mbs;
-    for (int64_t d : {m.hidden, m.q_dim(), m.kv_dim(), m.ffn, tokens})
-      if (d % 16 != 0)
-        throw InputError(where + ": precision=fp8 needs the hidden, attention and FFN widths and the tokens of a "
-                         "micro-batch (seq/cp*mbs) to be multiples of 16 (at::_scaled_mm); " + std::to_string(d) +
-                         " is not");
     const bool cuda = o.device == "cuda" || o.device == "gpu" || (o.device == "auto" && cuda_available());
     if (!fp8_gemm_available(cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU)))
       throw InputError(where + ": precision=fp8 needs at::_scaled_mm, which this LibTorch does not run on the " +

@@ -13,6 +13,7 @@
 #include "runtime/model/fused_ops.hpp"
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/parse_util.hpp"
 
@@ -193,19 +194,8 @@ MoeBlock::MoeBlock(const ModelSpec& spec, Communicator* tp, Communicator* ep, bo
       tp_size_(tp_ ? tp_->size() : 1), ep_size_(ep_ ? ep_->size() : 1), ep_rank_(ep_ ? ep_->rank() : 0),
       gemm_(moe_gemm_from_env()) {
   const MoeSpec& m = spec_.moe;
-  auto refuse = [&](const std::string& what) {
-    throw InputError("the runtime does not execute mixture of experts with " + what + " (" + spec_.name + ")");
-  };
-  if (spec_.arch != Arch::Decoder) refuse("an encoder");
-  if (spec_.parallel_block) refuse("the parallel attention/MLP block");
-  if (spec_.mlp_bias) refuse("MLP biases");
-  if (m.capacity_factor > 0) refuse("a capacity factor (token dropping); dropless routing (capacity_factor 0) runs");
-  if (sp && tp_) refuse("sequence parallelism (sp=1)");
-  if (m.experts % ep_size_ != 0)
-    refuse(std::to_string(m.experts) + " experts over ep=" + std::to_string(ep_size_) + " (not a multiple)");
-  if (m.expert_ffn % tp_size_ != 0 || m.shared_ffn % tp_size_ != 0)
-    refuse("expert widths not divisible by tp=" + std::to_string(tp_size_));
-  if (m.top_k < 1 || m.top_k > m.experts) refuse("top_k outside [1, experts]");
+  // What the layer does not execute (specs/runtime_gap.hpp, which plan and predict also say).
+  if (const std::string gap = moe_runtime_gap(spec_, tp_size_, ep_size_, sp); !gap.empty()) throw InputError(gap);
   local_experts_ = m.experts / ep_size_;
   ids_.resize(size_t(spec_.layers));
   last_aux.resize(size_t(spec_.layers));

@@ -81,4 +81,36 @@ for m in Qwen/Qwen2.5-7B meta-llama/Llama-3.1-8B mistralai/Mistral-7B-v0.1 googl
 done
 expect_exit 0 $P list models
 expect_grep "^gemma-2-27b " "$TMP/out"
+# What planner exec does not run (specs/runtime_gap.hpp): the default engine
+# ranks every strategy the cost model prices and names the shown plans the
+# runtime refuses (here expert parallelism with ZeRO-1/2/3); --runnable keeps
+# only what it runs; --json carries each plan's exec_gap.
+MIX=(--model mistralai/Mixtral-8x7B-v0.1 --gpus 4x8xH100 --top 5)
+expect_exit 0 $P plan "${MIX[@]}"
+expect_grep "^note: planner exec does not run #.*ZeRO-0 and cp=1 only" "$TMP/out"
+expect_exit 0 $P plan "${MIX[@]}" --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+gapped = [p for p in plans if "exec_gap" in p]
+assert gapped, "no shown plan carries exec_gap"
+for p in gapped:
+    assert "ep=" in p["strategy"] and "zero=0" not in p["strategy"], p["strategy"]
+PY
+expect_exit 0 $P plan "${MIX[@]}" --runnable --json
+python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
+import json, re, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+assert plans, "--runnable left nothing"
+for p in plans:
+    s = dict(kv.split("=") for kv in p["strategy"].split(","))
+    assert "exec_gap" not in p, p
+    assert int(s.get("ep", 1)) == 1 or int(s.get("zero", 0)) == 0, p["strategy"]  # ep > 1 only with ZeRO-0
+    assert int(s.get("zero", 0)) <= 1, p["strategy"]                              # a MoE model: ZeRO-0/1
+PY
+expect_bad_input $P plan "${MIX[@]}" --runnable --engine megatron
+expect_grep "runnable.*--engine ours" "$TMP/err"
+# predict names it too, and still answers.
+expect_exit 0 $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --strategy dp=8,ep=8,zero=1 --seq 4096
+expect_grep "planner exec does not run this plan .*expert parallelism .*ZeRO-0 and cp=1 only" "$TMP/out"
 finish

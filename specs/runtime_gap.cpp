@@ -1,0 +1,58 @@
+#include "specs/runtime_gap.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace planner {
+
+std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp) {
+  const MoeSpec& e = m.moe;
+  if (!e.enabled()) return "";
+  auto no = [&](const std::string& what) {
+    return "the runtime does not execute mixture of experts with " + what + " (" + m.name + ")";
+  };
+  if (m.arch != Arch::Decoder) return no("an encoder");
+  if (m.parallel_block) return no("the parallel attention/MLP block");
+  if (m.mlp_bias) return no("MLP biases");
+  if (e.capacity_factor > 0) return no("a capacity factor (token dropping); dropless routing (capacity_factor 0) runs");
+  if (sp && tp > 1) return no("sequence parallelism (sp=1)");
+  if (ep > 0 && e.experts % ep != 0)
+    return no(std::to_string(e.experts) + " experts over ep=" + std::to_string(ep) + " (not a multiple)");
+  if (tp > 0 && (e.expert_ffn % tp != 0 || e.shared_ffn % tp != 0))
+    return no("expert widths not divisible by tp=" + std::to_string(tp));
+  if (e.top_k < 1 || e.top_k > e.experts) return no("top_k outside [1, experts]");
+  return "";
+}
+
+std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq) {
+  if (std::string g = runtime_model_gap(m); !g.empty()) return g;
+  if (m.moe.enabled()) {
+    if (std::string g = moe_runtime_gap(m, s.tp, s.ep, s.sp); !g.empty()) return g;
+    if (s.ep > 1 && (s.zero > 0 || s.cp > 1))
+      return "the runtime executes expert parallelism (ep=" + std::to_string(s.ep) +
+             ") with ZeRO-0 and cp=1 only; this plan has zero=" + std::to_string(s.zero) + ", cp=" + std::to_string(s.cp);
+    if (s.zero >= 2)  // ZeRO-3 with a MoE model missed the single-process result in tests/runtime
+      return "the runtime executes mixture-of-experts models with ZeRO-0/1 only; this plan has zero=" +
+             std::to_string(s.zero);
+    if (s.finetune.frozen_base())
+      return "the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)";
+  }
+  if (s.precision == Precision::FP8) {
+    // runtime/model/fp8_linear.hpp: the FP8 linears bypass the tensor-parallel
+    // GEMMs, and at::_scaled_mm takes dimensions that are multiples of 16.
+    if (s.tp > 1)
+      return "precision=fp8 with tp=" + std::to_string(s.tp) +
+             " is predicted but not run (the FP8 linear layers are not tensor-parallel here); use tp=1";
+    const int64_t tokens = seq / std::max(1, s.cp) * s.mbs;
+    for (int64_t d : {m.hidden, m.q_dim(), m.kv_dim(), m.ffn, tokens})
+      if (d % 16 != 0)
+        return "precision=fp8 needs the hidden, attention and FFN widths and the tokens of a micro-batch (seq/cp*mbs) "
+               "to be multiples of 16 (at::_scaled_mm); " + std::to_string(d) + " is not";
+  }
+  if (s.sp && s.tp > 1 && seq % s.tp != 0)
+    return "sp=1 splits the sequence over the tp ranks, so seq " + std::to_string(seq) + " must be a multiple of tp=" +
+           std::to_string(s.tp);
+  return "";
+}
+
+}  // namespace planner

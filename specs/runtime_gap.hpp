@@ -1,0 +1,28 @@
+#pragma once
+// What `planner exec` does not run, as one line naming it (empty when it runs
+// it): the rules runtime/ enforces, in one place, so that `plan` and
+// `predict` can say that an answer is predicted but not run, and the runtime
+// refuses with the same words. The cost model prices every legal strategy;
+// these are the runtime's own limits on top of legality (strategies/,
+// costmodel/compat.cpp), which no plan that breaks them reaches.
+#include <cstdint>
+#include <string>
+
+#include "specs/model_spec.hpp"
+#include "strategies/strategy.hpp"
+
+namespace planner {
+
+// The runtime's mixture-of-experts layer (runtime/model/moe.*) on this model
+// with these group sizes: "" or "the runtime does not execute mixture of
+// experts with ... (model)". Empty for a dense model.
+std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp);
+
+// The whole plan: runtime_model_gap (the model's layers), the MoE layer's
+// limits, what the Engine runs with a MoE model (ep > 1 with ZeRO-0 and cp = 1
+// only, ZeRO-0/1 only, no adapters on a MoE model), precision=fp8 (tp = 1
+// only; widths and a micro-batch's tokens multiples of 16, at::_scaled_mm's
+// rule) and sp's sequence split (seq a multiple of tp).
+std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq);
+
+}  // namespace planner

@@ -1,0 +1,46 @@
+// What `planner exec` does not run (specs/runtime_gap.hpp): the rules the
+// runtime enforces, which plan and predict name in a note and `plan
+// --runnable` leaves out. Each case is one rule by hand.
+#include "catch.hpp"
+#include "specs/model_spec.hpp"
+#include "specs/runtime_gap.hpp"
+#include "strategies/strategy.hpp"
+#include "tiny_models.hpp"
+
+using namespace planner;
+using namespace planner::test;
+
+namespace {
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("runtime_gap: expert parallelism runs with ZeRO-0 and cp=1, a MoE model with ZeRO-0/1", "[runtime_gap]") {
+  const ModelSpec m = moe_like();
+  CHECK(runtime_gap(m, Strategy::parse("dp=4,ep=4,zero=0"), 64).empty());
+  CHECK(runtime_gap(m, Strategy::parse("dp=2,tp=2,ep=2,zero=0"), 64).empty());
+  CHECK(runtime_gap(m, Strategy::parse("dp=2,zero=1"), 64).empty());  // ep = 1: ZeRO-1 runs
+  CHECK(has(runtime_gap(m, Strategy::parse("dp=4,ep=4,zero=1"), 64), "with ZeRO-0 and cp=1 only; this plan has zero=1"));
+  CHECK(has(runtime_gap(m, Strategy::parse("dp=2,zero=2"), 64), "ZeRO-0/1 only; this plan has zero=2"));
+  CHECK(has(runtime_gap(m, Strategy::parse("finetune=lora"), 64), "LoRA/QLoRA on a mixture-of-experts model"));
+  // The layer's own limits (runtime/model/moe.cpp refuses with the same words).
+  CHECK(has(runtime_gap(m, Strategy::parse("tp=2,sp=1"), 64), "mixture of experts with sequence parallelism"));
+  CHECK(has(moe_runtime_gap(m, 1, 3, false), "8 experts over ep=3"));
+  ModelSpec capped = m;
+  capped.moe.capacity_factor = 1.25;
+  CHECK(has(moe_runtime_gap(capped, 1, 1, false), "a capacity factor"));
+  CHECK(moe_runtime_gap(llama_like(), 2, 1, true).empty());  // dense: nothing to say
+  // A dense model with the same strategies runs.
+  CHECK(runtime_gap(llama_like(), Strategy::parse("dp=2,zero=3"), 64).empty());
+}
+
+TEST_CASE("runtime_gap: precision=fp8 at tp=1 with widths and tokens multiples of 16; sp's sequence split", "[runtime_gap]") {
+  ModelSpec m = llama_like();
+  m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn = 176;  // head_dim 16: q 64, kv 32
+  CHECK(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 64).empty());
+  CHECK(has(runtime_gap(m, Strategy::parse("tp=2,mbs=1,precision=fp8"), 64), "precision=fp8 with tp=2"));
+  CHECK(has(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 40), "40 is not"));  // 40 tokens a micro-batch
+  m.ffn = 180;
+  CHECK(has(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 64), "180 is not"));
+  CHECK(has(runtime_gap(llama_like(), Strategy::parse("tp=2,sp=1"), 63), "seq 63 must be a multiple of tp=2"));
+  CHECK(runtime_gap(llama_like(), Strategy::parse("tp=2,sp=1"), 64).empty());
+}
