@@ -65,6 +65,9 @@ RankSweep ranking_sweep(const std::string& question, int top, const std::string&
   req.global_batch = q.global_batch.empty() ? req.cluster.world() : parse_global_batch(q.global_batch);
   req.top_k = top;
   req.profile = profile_of(req.cluster.gpu);
+  // Each plan of the list runs under planner exec: rank only what it runs
+  // (`plan --runnable`; specs/runtime_gap.hpp), as `plan` would answer with it.
+  req.runnable = true;
   SearchResult r = search_plans(req);
   if (r.plans.empty()) throw InputError(fmt::format("--rank-question '{}': no strategy fits, nothing to rank", clip(question)));
   RankSweep out;
