@@ -110,16 +110,20 @@ namespace {
 // tests/unit/test_memory_model.cpp and test_hardening.cpp check the counts
 // against the full schedules and the closed forms (GPipe m, 1F1B
 // min(pp - stage, m); Narayanan et al. 2021, sec. 2.2).
-int inflight(const Strategy& s, int stage) {
+// `chunk` >= 0: that chunk's passes only (the last stage's last chunk holds
+// the LM head's logits, the first stage's chunk 0 the embedding): under the
+// interleaved schedule fewer than the stage's chunks in flight, which count
+// every virtual stage (validation/h200x4/moe37: logits counted vpp times).
+int inflight(const Strategy& s, int stage, int chunk = -1) {
   Strategy x = s;
   if (s.schedule == Schedule::OneFOneB) x.gas = std::min(s.gas, s.pp);
   if (s.schedule == Schedule::Interleaved) x.gas = std::min(s.gas, s.pp * (s.vpp + 2));
-  thread_local std::map<std::tuple<int, int, int, int>, std::vector<int>> peaks;
-  const auto key = std::make_tuple(int(x.schedule), x.pp, x.vpp, x.gas);
+  thread_local std::map<std::tuple<int, int, int, int, int>, std::vector<int>> peaks;
+  const auto key = std::make_tuple(int(x.schedule), x.pp, x.vpp, x.gas, chunk);
   auto it = peaks.find(key);
   if (it == peaks.end()) {
     std::vector<int> per_stage;
-    for (const StepList& list : compute_schedule(x)) per_stage.push_back(max_inflight(list));
+    for (const StepList& list : compute_schedule(x)) per_stage.push_back(max_inflight(list, chunk));
     it = peaks.emplace(key, std::move(per_stage)).first;
   }
   return it->second[size_t(stage)];
@@ -188,7 +192,7 @@ double activation_bytes(const MemoryInputs& in, const StageMemory& sm) {
   if (in.megatron && sm.has_embedding) {
     // Megatron's embedding dropout mask (sbh bytes) and the token ids (8sb)
     // of each micro-batch in flight (theoretical_memory_usage.py counts both).
-    act += sm.inflight_microbatches * (in.sbh / in.sp_split() + 8.0 * double(in.seq) * s.mbs);
+    act += sm.embedding_inflight_microbatches * (in.sbh / in.sp_split() + 8.0 * double(in.seq) * s.mbs);
   }
   return act;
 }
@@ -226,7 +230,7 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
     // saved and 8.00 above it in the backward (llama-3.2-1b at mbs 1, 2, 4,
     // llama-3.2-3b at mbs 1, 2, gpt2-xl at mbs 4).
     const double lg = tokens * double(m.vocab);
-    return 4.0 * lg * std::max(0, sm.inflight_microbatches - 1) + 12.0 * lg;
+    return 4.0 * lg * std::max(0, sm.head_inflight_microbatches - 1) + 12.0 * lg;
   }
   if (in.megatron) {
     // Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
@@ -235,7 +239,7 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
     // the 16-bit logits beside them while one is computed
     // (theoretical_memory_usage.py: 4sbh(1 + V/h) with the LM-head input).
     const double lg = tokens * double(m.vocab) / s.tp;
-    return 4.0 * lg * sm.inflight_microbatches + in.e * lg;
+    return 4.0 * lg * sm.head_inflight_microbatches + in.e * lg;
   }
   // The fp32 chunk: under bf16 logits (bf16 and fp8 plans) without TP,
   // log_softmax first converts the chunk to fp32 in a separate copy, so two
@@ -249,7 +253,7 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const bool bf16_copy = s.tp == 1 && (s.precision == Precision::BF16 || s.precision == Precision::FP8);
   const double chunk = s.tp == 1 && in.fused_kernels ? 0.0
                        : std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
-  return in.e * tokens * vp * (sm.inflight_microbatches + 1) + chunk +
+  return in.e * tokens * vp * (sm.head_inflight_microbatches + 1) + chunk +
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
 }
 
@@ -260,7 +264,7 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
 double eager_loss_grad_bytes(const MemoryInputs& in, const StageMemory& sm) {
   if (!sm.has_head) return 0;
   const double lg = double(in.seq) * in.s.mbs * double(in.m.vocab);
-  return in.e * lg + 4.0 * lg * std::max(0, sm.inflight_microbatches - 1);
+  return in.e * lg + 4.0 * lg * std::max(0, sm.head_inflight_microbatches - 1);
 }
 
 // Communication buffers alive throughout the step: pipeline send/receive,
@@ -361,6 +365,8 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   g[int(MemCategory::OptimizerStates)] = saturate_bytes(ms.gpu_optimizer);
 
   sm.inflight_microbatches = inflight(s, st);
+  sm.head_inflight_microbatches = sm.has_head ? inflight(s, st, s.vpp - 1) : 0;
+  sm.embedding_inflight_microbatches = sm.has_embedding ? inflight(s, st, 0) : 0;
   double act = activation_bytes(in, sm);
   const double logits = logits_bytes(in, sm);
   if (sm.has_head) g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
@@ -501,6 +507,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
     st["has_head"] = sm.has_head;
     st["params_per_rank"] = sm.params;
     st["inflight_microbatches"] = sm.inflight_microbatches;
+    if (sm.has_head) st["head_inflight_microbatches"] = sm.head_inflight_microbatches;
     st["gpu_peak_bytes"] = sm.gpu_peak_bytes;
     st["host_bytes"] = sm.host_bytes;
     if (!sm.moments.empty()) {

@@ -331,13 +331,16 @@ StepProgram build_step_program(const Strategy& s, int64_t layers, const StepOpti
   return prog;
 }
 
-int max_inflight(const StepList& actions) {
+int max_inflight(const StepList& actions) { return max_inflight(actions, -1); }
+
+int max_inflight(const StepList& actions, int chunk) {
   // A pass is one action per chunk (a schedule) or its units back to back
   // (a program): a forward or backward of another (micro-batch, chunk) than
-  // the one before starts a pass.
+  // the one before starts a pass. chunk >= 0: that chunk's passes only.
   int live = 0, peak = 0;
   std::pair<int, int> last_f{-1, -1}, last_b{-1, -1};
   for (const StepAction& a : actions) {
+    if (chunk >= 0 && a.chunk != chunk) continue;
     const std::pair<int, int> key{a.microbatch, a.chunk};
     if (a.op == StepOp::Forward && (a.unit < 0 || key != last_f)) peak = std::max(peak, ++live);
     if (a.op == StepOp::Backward && (a.unit < 0 || key != last_b)) --live;

@@ -202,6 +202,10 @@ StepList add_step_tail(StepList in, const Strategy& s, const LayerPartition& par
 // activations the stage holds at its peak, in units of one chunk of one
 // micro-batch.
 int max_inflight(const StepList& actions);
+// The same for one chunk's passes only (`chunk` = the virtual stage on this
+// rank): the micro-batches whose pass through that chunk waits for its
+// backward, e.g. the LM head's logits on the last stage's last chunk.
+int max_inflight(const StepList& actions, int chunk);
 
 // Compact one-line-per-stage form (tests, `--explain`).
 std::string to_string(const StepProgram& p);

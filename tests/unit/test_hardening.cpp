@@ -112,6 +112,9 @@ TEST_CASE("interleaved in-flight count is bounded work and equals the full sched
           INFO("pp=" << pp << " vpp=" << vpp << " gas=" << gas << " stage=" << st);
           CHECK(r.stages[st].inflight_microbatches == max_inflight(full[st]));
         }
+        // The LM head's logits: its own chunk's micro-batches only (vpp - 1 on the last stage).
+        CHECK(r.stages[pp - 1].head_inflight_microbatches == max_inflight(full[pp - 1], vpp - 1));
+        CHECK(r.stages[pp - 1].head_inflight_microbatches <= r.stages[pp - 1].inflight_microbatches);
       }
 }
 

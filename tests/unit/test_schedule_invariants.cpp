@@ -147,4 +147,11 @@ TEST_CASE("interleaved 1f1b: chunk order and warm-up follow Megatron-LM", "[sche
   CHECK(interleaved_one_f_one_b(4, 8, 1) == one_f_one_b(4, 8));
   // The peak of in-flight chunks on the first rank: its warm-up plus one.
   CHECK(max_inflight(interleaved_one_f_one_b(4, 8, 2)[0]) == 2 * 3 + 4 + 1);
+  // The last rank: its warm-up is chunk 0's forwards of micro-batches 0-3
+  // ((vpp - 1) pp = 4), then one forward more; chunk 1 (the LM head's) runs
+  // each forward beside its own backward (F0.c1 B0.c1, F1.c1 B1.c1, ...), so
+  // at most one micro-batch waits there: the logits of one, not of five.
+  CHECK(max_inflight(interleaved_one_f_one_b(4, 8, 2)[3]) == 4 + 1);
+  CHECK(max_inflight(interleaved_one_f_one_b(4, 8, 2)[3], 1) == 1);
+  CHECK(max_inflight(interleaved_one_f_one_b(4, 8, 2)[3], 0) == 4 + 1);
 }
