@@ -136,26 +136,30 @@ at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
 
 }  // namespace
 
+namespace {
+
+// A 0/1 switch from the environment (unset or empty: `unset`); any other value
+// is refused, naming what each one means.
+bool env_switch(const char* name, bool unset, const std::string& meanings) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return unset;
+  const std::string s(v);
+  if (s != "0" && s != "1")
+    throw InputError(std::string(name) + "='" + s.substr(0, 40) + "' is not an accepted value: " + meanings);
+  return s == "1";
+}
+
+}  // namespace
+
 MoeGemm moe_gemm_from_env() {
   MoeGemm g;
   if (const char* v = std::getenv("PLANNER_MOE_PAD_ROWS"); v && *v)
     g.pad_rows = parse_capped(v, "PLANNER_MOE_PAD_ROWS (rows)", 65536);  // a whole number from 1
-  if (const char* v = std::getenv("PLANNER_MOE_HOST_COUNTS"); v && *v) {
-    const std::string s(v);
-    if (s != "0" && s != "1")
-      throw InputError("PLANNER_MOE_HOST_COUNTS='" + s.substr(0, 40) +
-                       "' is not an accepted value: 1 (ep = 1 brings the routed counts to the host each layer, a "
-                       "diagnosis), or 0 or unset (the grouped GEMM takes them on the device)");
-    g.host_counts = s == "1";
-  }
-  if (const char* v = std::getenv("PLANNER_MOE_GROUPED_MM"); v && *v) {
-    const std::string s(v);
-    if (s != "0" && s != "1")
-      throw InputError("PLANNER_MOE_GROUPED_MM='" + s.substr(0, 40) +
-                       "' is not an accepted value: 1 or unset (one grouped GEMM for all local experts in bf16), or 0 "
-                       "(one GEMM per expert)");
-    g.grouped = s == "1";
-  }
+  g.host_counts = env_switch("PLANNER_MOE_HOST_COUNTS", false,
+                             "1 (ep = 1 brings the routed counts to the host each layer, a diagnosis), or 0 or unset "
+                             "(the grouped GEMM takes them on the device)");
+  g.grouped = env_switch("PLANNER_MOE_GROUPED_MM", true,
+                         "1 or unset (one grouped GEMM for all local experts in bf16), or 0 (one GEMM per expert)");
   return g;
 }
 
