@@ -24,10 +24,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#if __has_include(<ATen/cuda/Sleep.h>)
-#include <ATen/cuda/Sleep.h>
-#define PLANNER_RT_CUDA_SLEEP 1
-#endif
 #endif
 
 namespace planner::rt {
@@ -203,13 +199,6 @@ int64_t device_total_memory(bool cuda) {
 
 void synchronize(bool cuda) {
   if (cuda) torch::cuda::synchronize();
-}
-
-void hold_gpu(bool cuda, int64_t cycles) {
-#ifdef PLANNER_RT_CUDA_SLEEP
-  if (cuda && cycles > 0) at::cuda::sleep(cycles);
-#endif
-  (void)cuda, (void)cycles;
 }
 
 void set_cuda_device(int index) {

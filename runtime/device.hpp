@@ -37,11 +37,6 @@ void enable_cpu_memory_counting();
 bool cpu_memory_counting_enabled();
 // Waits for the device.
 void synchronize(bool cuda);
-// CUDA: enqueues on the current stream a kernel that spins for `cycles` GPU
-// clock cycles (at::cuda::sleep), so that what the host launches next queues
-// behind it and the host's own time to launch it can be measured apart from
-// the GPU's (calibrate's moe_host part). Without CUDA: nothing.
-void hold_gpu(bool cuda, int64_t cycles);
 // Binds this process to GPU `index` (cudaSetDevice); no-op without CUDA.
 void set_cuda_device(int index);
 int cuda_device_count();
