@@ -115,6 +115,7 @@ namespace {
 // interleaved schedule fewer than the stage's chunks in flight, which count
 // every virtual stage (validation/h200x4/moe37: logits counted vpp times).
 int inflight(const Strategy& s, int stage, int chunk = -1) {
+  if (s.vpp <= 1) chunk = -1;  // one chunk a stage: the stage's count, cached once
   Strategy x = s;
   if (s.schedule == Schedule::OneFOneB) x.gas = std::min(s.gas, s.pp);
   if (s.schedule == Schedule::Interleaved) x.gas = std::min(s.gas, s.pp * (s.vpp + 2));

@@ -127,14 +127,14 @@ struct MoeUnitContext {
 };
 // A MoE layer unit's additions to its UnitCost: the dispatch and combine
 // all-to-alls in each pass (again in a full recomputation); the host floor
-// (many small kernels, and at ep > 1 each layer's forward waits for its routed counts on the host, so a MoE
-// layer's forward and its all-to-all take at least the host's forward
-// seconds, and its backward, recomputation included, at least the host's
-// backward seconds, weighted by the share of MoE layers in the mean layer;
-// moe_host_seconds); and its local
-// experts' gradient reduction, ZeRO gathers, offload copies and optimizer
-// share over the expert-data-parallel group (`dense_shard`: the unit's
-// other parameters' optimizer shard).
+// (many small kernels, and at ep > 1 each layer's forward waits for its
+// routed counts on the host, so a MoE layer's forward and its all-to-all take
+// at least the host's forward seconds, and its backward, recomputation
+// included, at least the host's backward seconds, weighted by the share of
+// MoE layers in the mean layer; moe_host_seconds); and its local experts'
+// gradient reduction, ZeRO gathers, offload copies and optimizer share over
+// the expert-data-parallel group (`dense_shard`: the unit's other
+// parameters' optimizer shard).
 void add_moe_unit_costs(UnitCost& u, const MoeUnitContext& c, const GroupLink& ep_link, const GroupLink& expert_dp_link,
                         double expert_params, double dense_shard);
 

@@ -133,7 +133,7 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
           (h.ep_unmeasured ? "; ep > 1: the profile measured that host time with one GPU only, without the "
                              "all-to-all's host work (calibrate under mpirun measures it)"
                            : "") +
-          (h.measured && plan.model.moe.shared_ffn > 0 && !(profile.moe_host_shared_forward_seconds > 0)
+          (plan.model.moe.shared_ffn > 0 && !(profile.moe_host_shared_forward_seconds > 0)
                ? "; the shared MLP's host work is not in that figure (calibrate's moe_host part measures it since "
                  "2026-11-28)"
                : ""));

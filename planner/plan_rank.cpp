@@ -167,6 +167,12 @@ std::string ranked_table(const std::vector<ClusterSearch>& searches, const std::
                        e.train ? fmt::format("{:.0f}", e.train->gpu_hours) : "-", money(e.train));
   }
   if (ranked.empty()) out += "nothing fits on any of the clusters\n";
+  // The per-cluster notes number each cluster's own list; this one the list above.
+  std::string not_run;
+  for (size_t i = 0; i < n; ++i)
+    if (!ranked[i].plan->exec_gap.empty()) not_run += fmt::format("{}#{}", not_run.empty() ? "" : ", ", i + 1);
+  if (!not_run.empty())
+    out += "note: planner exec does not run " + not_run + " of this list (each cluster's note above says why)\n";
   return out + ties;
 }
 

@@ -134,10 +134,6 @@ at::Tensor to_device(const std::vector<int64_t>& v, const at::Device& device) {
   return device.is_cuda() ? h.to(device, /*non_blocking=*/true) : h;
 }
 
-}  // namespace
-
-namespace {
-
 // A 0/1 switch from the environment (unset or empty: `unset`); any other value
 // is refused, naming what each one means.
 bool env_switch(const char* name, bool unset, const std::string& meanings) {
@@ -236,6 +232,8 @@ at::Tensor MoeBlock::activation(const at::Tensor& u) const {
   return glu(u, spec_.gelu_gate);
 }
 
+namespace {
+
 // at::_grouped_mm refused this device once (said on stderr): one GEMM per
 // expert from then on.
 bool g_grouped_refused = false;
@@ -245,6 +243,8 @@ void note_grouped_refused(const c10::Error& e) {
   std::fprintf(stderr, "moe: at::_grouped_mm refused this device (%s); one GEMM per expert from here on\n",
                e.what_without_backtrace());
 }
+
+}  // namespace
 
 bool MoeBlock::grouped_on(const at::Tensor& x) const {
   return gemm_.grouped && x.scalar_type() == at::kBFloat16 && !g_grouped_refused;
@@ -317,14 +317,14 @@ at::Tensor MoeBlock::grouped_experts(const ParamStore& S, const MoeLayerIds& l, 
 at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& xs,
                             const at::Tensor& counts) const {
   const int64_t E = spec_.moe.experts, El = local_experts_;
-  if (!ep_ && !gemm_.host_counts && grouped_on(xs)) {
-    try {
-      return grouped_mlp(S, l, xs, counts.cumsum(0).to(at::kInt));
-    } catch (const c10::Error& e) {
-      note_grouped_refused(e);
-    }
-  }
   if (!ep_) {
+    if (!gemm_.host_counts && grouped_on(xs)) {
+      try {
+        return grouped_mlp(S, l, xs, counts.cumsum(0).to(at::kInt));
+      } catch (const c10::Error& e) {
+        note_grouped_refused(e);
+      }
+    }
     const at::Tensor c = counts.cpu();
     return experts(S, l, xs, std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + E));
   }

@@ -108,6 +108,9 @@ for p in plans:
     assert int(s.get("ep", 1)) == 1 or int(s.get("zero", 0)) == 0, p["strategy"]  # ep > 1 only with ZeRO-0
     assert int(s.get("zero", 0)) <= 1, p["strategy"]                              # a MoE model: ZeRO-0/1
 PY
+# Several clusters: the merged list's own numbers.
+expect_exit 0 $P plan --model "$ROOT/validation/sets/moe/mixtral-2b5.config.json" --gpus 4xH200,4xH100 --global-batch 8 --top 4
+expect_grep "^note: planner exec does not run #.* of this list" "$TMP/out"
 expect_bad_input $P plan "${MIX[@]}" --runnable --engine megatron
 expect_grep "runnable.*--engine ours" "$TMP/err"
 # predict names it too, and still answers.
