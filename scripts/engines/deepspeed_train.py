@@ -92,6 +92,7 @@ def main():
             x, y = torch_model.batch(spec["vocab"], mbs, seq, device, gen)
             loss = torch_model.lm_loss(engine(x), y)
             engine.backward(loss)
+            timer.mark()
             engine.step()  # DeepSpeed steps the optimizer at the accumulation boundary only
         dt = timer.stop()
         if engine.global_rank == 0:

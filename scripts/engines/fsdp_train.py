@@ -195,6 +195,7 @@ def main():
             with sync, (torch.autocast(device.type, dtype=autocast) if autocast else nullcontext()):
                 loss = torch_model.lm_loss(model(x), y) / gas
                 loss.backward()
+            timer.mark()
         clip_grads(list(model.parameters()), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

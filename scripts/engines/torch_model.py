@@ -160,23 +160,48 @@ def steps_from_env(default_steps=10, default_warmup=3):
 
 
 class StepTimer:
-    """Wall time per optimizer step (after a device sync) and the peak of torch.cuda.max_memory_allocated."""
+    """Wall time per optimizer step (after a device sync) and the peak of torch.cuda.max_memory_allocated.
+
+    Also the host's own time: `mark()` after each micro-batch's backward, and `stop()` reads the clock
+    before its sync, so each step has the host's seconds per micro-batch (start or the previous mark to
+    the mark) and its tail (the last mark to the end of the step's enqueueing: the optimizer, the
+    engine's step bookkeeping). Where the GPU is the bottleneck these include the host's waits on a
+    full launch queue; on a model too small to keep the GPU busy they are the host's work alone
+    (the engines' host probe, docs/ENGINE_TIME.md)."""
 
     def __init__(self, cuda):
         self.cuda = cuda
         self.times = []
+        self.host_times = []
+        self.mb_host = []  # per step: host seconds of each micro-batch
+        self.tail_host = []  # per step: host seconds after the last micro-batch
         self.t0 = None
+        self.marks = []
 
     def start(self):
         if self.cuda:
             torch.cuda.synchronize()
         self.t0 = time.perf_counter()
+        self.marks = []
+
+    def mark(self):
+        self.marks.append(time.perf_counter())
 
     def stop(self):
+        host = time.perf_counter()
         if self.cuda:
             torch.cuda.synchronize()
         self.times.append(time.perf_counter() - self.t0)
+        self.host_times.append(host - self.t0)
+        edges = [self.t0] + self.marks
+        self.mb_host.append([b - a for a, b in zip(edges, edges[1:])])
+        self.tail_host.append(host - edges[-1] if self.marks else None)
         return self.times[-1]
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
 
 
 def report(engine, timer, warmup, tokens_per_step, extra=None):
@@ -198,7 +223,13 @@ def report(engine, timer, warmup, tokens_per_step, extra=None):
            "tokens_per_s": tokens_per_step / med if timed and med > 0 else math.nan,
            "peak_allocated_bytes": int(peak.item()), "peak_reserved_bytes": int(reserved.item()),
            "world_size": dist.get_world_size() if dist.is_initialized() else 1,
-           "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}
+           "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+           # The host's side of rank 0's steps (StepTimer): until the step's last enqueue, per micro-batch
+           # (the median over the timed steps' micro-batches) and after the last micro-batch.
+           "host_step_s": timer.host_times[warmup:] or timer.host_times,
+           "median_host_step_s": median(timer.host_times[warmup:] or timer.host_times),
+           "median_mb_host_s": median([x for mbs in (timer.mb_host[warmup:] or timer.mb_host) for x in mbs]),
+           "median_tail_host_s": median(timer.tail_host[warmup:] or timer.tail_host)}
     res.update(extra or {})
     if not dist.is_initialized() or dist.get_rank() == 0:
         line = json.dumps(res)

@@ -3,7 +3,8 @@
 # ranks): the export's launch line runs as written (scripts/engines/fsdp_train.py),
 # for FSDP2 ZeRO-3 over dp=2 and for TP=2 with sequence parallelism (the
 # exported parallelize plan applied by module name); each run writes its
-# ENGINE_RESULT with three steps, finite step times and a finite loss, and
+# ENGINE_RESULT with three steps, finite step times (and the host's side of
+# them) and a finite loss, and
 # launch.sh puts the --engine fsdp predictions beside it. Skips (77) without torch.
 . "$(dirname "$0")/../cli_lib.sh"
 P="$PLANNER"
@@ -35,6 +36,10 @@ import json, math, sys
 r = json.load(open(sys.argv[1]))
 assert r["engine"] == "fsdp" and r["steps"] == 3 and r["world_size"] == 2, r
 assert len(r["step_s"]) == 2 and all(t > 0 and math.isfinite(t) for t in r["step_s"]), r
+# The host's side (StepTimer.mark/stop): never longer than the step's wall time, and the micro-batches'
+# and the tail's medians within the step's host time.
+assert len(r["host_step_s"]) == 2 and all(0 < h <= t for h, t in zip(r["host_step_s"], r["step_s"])), r
+assert 0 < r["median_mb_host_s"] <= max(r["host_step_s"]) and 0 <= r["median_tail_host_s"] <= max(r["host_step_s"]), r
 # Random tokens: a model initialised as GPT-2/Llama are (embeddings N(0, 0.02))
 # starts at about ln(vocab) and cannot learn them; torch's N(0, 1) embeddings
 # gave losses far above it (validation/engines/h100x4).
