@@ -26,7 +26,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Gzipped (5.3 MB of JSON, 0.5 MB stored): the device tool copies the tracked tree under a 64 MiB limit.
+# Gzipped (5.3 MB of JSON, 0.3 MB stored): the device tool copies the tracked tree under a 64 MiB limit.
 GOLDEN = os.path.join(ROOT, "tests", "golden", "golden.json.gz")
 
 # Ten questions people ask `plan`: the search result of each is part of the check.
