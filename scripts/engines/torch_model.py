@@ -166,7 +166,7 @@ class StepTimer:
     before its sync, so each step has the host's seconds per micro-batch (start or the previous mark to
     the mark) and its tail (the last mark to the end of the step's enqueueing: the optimizer, the
     engine's step bookkeeping). Where the GPU is the bottleneck these include the host's waits on a
-    full launch queue; on a model too small to keep the GPU busy they are the host's work alone
+    full launch queue and on the engine's own syncs (DeepSpeed's host time equals its wall time); on a model too small to keep the GPU busy they are the host's work alone
     (the engines' host probe, docs/ENGINE_TIME.md)."""
 
     def __init__(self, cuda):
