@@ -322,7 +322,10 @@ if __name__ == "__main__":
     ap.add_argument("--layers", type=int, help="build this many layers instead of the model's (per-layer figures do not change)")
     ap.add_argument("--seq", type=int, help="sequence length (default: the plan's)")
     a = ap.parse_args()
-    plan = json.load(open(a.probe))
+    try:
+        plan = json.load(open(a.probe))
+    except (OSError, json.JSONDecodeError) as e:
+        ap.exit(2, f"torch_model.py: {a.probe}: {e}\n")
     spec = dict(plan["model"], **({"layers": a.layers} if a.layers else {}))
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     for m in a.mbs.split(","):
