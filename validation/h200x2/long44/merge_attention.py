@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Merge a `planner calibrate --only attention,attention_window` profile (PART) into a shipped profile (BASE),
+as validation/h100/attn_long did for the H100:
+
+- 16-bit attention points at a sequence longer than BASE's longest for that head dimension are added, each
+  scaled per head dimension and direction by BASE's rate over PART's rate at BASE's longest sequence (PART's
+  relative rates are against the datasheet GEMM rate, its GEMM part not measured; BASE's against its in-step
+  GEMM rate);
+- the windowed kernel's rates (relative to the full causal kernel at the same shape, so against no GEMM rate)
+  are taken as measured.
+
+  python3 merge_attention.py PART BASE OUT
+"""
+import json, sys
+
+part, base, out = (sys.argv[1:4] if len(sys.argv) == 4 else sys.exit(__doc__))
+P, B = json.load(open(part)), json.load(open(base))
+key = lambda a: (a["precision"], a["head_dim"], a["seq"])
+brates = {key(a): a for a in B["attention_rates"]}
+prates = {key(a): a for a in P.get("attention_rates", [])}
+added = []
+for (prec, d, s), a in sorted(prates.items()):
+    if prec != "16-bit":
+        continue
+    longest = max((k[2] for k in brates if k[:2] == (prec, d)), default=0)
+    if not longest or s <= longest or (prec, d, longest) not in prates:
+        continue
+    ref_b, ref_p = brates[(prec, d, longest)], prates[(prec, d, longest)]
+    n = dict(a)
+    for f in ("forward_relative", "backward_relative"):
+        n[f] = a[f] * ref_b[f] / ref_p[f]
+    added.append(n)
+B["attention_rates"] = sorted(B["attention_rates"] + added, key=lambda a: (a["precision"] != "16-bit", a["head_dim"], a["seq"]))
+win = {f: P.get(f, 0) for f in ("attention_window_forward_relative", "attention_window_backward_relative")}
+if all(v > 0 for v in win.values()):
+    B.update(win)
+B["source"] += ("; attention_rates at " + ", ".join(f"d {a['head_dim']} seq {a['seq']}" for a in added) +
+                " added and the windowed kernel's rates (attention_window_forward_relative, "
+                "attention_window_backward_relative) taken from planner calibrate --only attention,attention_window on one "
+                "H200 (validation/h200x2/long44/calib; each added point scaled per head dimension and direction by this "
+                "profile's rate at its longest sequence over that run's: validation/h200x2/long44/merge_attention.py)")
+json.dump(B, open(out, "w"), indent=1)
+print(f"merged into {out}: {len(added)} attention points added "
+      + ", ".join(f"(d {a['head_dim']}, seq {a['seq']}: fwd {a['forward_relative']:.3f}, bwd {a['backward_relative']:.3f})" for a in added)
+      + "; window " + ", ".join(f"{k} {v:.3f}" for k, v in win.items()))
