@@ -45,27 +45,28 @@ CpRingBytes cp_ring_memory_bytes(const ModelSpec& m, int64_t seq, const Strategy
   const double L = double(seq / s.cp), hd = double(m.head_dim());
   const double nq = s.mbs * L * double(m.heads / s.tp) * hd;      // q, out: elements on the rank
   const double nkv = s.mbs * L * double(m.kv_heads / s.tp) * hd;  // k, v
-  const bool gqa = m.kv_heads != m.heads;
+  // Grouped kv heads: cuDNN's blocks take K/V on their own kv heads and return
+  // dK/dV per kv head (runtime/model/attention_block.hpp block_takes_kv_heads),
+  // so nothing is repeated per query head. (Where the runtime falls back to
+  // FlashAttention-2 blocks, it repeats them and says so; that is not priced.)
   const double steps = double(s.cp - 1);
-  // Forward. Step 0: expand K and V (read kv, write q-sized), the output to fp32.
-  double fwd = (gqa ? 2.0 * (nkv + nq) * e : 0.0) + nq * (e + f);
+  // Forward. Step 0: the output to fp32.
+  double fwd = nq * (e + f);
   // Later steps, mean of the two kinds: an earlier rank's block copies K/V's
-  // first half and expands it, and merges over all queries; a later rank's
-  // copies the second query half, expands all of K/V, and merges over half.
+  // first half and merges over all queries; a later rank's copies the second
+  // query half and merges over half.
   const double copies = 0.5 * (2.0 * nkv * e + nq * e);
-  const double expand = gqa ? 1.5 * (nkv + nq) * e : 0.0;
   const double merge = 0.75 * nq * (2.0 * f + f + e);  // out *= a (r+w fp32); out += o b (r out, r o, w)
-  fwd += steps * (copies + expand + merge);
+  fwd += steps * (copies + merge);
   fwd += nq * (f + e);  // the merged output back to the activations' dtype
-  // Backward. dQ zeroed (fp32); per block: dQ += gQ; dK, dV summed to kv heads
-  // in fp32 (reading the expanded gradient once) or converted.
-  const double heads_full = gqa ? 2.0 * (nq * e + nkv * f) : 2.0 * nq * (e + f);
+  // Backward. dQ zeroed (fp32); per block: dQ += gQ; dK, dV (per kv head)
+  // converted to fp32.
+  const double heads_full = 2.0 * nkv * (e + f);
   const double dq_add = nq * (2.0 * f + e);
-  double bwd = nq * f + (gqa ? 2.0 * (nkv + nq) * e : 0.0) + dq_add + heads_full;
-  const double earlier = 2.0 * nkv * e + (gqa ? (nkv + nq) * e : 0.0) + dq_add + 0.5 * heads_full +
-                         2.0 * nkv * f /* dK, dV zeroed */ + 2.0 * 0.5 * nkv * 2.0 * f /* half copied in */;
-  const double later = 3.0 * nq * e /* dout, q, out halves */ + (gqa ? 2.0 * (nkv + nq) * e : 0.0) + 0.5 * dq_add +
-                       heads_full;
+  double bwd = nq * f + dq_add + heads_full;
+  const double earlier = 2.0 * nkv * e + dq_add + 0.5 * heads_full + 2.0 * nkv * f /* dK, dV zeroed */ +
+                         2.0 * 0.5 * nkv * 2.0 * f /* half copied in */;
+  const double later = 3.0 * nq * e /* dout, q, out halves */ + 0.5 * dq_add + heads_full;
   bwd += steps * (0.5 * (earlier + later) + 2.0 * nkv * 3.0 * f /* dK, dV += the travelling sums */);
   bwd += nq * (f + e) + 2.0 * nkv * (f + e);  // dQ, dK, dV back to the activations' dtype
   out.forward = fwd;

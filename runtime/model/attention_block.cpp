@@ -117,7 +117,66 @@ std::string cudnn_self_check(const at::Tensor& like) {
   return {};
 }
 
+// cuDNN's blocks with k, v on hk < h heads against flash over the heads
+// repeated: two blocks merged (output, log-sum-exp) and their backward (dQ
+// summed over the blocks, dK and dV per kv head against flash's summed over
+// each group). Empty on success, else what failed.
+std::string cudnn_gqa_check(const at::Tensor& q_like, int64_t hk) {
+  const int64_t h = q_like.size(1), d = q_like.size(3), n = 128, g = h / hk;
+  auto input = [&](int64_t heads, double f) {
+    return at::arange(heads * 2 * n * d, q_like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, heads, 2 * n, d})
+        .to(q_like.scalar_type());
+  };
+  const at::Tensor q = input(h, 0.37).mul(4.0), k = input(hk, 0.71), v = input(hk, 1.13), dout = input(h, 0.53);
+  const at::Tensor ke = k.repeat_interleave(g, 1), ve = v.repeat_interleave(g, 1);
+  const auto ref = at::_scaled_dot_product_flash_attention(q, ke, ve, 0.0, /*is_causal=*/false);
+  const at::Tensor out_ref = std::get<0>(ref).contiguous(), lse_ref = std::get<1>(ref).to(at::kFloat);
+  const at::Tensor k1 = k.narrow(2, 0, n).contiguous(), k2 = k.narrow(2, n, n).contiguous();
+  const at::Tensor v1 = v.narrow(2, 0, n).contiguous(), v2 = v.narrow(2, n, n).contiguous();
+  auto [o1, l1] = cudnn_forward(q, k1, v1, false);
+  auto [o2, l2] = cudnn_forward(q, k2, v2, false);
+  const at::Tensor lse = at::logaddexp(l1, l2);
+  const at::Tensor out =
+      o1.to(at::kFloat) * at::exp(l1 - lse).unsqueeze(-1) + o2.to(at::kFloat) * at::exp(l2 - lse).unsqueeze(-1);
+  if (!close(lse, lse_ref, 1e-2)) return "grouped kv heads: merged log-sum-exp differs from flash's";
+  if (!close(out, out_ref, 2e-2)) return "grouped kv heads: merged output differs from flash's";
+  const auto gr = at::_scaled_dot_product_flash_attention_backward(dout, q, ke, ve, out_ref, std::get<1>(ref),
+                                                                   at::Tensor(), at::Tensor(), 2 * n, 2 * n, 0.0,
+                                                                   false, at::Tensor(), at::Tensor());
+  auto per_kv = [&](const at::Tensor& t) { return t.to(at::kFloat).reshape({1, hk, g, 2 * n, d}).sum(2); };
+  auto [gq1, gk1, gv1] = cudnn_backward(dout, q, k1, v1, out_ref, lse_ref, false);
+  auto [gq2, gk2, gv2] = cudnn_backward(dout, q, k2, v2, out_ref, lse_ref, false);
+  if (gk1.size(1) != hk || gv1.size(1) != hk) return "grouped kv heads: dK/dV do not come per kv head";
+  if (!close(gq1.to(at::kFloat) + gq2.to(at::kFloat), std::get<0>(gr), 5e-2))
+    return "grouped kv heads: block dQ differs from flash's";
+  if (!close(at::cat({gk1, gk2}, 2), per_kv(std::get<1>(gr)), 5e-2)) return "grouped kv heads: block dK differs";
+  if (!close(at::cat({gv1, gv2}, 2), per_kv(std::get<2>(gr)), 5e-2)) return "grouped kv heads: block dV differs";
+  return {};
+}
+
 }  // namespace
+
+bool block_takes_kv_heads(BlockKernel kernel, const at::Tensor& q, const at::Tensor& k) {
+  if (kernel != BlockKernel::Cudnn || k.size(1) == q.size(1)) return false;
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(int(q.get_device()), int(q.scalar_type()), q.size(1), k.size(1), q.size(3));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::string fail;
+    try {
+      fail = cudnn_gqa_check(q, k.size(1));
+    } catch (const std::exception& e) {
+      fail = std::string("cuDNN attention with grouped kv heads failed: ") + e.what();
+      fail = fail.substr(0, fail.find('\n'));
+    }
+    if (!fail.empty())
+      std::fprintf(stderr, "note: ring attention repeats the kv heads for cuDNN's blocks: %s\n", fail.c_str());
+    it = cache.emplace(key, fail.empty()).first;
+  }
+  return it->second;
+}
 
 BlockKernel choose_block_kernel(const at::Tensor& q, std::string* why) {
   if (!q.is_cuda()) return BlockKernel::CpuFlash;

@@ -44,7 +44,19 @@ CpAttention cp_attention_from_env();
 // receives the reason when cuDNN was not chosen.
 BlockKernel choose_block_kernel(const at::Tensor& q, std::string* why = nullptr);
 
-// q (b, heads, sq, d); k, v (b, heads, sk, d) (kv heads already expanded).
+// Grouped-query attention (fewer kv heads than query heads): whether `kernel`
+// takes k and v with their own kv heads, returning dK and dV per kv head (the
+// group's sum), so that the ring sends, holds and accumulates them without a
+// copy per query head. cuDNN's kernel does, as scaled_dot_product_attention
+// runs it with enable_gqa; this checks it once per shape class against flash
+// over repeated kv heads (forward merged from two blocks, backward summed over
+// each group) and says on stderr once when it does not hold. False for the
+// flash and CPU kernels (the ring then repeats the kv heads, as before) and
+// when q and k have the same heads.
+bool block_takes_kv_heads(BlockKernel kernel, const at::Tensor& q, const at::Tensor& k);
+
+// q (b, heads, sq, d); k, v (b, heads, sk, d), or (b, kv heads, sk, d) where
+// block_takes_kv_heads is true.
 // Returns the output (q's dtype) and the log-sum-exp (fp32, (b, heads, sq)).
 std::pair<at::Tensor, at::Tensor> block_forward(BlockKernel kernel, const at::Tensor& q, const at::Tensor& k,
                                                 const at::Tensor& v, bool causal);

@@ -83,7 +83,9 @@ std::pair<at::Tensor, at::Tensor> ContextParallel::ring_forward(const at::Tensor
                                                                 const at::Tensor& v) const {
   const int64_t c = chunk_, groups = q.size(1) / k.size(1);
   const BlockKernel kernel = choose_block_kernel(q);
-  auto expand = [&](const at::Tensor& t) { return groups == 1 ? t : t.repeat_interleave(groups, 1); };
+  // cuDNN's blocks take the kv heads as they are (attention_block.hpp); the others see them repeated.
+  const bool own_heads = block_takes_kv_heads(kernel, q, k);
+  auto expand = [&](const at::Tensor& t) { return groups == 1 || own_heads ? t : t.repeat_interleave(groups, 1); };
   at::Tensor kc = k, vc = v, out, lse;
   for (int j = 0; j < size_; ++j) {
     std::vector<WorkPtr> work;
@@ -115,13 +117,15 @@ std::vector<at::Tensor> ContextParallel::ring_backward(const at::Tensor& dout, c
                                                        const at::Tensor& out, const at::Tensor& lse) const {
   const int64_t c = chunk_, b = k.size(0), nkv = k.size(1), d = k.size(3), groups = q.size(1) / nkv;
   const BlockKernel kernel = choose_block_kernel(q);
-  auto expand = [&](const at::Tensor& t) { return groups == 1 ? t : t.repeat_interleave(groups, 1); };
-  // An expanded head gradient back to the kv heads (the sum over each group), in fp32.
+  const bool own_heads = block_takes_kv_heads(kernel, q, k);
+  auto expand = [&](const at::Tensor& t) { return groups == 1 || own_heads ? t : t.repeat_interleave(groups, 1); };
+  // A block's kv gradient on the kv heads, in fp32: converted where the kernel
+  // returned it per kv head, else the expanded heads summed over each group.
   // Contiguous: it is sent around the ring (the kernel's gradients may be strided views).
   // (The sum converts as it reduces: one pass over the expanded gradient.)
   auto heads = [&](const at::Tensor& t) {
-    return groups == 1 ? t.to(at::kFloat).contiguous()
-                       : t.reshape({b, nkv, groups, t.size(2), d}).sum(2, /*keepdim=*/false, at::kFloat);
+    return t.size(1) == nkv ? t.to(at::kFloat).contiguous()
+                            : t.reshape({b, nkv, groups, t.size(2), d}).sum(2, /*keepdim=*/false, at::kFloat);
   };
   const auto f32 = k.options().dtype(at::kFloat);
   at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
