@@ -166,6 +166,10 @@ struct CostContext::Impl {
     }
     if (s.cp > 1) {
       set.layer_block = set.layer;
+      // Selective recomputation reruns only the attention core, and ring
+      // attention is not rerun: the runtime keeps its output and log-sum-exp
+      // (runtime/model/transformer.cpp attention(); cp_costs.cpp).
+      if (s.ckpt == Ckpt::Selective) set.layer.recompute = {};
       scale_attention_for_cp(set.layer, s.cp);
       add_cp_ring_memory(set.layer, profile, model, seq, s);
     }

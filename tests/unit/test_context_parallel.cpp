@@ -263,6 +263,24 @@ TEST_CASE("cp: prediction at a long sequence, and the search tries cp from seq 8
   CHECK(count_strategies(L) == without);
 }
 
+TEST_CASE("cp: selective recomputation does not rerun ring attention", "[cp][time]") {
+  // The runtime keeps the ring's output and log-sum-exp (runtime/model/
+  // transformer.cpp attention()): selective recomputes nothing under cp, so the
+  // layer's recompute is empty and the step equals no recomputation's. Without
+  // cp, selective reruns the attention core's forward.
+  const Plan sel = cp_plan("llama-3.2-1b", "2xH200", "cp=2,ckpt=selective,mbs=1", 32768);
+  const Plan none = cp_plan("llama-3.2-1b", "2xH200", "cp=2,mbs=1", 32768);
+  const HardwareProfile prof = default_profile(sel.cluster.gpu);
+  CostContext c(sel.model, sel.cluster, 32768, prof);
+  const PassTimes t = c.layer_times(sel.strategy);
+  CHECK(t.recompute.attention_seconds == 0);
+  CHECK(t.recompute.memory_seconds == 0);
+  CHECK(predict(sel).step_seconds == Approx(predict(none).step_seconds).epsilon(1e-12));
+  const Plan plain = cp_plan("llama-3.2-1b", "1xH200", "ckpt=selective,mbs=1", 16384);
+  CostContext c1(plain.model, plain.cluster, 16384, prof);
+  CHECK(c1.layer_times(plain.strategy).recompute.attention_seconds > 0);
+}
+
 TEST_CASE("cp with ep: the text form, the expert groups at every cp index, the experts' states", "[cp][moe]") {
   const Strategy s = Strategy::parse("dp=4,tp=2,cp=2,ep=2");
   CHECK(s.to_string() ==
