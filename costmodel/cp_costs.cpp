@@ -49,28 +49,40 @@ CpRingBytes cp_ring_memory_bytes(const ModelSpec& m, int64_t seq, const Strategy
   // dK/dV per kv head (runtime/model/attention_block.hpp block_takes_kv_heads),
   // so nothing is repeated per query head. (Where the runtime falls back to
   // FlashAttention-2 blocks, it repeats them and says so; that is not priced.)
+  // Two kernel classes (costmodel/op_costs.hpp): copies out of strided views,
+  // broadcasts and dtype-converting adds run on ATen's non-vectorized path
+  // (`strided`: validation/h200x2/cp45's kernel tables, direct_copy and
+  // addcmul through elementwise_kernel); fills, casts and fp32 sums of
+  // contiguous tensors stream.
   const double steps = double(s.cp - 1);
-  // Forward. Step 0: the output to fp32.
-  double fwd = nq * (e + f);
-  // Later steps, mean of the two kinds: an earlier rank's block copies K/V's
-  // first half and merges over all queries; a later rank's copies the second
-  // query half and merges over half.
+  // Forward. q, k, v made contiguous (views of the qkv projection's output),
+  // the block's output to fp32 (step 0), the merged output back to the
+  // activations' dtype and to (b, s, heads, d). Later steps, mean of the two
+  // kinds: an earlier rank's block copies K/V's first half and merges over
+  // all queries; a later rank's copies the second query half and merges over half.
   const double copies = 0.5 * (2.0 * nkv * e + nq * e);
   const double merge = 0.75 * nq * (2.0 * f + f + e);  // out *= a (r+w fp32); out += o b (r out, r o, w)
-  fwd += steps * (copies + merge);
-  fwd += nq * (f + e);  // the merged output back to the activations' dtype
-  // Backward. dQ zeroed (fp32); per block: dQ += gQ; dK, dV (per kv head)
-  // converted to fp32.
-  const double heads_full = 2.0 * nkv * (e + f);
+  out.forward = (nq + 2.0 * nkv) * 2.0 * e + nq * 2.0 * e + steps * (copies + merge);
+  out.forward_stream = nq * (e + f) + nq * (f + e);
+  // Backward. The incoming gradient made contiguous; dQ zeroed (fp32); per
+  // block dQ += gQ (fp32 += the block's dtype); dK, dV (per kv head)
+  // converted to fp32; an earlier rank's block also copies K/V's halves and
+  // puts its dK/dV halves into zeroed fp32 buffers, a later rank's copies
+  // the dout, q and out halves; the travelling sums added; dQ, dK, dV back
+  // to the activations' dtype.
+  const double conv = 2.0 * nkv * (e + f);
   const double dq_add = nq * (2.0 * f + e);
-  double bwd = nq * f + dq_add + heads_full;
-  const double earlier = 2.0 * nkv * e + dq_add + 0.5 * heads_full + 2.0 * nkv * f /* dK, dV zeroed */ +
-                         2.0 * 0.5 * nkv * 2.0 * f /* half copied in */;
-  const double later = 3.0 * nq * e /* dout, q, out halves */ + 0.5 * dq_add + heads_full;
-  bwd += steps * (0.5 * (earlier + later) + 2.0 * nkv * 3.0 * f /* dK, dV += the travelling sums */);
-  bwd += nq * (f + e) + 2.0 * nkv * (f + e);  // dQ, dK, dV back to the activations' dtype
-  out.forward = fwd;
-  out.backward = bwd;
+  const double earlier = 2.0 * nkv * e + dq_add + 2.0 * 0.5 * nkv * 2.0 * f;
+  const double later = 3.0 * nq * e + 0.5 * dq_add;
+  out.backward = nq * 2.0 * e + dq_add + steps * 0.5 * (earlier + later);
+  out.backward_stream = nq * f + conv + steps * (0.5 * (0.5 * conv + 2.0 * nkv * f + conv) + 2.0 * nkv * 3.0 * f) +
+                        nq * (f + e) + 2.0 * nkv * (f + e);
+  // Launches, counted from runtime/model/context_parallel.cpp: forward 3
+  // copies, 2 casts and 2 at the end, per later step about 9 (a copy or
+  // two, the log-sum-exp merge's logaddexp, subtractions, exps, mul, addcmul,
+  // copy); backward 7 and about 12 per later step.
+  out.forward_kernels = 7 + 9 * steps;
+  out.backward_kernels = 7 + 12 * steps;
   return out;
 }
 
@@ -78,7 +90,12 @@ void add_cp_ring_memory(PassTimes& layer, const HardwareProfile& p, const ModelS
                         const Strategy& s) {
   if (s.cp == 1) return;
   const CpRingBytes b = cp_ring_memory_bytes(m, seq, s);
-  const double fwd = memory_bound_seconds(p, b.forward), bwd = memory_bound_seconds(p, b.backward);
+  auto seconds = [&](double strided, double stream, double kernels) {
+    return memory_kernel_seconds(p, strided, MemKernel::Strided) + memory_kernel_seconds(p, stream, MemKernel::Streaming) +
+           kernels * p.kernel_overhead_seconds;
+  };
+  const double fwd = seconds(b.forward, b.forward_stream, b.forward_kernels);
+  const double bwd = seconds(b.backward, b.backward_stream, b.backward_kernels);
   layer.forward.memory_seconds += fwd;
   layer.backward.memory_seconds += bwd;
   if (s.ckpt == Ckpt::Full) layer.recompute.memory_seconds += fwd;

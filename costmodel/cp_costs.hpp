@@ -53,21 +53,23 @@ CpRingSeconds cp_ring_seconds(const PassTimes& block, const ModelSpec& m, int64_
 
 // Device memory traffic (bytes read + written) of the ring's elementwise work
 // in one layer on one rank, beyond the attention kernels themselves, as
-// runtime/model/context_parallel.cpp does it: GQA's K/V expanded per block,
-// K/V and query halves made contiguous for a block, each block's output merged
+// runtime/model/context_parallel.cpp does it: q, k, v and the output made
+// contiguous, K/V and query halves made contiguous for a block, each block's output merged
 // into the fp32 running output (out = out a + o b), the fp32 dQ accumulated,
-// the expanded dK/dV summed back to the kv heads in fp32, dK/dV added to the
+// dK/dV converted to fp32, dK/dV added to the
 // travelling sums, and the conversions at either end. Blocks from an earlier
 // and from a later rank differ; the cp - 1 ring steps are priced at their mean.
 // Counted in docs/TIME_MODEL.md ("Context parallelism"); cp21's kernel profile
 // (validation/h100x4/cp21/kernels) is why: 45 ms a step of such kernels that
 // the model did not price.
 struct CpRingBytes {
-  double forward = 0, backward = 0;
+  double forward = 0, backward = 0;                // on ATen's non-vectorized path (MemKernel::Strided)
+  double forward_stream = 0, backward_stream = 0;  // streaming (fills, casts, contiguous fp32 sums)
+  double forward_kernels = 0, backward_kernels = 0;
 };
 CpRingBytes cp_ring_memory_bytes(const ModelSpec& m, int64_t seq, const Strategy& s);
 
-// Adds cp_ring_memory_bytes at the profile's memory-bound rate to a layer's
+// Adds cp_ring_memory_bytes at the profile's strided and streaming rates to a layer's
 // times (the forward's to the recomputation too under ckpt=full).
 void add_cp_ring_memory(PassTimes& layer, const HardwareProfile& p, const ModelSpec& m, int64_t seq,
                         const Strategy& s);

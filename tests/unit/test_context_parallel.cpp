@@ -172,37 +172,55 @@ TEST_CASE("cp: K/V chunk bytes and the exposed ring, by hand", "[cp][time]") {
 TEST_CASE("cp: the ring's elementwise memory traffic, by hand", "[cp][time]") {
   // llama-2-7b (no GQA: 32 heads of 128), tp=2, cp=2, seq 8: 4 tokens a rank,
   // nq = nkv = 4 x 16 x 128 = 8192 elements, bf16 (2 bytes), fp32 sums (4).
-  //   forward  = out to fp32 8192x6 + one step (copies 0.5(2x8192x2 + 8192x2)
-  //              + merge 0.75x8192x14) + out back 8192x6            = 208896
-  //   backward = dQ zeroed 8192x4 + dQ += 8192x10 + dK, dV 2x8192x6
-  //              + one step (mean of earlier 294912, later 188416; + dK, dV
-  //              sums 2x8192x12) + dQ, dK, dV back 3x8192x6         = 798720
+  // Strided class (copies out of views, broadcasts, converting adds):
+  //   forward  = q, k, v contiguous 3x8192x4 + output back 8192x4 + one step
+  //              (copies 0.5(2x8192x2 + 8192x2) + merge 0.75x8192x14)     = 241664
+  //   backward = gradient contiguous 8192x4 + dQ += 8192x10 + one step
+  //              (mean of earlier 2x8192x2 + 81920 + 2x0.5x8192x8 = 180224
+  //              and later 3x8192x2 + 0.5x81920 = 90112)                  = 249856
+  // Streaming (fills, casts, contiguous fp32 sums):
+  //   forward  = output to fp32 8192x6 + back 8192x6                      = 98304
+  //   backward = dQ zeroed 8192x4 + dK, dV to fp32 2x8192x6 + one step
+  //              (0.5(0.5x98304 + dK, dV zeroed 2x8192x4 + 98304) + sums
+  //              2x8192x12) + dQ, dK, dV back 3x8192x6                    = 581632
   const ModelSpec m = resolve_model("llama-2-7b");
   Strategy s = Strategy::parse("tp=2,cp=2,mbs=1");
   CpRingBytes b = cp_ring_memory_bytes(m, 8, s);
-  CHECK(b.forward == Approx(208896.0));
-  CHECK(b.backward == Approx(798720.0));
+  CHECK(b.forward == Approx(241664.0));
+  CHECK(b.backward == Approx(249856.0));
+  CHECK(b.forward_stream == Approx(98304.0));
+  CHECK(b.backward_stream == Approx(581632.0));
   // GQA (llama-3-8b: 32 heads, 8 kv heads of 128), tp=1, cp=2, seq 8:
   // nq = 16384, nkv = 4096; cuDNN's blocks take K/V on the kv heads and return
   // dK/dV per kv head (nothing repeated per query head):
-  //   forward  = out to fp32 16384x6 + one step (copies 0.5(2x4096x2 +
-  //              16384x2) + merge 0.75x16384x14) + out back 16384x6  = 393216
-  //   backward = dQ zeroed 16384x4 + dQ += 16384x10 + dK, dV 2x4096x6
-  //              + one step (mean of earlier 270336, later 229376; + dK, dV
-  //              sums 2x4096x12) + dQ 16384x6 + dK, dV 2x4096x6      = 774144
+  //   forward  = (16384 + 2x4096)x4 + 16384x4 + 0.5(2x4096x2 + 16384x2)
+  //              + 0.75x16384x14                                          = 360448
+  //   backward = 16384x4 + 16384x10 + 0.5(earlier 2x4096x2 + 163840
+  //              + 2x0.5x4096x8 = 212992, later 3x16384x2 + 81920 = 180224) = 425984
+  //   streaming forward 2x16384x6 = 196608; backward 16384x4 + 2x4096x6
+  //              + 0.5(0.5x49152 + 2x4096x4 + 49152) + 2x4096x12 + 16384x6
+  //              + 2x4096x6                                               = 413696
   const ModelSpec g = resolve_model("llama-3-8b");
   s = Strategy::parse("cp=2,mbs=1");
   b = cp_ring_memory_bytes(g, 8, s);
-  CHECK(b.forward == Approx(393216.0));
-  CHECK(b.backward == Approx(774144.0));
-  // None without cp; priced into the layer at the memory rate (and rerun by full recomputation).
+  CHECK(b.forward == Approx(360448.0));
+  CHECK(b.backward == Approx(425984.0));
+  CHECK(b.forward_stream == Approx(196608.0));
+  CHECK(b.backward_stream == Approx(413696.0));
+  CHECK(b.forward_kernels == 16);  // 7 + 9 a later step
+  CHECK(b.backward_kernels == 19);  // 7 + 12 a later step
+  // None without cp; priced into the layer at the two rates (and rerun by full recomputation).
   CHECK(cp_ring_memory_bytes(g, 8, Strategy::parse("tp=2,mbs=1")).forward == 0.0);
   const HardwareProfile p = default_profile(gpu_by_name("H100-SXM"));
   PassTimes t;
   s.ckpt = Ckpt::Full;
   add_cp_ring_memory(t, p, g, 8, s);
-  CHECK(t.forward.memory_seconds == Approx(memory_bound_seconds(p, 393216.0)));
-  CHECK(t.backward.memory_seconds == Approx(memory_bound_seconds(p, 774144.0)));
+  const double fwd = 360448.0 / (p.memory_Bps() * p.strided_kernel_relative) + 196608.0 / p.memory_Bps() +
+                     16 * p.kernel_overhead_seconds;
+  const double bwd = 425984.0 / (p.memory_Bps() * p.strided_kernel_relative) + 413696.0 / p.memory_Bps() +
+                     19 * p.kernel_overhead_seconds;
+  CHECK(t.forward.memory_seconds == Approx(fwd));
+  CHECK(t.backward.memory_seconds == Approx(bwd));
   CHECK(t.recompute.memory_seconds == Approx(t.forward.memory_seconds));
 }
 
