@@ -62,6 +62,9 @@ void for_each_setting(const SpaceLimits& L, const Precision* precs, int n_prec, 
       s.zero = zero, s.offload = offload;
       for (int ck = 0; ck < 3; ++ck) {
         s.ckpt = Ckpt(ck);
+        // Under cp selective recomputes nothing (ring attention is never
+        // checkpointed; costmodel/cost_model.cpp): the plan without it.
+        if (s.ckpt == Ckpt::Selective && s.cp > 1) continue;
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
           s.sp = sp != 0;
           for (int pi = 0; pi < n_prec; ++pi) {
