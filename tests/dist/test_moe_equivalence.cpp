@@ -71,6 +71,45 @@ TEST_CASE("dist: expert parallelism equals the single-process run", "[dist][moe]
   }
 }
 
+// ZeRO-1/2 with a MoE model (runtime/engine_detail.hpp's Piece): the local
+// experts' optimizer states (and, ZeRO-2, gradients) sharded over the
+// expert-data-parallel group (dp/ep ranks: 2 at dp 4 x ep 2; 1 at dp = ep,
+// where each rank keeps its experts' whole), the rest over dp; the updated
+// chunks all-gathered within each group. Three steps, so the sharded Adam
+// moments are read back twice; the auxiliary loss's gradient in every step.
+TEST_CASE("dist: expert parallelism with ZeRO-1/2 equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  ModelSpec m = moe_like();
+  ModelSpec m4 = moe_like();
+  m4.layers = 4, m4.moe.dense_layers = 1;  // a dense first layer too
+  const std::vector<const char*> zero12 = {"zero=1,mbs=2,gas=2", "zero=2,mbs=1,gas=3,ckpt=full"};
+  if (w.size == 2) {
+    check_ep(2, 1, 1, 2, m, {"zero=1,mbs=2,gas=2", "zero=2,mbs=2,gas=2", "zero=1,offload=optimizer,mbs=1,gas=2",
+                             "zero=2,offload=optimizer,mbs=2,gas=2"});
+    check_ep(2, 1, 1, 1, m, {"zero=2,mbs=2,gas=2"});  // ZeRO-2 with a MoE model at ep = 1
+  }
+  if (w.size == 4) {
+    check_ep(4, 1, 1, 2, m, {"zero=1,mbs=2,gas=2", "zero=2,mbs=1,gas=3,ckpt=full",
+                             "zero=2,offload=optimizer,mbs=1,gas=2"});
+    check_ep(4, 1, 1, 4, m, zero12);
+    check_ep(2, 1, 2, 2, m, zero12);
+    check_ep(2, 2, 1, 2, m4, {"zero=1,mbs=1,gas=4,schedule=1f1b"});
+    check_ep(4, 1, 1, 1, m, {"zero=2,mbs=1,gas=2"});
+  }
+}
+
+// The program's overlap options with the experts' pieces: every Reduce held
+// for the Sync (a ZeRO-2 unit reduce-scattered once for the step, over both
+// groups), and the ZeRO-1/2 all-gathers waited for by the next forward.
+TEST_CASE("dist: expert parallelism with ZeRO-1/2 and the overlap options equals the single-process run",
+          "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size != 4) return;
+  rt::RunOptions o;
+  o.overlap_grad_reduce = false, o.overlap_param_gather = true;
+  check_grid({4, 1, 1, 1, 2}, {moe_like()}, {"zero=1,mbs=1,gas=2", "zero=2,mbs=1,gas=2"}, /*with_sp=*/false, 16, o);
+}
+
 // Balanced routing (runtime/model/moe.hpp, `planner exec --moe-routing
 // balanced`): token t of a micro-batch to experts (t k + j) mod E on every
 // rank and in the one process alike (the micro-batches are the same), so the
