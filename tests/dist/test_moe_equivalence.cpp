@@ -7,6 +7,7 @@
 // gated shared MLP; deterministic routing; the auxiliary loss's gradient in
 // every step).
 #include <chrono>
+#include <map>
 #include <numeric>
 
 #include "runtime/comm/communicator.hpp"
@@ -95,6 +96,40 @@ TEST_CASE("dist: expert parallelism with ZeRO-1/2 equals the single-process run"
     check_ep(2, 1, 2, 2, m, zero12);
     check_ep(2, 2, 1, 2, m4, {"zero=1,mbs=1,gas=4,schedule=1f1b"});
     check_ep(4, 1, 1, 1, m, {"zero=2,mbs=1,gas=2"});
+  }
+}
+
+// What the Engine keeps per rank with ZeRO-1/2 at ep > 1, as the memory
+// model prices it (costmodel/memory_model.cpp: the local experts' states
+// over dp/ep ranks, the rest over dp): in each unit the local experts'
+// elements over the expert-data-parallel group and the rest over dp, each
+// rounded up to a multiple of its group (fp32: the Adam moments, 8 bytes an
+// element; ZeRO-2's gradient shards 4).
+TEST_CASE("dist: ZeRO-1/2 at ep > 1 shard the experts' states over the expert-data-parallel group", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size < 2) return;
+  for (int ep = 2; ep <= w.size; ep *= 2) {  // np 4: edp 2 and 1
+    const GridComms c = make_grid_comms({w.size, 1, 1, 1, ep});
+    const int edp = w.size / ep;
+    for (int zero : {1, 2}) {
+      Strategy s = Strategy::parse("mbs=1,gas=1");
+      s.dp = w.size, s.ep = ep, s.zero = zero, s.precision = Precision::FP32;
+      INFO(s.to_string());
+      const rt::RunConfig rc = run_config(moe_like(), s, 16);
+      rt::Engine e(rc, at::kCPU, std::make_shared<rt::SyntheticTokens>(rc.model().vocab, 1), c.dp_cp.get(), nullptr,
+                   nullptr, nullptr, c.ep.get(), c.edp.get());
+      std::map<int, std::pair<int64_t, int64_t>> per_unit;  // unit -> (dense, local experts) elements
+      for (const rt::ParamInfo& i : e.model().store().infos())
+        (i.expert ? per_unit[i.group].second : per_unit[i.group].first) += i.numel;
+      int64_t shard = 0, experts = 0;
+      for (const auto& [u, n] : per_unit) {
+        shard += (n.first + w.size - 1) / w.size + (n.second + edp - 1) / edp;
+        experts += n.second;
+      }
+      REQUIRE(experts > 0);
+      CHECK(e.optimizer_state_bytes() == 8 * shard);
+      CHECK(e.grad_bytes() == (zero == 2 ? 4 * shard : e.param_bytes()));
+    }
   }
 }
 
