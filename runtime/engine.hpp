@@ -55,6 +55,7 @@ class SideStream;
 class ContextParallel;  // runtime/model/context_parallel.hpp
 class LoraAdapters;     // runtime/model/lora.hpp
 class Fp8Linears;       // runtime/model/fp8_linear.hpp
+struct Piece;           // runtime/engine_detail.hpp: a unit's range reduced and sharded over one group
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
@@ -201,7 +202,7 @@ class Engine {
   void bind_unit_grad(int u, const at::Tensor& grad);
   at::Tensor replicated_grads(const at::Tensor& g) const;  // tp: the replicated ranges of g, concatenated
   void reduce_replicated();                                // sp: their sum over the tp group
-  at::Tensor shard_grad(int u);  // the rank's reduced gradient chunk of unit u (working precision)
+  at::Tensor shard_grad(int u, const Piece& p);  // the rank's reduced gradient chunk of piece p of unit u (working precision)
   at::Tensor tied_grad();
   int64_t stage_seq() const;        // this stage's copy of a tied word matrix's gradient (pp > 1), or undefined
 

@@ -33,16 +33,53 @@ namespace planner::rt {
 // The key of a micro-batch's tensor at unit u (activations, inputs, received tensors).
 inline int64_t key(int mb, int u) { return int64_t(mb) * 1000003 + u; }
 
+// A range of a unit whose gradients are reduced over one group and whose
+// optimizer states are sharded over it. A unit is one piece over the dp-cp
+// group, except a MoE layer's with ep > 1: two, its local experts first, over
+// the expert-data-parallel group (the dp*cp/ep ranks holding the same
+// experts, as Megatron-core shards a MoE model's expert states and as
+// costmodel/moe_costs.cpp prices them), then the rest over dp-cp. Each piece
+// is padded to a multiple of its world, so that reduce-scatter and all-gather
+// work on equal chunks; rank r of the group owns chunk r.
+struct Piece {
+  int64_t off = 0, padded = 0, chunk = 0;  // in the unit; padded = chunk * world
+  int64_t soff = 0;                        // the rank's chunk in the unit's shard (at Unit::sbase + soff)
+  int64_t decay = 0;                       // decayed elements at the piece's start
+  int world = 1, rank = 0;                 // the optimizer's shards (1 and 0 at ZeRO-0)
+  Communicator* comm = nullptr;            // the gradients' (and shards') group; null: nothing to reduce
+  bool experts = false;
+  int64_t mine() const { return off + int64_t(rank) * chunk; }  // the rank's chunk, in the unit
+};
+
 struct Engine::Unit {
-  int64_t numel = 0, padded = 0, chunk = 0;  // chunk = padded / optimizer world
-  int64_t decay = 0;                         // decayed elements at the unit's start
+  int64_t numel = 0, padded = 0, chunk = 0;  // padded: the pieces' sum; chunk: the rank's shard (their chunks)
+  int64_t decay = 0;                         // decayed elements at the unit's start (before padding)
   std::vector<int> ids;                      // parameters of the unit, in layout order
-  std::vector<int64_t> offs;                 // their offsets inside the unit
+  std::vector<int64_t> offs;                 // their offsets inside the unit (padded layout)
   bool owned = true;                         // held by this rank's pipeline stage
   int64_t base = 0;                          // offset in the full flat buffers (ZeRO-0/1/2)
   int64_t sbase = 0;                         // offset in the shard buffers
-  int64_t ebeg = 0, elen = 0;                // a MoE layer's stacked experts inside the unit (elen 0: none)
+  int64_t experts = 0;                       // the local experts' elements at the unit's start (ep > 1)
+  std::vector<Piece> pieces;
 };
+
+// One Work for several collectives (a unit's pieces): waits for all, done when all are.
+struct AllOf : Work {
+  std::vector<WorkPtr> works;
+  explicit AllOf(std::vector<WorkPtr> w) : works(std::move(w)) {}
+  void wait() override {
+    for (const WorkPtr& w : works) w->wait();
+  }
+  bool done() override {
+    return std::all_of(works.begin(), works.end(), [](const WorkPtr& w) { return w->done(); });
+  }
+};
+// Null for none, the one itself, or an AllOf.
+inline WorkPtr all_of(std::vector<WorkPtr> w) {
+  if (w.empty()) return nullptr;
+  if (w.size() == 1) return w.front();
+  return std::make_shared<AllOf>(std::move(w));
+}
 
 // Reused device buffers for ZeRO-2/3 units (DeepSpeed keeps fixed buffers the
 // same way): the embedding and the head each have their own, allocated at first

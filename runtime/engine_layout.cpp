@@ -6,9 +6,42 @@
 
 namespace planner::rt {
 
+namespace {
+
+// Rounds n up to a multiple of w.
+int64_t round_up(int64_t n, int w) { return (n + w - 1) / w * w; }
+
+// A unit's pieces (engine_detail.hpp) for its numel elements, the first
+// `decay` decayed and the first `local` its local experts: `dense` (its group
+// filled in) over all but the experts, which `experts` covers when there are
+// any; the offsets `offs` after the experts move by the experts' padding.
+std::vector<Piece> lay_out_pieces(int64_t numel, int64_t decay, int64_t local, std::vector<int64_t>& offs, Piece dense,
+                                  Piece experts) {
+  std::vector<Piece> out;
+  if (local > 0) {
+    experts.experts = true;
+    experts.padded = round_up(local, experts.world);
+    experts.chunk = experts.padded / experts.world;
+    experts.decay = local;  // stacked matrices: all decayed
+    for (int64_t& o : offs)
+      if (o >= local) o += experts.padded - local;
+    dense.off = experts.padded, dense.soff = experts.chunk;
+    out.push_back(experts);
+  }
+  dense.padded = round_up(numel - local, dense.world);
+  dense.chunk = dense.padded / dense.world;
+  dense.decay = decay - local;
+  out.push_back(dense);
+  return out;
+}
+
+}  // namespace
+
 // Units and their layout: decayed tensors first, declaration order within
-// each class; the last stage's copy of a tied word matrix; each unit padded
-// to a multiple of the optimizer's world, this stage's laid out one after
+// each class; with ep > 1 a MoE layer's local experts before them all (one
+// range for the expert-data-parallel group, engine_detail.hpp's Piece); the
+// last stage's copy of a tied word matrix; each unit's pieces padded to a
+// multiple of their optimizer world, this stage's units laid out one after
 // another. Returns the full buffers' length.
 int64_t Engine::lay_out_units() {
   const Strategy& s = st_;
@@ -18,26 +51,20 @@ int64_t Engine::lay_out_units() {
   const int U = program_.partition.units();
   I.units.assign(size_t(U), Unit{});
   const auto& infos = store.infos();
-  for (int pass = 0; pass < 2; ++pass)
+  // Classes in layout order: 0 the local experts (ep > 1 only), 1 the other
+  // decayed tensors, 2 the rest.
+  auto cls = [&](const ParamInfo& info) { return ep_ && info.expert ? 0 : info.decay ? 1 : 2; };
+  for (int pass = 0; pass < 3; ++pass)
     for (size_t k = 0; k < infos.size(); ++k) {
-      if (infos[k].decay != (pass == 0)) continue;
+      if (cls(infos[k]) != pass) continue;
+      if (pass == 0 && !infos[k].decay) throw std::logic_error("Engine: an expert tensor without weight decay");
       Unit& un = I.units.at(size_t(infos[k].group));
       un.ids.push_back(int(k));
       un.offs.push_back(un.numel);
       un.numel += infos[k].numel;
-      if (pass == 0) un.decay = un.numel;
+      if (pass == 0) un.experts = un.numel;
+      if (pass <= 1) un.decay = un.numel;
     }
-  for (Unit& un : I.units) {  // a MoE layer's stacked experts: one contiguous range (runtime/model/moe.cpp)
-    int64_t end = 0;
-    for (size_t k = 0; k < un.ids.size(); ++k) {
-      const ParamInfo& info = infos[size_t(un.ids[k])];
-      if (!info.expert) continue;
-      if (un.elen == 0) un.ebeg = un.offs[k];
-      else if (un.offs[k] != end) throw std::logic_error("Engine: a unit's experts are not contiguous");
-      end = un.offs[k] + info.numel;
-      un.elen = end - un.ebeg;
-    }
-  }
   for (Unit& un : I.units) un.owned = false;
   for (int u : program_.partition.stage_units(stage_)) I.units[size_t(u)].owned = true;
   // Tied embeddings over a pipeline (Megatron-LM's scheme, Shoeybi et al.
@@ -73,10 +100,18 @@ int64_t Engine::lay_out_units() {
       I.emb_comm = I.emb.get();
     }
   }
+  // The dense piece over dp-cp (ZeRO's shards at ZeRO >= 1); the local
+  // experts' over the expert-data-parallel group (null when dp == ep: each
+  // rank alone holds its experts).
+  Piece dense, experts;
+  dense.world = I.ow, dense.rank = I.orank, dense.comm = dp_ && s.dp_cp() > 1 ? dp_ : nullptr;
+  experts.comm = edp_;
+  if (edp_ && s.zero >= 1) experts.world = edp_->size(), experts.rank = edp_->rank();
   int64_t base = 0, sbase = 0;
   for (Unit& un : I.units) {
-    un.padded = (un.numel + I.ow - 1) / I.ow * I.ow;
-    un.chunk = un.padded / I.ow;
+    un.pieces = lay_out_pieces(un.numel, un.decay, un.experts, un.offs, dense, experts);
+    un.padded = un.chunk = 0;
+    for (const Piece& p : un.pieces) un.padded += p.padded, un.chunk += p.chunk;
     if (!un.owned) continue;  // another stage's
     un.base = base, un.sbase = sbase;
     base += un.padded, sbase += un.chunk;
@@ -101,17 +136,19 @@ void Engine::replicated_ranges() {
   };
   for (const Unit& un : I.units) {
     if (!un.owned) continue;
-    const int64_t c0 = int64_t(I.orank) * un.chunk, c1 = c0 + un.chunk;  // the rank's chunk
     for (size_t k = 0; k < un.ids.size(); ++k) {
       const ParamInfo& info = infos[size_t(un.ids[k])];
       if (info.split.split()) continue;
       const int64_t a = un.offs[k], e = a + info.numel;
       if (s.zero < 2) add(I.repl, {un.base + a, info.numel, un.base + a});
-      const int64_t lo = std::max(a, c0), hi = std::min(e, c1);
-      if (lo >= hi) continue;
-      const int64_t in_shard = un.sbase + lo - c0;
-      if (s.zero >= 2) add(I.repl, {in_shard, hi - lo, in_shard});
-      add(I.repl_host, {s.zero >= 2 ? in_shard : un.base + lo, hi - lo, in_shard});
+      for (const Piece& p : un.pieces) {
+        const int64_t c0 = p.mine(), c1 = c0 + p.chunk;  // the rank's chunk of the piece
+        const int64_t lo = std::max(a, c0), hi = std::min(e, c1);
+        if (lo >= hi) continue;
+        const int64_t in_shard = un.sbase + p.soff + lo - c0;
+        if (s.zero >= 2) add(I.repl, {in_shard, hi - lo, in_shard});
+        add(I.repl_host, {s.zero >= 2 ? in_shard : un.base + lo, hi - lo, in_shard});
+      }
     }
   }
 }
@@ -176,10 +213,12 @@ void Engine::initial_values() {
         if (un.ids[k] == I.tied_id) tied_init = tmp.narrow(0, un.offs[k], info.numel).clone();
       }
       if (!un.owned) continue;  // drawn all the same: the generator's sequence is the model's
-      at::Tensor mine = tmp.narrow(0, int64_t(I.orank) * un.chunk, un.chunk);
       if (s.zero < 3) I.params.narrow(0, un.base, un.padded).copy_(tmp);
-      else I.pshard.narrow(0, un.sbase, un.chunk).copy_(mine);
-      if (!I.master_is_param) I.master.narrow(0, un.sbase, un.chunk).copy_(mine);
+      for (const Piece& p : un.pieces) {  // the rank's chunks
+        at::Tensor mine = tmp.narrow(0, p.mine(), p.chunk);
+        if (s.zero == 3) I.pshard.narrow(0, un.sbase + p.soff, p.chunk).copy_(mine);
+        if (!I.master_is_param) I.master.narrow(0, un.sbase + p.soff, p.chunk).copy_(mine);
+      }
     }
   }
 }

@@ -17,13 +17,15 @@ AdamHyper hyper(const RunConfig& c) {
 void Engine::to_host(int u) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
-  at::Tensor src = shard_grad(u);
   WorkPtr w = I.reduce_work[size_t(u)];
   I.copy->run([&] {
     if (w) w->wait();  // the copy stream waits for the unit's reduction
-    I.host_grad.narrow(0, un.sbase, un.chunk).copy_(src, /*non_blocking=*/cuda_);
+    for (const Piece& p : un.pieces) {
+      at::Tensor src = shard_grad(u, p);
+      I.host_grad.narrow(0, un.sbase + p.soff, p.chunk).copy_(src, /*non_blocking=*/cuda_);
+      I.keep.push_back(src);
+    }
   });
-  I.keep.push_back(src);
 }
 
 void Engine::sync() {
@@ -62,8 +64,8 @@ void Engine::tied_reduce() {
     I.emb_comm->all_reduce(g)->wait();  // both copies get the sum
     if (I.offload)  // the unit's gradient went to the host before the sum: send its chunk again
       for (int u : {0, program_.partition.head_unit()})
-        if (I.units[size_t(u)].owned)
-          I.host_grad.narrow(0, I.units[size_t(u)].sbase, I.units[size_t(u)].chunk).copy_(shard_grad(u));
+        if (const Unit& un = I.units[size_t(u)]; un.owned)
+          for (const Piece& p : un.pieces) I.host_grad.narrow(0, un.sbase + p.soff, p.chunk).copy_(shard_grad(u, p));
   }
 }
 
@@ -94,12 +96,15 @@ void Engine::norm() {
     at::Tensor r = replicated_grads(g);
     if (r.defined()) sq = sq - at::linalg_vector_norm(r, 2, std::nullopt, false, at::kFloat).square() * (1.0 - 1.0 / st_.tp);
   }
-  if (ep_) {
-    // Each ep rank holds other experts: their squares are summed over the ep group.
+  if (ep_ && st_.zero < 2) {
+    // Each ep rank holds other experts whole: their squares are summed over
+    // the ep group. (ZeRO-2/3: each rank's chunks, the experts' included,
+    // are its own; NormReduce's sum over dp counts every expert once.)
     at::Tensor e = at::zeros({}, sq.options());
     for (const Unit& un : I.units)
-      if (un.owned && un.elen > 0)
-        e = e + at::linalg_vector_norm(g.narrow(0, un.base + un.ebeg, un.elen), 2, std::nullopt, false, at::kFloat).square();
+      for (const Piece& p : un.pieces)
+        if (un.owned && p.experts)
+          e = e + at::linalg_vector_norm(g.narrow(0, un.base + p.off, p.padded), 2, std::nullopt, false, at::kFloat).square();
     at::Tensor all = e.clone();
     ep_->all_reduce(all)->wait();
     sq = sq - e + all;
@@ -169,23 +174,23 @@ void Engine::opt() {
   ++t_;
   I.step_count.fill_(double(t_));
   const int U = int(I.units.size());
-  auto decay_len = [&](const Unit& un) {
-    return std::clamp<int64_t>(un.decay - int64_t(I.orank) * un.chunk, 0, un.chunk);
-  };
-  // Where the rank's updated working-precision parameters go.
-  auto param_chunk = [&](const Unit& un) {
-    if (st_.zero == 3) return I.pshard.narrow(0, un.sbase, un.chunk);
-    return I.params.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
-  };
+  // The decayed elements of the rank's chunk of a piece.
+  auto decay_len = [](const Piece& p) { return std::clamp<int64_t>(p.decay - int64_t(p.rank) * p.chunk, 0, p.chunk); };
   if (!I.offload) {
     for (int u = 0; u < U; ++u) {
       const Unit& un = I.units[size_t(u)];
-      if (!un.owned || un.chunk == 0) continue;  // another stage's, or empty (fine-tuning's embedding, head)
-      at::Tensor p = param_chunk(un);
-      at::Tensor master = I.master_is_param ? p : I.master.narrow(0, un.sbase, un.chunk);
-      adam_range(master, I.m.narrow(0, un.sbase, un.chunk), I.v.narrow(0, un.sbase, un.chunk), shard_grad(u), I.work,
-                 decay_len(un), hyper(cfg_), I.step_count, I.divisor);
-      if (!I.master_is_param) p.copy_(master);
+      if (!un.owned) continue;  // another stage's
+      for (const Piece& p : un.pieces) {
+        if (p.chunk == 0) continue;  // empty (fine-tuning's embedding, head)
+        // Where the rank's updated working-precision parameters go.
+        at::Tensor w = st_.zero == 3 ? I.pshard.narrow(0, un.sbase + p.soff, p.chunk)
+                                     : I.params.narrow(0, un.base + p.mine(), p.chunk);
+        const int64_t s0 = un.sbase + p.soff;
+        at::Tensor master = I.master_is_param ? w : I.master.narrow(0, s0, p.chunk);
+        adam_range(master, I.m.narrow(0, s0, p.chunk), I.v.narrow(0, s0, p.chunk), shard_grad(u, p), I.work,
+                   decay_len(p), hyper(cfg_), I.step_count, I.divisor);
+        if (!I.master_is_param) w.copy_(master);
+      }
     }
     return;
   }
@@ -202,14 +207,13 @@ void Engine::opt() {
     for (size_t u = 0; u < J.units.size(); ++u) {
       try {
         const Unit& un = J.units[u];
-        if (!un.owned) {
-          promises[u].set_value();
-          continue;
+        for (const Piece& p : un.pieces) {
+          if (!un.owned) break;
+          const int64_t s0 = un.sbase + p.soff;
+          adam_range(J.master.narrow(0, s0, p.chunk), J.m.narrow(0, s0, p.chunk), J.v.narrow(0, s0, p.chunk),
+                     J.host_grad.narrow(0, s0, p.chunk), J.host_work, decay_len(p), hyper(cfg_), J.step_count, divisor,
+                     J.host_param.narrow(0, s0, p.chunk));
         }
-        at::Tensor master = J.master.narrow(0, un.sbase, un.chunk);
-        adam_range(master, J.m.narrow(0, un.sbase, un.chunk), J.v.narrow(0, un.sbase, un.chunk),
-                   J.host_grad.narrow(0, un.sbase, un.chunk), J.host_work, decay_len(un), hyper(cfg_), J.step_count, divisor,
-                   J.host_param.narrow(0, un.sbase, un.chunk));
         promises[u].set_value();
       } catch (...) {
         promises[u].set_exception(std::current_exception());
@@ -224,11 +228,13 @@ void Engine::to_device(int u) {
   if (I.skip) return;
   const Unit& un = I.units[size_t(u)];
   I.adam_done.at(size_t(u)).get();  // the CPU has updated this unit
-  at::Tensor src = I.host_param.narrow(0, un.sbase, un.chunk);
-  at::Tensor dst = st_.zero == 3 ? I.pshard.narrow(0, un.sbase, un.chunk)
-                                 : I.params.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
-  I.copy->run([&] { dst.copy_(src, /*non_blocking=*/cuda_); });
-  I.keep.push_back(src);
+  for (const Piece& p : un.pieces) {
+    at::Tensor src = I.host_param.narrow(0, un.sbase + p.soff, p.chunk);
+    at::Tensor dst = st_.zero == 3 ? I.pshard.narrow(0, un.sbase + p.soff, p.chunk)
+                                   : I.params.narrow(0, un.base + p.mine(), p.chunk);
+    I.copy->run([&] { dst.copy_(src, /*non_blocking=*/cuda_); });
+    I.keep.push_back(src);
+  }
 }
 
 }  // namespace planner::rt

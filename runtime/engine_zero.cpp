@@ -50,25 +50,30 @@ void Engine::gather(int u) {
   at::Tensor buf = acquire(I.gather_pool, u, layer, layer ? I.layer_padded : un.padded,
                            at::TensorOptions().device(device_).dtype(I.dt))
                        .narrow(0, 0, un.padded);
-  at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk);
-  at::Tensor mine = buf.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
-  if (un.padded == 0) {
-    // An empty unit (fine-tuning's embedding and head): nothing to gather.
-  } else if (st_.offload == Offload::All && cuda_) {
-    // The shard comes from pinned host memory on the copy stream; the all-gather
-    // is issued from that stream so it waits for the copy, not for compute.
-    WorkPtr w;
-    I.copy->run([&] {
-      mine.copy_(src, /*non_blocking=*/true);
-      if (dp_ && st_.dp_cp() > 1) w = dp_->all_gather(mine, buf);
-    });
-    I.keep.push_back(src);
-    if (w) I.gather_work[size_t(u)] = w;
+  // Each piece's shard into its place, then all-gathered over its group.
+  const bool from_host = st_.offload == Offload::All && cuda_;
+  std::vector<WorkPtr> ws;
+  auto issue = [&] {
+    for (const Piece& p : un.pieces) {
+      at::Tensor src = I.pshard.narrow(0, un.sbase + p.soff, p.chunk);
+      at::Tensor mine = buf.narrow(0, p.mine(), p.chunk), whole = buf.narrow(0, p.off, p.padded);
+      if (from_host) I.keep.push_back(src);
+      if (p.chunk == 0) continue;  // an empty unit (fine-tuning's embedding and head): nothing to gather
+      if (p.world > 1 && !from_host) ws.push_back(p.comm->all_gather(src, whole));
+      else mine.copy_(src, /*non_blocking=*/from_host);
+      if (p.world > 1 && from_host) ws.push_back(p.comm->all_gather(mine, whole));
+    }
+  };
+  if (from_host) {
+    // The shards come from pinned host memory on the copy stream; the
+    // all-gathers are issued from that stream so they wait for the copies,
+    // not for compute.
+    I.copy->run(issue);
+    if (WorkPtr w = all_of(ws)) I.gather_work[size_t(u)] = w;
     else I.gather_mark[size_t(u)] = I.copy->mark();
-  } else if (dp_ && st_.dp_cp() > 1) {
-    I.gather_work[size_t(u)] = dp_->all_gather(src, buf);
   } else {
-    mine.copy_(src);
+    issue();
+    I.gather_work[size_t(u)] = all_of(ws);
   }
   I.gathered[size_t(u)] = buf;
   bind_unit(u, buf);
@@ -84,34 +89,25 @@ void Engine::release(int u) {
   give_back(I.gather_pool, u, u > 0 && u < program_.partition.head_unit(), nullptr);
 }
 
+// Reduce: each piece of the unit's gradient over its group (the local
+// experts' over the expert-data-parallel group, the rest over dp-cp),
+// all-reduced (ZeRO-0/1) or reduce-scattered into the rank's chunks (ZeRO-2/3).
 void Engine::reduce(int u, bool scatter) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
   at::NoGradGuard ng;
-  const bool comm = dp_ && st_.dp_cp() > 1 && un.padded > 0;  // an empty unit (fine-tuning's embedding, head): none
+  std::vector<WorkPtr> ws;
   if (!scatter) {
-    if (ep_ && un.elen > 0) {  // experts over the expert-data-parallel group, the rest over dp
-      const int64_t eend = un.ebeg + un.elen;
-      std::vector<WorkPtr> ws;
-      if (comm) {
-        if (un.ebeg > 0) ws.push_back(dp_->all_reduce(I.grads.narrow(0, un.base, un.ebeg)));
-        if (eend < un.padded) ws.push_back(dp_->all_reduce(I.grads.narrow(0, un.base + eend, un.padded - eend)));
-      }
-      if (edp_) ws.push_back(edp_->all_reduce(I.grads.narrow(0, un.base + un.ebeg, un.elen)));
-      for (const WorkPtr& w : ws) I.pending.push_back(w), I.reduce_work[size_t(u)] = w;
-      return;
-    }
-    if (comm) {
-      I.reduce_work[size_t(u)] = dp_->all_reduce(I.grads.narrow(0, un.base, un.padded));
-      I.pending.push_back(I.reduce_work[size_t(u)]);
-    }
+    for (const Piece& p : un.pieces)  // an empty unit (fine-tuning's embedding, head): none
+      if (p.comm && p.padded > 0) ws.push_back(p.comm->all_reduce(I.grads.narrow(0, un.base + p.off, p.padded)));
+    if (WorkPtr w = all_of(std::move(ws))) I.reduce_work[size_t(u)] = w, I.pending.push_back(w);
     return;
   }
-  // Reduce-scatter into the rank's gradient chunk. From the second micro-batch
-  // on, the chunk accumulated so far is added into this rank's part of the
-  // unit's gradient first, so the reduce-scatter leaves the running sum.
+  // Reduce-scatter into the rank's gradient chunks. From the second
+  // micro-batch on, the chunks accumulated so far are added into this rank's
+  // parts of the unit's gradient first, so the reduce-scatter leaves the
+  // running sum.
   at::Tensor g = I.ugrad[size_t(u)];
-  at::Tensor acc = I.gshard.narrow(0, un.sbase, un.chunk);
   if (I.reduces_done[size_t(u)] > 0) {
     if (WorkPtr& prev = I.reduce_work[size_t(u)]) {
       prev->wait();
@@ -121,27 +117,29 @@ void Engine::reduce(int u, bool scatter) {
       // only after the collective).
       I.pending.erase(std::remove(I.pending.begin(), I.pending.end(), prev), I.pending.end());
     }
-    g.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk).add_(acc);
+    for (const Piece& p : un.pieces) g.narrow(0, p.mine(), p.chunk).add_(I.gshard.narrow(0, un.sbase + p.soff, p.chunk));
   }
   // Finished collectives hold nothing worth keeping.
   I.reap();
-  if (comm) {
-    I.reduce_work[size_t(u)] = dp_->reduce_scatter(g, acc);
-    I.pending.push_back(I.reduce_work[size_t(u)]);
-  } else {
-    acc.copy_(g);
+  for (const Piece& p : un.pieces) {
+    at::Tensor acc = I.gshard.narrow(0, un.sbase + p.soff, p.chunk), whole = g.narrow(0, p.off, p.padded);
+    if (p.world > 1 && p.padded > 0) ws.push_back(p.comm->reduce_scatter(whole, acc));
+    else acc.copy_(whole);
   }
+  const WorkPtr w = all_of(std::move(ws));
+  I.reduce_work[size_t(u)] = w;
+  if (w) I.pending.push_back(w);
   ++I.reduces_done[size_t(u)];
   bind_unit_grad(u, at::Tensor());
   I.ugrad[size_t(u)] = at::Tensor();
-  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(), comm ? I.reduce_work[size_t(u)] : nullptr);
+  give_back(I.grad_pool, u, u > 0 && u < program_.partition.head_unit(), w);
 }
 
-at::Tensor Engine::shard_grad(int u) {
+at::Tensor Engine::shard_grad(int u, const Piece& p) {
   Impl& I = *impl_;
   const Unit& un = I.units[size_t(u)];
-  if (st_.zero >= 2) return I.gshard.narrow(0, un.sbase, un.chunk);
-  return I.grads.narrow(0, un.base + int64_t(I.orank) * un.chunk, un.chunk);
+  if (st_.zero >= 2) return I.gshard.narrow(0, un.sbase + p.soff, p.chunk);
+  return I.grads.narrow(0, un.base + p.mine(), p.chunk);
 }
 
 // overlap_grad_reduce off: the reductions and copies to the host held for
@@ -164,16 +162,23 @@ void Engine::issue_deferred() {
   }
 }
 
+// AllGather (ZeRO-1/2): every piece's updated chunks over its group.
 void Engine::all_gather(int u) {
   Impl& I = *impl_;
-  if (I.skip || !dp_ || st_.dp_cp() < 2) return;
+  if (I.skip) return;
   const Unit& un = I.units[size_t(u)];
-  if (un.padded == 0) return;  // an empty unit (fine-tuning's embedding, head)
-  at::Tensor full = I.params.narrow(0, un.base, un.padded);
-  at::Tensor mine = full.narrow(0, int64_t(I.dp_rank) * un.chunk, un.chunk);
-  WorkPtr w;
-  if (I.offload) I.copy->run([&] { w = dp_->all_gather(mine, full); });  // after the unit's copy to the device
-  else w = dp_->all_gather(mine, full);
+  std::vector<WorkPtr> ws;
+  auto issue = [&] {
+    for (const Piece& p : un.pieces) {
+      if (p.world < 2 || p.padded == 0) continue;  // unsharded, or empty (fine-tuning's embedding, head)
+      at::Tensor whole = I.params.narrow(0, un.base + p.off, p.padded);
+      ws.push_back(p.comm->all_gather(I.params.narrow(0, un.base + p.mine(), p.chunk), whole));
+    }
+  };
+  if (I.offload) I.copy->run(issue);  // after the unit's copy to the device
+  else issue();
+  const WorkPtr w = all_of(std::move(ws));
+  if (!w) return;
   // overlap_param_gather: the step ends without it; the unit's next forward
   // (or backward) waits for it, as for a ZeRO-3 Gather.
   if (program_.options.overlap_param_gather) I.gather_work[size_t(u)] = w;
@@ -195,9 +200,12 @@ at::Tensor Engine::full_params_fp32() {
       unit = I.params.narrow(0, un.base, un.padded);
     } else {
       unit = at::empty({un.padded}, at::TensorOptions().device(device_).dtype(I.dt));
-      at::Tensor src = I.pshard.narrow(0, un.sbase, un.chunk).to(device_);
-      if (dp_ && st_.dp_cp() > 1 && un.padded > 0) dp_->all_gather(src, unit)->wait();
-      else unit.copy_(src);
+      for (const Piece& p : un.pieces) {
+        at::Tensor src = I.pshard.narrow(0, un.sbase + p.soff, p.chunk).to(device_);
+        at::Tensor whole = unit.narrow(0, p.off, p.padded);
+        if (p.world > 1 && p.padded > 0) p.comm->all_gather(src, whole)->wait();
+        else whole.copy_(src);
+      }
     }
     for (size_t k = 0; k < un.ids.size(); ++k) {
       const ParamInfo& info = store.infos()[size_t(un.ids[k])];

@@ -7,6 +7,7 @@
 // gated shared MLP; deterministic routing; the auxiliary loss's gradient in
 // every step).
 #include <chrono>
+#include <map>
 #include <numeric>
 
 #include "runtime/comm/communicator.hpp"
@@ -69,6 +70,79 @@ TEST_CASE("dist: expert parallelism equals the single-process run", "[dist][moe]
     check_ep(2, 1, 2, 2, m, {"mbs=2,gas=2"});
     check_ep(2, 2, 1, 2, m4, {"mbs=1,gas=4,schedule=1f1b"});
   }
+}
+
+// ZeRO-1/2 with a MoE model (runtime/engine_detail.hpp's Piece): the local
+// experts' optimizer states (and, ZeRO-2, gradients) sharded over the
+// expert-data-parallel group (dp/ep ranks: 2 at dp 4 x ep 2; 1 at dp = ep,
+// where each rank keeps its experts' whole), the rest over dp; the updated
+// chunks all-gathered within each group. Three steps, so the sharded Adam
+// moments are read back twice; the auxiliary loss's gradient in every step.
+TEST_CASE("dist: expert parallelism with ZeRO-1/2 equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  ModelSpec m = moe_like();
+  ModelSpec m4 = moe_like();
+  m4.layers = 4, m4.moe.dense_layers = 1;  // a dense first layer too
+  const std::vector<const char*> zero12 = {"zero=1,mbs=2,gas=2", "zero=2,mbs=1,gas=3,ckpt=full"};
+  if (w.size == 2) {
+    check_ep(2, 1, 1, 2, m, {"zero=1,mbs=2,gas=2", "zero=2,mbs=2,gas=2", "zero=1,offload=optimizer,mbs=1,gas=2",
+                             "zero=2,offload=optimizer,mbs=2,gas=2"});
+    check_ep(2, 1, 1, 1, m, {"zero=2,mbs=2,gas=2"});  // ZeRO-2 with a MoE model at ep = 1
+  }
+  if (w.size == 4) {
+    check_ep(4, 1, 1, 2, m, {"zero=1,mbs=2,gas=2", "zero=2,mbs=1,gas=3,ckpt=full",
+                             "zero=2,offload=optimizer,mbs=1,gas=2"});
+    check_ep(4, 1, 1, 4, m, zero12);
+    check_ep(2, 1, 2, 2, m, zero12);
+    check_ep(2, 2, 1, 2, m4, {"zero=1,mbs=1,gas=4,schedule=1f1b"});
+    check_ep(4, 1, 1, 1, m, {"zero=2,mbs=1,gas=2"});
+  }
+}
+
+// What the Engine keeps per rank with ZeRO-1/2 at ep > 1, as the memory
+// model prices it (costmodel/memory_model.cpp: the local experts' states
+// over dp/ep ranks, the rest over dp): in each unit the local experts'
+// elements over the expert-data-parallel group and the rest over dp, each
+// rounded up to a multiple of its group (fp32: the Adam moments, 8 bytes an
+// element; ZeRO-2's gradient shards 4).
+TEST_CASE("dist: ZeRO-1/2 at ep > 1 shard the experts' states over the expert-data-parallel group", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size < 2) return;
+  for (int ep = 2; ep <= w.size; ep *= 2) {  // np 4: edp 2 and 1
+    const GridComms c = make_grid_comms({w.size, 1, 1, 1, ep});
+    const int edp = w.size / ep;
+    for (int zero : {1, 2}) {
+      Strategy s = Strategy::parse("mbs=1,gas=1");
+      s.dp = w.size, s.ep = ep, s.zero = zero, s.precision = Precision::FP32;
+      INFO(s.to_string());
+      const rt::RunConfig rc = run_config(moe_like(), s, 16);
+      rt::Engine e(rc, at::kCPU, std::make_shared<rt::SyntheticTokens>(rc.model().vocab, 1), c.dp_cp.get(), nullptr,
+                   nullptr, nullptr, c.ep.get(), c.edp.get());
+      std::map<int, std::pair<int64_t, int64_t>> per_unit;  // unit -> (dense, local experts) elements
+      for (const rt::ParamInfo& i : e.model().store().infos())
+        (i.expert ? per_unit[i.group].second : per_unit[i.group].first) += i.numel;
+      int64_t shard = 0, experts = 0;
+      for (const auto& [u, n] : per_unit) {
+        shard += (n.first + w.size - 1) / w.size + (n.second + edp - 1) / edp;
+        experts += n.second;
+      }
+      REQUIRE(experts > 0);
+      CHECK(e.optimizer_state_bytes() == 8 * shard);
+      CHECK(e.grad_bytes() == (zero == 2 ? 4 * shard : e.param_bytes()));
+    }
+  }
+}
+
+// The program's overlap options with the experts' pieces: every Reduce held
+// for the Sync (a ZeRO-2 unit reduce-scattered once for the step, over both
+// groups), and the ZeRO-1/2 all-gathers waited for by the next forward.
+TEST_CASE("dist: expert parallelism with ZeRO-1/2 and the overlap options equals the single-process run",
+          "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size != 4) return;
+  rt::RunOptions o;
+  o.overlap_grad_reduce = false, o.overlap_param_gather = true;
+  check_grid({4, 1, 1, 1, 2}, {moe_like()}, {"zero=1,mbs=1,gas=2", "zero=2,mbs=1,gas=2"}, /*with_sp=*/false, 16, o);
 }
 
 // Balanced routing (runtime/model/moe.hpp, `planner exec --moe-routing

@@ -156,7 +156,8 @@ TEST_CASE("moe: the experts' GEMM switches refuse what they do not accept", "[mo
 TEST_CASE("moe: the Engine equals the single-process trainer", "[moe]") {
   ModelSpec m = moe_like();
   m.moe.dense_layers = 1;
-  for (const char* text : {"zero=0,mbs=2,gas=2", "zero=1,mbs=1,gas=2,ckpt=full"}) {
+  for (const char* text : {"zero=0,mbs=2,gas=2", "zero=1,mbs=1,gas=2,ckpt=full", "zero=2,mbs=2,gas=2",
+                           "zero=2,mbs=1,gas=3,ckpt=full", "zero=2,offload=optimizer,mbs=2,gas=2"}) {
     Strategy s = Strategy::parse(text);
     s.precision = Precision::FP32;
     INFO(text);
