@@ -78,29 +78,43 @@ bool close(const at::Tensor& a, const at::Tensor& b, double tol) {
   return diff.item<double>() <= tol * bf.abs().max().item<double>() + 1e-3;
 }
 
+// Deterministic (1, heads, 2n, d) inputs for the self-checks, in like's dtype,
+// without touching the training's random generator.
+at::Tensor check_input(const at::Tensor& like, int64_t heads, int64_t n, int64_t d, double f) {
+  return at::arange(heads * 2 * n * d, like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, heads, 2 * n, d}).to(
+      like.scalar_type());
+}
+
+// cuDNN over the first and the second n keys of k, v, merged in fp32: the
+// halves (made contiguous), the merged log-sum-exp and output.
+struct TwoBlocks {
+  at::Tensor k1, k2, v1, v2, lse, out;
+};
+TwoBlocks two_cudnn_blocks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n) {
+  TwoBlocks b;
+  b.k1 = k.narrow(2, 0, n).contiguous(), b.k2 = k.narrow(2, n, n).contiguous();
+  b.v1 = v.narrow(2, 0, n).contiguous(), b.v2 = v.narrow(2, n, n).contiguous();
+  auto [o1, l1] = cudnn_forward(q, b.k1, b.v1, false);
+  auto [o2, l2] = cudnn_forward(q, b.k2, b.v2, false);
+  b.lse = at::logaddexp(l1, l2);
+  b.out = o1.to(at::kFloat) * at::exp(l1 - b.lse).unsqueeze(-1) + o2.to(at::kFloat) * at::exp(l2 - b.lse).unsqueeze(-1);
+  return b;
+}
+
 // Two blocks of cuDNN merged against one flash call over the whole K/V, and
 // the blocks' backward given the merged output and log-sum-exp; also a causal
 // square block. Empty on success, else what failed.
 std::string cudnn_self_check(const at::Tensor& like) {
   const int64_t h = like.size(1), d = like.size(3), n = 128;
-  // Deterministic inputs without touching the training's random generator.
-  auto input = [&](double f) {
-    return at::arange(h * 2 * n * d, like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, h, 2 * n, d}).to(
-        like.scalar_type());
-  };
   // q scaled so that the softmax is peaked and the outputs are not all near 0.
-  const at::Tensor q = input(0.37).mul(4.0), k = input(0.71), v = input(1.13), dout = input(0.53);
+  const at::Tensor q = check_input(like, h, n, d, 0.37).mul(4.0), k = check_input(like, h, n, d, 0.71),
+                   v = check_input(like, h, n, d, 1.13), dout = check_input(like, h, n, d, 0.53);
   const auto ref = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/false);
   const at::Tensor out_ref = std::get<0>(ref), lse_ref = std::get<1>(ref).to(at::kFloat);
-  const at::Tensor k1 = k.narrow(2, 0, n).contiguous(), k2 = k.narrow(2, n, n).contiguous();
-  const at::Tensor v1 = v.narrow(2, 0, n).contiguous(), v2 = v.narrow(2, n, n).contiguous();
-  auto [o1, l1] = cudnn_forward(q, k1, v1, false);
-  auto [o2, l2] = cudnn_forward(q, k2, v2, false);
-  const at::Tensor lse = at::logaddexp(l1, l2);
-  const at::Tensor out =
-      o1.to(at::kFloat) * at::exp(l1 - lse).unsqueeze(-1) + o2.to(at::kFloat) * at::exp(l2 - lse).unsqueeze(-1);
-  if (!close(lse, lse_ref, 1e-2)) return "merged log-sum-exp differs from flash's";
-  if (!close(out, out_ref, 2e-2)) return "merged output differs from flash's";
+  const TwoBlocks b = two_cudnn_blocks(q, k, v, n);
+  const at::Tensor &k1 = b.k1, &k2 = b.k2, &v1 = b.v1, &v2 = b.v2;
+  if (!close(b.lse, lse_ref, 1e-2)) return "merged log-sum-exp differs from flash's";
+  if (!close(b.out, out_ref, 2e-2)) return "merged output differs from flash's";
   const auto causal_ref = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true);
   auto [oc, lc] = cudnn_forward(q, k, v, true);
   if (!close(oc, std::get<0>(causal_ref), 2e-2)) return "causal output differs from flash's";
@@ -123,23 +137,15 @@ std::string cudnn_self_check(const at::Tensor& like) {
 // each group). Empty on success, else what failed.
 std::string cudnn_gqa_check(const at::Tensor& q_like, int64_t hk) {
   const int64_t h = q_like.size(1), d = q_like.size(3), n = 128, g = h / hk;
-  auto input = [&](int64_t heads, double f) {
-    return at::arange(heads * 2 * n * d, q_like.options().dtype(at::kFloat)).mul(f).sin().reshape({1, heads, 2 * n, d})
-        .to(q_like.scalar_type());
-  };
-  const at::Tensor q = input(h, 0.37).mul(4.0), k = input(hk, 0.71), v = input(hk, 1.13), dout = input(h, 0.53);
+  const at::Tensor q = check_input(q_like, h, n, d, 0.37).mul(4.0), k = check_input(q_like, hk, n, d, 0.71),
+                   v = check_input(q_like, hk, n, d, 1.13), dout = check_input(q_like, h, n, d, 0.53);
   const at::Tensor ke = k.repeat_interleave(g, 1), ve = v.repeat_interleave(g, 1);
   const auto ref = at::_scaled_dot_product_flash_attention(q, ke, ve, 0.0, /*is_causal=*/false);
   const at::Tensor out_ref = std::get<0>(ref).contiguous(), lse_ref = std::get<1>(ref).to(at::kFloat);
-  const at::Tensor k1 = k.narrow(2, 0, n).contiguous(), k2 = k.narrow(2, n, n).contiguous();
-  const at::Tensor v1 = v.narrow(2, 0, n).contiguous(), v2 = v.narrow(2, n, n).contiguous();
-  auto [o1, l1] = cudnn_forward(q, k1, v1, false);
-  auto [o2, l2] = cudnn_forward(q, k2, v2, false);
-  const at::Tensor lse = at::logaddexp(l1, l2);
-  const at::Tensor out =
-      o1.to(at::kFloat) * at::exp(l1 - lse).unsqueeze(-1) + o2.to(at::kFloat) * at::exp(l2 - lse).unsqueeze(-1);
-  if (!close(lse, lse_ref, 1e-2)) return "grouped kv heads: merged log-sum-exp differs from flash's";
-  if (!close(out, out_ref, 2e-2)) return "grouped kv heads: merged output differs from flash's";
+  const TwoBlocks b = two_cudnn_blocks(q, k, v, n);
+  const at::Tensor &k1 = b.k1, &k2 = b.k2, &v1 = b.v1, &v2 = b.v2;
+  if (!close(b.lse, lse_ref, 1e-2)) return "grouped kv heads: merged log-sum-exp differs from flash's";
+  if (!close(b.out, out_ref, 2e-2)) return "grouped kv heads: merged output differs from flash's";
   const auto gr = at::_scaled_dot_product_flash_attention_backward(dout, q, ke, ve, out_ref, std::get<1>(ref),
                                                                    at::Tensor(), at::Tensor(), 2 * n, 2 * n, 0.0,
                                                                    false, at::Tensor(), at::Tensor());
