@@ -11,6 +11,7 @@
 
 #include "catch.hpp"
 #include "runtime/model/attention.hpp"
+#include "runtime/model/attention_block.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/data.hpp"
 #include "specs/model_spec.hpp"
@@ -172,4 +173,48 @@ TEST_CASE("runtime: every preset it builds has the ModelSpec's parameter count",
   ModelSpec g = model_preset("gemma-2-2b");
   g.logit_softcap = false;
   CHECK(count_model_params(g, 128) == g.total_params());
+}
+
+// Ring attention's blocks on CUDA (runtime/model/attention_block.hpp): cuDNN's
+// kernel passes its self-check, takes grouped kv heads as they are, and one
+// block with the kv heads equals the block over the heads repeated (output,
+// log-sum-exp, dQ; dK and dV against the repeated heads' summed per group).
+// On a machine without CUDA there is nothing to check; the CPU's ring runs
+// LibTorch's CPU flash kernel, checked against one process in tests/dist.
+TEST_CASE("attention blocks: cuDNN's, with grouped kv heads as they are (CUDA)", "[runtime][cp][cuda]") {
+  if (!at::hasCUDA()) {
+    SUCCEED("no CUDA device: the CPU's blocks are checked in tests/dist/test_cp_equivalence.cpp");
+    return;
+  }
+  using namespace planner::rt;
+  const auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::manual_seed(3);
+  const int64_t h = 8, hk = 2, s = 256, d = 64;
+  const at::Tensor q = at::randn({1, h, s, d}, opt), k = at::randn({1, hk, s, d}, opt), v = at::randn({1, hk, s, d}, opt);
+  std::string why;
+  const BlockKernel kernel = choose_block_kernel(q, &why);
+  INFO(why);
+  REQUIRE(kernel == BlockKernel::Cudnn);
+  REQUIRE(block_takes_kv_heads(kernel, q, k));
+  CHECK_FALSE(block_takes_kv_heads(kernel, q, q));  // same heads: nothing to take
+  const at::Tensor ke = k.repeat_interleave(h / hk, 1), ve = v.repeat_interleave(h / hk, 1);
+  // |a - b| within bf16's rounding of b's largest magnitude.
+  auto near = [](const at::Tensor& a, const at::Tensor& b, double tol) {
+    const at::Tensor bf = b.to(at::kFloat);
+    return (a.to(at::kFloat) - bf).abs().max().item<double>() <= tol * bf.abs().max().item<double>() + 1e-3;
+  };
+  for (bool causal : {false, true}) {
+    auto [o, l] = block_forward(kernel, q, k, v, causal);
+    auto [oe, le] = block_forward(kernel, q, ke, ve, causal);
+    CHECK(near(o, oe, 2e-2));
+    CHECK(near(l, le, 1e-2));
+    const at::Tensor dout = at::randn_like(q);
+    auto [gq, gk, gv] = block_backward(kernel, dout, q, k, v, o, l, causal);
+    auto [gqe, gke, gve] = block_backward(kernel, dout, q, ke, ve, oe, le, causal);
+    auto per_kv = [&](const at::Tensor& t) { return t.to(at::kFloat).reshape({1, hk, h / hk, s, d}).sum(2); };
+    CHECK(gk.size(1) == hk);
+    CHECK(near(gq, gqe, 2e-2));
+    CHECK(near(gk, per_kv(gke), 2e-2));
+    CHECK(near(gv, per_kv(gve), 2e-2));
+  }
 }
