@@ -9,7 +9,9 @@
 //    one after another; inside a unit the matrices first (weight decay), then
 //    the vectors; each unit padded to a multiple of the optimizer's world so
 //    that reduce-scatter and all-gather work on equal chunks, and rank r owns
-//    chunk r of every unit (shard(), strategies/shard.hpp);
+//    chunk r of every unit (shard(), strategies/shard.hpp); a MoE layer's
+//    unit at ep > 1 is two such pieces, its local experts (first) over the
+//    expert-data-parallel group and the rest over dp (engine_detail.hpp);
 //  - parameters (working precision): the whole model (ZeRO-0/1/2), or the rank's
 //    chunks (ZeRO-3; in pinned host memory with offload=all) plus the units
 //    gathered at the moment;
@@ -99,9 +101,11 @@ class Engine {
   // Mixture of experts with ep > 1 (runtime/model/moe.hpp): `ep` the
   // expert-parallel group (RankGrid::ep_group: the all-to-all's members),
   // `edp` the expert-data-parallel group (RankGrid::expert_dp_group; null
-  // when dp == ep): each MoE layer unit's stacked experts (one contiguous
-  // range) are all-reduced over edp, the rest of the unit over dp, and the
-  // gradient norm sums the experts' squares over ep. ZeRO-0 only.
+  // when dp == ep): each MoE layer unit's local experts (one piece at its
+  // start, engine_detail.hpp) are reduced over edp and, with ZeRO-1/2, their
+  // optimizer states (and ZeRO-2's gradients) sharded over it; the rest of
+  // the unit over dp. The gradient norm sums the experts' squares over ep.
+  // ZeRO-0/1/2 with cp = 1 (specs/runtime_gap.hpp).
   Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
          Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr,
          Communicator* ep = nullptr, Communicator* edp = nullptr);

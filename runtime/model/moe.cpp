@@ -207,8 +207,9 @@ void MoeBlock::declare(ParamStore& S, int64_t layer, const std::string& pre, int
   const bool glu = spec_.mlp == MlpKind::SwiGlu;
   auto pieces = [&](int64_t w) { return glu ? std::vector<int64_t>{w, w} : std::vector<int64_t>{w}; };
   MoeLayerIds& l = ids_[size_t(layer)];
-  // Declared consecutively, the stacked experts are one contiguous range of
-  // the layer's unit (the Engine reduces it over the expert-data-parallel group).
+  // The stacked experts: with ep > 1 the Engine lays them out first in the
+  // layer's unit, one piece reduced and sharded over the expert-data-parallel
+  // group (runtime/engine_detail.hpp).
   l.fc1 = S.add(pre + "moe.experts.fc1.w", {E, glu ? 2 * f : f, h}, Init::Normal, g, TpSplit{1, pieces(f)}, tp_size_,
                 ep_size_, ep_rank_);
   l.fc2 = S.add(pre + "moe.experts.fc2.w", {E, h, f}, Init::OutputNormal, g, TpSplit{2, {f}}, tp_size_, ep_size_,
