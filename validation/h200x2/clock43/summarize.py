@@ -2,7 +2,10 @@
 """clocks.csv (nvidia-smi every 200 ms: index, timestamp, SM clock, power, temperature) over each plan's
 window (from the previous plan's result time to its own, heldout/runs/NAME.json "created"), the samples
 drawing over 300 W (the step running), per GPU; with the kernel classes of the profiled step."""
-import datetime, json
+import datetime, json, os, sys
+if not (os.path.exists("clocks.csv") and os.path.exists("heldout/report.json")):
+    print("summarize.py: run it in validation/h200x2/clock43 (clocks.csv and heldout/report.json not found here)", file=sys.stderr)
+    sys.exit(2)
 names = ["llama3b-1gpu-mbs6", "llama3b-dp2-z2-mbs6", "llama3b-dp2-z2-mbs8", "gpt2xl-1gpu-mbs16",
          "gpt2xl-dp2-z2-mbs16", "qwen7b-dp2-z3-mbs6"]
 ts = lambda s, f: datetime.datetime.strptime(s, f).replace(tzinfo=datetime.timezone.utc).timestamp()

@@ -11,10 +11,18 @@ as validation/h100/attn_long did for the H100:
 
   python3 merge_attention.py PART BASE OUT
 """
-import json, sys
+import json, os, sys
 
-part, base, out = (sys.argv[1:4] if len(sys.argv) == 4 else sys.exit(__doc__))
-P, B = json.load(open(part)), json.load(open(base))
+if len(sys.argv) != 4:
+    print("merge_attention.py: usage: merge_attention.py PART BASE OUT (three profile paths)", file=sys.stderr)
+    sys.exit(2)
+part, base, out = sys.argv[1:4]
+try:
+    P, B = json.load(open(part)), json.load(open(base))
+    B["attention_rates"], B["source"]
+except (OSError, ValueError, KeyError) as e:
+    print(f"merge_attention.py: cannot read the profiles ({type(e).__name__}: {e})", file=sys.stderr)
+    sys.exit(2)
 key = lambda a: (a["precision"], a["head_dim"], a["seq"])
 brates = {key(a): a for a in B["attention_rates"]}
 prates = {key(a): a for a in P.get("attention_rates", [])}
@@ -39,7 +47,9 @@ B["source"] += ("; attention_rates at " + ", ".join(f"d {a['head_dim']} seq {a['
                 "attention_window_backward_relative) taken from planner calibrate --only attention,attention_window on one "
                 "H200 (validation/h200x2/long44/calib; each added point scaled per head dimension and direction by this "
                 "profile's rate at its longest sequence over that run's: validation/h200x2/long44/merge_attention.py)")
-json.dump(B, open(out, "w"), indent=1)
+tmp = out + ".tmp"
+json.dump(B, open(tmp, "w"), indent=1)
+os.replace(tmp, out)  # nothing half-written
 print(f"merged into {out}: {len(added)} attention points added "
       + ", ".join(f"(d {a['head_dim']}, seq {a['seq']}: fwd {a['forward_relative']:.3f}, bwd {a['backward_relative']:.3f})" for a in added)
       + "; window " + ", ".join(f"{k} {v:.3f}" for k, v in win.items()))
