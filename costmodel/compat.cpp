@@ -129,8 +129,10 @@ std::vector<std::string> check_compat(const Plan& plan, const PlanUse& use) {
   if (std::string n = cluster_notation_note(c); !n.empty()) notes.push_back(std::move(n));
   if (s.cp > 1)
     notes.push_back(fmt::format("cp={}: attention passes K/V around a ring of {} ranks (send/recv per step, "
-                                "overlapped with the blocks); Ulysses-style all-to-all context parallelism is not "
-                                "modelled", s.cp, s.cp));
+                                "overlapped with the blocks), priced as cuDNN's blocks with the kv heads as they are (planner exec "
+                                "falls back to FlashAttention-2 blocks, slower and not priced, where cuDNN's self-check "
+                                "fails, and says so); Ulysses-style all-to-all context parallelism is not modelled",
+                                s.cp, s.cp));
   if (s.precision == Precision::FP8)
     notes.push_back(fmt::format("precision=fp8: the layers' qkv, o and MLP GEMMs in FP8 (per-tensor dynamic scaling; "
                                 "{} FP8 peak {:.0f} TFLOP/s), embedding, head, norms and attention in bf16; MFU is "
