@@ -301,6 +301,13 @@ std::vector<HardwareProfile::CollectiveGroup> collective_groups_from_json(const 
 HardwareProfile default_profile(const GpuSpec& gpu);
 // The datasheet peaks and published or assumed efficiencies only.
 HardwareProfile datasheet_profile(const GpuSpec& gpu);
+// What a sustained training step does to the catalog's rates, as calibrate
+// measured it on H100 and H200 (their mean): the GEMM and streaming rates'
+// in-step fractions, the attention's and layers' in-step factors, the
+// memory-bound kernel classes and the slowdowns beside DP/ZeRO collectives.
+// default_profile applies it under a GPU's measured profile (which replaces
+// every one of these fields where it has one).
+void apply_in_step_defaults(HardwareProfile& p);
 // The compiled-in measured profile of a catalog GPU (JSON), or nullptr.
 const nlohmann::json* measured_profile_json(const std::string& gpu);
 // Generated from costmodel/profiles/*.json (CMakeLists.txt): {GPU name, JSON text}.

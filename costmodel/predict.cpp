@@ -99,8 +99,10 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
   p.compute_by_class_rank0 = sim.critical_stage == 0
                                  ? p.compute_by_class
                                  : double(plan.strategy.gas) * ctx.stage_op_times(plan.strategy, 0);
-  p.rank0_fb_seconds = sim.critical_stage == 0 && plan.strategy.tp == 1 ? p.compute_seconds
-                                                                        : p.compute_by_class_rank0.total_seconds();
+  // Stage 0's passes as the simulator ran them: kernels, the slowdown beside
+  // DP/ZeRO collectives, and under tp the collectives waited for inside them.
+  const StageTime& s0 = sim.stages.at(0);
+  p.rank0_fb_seconds = s0.compute_seconds + (plan.strategy.tp > 1 ? s0.tp_comm_seconds : 0.0);
   p.memory = estimate_memory(plan, Engine::Ours, &profile);
   // A group larger than any the profile measured (collective_groups): said
   // in every answer that carries this prediction.

@@ -35,9 +35,10 @@ struct StepPrediction {
   // The same for rank 0's pipeline stage (stage 0), the rank whose forward and
   // backward `planner exec` reports (its F and B actions, --kernels): under
   // pp the critical stage may be another. rank0_fb_seconds is what its F and
-  // B actions hold: compute_seconds where stage 0 is the critical one and
-  // tp = 1, else stage 0's kernels plus the TP collectives waited for inside
-  // its passes.
+  // B actions hold: stage 0's compute as simulated (its kernels and their
+  // slowdown beside the DP/ZeRO collectives) plus, under tp, the TP
+  // collectives waited for inside its passes. compute_by_class_rank0 holds
+  // the kernels alone, without that slowdown.
   OpTimes compute_by_class_rank0;
   double rank0_fb_seconds = 0;
   MemoryReport memory;

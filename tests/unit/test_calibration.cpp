@@ -563,8 +563,9 @@ TEST_CASE("calibrate takes the compute slowdown beside collectives on a GPU (han
   json bad2 = profile_to_json(p2);
   bad2["comm_slowdown_beside_compute"] = 0.5;
   CHECK_THROWS_AS(profile_from_json(bad2, default_profile(gpu)), InputError);
-  // A catalog GPU without a measured figure keeps 1.
-  CHECK(default_profile(gpu_by_name("A100-80GB-SXM")).compute_slowdown_beside_comm == 1.0);
+  // A catalog GPU without a measured figure takes the in-step default
+  // (measured on H100 and H200: apply_in_step_defaults).
+  CHECK(default_profile(gpu_by_name("A100-80GB-SXM")).compute_slowdown_beside_comm == Approx(1.404));
   CHECK(refused_with(p, gpu, "compute_slowdown_beside_comm", 0.5));
   // The CPU: noted, not applied.
   json cpu = {{"format", "planner-calibration"}, {"device", "cpu"}, {"ranks", 2}, {"quick", true},

@@ -274,8 +274,20 @@ TEST_CASE("default profiles come from the catalog", "[time]") {
   CHECK(p.sm_count == 132);
   CHECK(p.flash_attention);
   CHECK(p.peak_flops(Precision::BF16) == h100.peak_bf16);
-  // An uncalibrated GPU's default is its datasheet profile.
-  CHECK(profile_to_json(default_profile(gpu_by_name("A100"))) == profile_to_json(datasheet_profile(gpu_by_name("A100"))));
+  // An uncalibrated GPU's default is its datasheet profile with the in-step
+  // defaults (measured on H100 and H200): its GEMMs at 0.913 and its streams
+  // at 0.959 of the catalog's rates, attention 1.152x as long, and so on.
+  const GpuSpec& a100 = gpu_by_name("A100");
+  HardwareProfile d = datasheet_profile(a100);
+  apply_in_step_defaults(d);
+  CHECK(profile_to_json(default_profile(a100)) == profile_to_json(d));
+  CHECK(d.gemm_efficiency == Approx(0.913 * a100.gemm_efficiency));
+  CHECK(d.memory_efficiency == Approx(0.959 * a100.memory_efficiency));
+  CHECK(d.attention_in_step_factor == Approx(1.152));
+  CHECK(d.compute_slowdown_beside_comm == Approx(1.404));
+  // A measured profile replaces every one of them.
+  const HardwareProfile h = default_profile(h100);
+  CHECK(h.gemm_efficiency != Approx(0.913 * h100.gemm_efficiency));
 }
 
 TEST_CASE("the GPUs this project measured default to their shipped calibrate profile", "[time][calibrate]") {
@@ -296,7 +308,9 @@ TEST_CASE("the GPUs this project measured default to their shipped calibrate pro
   }
   // A spec whose figures a cluster file changed is no longer the measured GPU.
   GpuSpec changed = nlohmann::json{{"name", "H100"}, {"peak_bf16_TFLOPS", 500}}.get<GpuSpec>();
-  CHECK(profile_to_json(default_profile(changed)) == profile_to_json(datasheet_profile(changed)));
+  HardwareProfile generic = datasheet_profile(changed);
+  apply_in_step_defaults(generic);
+  CHECK(profile_to_json(default_profile(changed)) == profile_to_json(generic));
   CHECK(measured_profile_json("A100-80GB-SXM") == nullptr);
   // A memory size the cluster file states is the capacity.
   GpuSpec small = nlohmann::json{{"name", "H100"}, {"memory", "64GiB"}}.get<GpuSpec>();
