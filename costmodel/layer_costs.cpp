@@ -311,6 +311,24 @@ void memory_kernel_times(const HardwareProfile& p, const ModelSpec& m, const Lay
   out.backward.memory_seconds += p.memory_in_step_factor * bm.seconds(p);
 }
 
+// precision=fp8 under tp (runtime/model/fp8_linear.hpp): each layer linear's
+// per-tensor amaxes of split tensors are reduced over the tp group (an
+// all-reduce MAX, as Transformer Engine does), one all-reduce of two fp32
+// scalars per linear forward (4 a layer; a MoE layer's attention part 2) and
+// one of one scalar per column-parallel linear backward (2; 1). Each sits
+// between the amax kernel and the cast that needs it, so nothing overlaps it:
+// latency-bound, its own collective plus what a collective between GEMMs
+// costs (HardwareProfile::tp_collective_extra). Full recomputation repeats the
+// forward's (out.recompute = out.forward).
+void fp8_amax_comm_times(const HardwareProfile& p, const LayerShape& s, const GroupLink& tp_link, const LayerDims& x,
+                         PassTimes& out) {
+  if (s.precision != Precision::FP8 || tp_link.size <= 1) return;
+  const double base = p.collective_base_latency_seconds;
+  const int linears = x.f_local > 0 ? 4 : 2;
+  out.forward.tp_comm_seconds += linears * (all_reduce_seconds(8, tp_link, base) + p.tp_collective_extra(8));
+  out.backward.tp_comm_seconds += linears / 2 * (all_reduce_seconds(4, tp_link, base) + p.tp_collective_extra(4));
+}
+
 // Tensor parallelism, as the runtime communicates (TransformerModel::layer,
 // runtime/model/tensor_parallel.hpp): without sp an all-reduce after attention and after the MLP,
 // forward and backward; GPT-J's parallel block sums the two branches' partial
@@ -338,6 +356,7 @@ void tp_comm_times(const HardwareProfile& p, const ModelSpec& m, const LayerShap
       out.forward.tp_comm_seconds = outs * (all_reduce_seconds(act_bytes, tp_link, base) + p.tp_collective_extra(act_bytes));
       out.backward.tp_comm_seconds = out.forward.tp_comm_seconds;
     }
+    fp8_amax_comm_times(p, s, tp_link, x, out);
   }
 }
 

@@ -98,7 +98,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
     cp_ = std::make_unique<ContextParallel>(cp, cfg_.seq());
     model_->set_context_parallel(cp_.get());
   }
-  if (s.precision == Precision::FP8) fp8_ = std::make_unique<Fp8Linears>(*model_);
+  if (s.precision == Precision::FP8) fp8_ = std::make_unique<Fp8Linears>(*model_, tp_);
 
   const int64_t full = lay_out_units();
   if (tp_) replicated_ranges();

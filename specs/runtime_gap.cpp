@@ -43,16 +43,17 @@ std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq) {
       return "the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)";
   }
   if (s.precision == Precision::FP8) {
-    // runtime/model/fp8_linear.hpp: the FP8 linears bypass the tensor-parallel
-    // GEMMs, and at::_scaled_mm takes dimensions that are multiples of 16.
-    if (s.tp > 1)
-      return "precision=fp8 with tp=" + std::to_string(s.tp) +
-             " is predicted but not run (the FP8 linear layers are not tensor-parallel here); use tp=1";
-    const int64_t tokens = seq / std::max(1, s.cp) * s.mbs;
-    for (int64_t d : {m.hidden, m.q_dim(), m.kv_dim(), m.ffn, tokens})
+    // runtime/model/fp8_linear.hpp: at::_scaled_mm takes dimensions that are
+    // multiples of 16; under tp each rank's GEMMs take its part (qkv's and
+    // fc1's output columns, o's and fc2's input columns; tp divides heads, kv
+    // heads and ffn). Under sp the column-parallel GEMMs gather the sequence,
+    // so the tokens are a micro-batch's whole (seq/cp * mbs) either way.
+    const int64_t tokens = seq / std::max(1, s.cp) * s.mbs, t = std::max(1, s.tp);
+    for (int64_t d : {m.hidden, (m.q_dim() + 2 * m.kv_dim()) / t, m.q_dim() / t, m.ffn / t, tokens})
       if (d % 16 != 0)
-        return "precision=fp8 needs the hidden, attention and FFN widths and the tokens of a micro-batch (seq/cp*mbs) "
-               "to be multiples of 16 (at::_scaled_mm); " + std::to_string(d) + " is not";
+        return "precision=fp8 needs the hidden width, each tp rank's qkv width ((q + 2 kv) / tp), attention width "
+               "(q / tp) and FFN width (ffn / tp), and the tokens of a micro-batch (seq/cp*mbs) to be multiples of 16 "
+               "(at::_scaled_mm); " + std::to_string(d) + " is not";
   }
   if (s.sp && s.tp > 1 && seq % s.tp != 0)
     return "sp=1 splits the sequence over the tp ranks, so seq " + std::to_string(seq) + " must be a multiple of tp=" +

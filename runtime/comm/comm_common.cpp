@@ -150,6 +150,11 @@ void check_pair(const GroupInfo& g, const char* op, const at::Tensor& in, const 
     throw std::runtime_error(where(g, op) + "in is on " + in.device().str() + " but out on " + out.device().str());
 }
 
+void check_max_dtype(const GroupInfo& g, const char* op, const at::Tensor& t) {
+  if (t.scalar_type() != at::kFloat)
+    throw std::runtime_error(where(g, op) + "takes float32 only, got " + dtype_name(t.scalar_type()));
+}
+
 void check_peer(const GroupInfo& g, const char* op, int peer, const char* what) {
   const int n = static_cast<int>(g.members.size());
   if (peer < 0 || peer >= n)

@@ -71,6 +71,8 @@ SplitGroup split_own(const std::vector<int>& my_group, const std::string& name, 
 // one line naming the communicator, the operation and what was wrong.
 void check_tensor(const GroupInfo& g, const char* op, const char* arg, const at::Tensor& t, at::DeviceType device);
 void check_pair(const GroupInfo& g, const char* op, const at::Tensor& in, const at::Tensor& out);
+// all_reduce_max takes float32 only.
+void check_max_dtype(const GroupInfo& g, const char* op, const at::Tensor& t);
 void check_peer(const GroupInfo& g, const char* op, int peer, const char* what);
 // For all_gather: true when `in` is out's chunk rank() (in place); throws when
 // `in` overlaps `out` anywhere else. reduce_scatter passes (out, in).

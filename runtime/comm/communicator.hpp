@@ -17,7 +17,7 @@
 //   - the tensors passed stay alive until the Work completes (the Work keeps
 //     references; the NCCL backend also records them on its stream for the
 //     caching allocator);
-//   - reductions are sums; tensors are contiguous; float32, float64, bfloat16,
+//   - reductions are sums (all_reduce_max apart); tensors are contiguous; float32, float64, bfloat16,
 //     float16 and int64 are supported (MPI reduces 16-bit types through its own
 //     user-defined operation, in fp32 per element, then rounds);
 //   - every wait has a deadline (`timeout`): a collective that does not finish
@@ -87,6 +87,11 @@ class Communicator {
 
   // In place: t = sum over the group.
   virtual WorkPtr all_reduce(at::Tensor t) = 0;
+  // In place: t = elementwise maximum over the group; float32 only (MPI_MAX,
+  // ncclMax). precision=fp8 under tp: the per-tensor amaxes of sharded tensors
+  // (runtime/model/fp8_linear.hpp), as Transformer Engine reduces its amaxes
+  // over the tp group.
+  virtual WorkPtr all_reduce_max(at::Tensor t) = 0;
   // in.numel() == size() * out.numel(); out = sum over the group of chunk rank() of in.
   // `out` may be in's own chunk rank() (in place).
   virtual WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor out) = 0;

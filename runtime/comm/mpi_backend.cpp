@@ -96,6 +96,16 @@ class MpiCommunicator final : public GroupCommunicator {
     return w;
   }
 
+  WorkPtr all_reduce_max(at::Tensor t) override {
+    static const char* op = "all_reduce_max";
+    check_tensor(*g_, op, "t", t, at::kCPU);
+    check_max_dtype(*g_, op, t);
+    auto w = start(op, {t});
+    check(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), MPI_FLOAT, MPI_MAX, comm_, w->request()), op,
+          "MPI_Iallreduce");
+    return w;
+  }
+
   WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor out) override {
     static const char* op = "reduce_scatter";
     check_tensor(*g_, op, "in", in, at::kCPU);

@@ -191,6 +191,15 @@ class NcclCommunicator final : public GroupCommunicator {
     });
   }
 
+  WorkPtr all_reduce_max(at::Tensor t) override {
+    static const char* op = "all_reduce_max";
+    check(op, "t", t);
+    check_max_dtype(*g_, op, t);
+    return launch(op, {t}, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), ncclFloat32, ncclMax, c, s);
+    });
+  }
+
   WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor out) override {
     static const char* op = "reduce_scatter";
     check(op, "in", in);

@@ -522,7 +522,10 @@ at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t p
 }
 
 at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const {
-  if (linear_hook && tp_ && !sp_)  // without tp, linear() asks the hook
+  // The hook: without tp or under sp through linear() (under sp with no bias:
+  // row_out adds it); under tp without sp here, with the bias (the hook puts
+  // it in on tp rank 0 only, as below).
+  if (linear_hook && tp_ && !sp_)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   if (!bias_in_row_gemm()) return linear(x, w, tp_ ? -1 : b);  // under sp: the bias in row_out
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1), int64_t(0),
@@ -531,7 +534,9 @@ at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
                                         int64_t valid_rows) const {
-  if (linear_hook && !sp_)
+  // Under sp the hook gets the sequence shard and gathers it itself (fp8's
+  // linears; LoRA refuses sp).
+  if (linear_hook)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
                             sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1));

@@ -228,8 +228,13 @@ class TransformerModel {
   // Called (when set) after the last layer's forward and before the head: the
   // trainer reads the allocator there to split activations from logits memory.
   std::function<void()> before_head;
-  // LoRA/QLoRA (runtime/model/lora.hpp): when set, the layers' linear layers
-  // ask it first; an undefined result means "not adapted, compute as usual".
+  // LoRA/QLoRA (runtime/model/lora.hpp) or precision=fp8's linears
+  // (runtime/model/fp8_linear.hpp), one at a time: when set, the layers' linear
+  // layers ask it first; an undefined result means "not hooked, compute as
+  // usual". Under tp it gets this rank's part: a column-parallel layer's input
+  // (under sp this rank's sequence shard, which the hook gathers), a
+  // row-parallel layer's input columns with the bias id (the hook adds the
+  // bias on tp rank 0 only; under sp the bias is -1 and row_out adds it).
   std::function<at::Tensor(const at::Tensor& x, int w, int b)> linear_hook;
   const LayerIds& layer_ids(int64_t i) const { return layers_.at(size_t(i)); }
   // Mixture of experts: the factor the loss is multiplied by before backward

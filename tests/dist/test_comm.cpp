@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -105,6 +106,36 @@ TEST_CASE("all_reduce sums over the group, every dtype, world/tp/dp groups", "[d
         c->all_reduce(t)->wait();
         CHECK(same(t, sum_over(c->members(), 37)));
       }
+    }
+}
+
+TEST_CASE("all_reduce_max takes the elementwise maximum over the group (float32)", "[dist][comm]") {
+  const auto w = world();
+  for (const auto& dev : devices())
+    for (const auto& gs : group_sets()) {
+      auto c = rt::make_communicator(gs.groups, gs.name, dev, kTimeout);
+      INFO(dev.str() << " group " << gs.name);
+      // Element i of rank r: (r + 1) * (i % 3 == 0 ? 1 : -1) * (i + 1), and
+      // element 1 the largest on the group's first member: every element's
+      // maximum comes from a different rank than the sum's largest term.
+      const auto f = at::TensorOptions(at::kFloat);
+      at::Tensor t = at::empty({5}, f);
+      for (int i = 0; i < 5; ++i) t[i] = float((w.rank + 1) * (i % 3 == 0 ? 1 : -1) * (i + 1));
+      if (c->rank() == 0) t[1] = 1000.0f + float(w.rank);
+      std::vector<float> want(5);
+      const auto& ms = c->members();
+      for (int i = 0; i < 5; ++i) {
+        float mx = -1e30f;
+        for (int r : ms) mx = std::max(mx, float((r + 1) * (i % 3 == 0 ? 1 : -1) * (i + 1)));
+        want[size_t(i)] = mx;
+      }
+      want[1] = 1000.0f + float(ms.front());
+      at::Tensor d = t.to(dev);
+      c->all_reduce_max(d)->wait();
+      const at::Tensor got = d.cpu();
+      for (int i = 0; i < 5; ++i) CHECK(got[i].item<float>() == want[size_t(i)]);
+      CHECK_THROWS_WITH(c->all_reduce_max(at::ones({2}, at::TensorOptions(at::kDouble).device(dev))),
+                        Contains("float32 only"));
     }
 }
 

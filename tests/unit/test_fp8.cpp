@@ -7,6 +7,7 @@
 
 #include "catch.hpp"
 #include "costmodel/calibration.hpp"
+#include "costmodel/collectives.hpp"
 #include "costmodel/compat.hpp"
 #include "costmodel/engines.hpp"
 #include "costmodel/fp8_costs.hpp"
@@ -151,6 +152,38 @@ TEST_CASE("fp8 layer: the four linears at the FP8 rate plus their casts; attenti
         Approx(2 * XW / red + 11 * XW / strided).epsilon(1e-9));
   CHECK(fa.backward.memory_seconds - ba.backward.memory_seconds ==
         Approx(2 * G / red + 11 * GXW / strided + 2 * GXW / strided + 6 * W / Bps).epsilon(1e-9));
+}
+
+TEST_CASE("fp8 under tp: one amax all-reduce per linear forward, one per column-parallel backward", "[fp8]") {
+  // runtime/model/fp8_linear.hpp: forward one all-reduce MAX of [amax X,
+  // amax W] (8 bytes) per linear, backward one of amax dY (4 bytes) for qkv
+  // and fc1; each latency-bound and in the way of its cast, so not overlapped.
+  const HardwareProfile p = toy();
+  const ModelSpec m = model_preset("llama-2-7b");
+  GroupLink g;
+  g.size = 2, g.per_node = 2, g.seconds_per_byte = 1.0 / 100e9, g.hop_latency_seconds = 2e-6;
+  const double base = p.collective_base_latency_seconds;
+  const double a8 = all_reduce_seconds(8, g, base) + p.tp_collective_extra(8);
+  const double a4 = all_reduce_seconds(4, g, base) + p.tp_collective_extra(4);
+  REQUIRE(a8 > 0);
+  for (bool sp : {false, true}) {
+    INFO("sp=" << sp);
+    LayerShape s;
+    s.seq = 2048, s.mbs = 1, s.tp = 2, s.sp = sp;
+    s.precision = Precision::BF16;
+    const PassTimes b = transformer_layer_times(p, m, s, g);
+    s.precision = Precision::FP8;
+    const PassTimes f = transformer_layer_times(p, m, s, g);
+    CHECK(f.forward.tp_comm_seconds - b.forward.tp_comm_seconds == Approx(4 * a8).epsilon(1e-9));
+    CHECK(f.backward.tp_comm_seconds - b.backward.tp_comm_seconds == Approx(2 * a4).epsilon(1e-9));
+    s.ckpt = Ckpt::Full;  // the recomputed forward reduces its amaxes again
+    const PassTimes r = transformer_layer_times(p, m, s, g);
+    CHECK(r.recompute.tp_comm_seconds == Approx(f.forward.tp_comm_seconds));
+  }
+  // No tp: no collective.
+  LayerShape one;
+  one.seq = 2048, one.mbs = 1, one.precision = Precision::FP8;
+  CHECK(transformer_layer_times(p, m, one, GroupLink{}).forward.tp_comm_seconds == 0);
 }
 
 TEST_CASE("fp8 memory: the transient fp8 copies of the largest linear, nothing else", "[fp8]") {

@@ -46,11 +46,24 @@ TEST_CASE("runtime_gap: expert parallelism runs with ZeRO-0/1/2 and cp=1, a MoE 
   CHECK(runtime_gap(llama_like(), Strategy::parse("dp=2,zero=3"), 64).empty());
 }
 
-TEST_CASE("runtime_gap: precision=fp8 at tp=1 with widths and tokens multiples of 16; sp's sequence split", "[runtime_gap]") {
+TEST_CASE("runtime_gap: precision=fp8 with each rank's widths and the tokens multiples of 16; sp's sequence split", "[runtime_gap]") {
   ModelSpec m = llama_like();
-  m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn = 176;  // head_dim 16: q 64, kv 32
+  m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn = 192;  // head_dim 16: q 64, kv 32
   CHECK(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 64).empty());
-  CHECK(has(runtime_gap(m, Strategy::parse("tp=2,mbs=1,precision=fp8"), 64), "precision=fp8 with tp=2"));
+  // Tensor-parallel FP8 runs (with and without sp): each rank's qkv (64 + 2 x 32) / 2 = 64, q 32, ffn 96.
+  CHECK(runtime_gap(m, Strategy::parse("tp=2,mbs=1,precision=fp8"), 64).empty());
+  CHECK(runtime_gap(m, Strategy::parse("tp=2,sp=1,mbs=1,precision=fp8"), 64).empty());
+  // tp=4: ffn 192 / 4 = 48 and qkv 32 still fit, q 64 / 4 = 16 too.
+  CHECK(runtime_gap(m, Strategy::parse("tp=4,mbs=1,precision=fp8"), 64).empty());
+  // Not the rank's parts: ffn 176 is a multiple of 16, 176 / 2 = 88 is not.
+  m.ffn = 176;
+  CHECK(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 64).empty());
+  CHECK(has(runtime_gap(m, Strategy::parse("tp=2,mbs=1,precision=fp8"), 64), "88 is not"));
+  m.ffn = 192;
+  m.heads = 8, m.kv_heads = 8, m.head_size = 8;  // q 64, kv 64: tp=8 leaves (64 + 128) / 8 = 24 qkv columns per rank
+  CHECK(has(runtime_gap(m, Strategy::parse("tp=8,mbs=1,precision=fp8"), 64), "24 is not"));
+  m = llama_like();
+  m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn = 176;
   CHECK(has(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 40), "40 is not"));  // 40 tokens a micro-batch
   m.ffn = 180;
   CHECK(has(runtime_gap(m, Strategy::parse("mbs=1,precision=fp8"), 64), "180 is not"));
