@@ -16,7 +16,7 @@ namespace planner {
 // The runtime's mixture-of-experts layer (runtime/model/moe.*) on this model
 // with these group sizes: "" or "the runtime does not execute mixture of
 // experts with ... (model)". Empty for a dense model.
-std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp);
+std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep);
 
 // The whole plan: runtime_model_gap (the model's layers), the MoE layer's
 // limits, what the Engine runs with a MoE model (ep > 1 with cp = 1 only,
