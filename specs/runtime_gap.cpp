@@ -30,14 +30,6 @@ std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq) {
     if (s.ep > 1 && s.cp > 1)
       return "the runtime executes expert parallelism (ep=" + std::to_string(s.ep) + ") with cp=1 only; this plan has cp=" +
              std::to_string(s.cp);
-    // ZeRO-3: the MoE layer's autograd saves views of its weights (the
-    // experts' unbind/transpose, the router's and shared MLP's .t()), which
-    // keep the gathered buffer's storage; ZeRO-3's pool reuses that buffer for
-    // a later unit before the backward, so the gradients are wrong (6e-5 off
-    // one process in the loss, 2e-3 in the parameters; exact when no buffer is reused).
-    if (s.zero >= 3)
-      return "the runtime executes mixture-of-experts models with ZeRO-0/1/2 only; this plan has zero=" +
-             std::to_string(s.zero);
     if (s.finetune.frozen_base())
       return "the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)";
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/model/fused_ops.hpp"
+#include "runtime/model/moe_gemm.hpp"
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
 #include "specs/runtime_gap.hpp"
@@ -266,36 +267,23 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
       note_grouped_refused(e);
     }
   }
-  const int64_t pad_rows = gemm_.pad_rows;
-  // One unbind per stack: its backward stacks the experts' gradients in one
-  // kernel (select() per expert would zero-fill and add the whole stack each).
-  const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
-  std::vector<at::Tensor> parts;
-  int64_t at_row = 0;
-  for (int64_t j = 0; j < local_experts_; ++j) {
-    const int64_t n = rows[size_t(j)];
-    if (n == 0) continue;
-    at::Tensor xj = x.narrow(0, at_row, n);
-    // Rows padded with zeros to a multiple of pad_rows (PLANNER_MOE_PAD_ROWS):
-    // the GEMMs then see a few shapes instead of a new one per expert and
-    // layer; the padding's outputs are dropped, so its gradients are zero.
-    const int64_t np = (n + pad_rows - 1) / pad_rows * pad_rows;
-    if (np != n) xj = at::constant_pad_nd(xj, {0, 0, 0, np - n});
-    at::Tensor yj = at::matmul(activation(at::matmul(xj, w1[size_t(j)].t())), w2[size_t(j)].t());
-    parts.push_back(np != n ? yj.narrow(0, 0, n) : yj);
-    at_row += n;
-  }
-  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  // One GEMM per expert both ways, each expert's rows optionally padded
+  // (PLANNER_MOE_PAD_ROWS: the GEMMs then see a few shapes instead of a new
+  // one per expert and layer); the weights are read through their leaves in
+  // the backward too (runtime/model/moe_gemm.hpp: ZeRO-3).
+  const at::Tensor u = expert_gemm(x, S.get(l.fc1), rows, gemm_.pad_rows);
+  return expert_gemm(activation(u), S.get(l.fc2), rows, gemm_.pad_rows);
 }
 
 // The same with one grouped GEMM per stack (PLANNER_MOE_GROUPED_MM=1): rows
 // [ends[j-1], ends[j]) of x times expert j's matrix, for all local experts in
 // one launch (at::_grouped_mm, int32 group ends on x's device; its backward
-// is LibTorch's).
+// the same grouped GEMMs as LibTorch's, on the weights bound then:
+// runtime/model/moe_gemm.hpp).
 at::Tensor MoeBlock::grouped_mlp(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                                  const at::Tensor& ends) const {
-  const at::Tensor u = at::_grouped_mm(x.contiguous(), S.get(l.fc1).transpose(1, 2), ends);
-  return at::_grouped_mm(activation(u).contiguous(), S.get(l.fc2).transpose(1, 2), ends);
+  const at::Tensor u = grouped_expert_gemm(x, S.get(l.fc1), ends);
+  return grouped_expert_gemm(activation(u), S.get(l.fc2), ends);
 }
 
 // grouped_mlp with the group ends from row counts the host has (ep > 1).
@@ -387,7 +375,8 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   const MoeLayerIds& l = ids_[size_t(layer)];
   const int64_t h = spec_.hidden, k = spec_.moe.top_k;
   // Router (and shared gate) on the replicated input (whole gradient on every tp rank), or sp's gathered shard.
-  const at::Tensor logits = at::matmul(xn_in, S.get(l.router).t());  // (b, s, E); sp: (b, s/tp, E)
+  // Every GEMM against the layer's weights is a moe_gemm.hpp function (ZeRO-3's contract).
+  const at::Tensor logits = weight_linear(xn_in, S.get(l.router));  // (b, s, E); sp: (b, s/tp, E)
   const at::Tensor probs =
       at::softmax((sp_ ? gather_seq_whole(logits, tp_) : logits).reshape({-1, logits.size(-1)}).to(at::kFloat), -1);
   const int64_t T = probs.size(0);
@@ -415,10 +404,10 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   // Back to assignment order, weighted, and each token's k outputs summed.
   at::Tensor out = (permute_rows(y, inv_order, order) * ws).view({T, k, h}).sum(1);
   if (l.sh_fc1 >= 0) {
-    at::Tensor sh = at::matmul(activation(at::matmul(xt, S.get(l.sh_fc1).t())), S.get(l.sh_fc2).t());
+    at::Tensor sh = weight_linear(activation(weight_linear(xt, S.get(l.sh_fc1))), S.get(l.sh_fc2));
     if (l.sh_gate >= 0) {
       // The gate's gradient is tp-partial (sh is): summed over tp, or under sp reduce-scattered.
-      const at::Tensor g = at::sigmoid(at::matmul(xn_in, S.get(l.sh_gate).t()));
+      const at::Tensor g = at::sigmoid(weight_linear(xn_in, S.get(l.sh_gate)));
       sh = sh * (sp_ ? gather_seq(g, tp_).reshape({T, 1}) : copy_to_tp(g.reshape({T, 1}), tp_));
     }
     out = out + sh;

@@ -36,6 +36,13 @@
 // apply_random_logits: the router's logits replaced by normal random ones in
 // the forward), balanced in expectation only.
 //
+// Every GEMM against the layer's weights (router, experts, shared MLP and its
+// gate) is an autograd function of runtime/model/moe_gemm.hpp that saves the
+// parameter leaf and reads it again in the backward, as the dense layers'
+// LinearAccum: ZeRO-3 gathers a unit again, into other memory, for its
+// backward, so a view of the weights saved in the forward would read another
+// unit's (runtime/engine_zero.cpp).
+//
 // Routing is dropless (every routed token is computed): capacity_factor > 0
 // (token dropping) is refused by name, as are the encoder, the parallel block,
 // MLP biases and context parallelism with MoE layers.

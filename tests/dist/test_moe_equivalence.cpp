@@ -207,3 +207,29 @@ TEST_CASE("dist: MoE with sequence parallelism at tp > 1 equals the single-proce
     check_sp(2, 2, 2, moe_gelu(), {"zero=1,mbs=1,gas=2"});
   }
 }
+
+// ZeRO-3 with a MoE model: each layer unit's parameters are gathered into a
+// pooled buffer for its forward, released, and gathered again (into whichever
+// buffer is free) for its backward, so the MoE layer's autograd must read its
+// weights there (runtime/model/moe_gemm.hpp), not through views saved in the
+// forward. Three MoE layers over the pool's two layer buffers: a layer's
+// forward buffer holds another layer's weights by its backward. With ep > 1
+// the local experts' shards are gathered over the expert-data-parallel group
+// and the rest over dp (runtime/engine_detail.hpp's Piece).
+TEST_CASE("dist: MoE with ZeRO-3 equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  ModelSpec m = moe_like();
+  m.layers = 3;
+  if (w.size == 2) {
+    check_ep(2, 1, 1, 1, m, {"zero=3,mbs=2,gas=2", "zero=3,mbs=1,gas=2,ckpt=full"});
+    check_ep(2, 1, 1, 2, m, {"zero=3,mbs=2,gas=2", "zero=3,offload=all,mbs=1,gas=2"});
+    check_ep(2, 1, 1, 1, moe_gelu(), {"zero=3,mbs=1,gas=2"});
+  }
+  if (w.size == 4) {
+    check_ep(4, 1, 1, 1, m, {"zero=3,mbs=1,gas=2"});
+    check_ep(4, 1, 1, 2, m, {"zero=3,mbs=1,gas=2", "zero=3,offload=optimizer,mbs=1,gas=2,ckpt=full"});
+    check_ep(4, 1, 1, 4, m, {"zero=3,mbs=1,gas=2"});
+    check_sp(2, 2, 1, m, {"zero=3,mbs=2,gas=1"});
+    check_sp(2, 2, 2, m, {"zero=3,mbs=1,gas=2"});
+  }
+}
