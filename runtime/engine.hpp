@@ -102,10 +102,10 @@ class Engine {
   // expert-parallel group (RankGrid::ep_group: the all-to-all's members),
   // `edp` the expert-data-parallel group (RankGrid::expert_dp_group; null
   // when dp == ep): each MoE layer unit's local experts (one piece at its
-  // start, engine_detail.hpp) are reduced over edp and, with ZeRO-1/2, their
-  // optimizer states (and ZeRO-2's gradients) sharded over it; the rest of
-  // the unit over dp. The gradient norm sums the experts' squares over ep.
-  // ZeRO-0/1/2 with cp = 1 (specs/runtime_gap.hpp).
+  // start, engine_detail.hpp) are reduced over edp and, with ZeRO-1/2/3,
+  // their optimizer states (ZeRO-2/3's gradients, ZeRO-3's parameters)
+  // sharded over it; the rest of the unit over dp. The gradient norm sums the
+  // experts' squares over ep. cp = 1 (specs/runtime_gap.hpp).
   Engine(const RunConfig& config, at::Device device, std::shared_ptr<TokenSource> tokens, Communicator* dp,
          Communicator* pp = nullptr, Communicator* tp = nullptr, Communicator* cp = nullptr,
          Communicator* ep = nullptr, Communicator* edp = nullptr);

@@ -5,7 +5,7 @@
 
 namespace planner {
 
-std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp) {
+std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep) {
   const MoeSpec& e = m.moe;
   if (!e.enabled()) return "";
   auto no = [&](const std::string& what) {
@@ -15,7 +15,6 @@ std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp) {
   if (m.parallel_block) return no("the parallel attention/MLP block");
   if (m.mlp_bias) return no("MLP biases");
   if (e.capacity_factor > 0) return no("a capacity factor (token dropping); dropless routing (capacity_factor 0) runs");
-  if (sp && tp > 1) return no("sequence parallelism (sp=1)");
   if (ep > 0 && e.experts % ep != 0)
     return no(std::to_string(e.experts) + " experts over ep=" + std::to_string(ep) + " (not a multiple)");
   if (tp > 0 && (e.expert_ffn % tp != 0 || e.shared_ffn % tp != 0))
@@ -27,18 +26,10 @@ std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp) {
 std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq) {
   if (std::string g = runtime_model_gap(m); !g.empty()) return g;
   if (m.moe.enabled()) {
-    if (std::string g = moe_runtime_gap(m, s.tp, s.ep, s.sp); !g.empty()) return g;
+    if (std::string g = moe_runtime_gap(m, s.tp, s.ep); !g.empty()) return g;
     if (s.ep > 1 && s.cp > 1)
       return "the runtime executes expert parallelism (ep=" + std::to_string(s.ep) + ") with cp=1 only; this plan has cp=" +
              std::to_string(s.cp);
-    // ZeRO-3: the MoE layer's autograd saves views of its weights (the
-    // experts' unbind/transpose, the router's and shared MLP's .t()), which
-    // keep the gathered buffer's storage; ZeRO-3's pool reuses that buffer for
-    // a later unit before the backward, so the gradients are wrong (6e-5 off
-    // one process in the loss, 2e-3 in the parameters; exact when no buffer is reused).
-    if (s.zero >= 3)
-      return "the runtime executes mixture-of-experts models with ZeRO-0/1/2 only; this plan has zero=" +
-             std::to_string(s.zero);
     if (s.finetune.frozen_base())
       return "the runtime does not execute LoRA/QLoRA on a mixture-of-experts model (adapters on experts are not built)";
   }

@@ -16,13 +16,13 @@ namespace planner {
 // The runtime's mixture-of-experts layer (runtime/model/moe.*) on this model
 // with these group sizes: "" or "the runtime does not execute mixture of
 // experts with ... (model)". Empty for a dense model.
-std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep, bool sp);
+std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep);
 
 // The whole plan: runtime_model_gap (the model's layers), the MoE layer's
 // limits, what the Engine runs with a MoE model (ep > 1 with cp = 1 only,
-// ZeRO-0/1/2 only, no adapters on a MoE model), precision=fp8 (each GEMM's
-// widths, per tp rank, and a micro-batch's tokens multiples of 16,
-// at::_scaled_mm's rule) and sp's sequence split (seq a multiple of tp).
+// no adapters on a MoE model), precision=fp8 (each GEMM's widths, per tp
+// rank, and a micro-batch's tokens multiples of 16, at::_scaled_mm's rule)
+// and sp's sequence split (seq a multiple of tp).
 std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq);
 
 }  // namespace planner

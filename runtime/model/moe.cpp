@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/model/fused_ops.hpp"
+#include "runtime/model/moe_gemm.hpp"
 #include "runtime/model/tensor_parallel.hpp"
 #include "runtime/model/transformer.hpp"
 #include "specs/runtime_gap.hpp"
@@ -192,10 +193,11 @@ at::Tensor attach_aux_loss(const at::Tensor& y, const at::Tensor& aux, double sc
 MoeBlock::MoeBlock(const ModelSpec& spec, Communicator* tp, Communicator* ep, bool sp)
     : spec_(spec), tp_(tp && tp->size() > 1 ? tp : nullptr), ep_(ep && ep->size() > 1 ? ep : nullptr),
       tp_size_(tp_ ? tp_->size() : 1), ep_size_(ep_ ? ep_->size() : 1), ep_rank_(ep_ ? ep_->rank() : 0),
+      sp_(sp && tp_ != nullptr),
       gemm_(moe_gemm_from_env()) {
   const MoeSpec& m = spec_.moe;
   // What the layer does not execute (specs/runtime_gap.hpp, which plan and predict also say).
-  if (const std::string gap = moe_runtime_gap(spec_, tp_size_, ep_size_, sp); !gap.empty()) throw InputError(gap);
+  if (const std::string gap = moe_runtime_gap(spec_, tp_size_, ep_size_); !gap.empty()) throw InputError(gap);
   local_experts_ = m.experts / ep_size_;
   ids_.resize(size_t(spec_.layers));
   last_aux.resize(size_t(spec_.layers));
@@ -265,36 +267,23 @@ at::Tensor MoeBlock::experts(const ParamStore& S, const MoeLayerIds& l, const at
       note_grouped_refused(e);
     }
   }
-  const int64_t pad_rows = gemm_.pad_rows;
-  // One unbind per stack: its backward stacks the experts' gradients in one
-  // kernel (select() per expert would zero-fill and add the whole stack each).
-  const std::vector<at::Tensor> w1 = S.get(l.fc1).unbind(0), w2 = S.get(l.fc2).unbind(0);
-  std::vector<at::Tensor> parts;
-  int64_t at_row = 0;
-  for (int64_t j = 0; j < local_experts_; ++j) {
-    const int64_t n = rows[size_t(j)];
-    if (n == 0) continue;
-    at::Tensor xj = x.narrow(0, at_row, n);
-    // Rows padded with zeros to a multiple of pad_rows (PLANNER_MOE_PAD_ROWS):
-    // the GEMMs then see a few shapes instead of a new one per expert and
-    // layer; the padding's outputs are dropped, so its gradients are zero.
-    const int64_t np = (n + pad_rows - 1) / pad_rows * pad_rows;
-    if (np != n) xj = at::constant_pad_nd(xj, {0, 0, 0, np - n});
-    at::Tensor yj = at::matmul(activation(at::matmul(xj, w1[size_t(j)].t())), w2[size_t(j)].t());
-    parts.push_back(np != n ? yj.narrow(0, 0, n) : yj);
-    at_row += n;
-  }
-  return parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  // One GEMM per expert both ways, each expert's rows optionally padded
+  // (PLANNER_MOE_PAD_ROWS: the GEMMs then see a few shapes instead of a new
+  // one per expert and layer); the weights are read through their leaves in
+  // the backward too (runtime/model/moe_gemm.hpp: ZeRO-3).
+  const at::Tensor u = expert_gemm(x, S.get(l.fc1), rows, gemm_.pad_rows);
+  return expert_gemm(activation(u), S.get(l.fc2), rows, gemm_.pad_rows);
 }
 
 // The same with one grouped GEMM per stack (PLANNER_MOE_GROUPED_MM=1): rows
 // [ends[j-1], ends[j]) of x times expert j's matrix, for all local experts in
 // one launch (at::_grouped_mm, int32 group ends on x's device; its backward
-// is LibTorch's).
+// the same grouped GEMMs as LibTorch's, on the weights bound then:
+// runtime/model/moe_gemm.hpp).
 at::Tensor MoeBlock::grouped_mlp(const ParamStore& S, const MoeLayerIds& l, const at::Tensor& x,
                                  const at::Tensor& ends) const {
-  const at::Tensor u = at::_grouped_mm(x.contiguous(), S.get(l.fc1).transpose(1, 2), ends);
-  return at::_grouped_mm(activation(u).contiguous(), S.get(l.fc2).transpose(1, 2), ends);
+  const at::Tensor u = grouped_expert_gemm(x, S.get(l.fc1), ends);
+  return grouped_expert_gemm(activation(u), S.get(l.fc2), ends);
 }
 
 // grouped_mlp with the group ends from row counts the host has (ep > 1).
@@ -371,15 +360,26 @@ at::Tensor MoeBlock::routed(const ParamStore& S, const MoeLayerIds& l, const at:
   return all_to_all_rows(yr, recv, send, ep_);
 }
 
+// Under tp with sp, xn is this rank's sequence shard (b, s/tp, h) and so is the
+// result. The router and the shared gate run on the shard and their outputs
+// are all-gathered: every tp rank then routes the same full token set, the
+// router's and the gate's weight gradients are this shard's part (summed over
+// tp with the other replicated parameters, the Engine's ReplicaReduce), and
+// the auxiliary loss, computed alike on every tp rank, reaches the router
+// once through each rank's shard of the logits' gradient (gather_seq_whole).
+// The experts' and the shared MLP's input is the gathered sequence, its
+// tp-partial gradient reduce-scattered (gather_seq), and the tp-partial
+// output is reduce-scattered instead of all-reduced.
 at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tensor& xn_in, double grad_scale) const {
   const double t_forward = g_moe_timing.on ? now_s() : 0;
   const MoeLayerIds& l = ids_[size_t(layer)];
   const int64_t h = spec_.hidden, k = spec_.moe.top_k;
-  const auto shape = xn_in.sizes().vec();
-  const at::Tensor xn = xn_in.reshape({-1, h});  // (T, h), whole on every tp rank
-  const int64_t T = xn.size(0);
-  // Router on the replicated input (its gradient is whole on every tp rank).
-  const at::Tensor probs = at::softmax(at::matmul(xn, S.get(l.router).t()).to(at::kFloat), -1);  // (T, E)
+  // Router (and shared gate) on the replicated input (whole gradient on every tp rank), or sp's gathered shard.
+  // Every GEMM against the layer's weights is a moe_gemm.hpp function (ZeRO-3's contract).
+  const at::Tensor logits = weight_linear(xn_in, S.get(l.router));  // (b, s, E); sp: (b, s/tp, E)
+  const at::Tensor probs =
+      at::softmax((sp_ ? gather_seq_whole(logits, tp_) : logits).reshape({-1, logits.size(-1)}).to(at::kFloat), -1);
+  const int64_t T = probs.size(0);
   const at::Tensor idx = routing_ == MoeRouting::Balanced
                              ? route_balanced(T, k, spec_.moe.experts, probs.options())
                              : route_topk(probs.detach(), k);  // (T, k)
@@ -391,8 +391,9 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   const at::Tensor aux = load_balancing_loss(probs, counts, k);
   last_aux[size_t(layer)] = aux.detach();
   w = attach_aux_loss(w, aux, kAuxLossCoeff * grad_scale);
-  // Experts and shared MLP on tp-partial outputs: the input's gradient summed over tp.
-  const at::Tensor xt = copy_to_tp(xn, tp_);
+  // Experts and shared MLP on tp-partial outputs: the input's gradient summed
+  // over tp (copy_to_tp), or under sp reduce-scattered to the shards.
+  const at::Tensor xt = sp_ ? gather_seq(xn_in, tp_).reshape({T, h}) : copy_to_tp(xn_in.reshape({T, h}), tp_);
   // The assignments sorted by expert, stably.
   const at::Tensor order = std::get<1>(at::sort(flat, std::optional<bool>(true), 0, false));
   const at::Tensor inv_order = inverse_permutation(order);
@@ -403,11 +404,17 @@ at::Tensor MoeBlock::forward(const ParamStore& S, int64_t layer, const at::Tenso
   // Back to assignment order, weighted, and each token's k outputs summed.
   at::Tensor out = (permute_rows(y, inv_order, order) * ws).view({T, k, h}).sum(1);
   if (l.sh_fc1 >= 0) {
-    at::Tensor sh = at::matmul(activation(at::matmul(xt, S.get(l.sh_fc1).t())), S.get(l.sh_fc2).t());
-    if (l.sh_gate >= 0) sh = sh * copy_to_tp(at::sigmoid(at::matmul(xn, S.get(l.sh_gate).t())), tp_);
+    at::Tensor sh = weight_linear(activation(weight_linear(xt, S.get(l.sh_fc1))), S.get(l.sh_fc2));
+    if (l.sh_gate >= 0) {
+      // The gate's gradient is tp-partial (sh is): summed over tp, or under sp reduce-scattered.
+      const at::Tensor g = at::sigmoid(weight_linear(xn_in, S.get(l.sh_gate)));
+      sh = sh * (sp_ ? gather_seq(g, tp_).reshape({T, 1}) : copy_to_tp(g.reshape({T, 1}), tp_));
+    }
     out = out + sh;
   }
-  at::Tensor result = reduce_from_tp(out, tp_).view(shape);
+  std::vector<int64_t> shape = xn_in.sizes().vec();
+  if (sp_) shape[1] *= tp_size_;  // the gathered sequence
+  at::Tensor result = sp_ ? scatter_seq(out.view(shape), tp_) : reduce_from_tp(out, tp_).view(shape);
   if (g_moe_timing.on) g_moe_timing.forward += now_s() - t_forward, ++g_moe_timing.calls;
   return result;
 }

@@ -36,9 +36,16 @@
 // apply_random_logits: the router's logits replaced by normal random ones in
 // the forward), balanced in expectation only.
 //
+// Every GEMM against the layer's weights (router, experts, shared MLP and its
+// gate) is an autograd function of runtime/model/moe_gemm.hpp that saves the
+// parameter leaf and reads it again in the backward, as the dense layers'
+// LinearAccum: ZeRO-3 gathers a unit again, into other memory, for its
+// backward, so a view of the weights saved in the forward would read another
+// unit's (runtime/engine_zero.cpp).
+//
 // Routing is dropless (every routed token is computed): capacity_factor > 0
 // (token dropping) is refused by name, as are the encoder, the parallel block,
-// MLP biases, sequence parallelism and context parallelism with MoE layers.
+// MLP biases and context parallelism with MoE layers.
 //
 // Expert parallelism (`ep`, RankGrid::ep_group): rank r of the ep group holds
 // experts [r E/ep, (r+1) E/ep). Each layer sends every routed assignment's
@@ -49,7 +56,11 @@
 // dense MLP's (Megatron-core's expert tensor-parallel size = tp, what
 // costmodel/moe_costs.* prices): the routed and shared outputs are summed over
 // tp once, as the dense MLP's, and the routing weights' gradient (partial per
-// tp rank) is summed over tp on its way back (copy_to_tp).
+// tp rank) is summed over tp on its way back (copy_to_tp). With sequence
+// parallelism (sp) the layer's input and output are sequence shards, as the
+// dense MLP's: the router and the shared gate run on the shard and their
+// outputs are all-gathered, the experts' input is all-gathered (its gradient
+// reduce-scattered) and the output reduce-scattered (MoeBlock::forward).
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -117,7 +128,8 @@ class MoeBlock {
   // Declares layer `layer`'s router, experts and shared MLP in group `group`.
   void declare(ParamStore& store, int64_t layer, const std::string& prefix, int group);
   // The block's output for the normalised input xn (b, s, h), whole on every
-  // tp rank; `grad_scale`: the factor the loss is multiplied by before backward.
+  // tp rank (sp: this rank's sequence shard (b, s/tp, h), and so the output);
+  // `grad_scale`: the factor the loss is multiplied by before backward.
   at::Tensor forward(const ParamStore& store, int64_t layer, const at::Tensor& xn, double grad_scale) const;
   int ep_size() const { return ep_size_; }
   // The experts' GEMM switches (from the environment unless set; tests set them).
@@ -147,6 +159,7 @@ class MoeBlock {
   Communicator* tp_ = nullptr;
   Communicator* ep_ = nullptr;
   int tp_size_ = 1, ep_size_ = 1, ep_rank_ = 0;
+  bool sp_ = false;  // sequence parallelism (with tp): input and output are sequence shards
   int64_t local_experts_ = 0;
   MoeGemm gemm_;
   MoeRouting routing_ = MoeRouting::Learned;

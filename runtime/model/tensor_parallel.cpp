@@ -109,6 +109,17 @@ PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c) {
 at::Tensor all_gather_seq(const at::Tensor& x, Communicator& c) { return all_gather_seq_start(x, c).wait(); }
 at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c) { return reduce_scatter_seq_start(x, c).wait(); }
 
+at::Tensor seq_shard(const at::Tensor& x, Communicator& c) {
+  const int t = c.size();
+  std::vector<int64_t> shape = x.sizes().vec();
+  if (shape.size() < 2 || shape[1] % t != 0)
+    throw std::invalid_argument("seq_shard: the sequence (" + std::to_string(shape.size() < 2 ? 0 : shape[1]) +
+                                ") is not a multiple of tp=" + std::to_string(t));
+  shape[1] /= t;
+  const at::Tensor flat = x.contiguous().view({int64_t(t), -1});  // tp runs of the flattened tokens
+  return flat.select(0, c.rank()).clone().view(shape);
+}
+
 namespace {
 
 Communicator& comm_of(AutogradContext* ctx) {
@@ -193,6 +204,12 @@ at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp) { return apply<Copy
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp) { return apply<ReduceFromTp>(x, tp); }
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp) {
   return apply<TpComm<reduce_scatter_seq, all_gather_seq>>(x, tp);
+}
+at::Tensor gather_seq(const at::Tensor& x, Communicator* tp) {
+  return apply<TpComm<all_gather_seq, reduce_scatter_seq>>(x, tp);
+}
+at::Tensor gather_seq_whole(const at::Tensor& x, Communicator* tp) {
+  return apply<TpComm<all_gather_seq, seq_shard>>(x, tp);
 }
 
 }  // namespace planner::rt

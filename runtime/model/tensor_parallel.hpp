@@ -21,7 +21,14 @@
 //   reduce_from_tp  forward all-reduce, backward identity (after a
 //                   row-parallel layer without sp: Megatron's g);
 //   scatter_seq     forward reduce-scatter along the sequence, backward
-//                   all-gather (after a row-parallel layer with sp).
+//                   all-gather (after a row-parallel layer with sp);
+//   gather_seq      forward all-gather along the sequence, backward
+//                   reduce-scatter (the input of a region whose gradient is
+//                   partial over tp, with sp: the MoE layer's experts,
+//                   runtime/model/moe.hpp);
+//   gather_seq_whole forward all-gather along the sequence, backward this
+//                   rank's shard of the gradient, which is whole and equal on
+//                   every tp rank (the MoE router's logits with sp).
 // Before a column-parallel layer with sp the all-gather along the sequence is
 // part of the layer's GEMM function (LinearAccum in model.cpp, as Megatron-LM's
 // sequence-parallel linear): it keeps only the sequence shard for its backward
@@ -75,6 +82,8 @@ at::Tensor tp_assemble(const at::Tensor& gathered, const TpSplit& s, const std::
 at::Tensor copy_to_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator* tp);
 at::Tensor scatter_seq(const at::Tensor& x, Communicator* tp);  // (b, s, ...) -> this rank's (b, s/tp, ...), summed
+at::Tensor gather_seq(const at::Tensor& x, Communicator* tp);        // (b, s/tp, ...) -> (b, s, ...)
+at::Tensor gather_seq_whole(const at::Tensor& x, Communicator* tp);  // (b, s/tp, ...) -> (b, s, ...)
 
 // One row chunk of the vocabulary-parallel cross-entropy (Megatron-LM's; the
 // chunked loss in model.cpp calls it): logits (c, local columns) are this
@@ -104,5 +113,8 @@ PendingSeq all_gather_seq_start(const at::Tensor& x, Communicator& c);      // (
 PendingSeq reduce_scatter_seq_start(const at::Tensor& x, Communicator& c);  // (b, s, ...) -> (b, s/tp, ...)
 at::Tensor all_gather_seq(const at::Tensor& x, Communicator& c);
 at::Tensor reduce_scatter_seq(const at::Tensor& x, Communicator& c);
+// This rank's sequence shard of x (b, s, ...) -> (b, s/tp, ...), no communication: the
+// rank-th of tp equal runs of the flattened b * s tokens (a copy).
+at::Tensor seq_shard(const at::Tensor& x, Communicator& c);
 
 }  // namespace planner::rt

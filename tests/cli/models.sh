@@ -83,12 +83,12 @@ expect_exit 0 $P list models
 expect_grep "^gemma-2-27b " "$TMP/out"
 # What planner exec does not run (specs/runtime_gap.hpp): the default engine
 # ranks every strategy the cost model prices and names the shown plans the
-# runtime refuses (here ZeRO-3 and sequence parallelism with a MoE model;
-# expert parallelism with ZeRO-1/2 runs); --runnable keeps only what it runs;
-# --json carries each plan's exec_gap.
-MIX=(--model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --top 10)
+# runtime refuses (here expert parallelism with cp > 1; a MoE model with
+# ZeRO-1/2/3, expert parallelism and sequence parallelism run); --runnable
+# keeps only what it runs; --json carries each plan's exec_gap.
+MIX=(--model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --top 10 --seq 16384)
 expect_exit 0 $P plan "${MIX[@]}"
-expect_grep "^note: planner exec does not run #.*ZeRO-0/1/2 only; this plan has zero=3" "$TMP/out"
+expect_grep "^note: planner exec does not run #.*expert parallelism \(ep=[0-9]+\) with cp=1 only; this plan has cp=2" "$TMP/out"
 expect_exit 0 $P plan "${MIX[@]}" --json
 python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
 import json, sys
@@ -97,10 +97,13 @@ gapped = [p for p in plans if "exec_gap" in p]
 assert gapped, "no shown plan carries exec_gap"
 for p in gapped:
     s = dict(kv.split("=") for kv in p["strategy"].split(","))
-    assert s.get("zero") == "3" or s.get("sp") == "1", p["strategy"]
-# ep > 1 with ZeRO-1/2 is shown and runs.
-assert any(int(dict(kv.split("=") for kv in p["strategy"].split(",")).get("ep", 1)) > 1 and "exec_gap" not in p
-           and "zero=0" not in p["strategy"] for p in plans), [p["strategy"] for p in plans]
+    assert int(s.get("ep", 1)) > 1 and int(s.get("cp", 1)) > 1, p["strategy"]
+def kv(p): return dict(x.split("=") for x in p["strategy"].split(","))
+# ep > 1 with ZeRO-1/2/3 is shown and runs; so does tp > 1 with sp = 1.
+assert any(int(kv(p).get("ep", 1)) > 1 and kv(p)["zero"] == "3" and "exec_gap" not in p for p in plans), \
+    [p["strategy"] for p in plans]
+assert any(kv(p).get("sp") == "1" and kv(p)["tp"] != "1" and "exec_gap" not in p for p in plans), \
+    [p["strategy"] for p in plans]
 PY
 expect_exit 0 $P plan "${MIX[@]}" --runnable --json
 python3 - "$TMP/out" <<'PY' || fails=$((fails+1))
@@ -110,21 +113,19 @@ assert plans, "--runnable left nothing"
 for p in plans:
     s = dict(kv.split("=") for kv in p["strategy"].split(","))
     assert "exec_gap" not in p, p
-    assert int(s.get("zero", 0)) <= 2, p["strategy"]                                # a MoE model: ZeRO-0/1/2
     assert int(s.get("ep", 1)) == 1 or int(s.get("cp", 1)) == 1, p["strategy"]       # ep > 1 only with cp = 1
-    assert s.get("sp", "0") == "0" or int(s.get("tp", 1)) == 1, p["strategy"]
 PY
-# Several clusters: the merged list's own numbers.
-expect_exit 0 $P plan --model "$ROOT/validation/sets/moe/mixtral-2b5.config.json" --gpus 4xH200,4xH100 --global-batch 8 --top 4
+# Several clusters: the merged list's own numbers (here plans with ep and cp).
+expect_exit 0 $P plan --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100,4x8xH100 --seq 16384 --global-batch 8 --top 10
 expect_grep "^note: planner exec does not run #.* of this list" "$TMP/out"
 expect_bad_input $P plan "${MIX[@]}" --runnable --engine megatron
 expect_grep "runnable.*--engine ours" "$TMP/err"
 # predict names it too, and still answers.
-expect_exit 0 $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --strategy dp=8,ep=8,zero=3 --seq 4096
-expect_grep "planner exec does not run this plan .*ZeRO-0/1/2 only; this plan has zero=3" "$TMP/out"
 expect_exit 0 $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --strategy dp=4,cp=2,ep=2,zero=1 --seq 8192
 expect_grep "planner exec does not run this plan .*expert parallelism \\(ep=2\\) with cp=1 only; this plan has cp=2" "$TMP/out"
-# Expert parallelism with ZeRO-1 runs: no such note.
-expect_exit 0 $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --strategy dp=8,ep=8,zero=1 --seq 4096
-if grep -q "planner exec does not run" "$TMP/out"; then echo "FAIL: ep=8 with ZeRO-1 still named as not run"; fails=$((fails+1)); fi
+# Expert parallelism with ZeRO-1 and ZeRO-3, and tp with sp, run: no such note.
+for st in dp=8,ep=8,zero=1 dp=8,ep=8,zero=3 dp=4,tp=2,ep=2,sp=1,zero=1; do
+  expect_exit 0 $P predict --model mistralai/Mixtral-8x7B-v0.1 --gpus 8xH100 --strategy $st --seq 4096
+  if grep -q "planner exec does not run" "$TMP/out"; then echo "FAIL: $st still named as not run"; fails=$((fails+1)); fi
+done
 finish

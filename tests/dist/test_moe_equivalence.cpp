@@ -29,6 +29,28 @@ void check_ep(int dp, int pp, int tp, int ep, const ModelSpec& m, const std::vec
   check_grid({dp, pp, tp, 1, ep}, {m}, texts, /*with_sp=*/false, /*seq=*/16, o);
 }
 
+// Every strategy of `texts` on m at dp x tp with ep and sequence parallelism
+// (sp=1) equals one process, with `routing`.
+void check_sp(int dp, int tp, int ep, const ModelSpec& m, const std::vector<const char*>& texts,
+              rt::MoeRouting routing = rt::MoeRouting::Learned) {
+  rt::RunOptions o;
+  o.moe_routing = routing;
+  const GridComms c = make_grid_comms({dp, 1, tp, 1, ep});
+  for (const char* text : texts) {
+    Strategy s = Strategy::parse(text);
+    s.dp = dp, s.tp = tp, s.ep = ep, s.sp = true, s.precision = Precision::FP32;
+    check_equivalent(m, s, /*seq=*/16, c, 3, {}, o);
+  }
+}
+
+// moe_like with GELU experts and an ungated shared MLP, a dense first layer.
+ModelSpec moe_gelu() {
+  ModelSpec m = moe_like();
+  m.name = "tiny-moe-gelu";
+  m.mlp = MlpKind::Gelu, m.layers = 3, m.moe.dense_layers = 1, m.moe.shared_gate = false;
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("dist: all_to_all_v exchanges uneven runs", "[dist][moe]") {
@@ -162,5 +184,52 @@ TEST_CASE("dist: expert parallelism with balanced routing equals the single-proc
   if (w.size == 4) {
     check_ep(4, 1, 1, 2, m, {"mbs=1,gas=2"}, bal);
     check_ep(2, 1, 2, 2, m, {"mbs=2,gas=2"}, bal);
+  }
+}
+
+// Sequence parallelism with a MoE model (runtime/model/moe.hpp): the layer
+// all-gathers the sequence shards over tp before the router and the experts
+// and reduce-scatters its tp-partial output; the router's and the shared
+// gate's gradients are each shard's part, summed over tp with the other
+// replicated parameters, and the auxiliary loss reaches the router once.
+// Against one process: losses and every parameter after three steps.
+TEST_CASE("dist: MoE with sequence parallelism at tp > 1 equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  const ModelSpec m = moe_like();
+  if (w.size == 2) {
+    check_sp(1, 2, 1, m, {"mbs=2,gas=2", "mbs=1,gas=2,ckpt=full"});
+    check_sp(1, 2, 1, moe_gelu(), {"mbs=2,gas=1"});
+    check_sp(1, 2, 1, m, {"mbs=1,gas=2"}, rt::MoeRouting::Balanced);
+  }
+  if (w.size == 4) {
+    check_sp(2, 2, 1, m, {"mbs=2,gas=2", "zero=1,mbs=1,gas=2", "zero=2,mbs=2,gas=1,ckpt=full"});
+    check_sp(2, 2, 2, m, {"mbs=2,gas=2", "zero=1,mbs=1,gas=2", "zero=2,mbs=2,gas=2"});
+    check_sp(2, 2, 2, moe_gelu(), {"zero=1,mbs=1,gas=2"});
+  }
+}
+
+// ZeRO-3 with a MoE model: each layer unit's parameters are gathered into a
+// pooled buffer for its forward, released, and gathered again (into whichever
+// buffer is free) for its backward, so the MoE layer's autograd must read its
+// weights there (runtime/model/moe_gemm.hpp), not through views saved in the
+// forward. Three MoE layers over the pool's two layer buffers: a layer's
+// forward buffer holds another layer's weights by its backward. With ep > 1
+// the local experts' shards are gathered over the expert-data-parallel group
+// and the rest over dp (runtime/engine_detail.hpp's Piece).
+TEST_CASE("dist: MoE with ZeRO-3 equals the single-process run", "[dist][moe]") {
+  const rt::WorldInfo w = rt::init_world();
+  ModelSpec m = moe_like();
+  m.layers = 3;
+  if (w.size == 2) {
+    check_ep(2, 1, 1, 1, m, {"zero=3,mbs=2,gas=2", "zero=3,mbs=1,gas=2,ckpt=full"});
+    check_ep(2, 1, 1, 2, m, {"zero=3,mbs=2,gas=2", "zero=3,offload=all,mbs=1,gas=2"});
+    check_ep(2, 1, 1, 1, moe_gelu(), {"zero=3,mbs=1,gas=2"});
+  }
+  if (w.size == 4) {
+    check_ep(4, 1, 1, 1, m, {"zero=3,mbs=1,gas=2"});
+    check_ep(4, 1, 1, 2, m, {"zero=3,mbs=1,gas=2", "zero=3,offload=optimizer,mbs=1,gas=2,ckpt=full"});
+    check_ep(4, 1, 1, 4, m, {"zero=3,mbs=1,gas=2"});
+    check_sp(2, 2, 1, m, {"zero=3,mbs=2,gas=1"});
+    check_sp(2, 2, 2, m, {"zero=3,mbs=1,gas=2"});
   }
 }
