@@ -169,15 +169,21 @@ void check_engine_fp8(const ModelSpec& m, Strategy s, const GridComms& c) {
   CHECK(rel(b.params - init.params, a.params - init.params) < 0.3);
 }
 
+// Two or four ranks, and a CPU build whose at::_scaled_mm runs (else said).
+bool runs_here(const rt::WorldInfo& w) {
+  if (w.size != 2 && w.size != 4) return false;
+  if (!cpu_fp8()) {
+    WARN("at::_scaled_mm does not run on this CPU build: fp8 under tp is checked on a GPU only");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("dist: fp8 linears under tp (model alone, fp32) cast as one process does", "[dist][fp8]") {
   const rt::WorldInfo w = rt::init_world();
-  if (w.size != 2 && w.size != 4) return;
-  if (!cpu_fp8()) {
-    WARN("at::_scaled_mm does not run on this CPU build: fp8 under tp is checked on a GPU only");
-    return;
-  }
+  if (!runs_here(w)) return;
   const GridComms c = make_grid_comms({1, 1, w.size});
   for (const ModelSpec& m : {llama16(), gpt16()})
     for (bool sp : {false, true}) check_model_fp32(m, *c.tp, sp);
@@ -185,11 +191,7 @@ TEST_CASE("dist: fp8 linears under tp (model alone, fp32) cast as one process do
 
 TEST_CASE("dist: the Engine's FP8 linears under tp, sp and dp·tp equal one process's (fp32)", "[dist][fp8]") {
   const rt::WorldInfo w = rt::init_world();
-  if (w.size != 2 && w.size != 4) return;
-  if (!cpu_fp8()) {
-    WARN("at::_scaled_mm does not run on this CPU build: fp8 under tp is checked on a GPU only");
-    return;
-  }
+  if (!runs_here(w)) return;
   if (w.size == 2) {
     const GridComms c = make_grid_comms({1, 1, 2});
     for (const ModelSpec& m : {llama16(), gpt16()})
@@ -209,11 +211,7 @@ TEST_CASE("dist: the Engine's FP8 linears under tp, sp and dp·tp equal one proc
 
 TEST_CASE("dist: precision=fp8 under tp and dp·tp follows one process's precision=fp8", "[dist][fp8]") {
   const rt::WorldInfo w = rt::init_world();
-  if (w.size != 2 && w.size != 4) return;
-  if (!cpu_fp8()) {
-    WARN("at::_scaled_mm does not run on this CPU build: fp8 under tp is checked on a GPU only");
-    return;
-  }
+  if (!runs_here(w)) return;
   if (w.size == 2) {
     const GridComms c = make_grid_comms({1, 1, 2});
     for (const ModelSpec& m : {llama16(), gpt16()})
