@@ -70,8 +70,9 @@ def plan_ratio(folder, report, p):
     return m / pred
 
 
-def collect():
-    rows, seen = {}, set()
+def plans():
+    """(folder, report, plan entry, measured / predicted) of every plan the record counts, once each."""
+    seen = set()
     for pattern in SETS:
         for rep in sorted(glob.glob(os.path.join(ROOT, "validation", pattern, "report.json"), recursive=True)):
             folder = os.path.dirname(rep)
@@ -84,7 +85,13 @@ def collect():
                 if r is None or key in seen:
                     continue
                 seen.add(key)
-                rows.setdefault(p["gpu"], []).append((key[0], p["name"], r))
+                yield folder, report, p, r
+
+
+def collect():
+    rows = {}
+    for folder, _, p, r in plans():
+        rows.setdefault(p["gpu"], []).append((os.path.relpath(folder, ROOT), p["name"], r))
     return rows
 
 

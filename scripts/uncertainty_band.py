@@ -13,7 +13,7 @@ they are printed apart), rounded outward to two decimals.
   python3 scripts/uncertainty_band.py --planner build/planner [--json out.json] [--check]
   --check: exit 1 unless specs/gpu_catalog.cpp holds this band and count
 """
-import argparse, glob, json, math, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, math, os, re, statistics, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import calibrated_record as cr  # noqa: E402
@@ -29,31 +29,24 @@ if not os.path.exists(a.planner):
 
 rows = []
 with tempfile.TemporaryDirectory() as tmp:
-    for pattern in cr.SETS:
-        for rep in sorted(glob.glob(os.path.join(cr.ROOT, "validation", pattern, "report.json"), recursive=True)):
-            folder = os.path.dirname(rep)
-            report = json.load(open(rep))
-            if report.get("predict_only"):
-                continue
-            for p in report.get("plans", []):
-                ratio = cr.plan_ratio(folder, report, p)
-                plan_file = os.path.join(folder, "plans", p["name"] + ".json")
-                if ratio is None or not os.path.exists(plan_file):
-                    continue
-                plan = json.load(open(plan_file))
-                plan["cluster"]["gpu"]["calibrated"] = ""
-                f = os.path.join(tmp, "p.json")
-                json.dump(plan, open(f, "w"))
-                r = subprocess.run([a.planner, "predict", "--plan", f, "--json"], capture_output=True, text=True)
-                if r.returncode != 0:
-                    print(f"skip {rep} {p['name']}: {r.stderr.strip()}", file=sys.stderr)
-                    continue
-                measured = ratio * p["predicted"]["step_seconds"]
-                strategy = p.get("strategy", "")
-                rows.append({"report": os.path.relpath(rep, cr.ROOT), "plan": p["name"], "gpu": p["gpu"],
-                             "world": p["world"], "measured_s": measured,
-                             "datasheet_predicted_s": json.loads(r.stdout)["step_seconds"],
-                             "fp32": "precision=fp32" in strategy, "offload": "offload=none" not in strategy})
+    for folder, report, p, ratio in cr.plans():
+        plan_file = os.path.join(folder, "plans", p["name"] + ".json")
+        if not os.path.exists(plan_file):
+            continue
+        plan = json.load(open(plan_file))
+        plan["cluster"]["gpu"]["calibrated"] = ""
+        f = os.path.join(tmp, "p.json")
+        json.dump(plan, open(f, "w"))
+        r = subprocess.run([a.planner, "predict", "--plan", f, "--json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"skip {folder} {p['name']}: {r.stderr.strip()}", file=sys.stderr)
+            continue
+        measured = ratio * p["predicted"]["step_seconds"]
+        strategy = p.get("strategy", "")
+        rows.append({"report": os.path.relpath(folder, cr.ROOT), "plan": p["name"], "gpu": p["gpu"],
+                     "world": p["world"], "measured_s": measured,
+                     "datasheet_predicted_s": json.loads(r.stdout)["step_seconds"],
+                     "fp32": "precision=fp32" in strategy, "offload": "offload=none" not in strategy})
 for r in rows:
     r["ratio"] = r["measured_s"] / r["datasheet_predicted_s"]
 

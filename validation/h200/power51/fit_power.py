@@ -19,7 +19,12 @@ path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.pat
 if not os.path.exists(path):
     print(f"fit_power.py: {path} not found", file=sys.stderr)
     sys.exit(2)
-rows = {r["name"]: r for r in json.load(gzip.open(path, "rt"))["rows"]}
+try:
+    rows = {r["name"]: r for r in json.load(gzip.open(path, "rt"))["rows"]}
+    _ = rows["gemm:llama-3.2-3b:T8192"], rows["mix-parts:add15"], rows["mem:add"]
+except (OSError, ValueError, KeyError, TypeError) as e:
+    print(f"fit_power.py: {path} is not power51's power.json.gz ({e})", file=sys.stderr)
+    sys.exit(2)
 FMAX, P0 = 1980.0, 200.0
 med = lambda xs: sorted(xs)[len(xs) // 2]
 gemm = [r for r in rows.values() if r.get("kind") == "gemm"]
