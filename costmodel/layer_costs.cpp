@@ -490,12 +490,15 @@ PassTimes head_times(const HardwareProfile& p, const ModelSpec& m, const LayerSh
     bm.add(MK::Streaming, 3 * e * Vw);
   }
   const double TV = double(T) * double(Vp);
-  // Gemma-2's final soft-capping, cap * tanh(logits / cap), as transformers
-  // runs it: three elementwise kernels (div, tanh, mul) reading and writing the
-  // logits; backward: mul (read g, write), tanh's (read output and g, write), div (read g, write).
-  if (m.logit_softcap) {
+  // Gemma-2's final soft-capping, y = cap * tanh(logits / cap), as the
+  // runtime's loss runs it (runtime/model/transformer.cpp soft_cap): three
+  // elementwise kernels (mul into a new tensor, tanh_, mul_) each reading and
+  // writing the logits; and, since the loss forms its gradient in the
+  // forward, the chain rule there too: y squared in place (read, write) and
+  // grad += grad * y^2 * (-1/cap^2) (addcmul_: read two, write one).
+  if (m.logit_softcap > 0) {
     fm.add(MK::Streaming, 3 * 2 * e * TV, 3);
-    bm.add(MK::Streaming, 7 * e * TV, 3);
+    fm.add(MK::Streaming, 2 * e * TV + 3 * e * TV, 2);
   }
   if (m.lm_head_bias || m.mlm_head) bm.add(MK::Reduction, e * TV, 2);  // vocabulary bias gradient
   // Chunked fp32 cross-entropy (runtime ChunkedCrossEntropy), per chunk of rows:

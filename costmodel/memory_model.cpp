@@ -254,7 +254,10 @@ double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const bool bf16_copy = s.tp == 1 && (s.precision == Precision::BF16 || s.precision == Precision::FP8);
   const double chunk = s.tp == 1 && in.fused_kernels ? 0.0
                        : std::min(in.k.loss_chunk_bytes, 4.0 * tokens * vp) * (bf16_copy ? 2 : 1);
-  return in.e * tokens * vp * (sm.head_inflight_microbatches + 1) + chunk +
+  // Gemma-2's soft-capped logits (runtime soft_cap) live beside the head's
+  // logits and their gradient while the loss is formed: one more.
+  const double softcap = m.logit_softcap > 0 ? in.e * tokens * vp : 0.0;
+  return in.e * tokens * vp * (sm.head_inflight_microbatches + 1) + chunk + softcap +
          (lm_head_padded(m, s.tp) ? 2.0 * in.e * vp * width : 0.0);
 }
 

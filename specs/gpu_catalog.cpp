@@ -452,8 +452,9 @@ StepTimeBand dense_step_time_band(const GpuSpec& g) {
   }
   b = {kDatasheetLow, kDatasheetHigh, false,
        fmt::format("{} is not calibrated: step time and throughput are given as a band, measured {:+.0f}% to {:+.0f}% "
-                   "of the datasheet prediction (90% of datasheet-only predictions of {} measured plans on H100 and "
-                   "H200, and published A100 runs; fp32 and CPU-offload plans miss further: docs/UNCERTAINTY.md){}",
+                   "of the prediction from its datasheet figures and the in-step factors measured on H100 and H200 (90% "
+                   "of such predictions of {} measured plans on H100 and H200, and published A100 runs; fp32 and "
+                   "CPU-offload plans miss further: docs/UNCERTAINTY.md){}",
                    g.name, 100 * (kDatasheetLow - 1), 100 * (kDatasheetHigh - 1), kDatasheetPlans,
                    g.prediction_only ? "; prediction only (planner exec cannot run on it)" : "")};
   return b;

@@ -267,7 +267,8 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
   m.qk_norm = fam.qk_norm;
   m.sandwich_norm = fam.sandwich;
   m.tied_embeddings = r.flag("tie_word_embeddings", fam.tied);
-  m.logit_softcap = r.has("final_logit_softcapping") && switched_on(r.j.at("final_logit_softcapping"));
+  if (r.has("final_logit_softcapping") && switched_on(r.j.at("final_logit_softcapping")))
+    m.logit_softcap = r.real("final_logit_softcapping", 0, 1e6);
   m.default_seq = r.optional("max_position_embeddings", 2048, kMaxPositions);
   read_window(r, fam, m);
   read_moe(r, m);

@@ -62,7 +62,7 @@ ModelSpec gemma2(std::string name, int64_t layers, int64_t hidden, int64_t heads
   if (hidden != heads * head_dim) m.head_size = head_dim;
   m.gelu_gate = true;
   m.sandwich_norm = true;
-  m.logit_softcap = true;
+  m.logit_softcap = 30.0;  // final_logit_softcapping
   m.rope_theta = 0;  // 10000
   m.sliding_window = 4096;
   m.window_layers = (layers + 1) / 2;

@@ -82,7 +82,6 @@ double attended_pairs(int64_t seq, int64_t window) {
 
 std::string runtime_model_gap(const ModelSpec& m) {
   std::vector<std::string> gaps;
-  if (m.logit_softcap) gaps.push_back("logit soft-capping");
   if (m.window_layers > 0 && m.window_pattern == WindowPattern::Other)
     gaps.push_back("sliding windows on this pattern of layers (only all/last, even or odd layers)");
   std::string out;
@@ -283,7 +282,7 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
   if (m.qk_norm) j["qk_norm"] = true;
   if (m.sandwich_norm) j["sandwich_norm"] = true;
   if (m.gelu_gate) j["gelu_gate"] = true;
-  if (m.logit_softcap) j["logit_softcap"] = true;
+  if (m.logit_softcap > 0) j["logit_softcap"] = m.logit_softcap;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.window_layers > 0) j["window_layers"] = m.window_layers;
   if (m.window_layers > 0 && m.window_pattern != WindowPattern::Last)
@@ -386,10 +385,19 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       {"embed_norm", &ModelSpec::embed_norm},   {"final_norm", &ModelSpec::final_norm},
       {"pooler", &ModelSpec::pooler},           {"mlm_head", &ModelSpec::mlm_head},
       {"qk_norm", &ModelSpec::qk_norm},         {"sandwich_norm", &ModelSpec::sandwich_norm},
-      {"gelu_gate", &ModelSpec::gelu_gate},     {"logit_softcap", &ModelSpec::logit_softcap},
+      {"gelu_gate", &ModelSpec::gelu_gate},
   };
   for (const auto& b : bools)
     if (j.contains(b.key)) r.*(b.member) = bool_field(j, b.key, who);
+  if (j.contains("logit_softcap")) {
+    // The cap of cap * tanh(logits / cap); plan files before 2026-11-29 wrote
+    // true, which was Gemma-2's 30 (Gemma2Config final_logit_softcapping).
+    const auto& v = j.at("logit_softcap");
+    if (v.is_boolean()) r.logit_softcap = v.get<bool>() ? 30.0 : 0.0;
+    else if (v.is_number() && v.get<double>() > 0 && v.get<double>() <= 1e6) r.logit_softcap = v.get<double>();
+    else throw InputError(fmt::format("{}: field 'logit_softcap' must be true/false or a cap in (0, 1e6], got {}", who,
+                                      json_excerpt(v)));
+  }
   if (j.contains("published_params")) r.published_params = int_field(j, "published_params", who);
   if (j.contains("default_seq")) r.default_seq = int_field(j, "default_seq", who);
   if (j.contains("head_size")) r.head_size = int_field(j, "head_size", who);

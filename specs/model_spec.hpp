@@ -89,7 +89,7 @@ struct ModelSpec {
   bool qk_norm = false;             // Qwen3: RMSNorm of width head_dim on q and on k, per layer
   bool sandwich_norm = false;       // Gemma-2: a norm after attention and after the MLP too (4 per layer)
   bool gelu_gate = false;           // gated MLP (mlp = swiglu's three matrices) with GELU instead of SiLU (GeGLU, Gemma)
-  bool logit_softcap = false;       // Gemma-2: final logits pass through cap * tanh(logits / cap)
+  double logit_softcap = 0;         // Gemma-2: final logits pass through cap * tanh(logits / cap); the cap (30), 0 = none
   int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
   int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
   WindowPattern window_pattern = WindowPattern::Last;  // which ones (the runtime needs it; costs need the count)

@@ -287,10 +287,36 @@ struct AttentionCoreCheckpoint : torch::autograd::Function<AttentionCoreCheckpoi
 // logit (only its owner contributes) go through one all-reduce; the loss is
 // log(sum) - (z_target - max) and the gradient softmax - onehot on the local
 // columns. Every tp rank gets the same loss.
+//
+// Final logit soft-capping (Gemma-2, cap > 0): the loss is taken over
+// y = cap * tanh(z / cap) of the head's logits z. Since the gradient is
+// formed in the forward anyway, dL/dz = dL/dy * (1 - (y / cap)^2) is formed
+// there too: y lives only during the forward (one more logits-sized tensor
+// then), and what is kept for the backward is dL/dz alone, as without the cap.
+// Columns beyond this rank's `vocab_valid` (the padding, -inf) stay -inf in y
+// and get no gradient.
+at::Tensor soft_cap(const at::Tensor& z, double cap, int64_t vocab_valid) {
+  at::Tensor y = z.mul(1.0 / cap);
+  y.tanh_().mul_(cap);
+  const int64_t pad = y.size(1) - vocab_valid;
+  if (pad > 0) y.narrow(1, vocab_valid, pad).fill_(-std::numeric_limits<double>::infinity());
+  return y;
+}
+
+// grad <- grad * (1 - (y / cap)^2), in place; y is consumed (squared in place).
+void soft_cap_backward_(at::Tensor& grad, at::Tensor& y, double cap, int64_t vocab_valid) {
+  const int64_t pad = y.size(1) - vocab_valid;
+  if (pad > 0) y.narrow(1, vocab_valid, pad).zero_();  // -inf would turn the padding's zero gradient into NaN
+  y.mul_(y);
+  grad.addcmul_(grad, y, -1.0 / (cap * cap));
+}
+
 struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& labels,
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& head_logits, const at::Tensor& labels,
                             int64_t chunk_rows, double grad_hint, int64_t tp, int64_t vocab_begin,
-                            int64_t vocab_valid) {
+                            int64_t vocab_valid, double softcap) {
+    at::Tensor capped = softcap > 0 ? soft_cap(head_logits, softcap, vocab_valid) : at::Tensor();
+    const at::Tensor& logits = softcap > 0 ? capped : head_logits;
     const int64_t n = logits.size(0);
     at::Tensor grad = at::empty_like(logits);
     at::Tensor valid_all = labels.ne(-100);
@@ -302,6 +328,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       // One kernel for the whole (n, V) on CUDA (runtime/model/fused_ops.hpp): no fp32 chunk.
       at::Tensor fused = fused_cross_entropy(logits, labels, count, grad_hint, grad);
       if (fused.defined()) {
+        if (softcap > 0) soft_cap_backward_(grad, capped, softcap, vocab_valid);
         ctx->save_for_backward({grad});
         return fused / count;
       }
@@ -328,6 +355,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       lp.mul_(validf * (grad_hint / count));       // mean; unlabelled rows get no gradient
       grad.narrow(0, r0, c).copy_(lp);
     }
+    if (softcap > 0) soft_cap_backward_(grad, capped, softcap, vocab_valid);
     ctx->save_for_backward({grad});
     return loss_sum / count;
   }
@@ -335,7 +363,7 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     // Scales the kept gradient in place: the graph is never run backward twice.
     at::Tensor g = ctx->get_saved_variables()[0];
     scale_by_ratio_(g, grads[0], ctx->saved_data["hint"].toDouble());
-    return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -745,7 +773,7 @@ at::Tensor TransformerModel::head_loss(const at::Tensor& x, const at::Tensor& la
   int64_t rows = loss_chunk_rows;
   if (rows <= 0) rows = std::max<int64_t>(1, (int64_t(256) << 20) / (4 * V));
   return ChunkedCrossEntropy::apply(lg.view({-1, V}), labels.reshape({-1}), rows, grad_hint,
-                                    reinterpret_cast<int64_t>(tp_), vocab_begin(), vocab_valid());
+                                    reinterpret_cast<int64_t>(tp_), vocab_begin(), vocab_valid(), spec_.logit_softcap);
 }
 
 at::Tensor TransformerModel::loss(const at::Tensor& ids, const at::Tensor& labels, Ckpt ckpt, double grad_hint) {

@@ -166,13 +166,12 @@ TEST_CASE("runtime: every preset it builds has the ModelSpec's parameter count",
   CHECK(runtime_model_gap(q).empty());
   CHECK(count_model_params(q, 128) == 494'032'768);
   // Qwen3 (head_dim 128 != 1024/16, q/k norms) and Gemma-2 (head_dim 256,
-  // sandwich norms, GeGLU) are built; Gemma-2's logit soft-capping is not.
+  // sandwich norms, GeGLU, final logit soft-capping) are built.
   CHECK(runtime_model_gap(model_preset("qwen3-0.6b")).empty());
   CHECK(runtime_model_gap(model_preset("mistral-7b")).empty());
-  CHECK(runtime_model_gap(model_preset("gemma-2-2b")) == "the runtime does not build logit soft-capping");
-  ModelSpec g = model_preset("gemma-2-2b");
-  g.logit_softcap = false;
-  CHECK(count_model_params(g, 128) == g.total_params());
+  CHECK(runtime_model_gap(model_preset("gemma-2-2b")).empty());
+  CHECK(model_preset("gemma-2-2b").logit_softcap == 30.0);
+  CHECK(count_model_params(model_preset("gemma-2-2b"), 128) == model_preset("gemma-2-2b").total_params());
 }
 
 // Ring attention's blocks on CUDA (runtime/model/attention_block.hpp): cuDNN's

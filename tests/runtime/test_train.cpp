@@ -237,3 +237,47 @@ TEST_CASE("runtime: fp16 skips a step on overflow and halves the loss scale", "[
   const double l = t.step(0).item<double>();
   CHECK(std::isfinite(l));
 }
+
+TEST_CASE("runtime: the soft-capped loss and its gradient equal cross-entropy over cap * tanh(logits / cap)",
+          "[runtime][softcap]") {
+  // Gemma-2's final logit soft-capping (runtime soft_cap): the loss forms
+  // dL/dz = dL/dy (1 - (y / cap)^2) in its forward. Reference: the plain ATen
+  // formula over the valid vocabulary columns, differentiated by autograd.
+  // On the CPU in double (the chunked loss, padding 96 -> 128 columns); on a
+  // GPU, when there is one, the fused cross-entropy kernel in fp32.
+  ModelSpec m = gemma2_like();
+  m.logit_softcap = 0.25;
+  std::vector<std::pair<at::Device, at::ScalarType>> where{{at::kCPU, at::kDouble}};
+  if (at::hasCUDA()) where.emplace_back(at::kCUDA, at::kFloat);
+  for (const auto& [dev, dt] : where) {
+    INFO(dev << " " << dt);
+    TransformerModel model(m, 16);
+    model.materialize(dev, dt, 3);
+    model.loss_chunk_rows = 7;
+    at::manual_seed(11);
+    const auto opt = at::TensorOptions().dtype(dt).device(dev);
+    // Hidden states large enough that the logits reach the cap's bend.
+    at::Tensor x = (at::randn({2, 16, m.hidden}, opt) * 4).requires_grad_(true);
+    at::Tensor labels = at::randint(0, m.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong).device(dev));
+    labels.narrow(1, 0, 3).fill_(-100);
+    at::Tensor loss = model.head_loss(x, labels, 1.0);
+    const at::Tensor gx = torch::autograd::grad({loss}, {x})[0];
+    at::Tensor x2 = x.detach().clone().requires_grad_(true);
+    const at::Tensor z = model.logits(x2).narrow(-1, 0, m.vocab);
+    const at::Tensor y = at::tanh(z / m.logit_softcap) * m.logit_softcap;
+    CHECK(y.abs().max().item<double>() > 0.5 * m.logit_softcap);  // the cap bends these logits
+    const at::Tensor ref = at::cross_entropy_loss(y.reshape({-1, m.vocab}).to(at::kDouble), labels.reshape({-1}));
+    const at::Tensor gref = torch::autograd::grad({ref}, {x2})[0];
+    const double tol = dt == at::kDouble ? 1e-10 : 1e-5;
+    CHECK(std::abs(loss.item<double>() - ref.item<double>()) < tol * std::abs(ref.item<double>()));
+    CHECK(max_abs_diff(gx, gref) < tol * gref.abs().max().item<double>());
+    // Without the cap the same logits give another gradient, far beyond the
+    // tolerance: the cap is applied.
+    at::Tensor x3 = x.detach().clone().requires_grad_(true);
+    const at::Tensor plain = at::cross_entropy_loss(
+        model.logits(x3).narrow(-1, 0, m.vocab).reshape({-1, m.vocab}).to(at::kDouble), labels.reshape({-1}));
+    const at::Tensor gplain = torch::autograd::grad({plain}, {x3})[0];
+    INFO("capped against plain: " << max_abs_diff(gplain, gref) / gref.abs().max().item<double>());
+    CHECK(max_abs_diff(gplain, gref) > 100 * tol * gref.abs().max().item<double>());
+  }
+}

@@ -278,6 +278,19 @@ TEST_CASE("each preset's published config.json reads back to the preset", "[mode
   CHECK(g.window_pattern == WindowPattern::Even);
   CHECK(g.layer_windowed(0));
   CHECK_FALSE(g.layer_windowed(1));
+  // Its final soft-capping's cap is read (final_logit_softcapping: 30.0),
+  // written to plan files as the number, and the true of older plan files
+  // reads as Gemma-2's 30.
+  CHECK(g.logit_softcap == 30.0);
+  nlohmann::json gj = g;
+  CHECK(gj.at("logit_softcap") == 30.0);
+  nlohmann::json gc = read_json(hf_dir() / "gemma-2-2b.json");
+  gc["final_logit_softcapping"] = 50.0;
+  CHECK(model_from_hf_config(gc, "g").logit_softcap == 50.0);
+  gj["logit_softcap"] = true;
+  CHECK(gj.get<ModelSpec>().logit_softcap == 30.0);
+  gj["logit_softcap"] = -1;
+  CHECK(contains(error_of([&] { (void)gj.get<ModelSpec>(); }), "'logit_softcap'"));
   // DeepSeek-V2-Lite's published config: its latent attention refused by name,
   // one line (the preset is refused the same way).
   const std::string e = error_of([&] { model_from_hf_config(read_json(hf_dir() / "deepseek-v2-lite.json"), "d"); });
