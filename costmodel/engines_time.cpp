@@ -63,7 +63,7 @@ double megatron_main_grad_seconds(const Plan& plan, const HardwareProfile& p) {
   return memory_bound_seconds(p, 10.0 * double(std::max(first, last))) * double(s.gas);
 }
 
-// Strategies of the engine that no launch has measured (run1 had DeepSpeed
+// Strategies of the engine that no launch has measured (runs 1-5 had DeepSpeed
 // ZeRO-1/2/3, FSDP2 zero 2/3 with and without DTensor tp, Megatron pp x vpp
 // with the distributed optimizer): said, not refused.
 std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
@@ -79,8 +79,8 @@ std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
     out.push_back("Megatron-FSDP (zero 2/3) was never launched (megatron_train.py refuses it): its own hooks are "
                   "not modelled");
   if (engine == Engine::Fsdp && s.zero <= 1)
-    out.push_back("DDP / ZeroRedundancyOptimizer (zero 0/1) have no hook term (DDP's bucket hooks run in C++); "
-                  "not launched yet");
+    out.push_back("DDP / ZeroRedundancyOptimizer (zero 0/1): the host's work is the eager model's alone (DDP's "
+                  "bucket hooks run in C++; not probed, not launched yet)");
   if (s.ckpt != Ckpt::None && engine != Engine::Ours)
     out.push_back("activation recomputation through the engine's own checkpointing was not launched; priced as "
                   "this runtime recomputes");

@@ -26,7 +26,7 @@ constexpr double kEagerOverRuntime = 0.3083 / 0.2891;
 inline constexpr const char* kSeenDataRange = "12.8% MAPE, -33% to +43%";
 
 struct EngineStepTerm {
-  std::string name;    // "eager kernels", "ZeRO-3 fetch hooks", ...
+  std::string name;    // "eager kernels", "host work and its syncs", ...
   double seconds = 0;  // added to the step (negative never)
   std::string source;  // where the term comes from (engine source, measurement, fit)
 };

@@ -2,7 +2,7 @@
 """The engines' host probe -> a profile's "engine_host" section (docs/ENGINE_TIME.md, docs/FORMATS.md).
 
   python3 scripts/engines/probe_to_profile.py --plan TINY_PLAN.json \
-      --eager-swiglu eager-llama.jsonl [--eager-gelu eager-gpt2.jsonl] \
+      [--eager-swiglu eager-llama.jsonl] [--eager-gelu eager-gpt2.jsonl] \
       [--ds-z1 R.result.json] [--ds-z2 R.result.json] [--ds-z3 R.result.json] \
       [--fsdp-z2 R.result.json] [--fsdp-z3 R.result.json] [--megatron R.result.json] \
       [--base PROFILE.json] [--source TEXT] -o PROFILE.json
@@ -77,7 +77,7 @@ def result(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", required=True, help="the tiny model's plan (its model gives the counts)")
-    ap.add_argument("--eager-swiglu", required=True)
+    ap.add_argument("--eager-swiglu", help="PROBE lines of the SwiGLU model (without: the compiled-in eager figures)")
     ap.add_argument("--eager-gelu")
     for k in ("ds-z1", "ds-z2", "ds-z3", "fsdp-z2", "fsdp-z3", "megatron"):
         ap.add_argument("--" + k)
@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--source", default="", help="where the probe ran (added to the section's source)")
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args()
-    for k in ("ds_z1", "ds_z2", "ds_z3", "fsdp_z2", "fsdp_z3", "megatron", "eager_gelu"):
+    for k in ("ds_z1", "ds_z2", "ds_z3", "fsdp_z2", "fsdp_z3", "megatron", "eager_swiglu", "eager_gelu"):
         f = getattr(a, k)
         if f and not os.path.exists(f):  # a probe that failed in the call: its constants stay compiled-in
             print(f"probe_to_profile: no {f}; {k} not measured", file=sys.stderr)
@@ -97,8 +97,9 @@ def main():
     L = m["layers"]
     c = dict(DEFAULT)
     measured = []
-    c["eager_layer_swiglu_s"], _ = eager_fit(a.eager_swiglu)
-    measured.append("eager SwiGLU")
+    if a.eager_swiglu:
+        c["eager_layer_swiglu_s"], _ = eager_fit(a.eager_swiglu)
+        measured.append("eager SwiGLU")
     if a.eager_gelu:
         c["eager_layer_gelu_s"], c["eager_outer_gelu_s"] = eager_fit(a.eager_gelu)
         c["eager_outer_gelu_s"] = max(0.0, c["eager_outer_gelu_s"])
