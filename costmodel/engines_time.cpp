@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "costmodel/engines_host.hpp"
 #include "costmodel/model_states.hpp"
 #include "costmodel/op_costs.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -62,7 +63,7 @@ double megatron_main_grad_seconds(const Plan& plan, const HardwareProfile& p) {
   return memory_bound_seconds(p, 10.0 * double(std::max(first, last))) * double(s.gas);
 }
 
-// Strategies of the engine that no launch has measured (run1 had DeepSpeed
+// Strategies of the engine that no launch has measured (runs 1-5 had DeepSpeed
 // ZeRO-1/2/3, FSDP2 zero 2/3 with and without DTensor tp, Megatron pp x vpp
 // with the distributed optimizer): said, not refused.
 std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
@@ -78,12 +79,52 @@ std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
     out.push_back("Megatron-FSDP (zero 2/3) was never launched (megatron_train.py refuses it): its own hooks are "
                   "not modelled");
   if (engine == Engine::Fsdp && s.zero <= 1)
-    out.push_back("DDP / ZeroRedundancyOptimizer (zero 0/1) have no hook term (DDP's bucket hooks run in C++); "
-                  "not launched yet");
+    out.push_back("DDP / ZeroRedundancyOptimizer (zero 0/1): the host's work is the eager model's alone (DDP's "
+                  "bucket hooks run in C++; not probed, not launched yet)");
   if (s.ckpt != Ckpt::None && engine != Engine::Ours)
     out.push_back("activation recomputation through the engine's own checkpointing was not launched; priced as "
                   "this runtime recomputes");
   return out;
+}
+
+// Where the host constants come from, and what the form was worth on the
+// launches seen so far (docs/ENGINE_TIME.md, "Seen data").
+std::string host_constants_note(const EngineHostConstants& c) {
+  const bool probed = c.source != EngineHostConstants{}.source;
+  return fmt::format("engine host constants: {}{}; on runs 1-5's 35 launches (seen data, other hosts than the "
+                     "probe's) this form missed by {}: a guide to the engine's overheads, not a number to plan on",
+                     c.source, probed ? "" : " (a probe on the training host replaces them: profile \"engine_host\", "
+                                             "scripts/engines/probe_to_profile.py)",
+                     kSeenDataRange);
+}
+
+// The engine's step from its host work and the GPU's (engines_host.hpp).
+double composed_step(const Plan& plan, const EngineHostConstants& c, Engine engine, const EngineHostWork& host,
+                     const EngineGpuWork& gpu, double bubble_scale) {
+  const int gas = plan.strategy.gas;
+  switch (engine) {
+    case Engine::DeepSpeed:
+      return plan.strategy.zero == 3 ? deepspeed_zero3_step(plan, c, host, gpu) : deepspeed_zero12_step(gas, host, gpu);
+    case Engine::Fsdp: return fsdp_step(gas, host, gpu);
+    case Engine::Megatron: return megatron_step(gas, bubble_scale, host, gpu);
+    case Engine::Ours: break;
+  }
+  return gpu.step_seconds;
+}
+
+const char* composition_source(const Plan& plan, Engine engine) {
+  if (engine == Engine::DeepSpeed && plan.strategy.zero == 3)
+    return "DeepSpeed ZeRO-3: per module the coordinator's fetch waits on its oldest event beyond 2 "
+           "(partitioned_param_coordinator.py), so the host runs at most 3 modules ahead of the GPU; each "
+           "micro-batch ends in the reduce stream's synchronize (stage3.py); then the tail's host and GPU";
+  if (engine == Engine::DeepSpeed)
+    return "DeepSpeed ZeRO-1/2: per micro-batch max(host, GPU), the device synchronized at the gradient epilogue "
+           "(stage_1_and_2.py, overlap_comm); then the tail's host work and the GPU's optimizer";
+  if (engine == Engine::Fsdp)
+    return "FSDP2: no host sync in the step; max(host's work + the GPU's drain after its last enqueue (the "
+           "optimizer), the GPU's step)";
+  return "megatron-core train_step: per micro-batch max(host x (1 + bubble/compute), GPU), then the grad norm's "
+         "host sync, the tail's host work and the GPU's optimizer";
 }
 
 }  // namespace
@@ -189,73 +230,15 @@ EngineStep engine_step_time(const Plan& plan, const HardwareProfile& profile, En
     add("main_grad accumulation", megatron_main_grad_seconds(plan, p),
         "distributed_data_parallel.py's backward hook without gradient-accumulation fusion: main_grad.add_(grad) "
         "per parameter of the critical stage per micro-batch (10 bytes each)");
-  const double gas = double(s.gas);
-  if (engine == Engine::Megatron) {
-    const double passes = double(plan.model.layers) / s.pp * gas * critical_path_scale(sim);
-    add("local-path layer passes", kMegatronLayerPassSeconds * passes,
-        fmt::format("megatron-core's local layer spec in eager PyTorch: the rest of run1's mg-pp2-vpp2-dp2-dopt "
-                    "step, {:.3g} ms per layer of the critical stage per micro-batch (times the bubble's share), "
-                    "fitted on that run alone", 1e3 * kMegatronLayerPassSeconds));
-  }
-  if (engine == Engine::DeepSpeed && (s.zero >= 1 || s.dp > 1)) {
-    const int64_t tensors = torch_model_param_tensors(plan.model);
-    add("ZeRO gradient hooks", kDeepSpeedGradHookSeconds * double(tensors) * gas,
-        fmt::format("stage_1_and_2.py/stage3.py register a gradient hook per parameter tensor ({} here) with "
-                    "overlap_comm; each runs Python (bucket bookkeeping, copy into the contiguous buffer) per "
-                    "micro-batch: {:.3g} ms per hook, fitted on run1's ds-z1 and ds-z2",
-                    tensors, 1e3 * kDeepSpeedGradHookSeconds));
-  }
-  if (engine == Engine::DeepSpeed && s.zero == 3) {
-    const int64_t modules = torch_model_param_modules(plan.model);
-    const double passes = s.ckpt == Ckpt::Full ? 3 : 2;  // forward, backward (+ the recomputed forward)
-    add("ZeRO-3 fetch hooks", kDeepSpeedZ3FetchSeconds * double(modules) * passes * gas,
-        fmt::format("stage3 PartitionedParameterCoordinator.fetch_sub_module/release_sub_module run in Python "
-                    "per submodule with parameters ({} here) in each forward and backward of each micro-batch: "
-                    "{:.3g} ms per fetch, fitted on run1's ds-z3", modules, 1e3 * kDeepSpeedZ3FetchSeconds));
-  }
-  double fsdp_hooks = 0;
-  if (engine == Engine::Fsdp && s.zero >= 2) {
-    const int64_t units = plan.model.layers + 1;  // fully_shard per block, then the root
-    fsdp_hooks = kFsdpUnitSeconds * double(units) * gas;
-    add("FSDP2 unit hooks", fsdp_hooks,
-        fmt::format("fully_shard's pre/post forward and backward hooks per unit ({} units: each block and the "
-                    "root) per micro-batch, with its all-gather copy-in/copy-out and, on the last micro-batch, "
-                    "reduce-scatter copy-in: {:.3g} ms per unit per micro-batch, fitted on run1's fsdp-z3",
-                    units, 1e3 * kFsdpUnitSeconds));
-  }
-  double gpu = sim.step_seconds;
-  for (const auto& t : out.terms) gpu += t.seconds;
-  out.step_seconds = gpu;
-  if (engine == Engine::Fsdp && s.tp > 1) {
-    // DTensor dispatch runs on the host ahead of the GPU; the GPU waits once
-    // the host falls behind: the micro-batches' passes take the longer of the
-    // two (the hooks above are counted on both).
-    const int64_t calls = dtensor_module_calls(plan.model, s.sp);
-    out.host_seconds = kDTensorModuleSeconds * double(calls) * gas;
-    const double host_bound = out.host_seconds + fsdp_hooks + sim.optimizer_seconds;
-    add("DTensor host-bound", host_bound - gpu,
-        fmt::format("torch.distributed.tensor.parallel: DTensor's Python dispatch and redistribution per "
-                    "tensor-parallel module call ({} per micro-batch), forward and backward: {:.3g} ms per call, "
-                    "fitted on run1's fsdp-z2-tp2-sp; the step is the longer of the host's work and the GPU's",
-                    calls, 1e3 * kDTensorModuleSeconds));
-    out.step_seconds = std::max(gpu, host_bound);
-  }
-  // The fitted constants this prediction used, by name (docs/ENGINE_TIME.md).
-  std::string fitted;
-  auto fit = [&](const char* term_name, const char* constant, double value, const char* runs) {
-    for (const auto& t : out.terms)
-      if (t.name == term_name)
-        fitted += fmt::format("{}{} = {:.3g} s ({})", fitted.empty() ? "" : "; ", constant, value, runs);
-  };
-  fit("ZeRO gradient hooks", "kDeepSpeedGradHookSeconds", kDeepSpeedGradHookSeconds, "ds-z1, ds-z2");
-  fit("ZeRO-3 fetch hooks", "kDeepSpeedZ3FetchSeconds", kDeepSpeedZ3FetchSeconds, "ds-z3");
-  fit("FSDP2 unit hooks", "kFsdpUnitSeconds", kFsdpUnitSeconds, "fsdp-z3");
-  fit("DTensor host-bound", "kDTensorModuleSeconds", kDTensorModuleSeconds, "fsdp-z2-tp2-sp");
-  fit("local-path layer passes", "kMegatronLayerPassSeconds", kMegatronLayerPassSeconds, "mg-pp2-vpp2-dp2-dopt");
-  if (!fitted.empty())
-    out.notes.push_back("fitted on validation/engines/h100x4/run1 only (4x H100, llama-3.2-1b): " + fitted +
-                        "; on held-out launches (validation/engines/h200x4/run2, x2/run3) the engine step missed "
-                        "by -43% to +55%: a rough guide to the engine's overheads, not a number to plan on");
+  EngineGpuWork gpu{sim.step_seconds, sim.optimizer_seconds};
+  for (const auto& t : out.terms) gpu.step_seconds += t.seconds;
+  const EngineHostWork host = engine_host_work(plan, p.engine_host, engine);
+  out.host_seconds = double(s.gas) * host.micro_batch_seconds + host.tail_seconds;
+  out.step_seconds = composed_step(plan, p.engine_host, engine, host, gpu, critical_path_scale(sim));
+  add("host work and its syncs", out.step_seconds - gpu.step_seconds,
+      fmt::format("{}: host {} (engine_host constants: {}); the GPU's step {:.4f} s, its tail {:.4f} s",
+                  composition_source(plan, engine), host.formula, p.engine_host.source, gpu.step_seconds,
+                  gpu.tail_seconds));
   for (const std::string& n : unmeasured_notes(plan, engine)) out.notes.push_back(n);
   if (runs_python_trainer(engine))
     out.notes.push_back("the trainer is this repository's scripts/engines/" +
@@ -264,9 +247,9 @@ EngineStep engine_step_time(const Plan& plan, const HardwareProfile& profile, En
   if (engine == Engine::Megatron)
     out.notes.push_back("modelled without Transformer Engine (megatron_train.py's local layer spec, as run1 ran); "
                         "with TE's fused attention and kernels the step is nearer this runtime's, not modelled");
-  out.notes.push_back(
-      "not modelled: the engines' per-step Python (optimizer step bookkeeping, clipping's norm, DeepSpeed's "
-      "overflow check, Megatron's NaN check), the first steps' allocator growth, CUDA graph capture (none used)");
+  out.notes.push_back(host_constants_note(p.engine_host));
+  out.notes.push_back("not modelled: the first steps' allocator growth, CUDA graph capture (none used), a host "
+                      "slower or busier than the probe's other than through a probe on it");
   return out;
 }
 

@@ -3,9 +3,9 @@
 // predict --engine deepspeed|megatron|fsdp`. The plan is simulated with the
 // engine's kernel and overlap choices (engine_profile), then the engine's own
 // costs the simulator does not know are added as named terms, each citing its
-// source (docs/ENGINE_TIME.md). Five host-side constants have no
-// micro-benchmark and are fitted on run1's six launches only
-// (validation/engines/h100x4/run1); the held-out launches check them.
+// source (docs/ENGINE_TIME.md). The engine's host work (measured by a probe:
+// costmodel/engines_host.hpp) then composes with the GPU's step as the
+// engine's synchronisation orders them.
 #include <string>
 #include <vector>
 
@@ -20,30 +20,13 @@ namespace planner {
 // 0.3083 s over planner exec 0.2891 s for one step of GPT-1.3B (seq 2048,
 // mbs 8, bf16) on one H100 (issue 33's measurement, before run1; not fitted).
 constexpr double kEagerOverRuntime = 0.3083 / 0.2891;
-// Fitted on run1 (validation/engines/h100x4/run1, 4x H100, llama-3.2-1b):
-// DeepSpeed ZeRO's gradient hooks (overlap_comm registers one per parameter
-// tensor, run in Python in every backward): host seconds per parameter tensor
-// per micro-batch, from ds-z1 and ds-z2 (the mean of their two fits).
-constexpr double kDeepSpeedGradHookSeconds = 8.22e-5;
-// DeepSpeed ZeRO-3's parameter coordinator, host seconds per submodule fetch
-// (forward and backward, per micro-batch): from ds-z3 alone.
-constexpr double kDeepSpeedZ3FetchSeconds = 7.37e-4;
-// FSDP2: host seconds per fully_shard unit per micro-batch (its pre/post
-// forward and backward hooks, copy-in/copy-out): from fsdp-z3 alone.
-constexpr double kFsdpUnitSeconds = 5.96e-3;
-// DTensor tensor parallelism: host seconds per tensor-parallel module call per
-// micro-batch, forward and backward (DTensor's dispatch and redistribution):
-// from fsdp-z2-tp2-sp alone.
-constexpr double kDTensorModuleSeconds = 1.72e-3;
-
-// Megatron-core's local path (no TE, no apex): what the terms above leave of
-// mg-pp2-vpp2-dp2-dopt's step, per layer of the critical stage per
-// micro-batch (with the bubble's share): eager PyTorch's launches and the
-// Python of its local modules, not separated. From that run alone.
-constexpr double kMegatronLayerPassSeconds = 2.16e-3;
+// What the host/GPU form gave on runs 1-5's 35 launches (seen data; the
+// numbers of docs/ENGINE_TIME.md, "Seen data", by
+// scripts/engines/seen_steps.py), named in every --engine answer.
+inline constexpr const char* kSeenDataRange = "12.8% MAPE, -33% to +43%";
 
 struct EngineStepTerm {
-  std::string name;    // "eager kernels", "ZeRO-3 fetch hooks", ...
+  std::string name;    // "eager kernels", "host work and its syncs", ...
   double seconds = 0;  // added to the step (negative never)
   std::string source;  // where the term comes from (engine source, measurement, fit)
 };
@@ -51,8 +34,8 @@ struct EngineStepTerm {
 struct EngineStep {
   Engine engine = Engine::Ours;
   double simulated_seconds = 0;  // the plan simulated with engine_profile
-  double step_seconds = 0;       // simulated + terms (host-bound terms as documented in engines_time.cpp)
-  double host_seconds = 0;       // per step, the engine's Python host work that the GPU may wait for
+  double step_seconds = 0;       // simulated + terms (the last: the host/GPU composition, engines_host.hpp)
+  double host_seconds = 0;       // per step, the engine's host work (its micro-batches and tail)
   std::vector<EngineStepTerm> terms;
   std::vector<std::string> notes;  // fitted constants and what is not modelled
 };

@@ -346,12 +346,15 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
   }
   if (!p.collective_groups.empty()) j["collective_groups"] = collective_groups_to_json(p.collective_groups);
   if (p.calibration) j["calibration"] = *p.calibration;
+  // Only a probed section (its source differs from the compiled-in one):
+  // profiles saved before it stay as they were.
+  if (p.engine_host.source != EngineHostConstants{}.source) j["engine_host"] = engine_host_to_json(p.engine_host);
   return j;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile& base) {
   if (!j.is_object()) throw InputError("profile: expected a JSON object");
-  std::vector<std::string> known{"format", "calibration", "attention_rates", "collective_groups"};
+  std::vector<std::string> known{"format", "calibration", "attention_rates", "collective_groups", "engine_host"};
 #define X(f) known.push_back(#f);
   PLANNER_PROFILE_FIELDS(X)
 #undef X
@@ -415,6 +418,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
       // they did, not a base's table.
       p.collective_groups.clear();
     }
+    if (j.contains("engine_host")) p.engine_host = engine_host_from_json(j.at("engine_host"), p.engine_host);
     if (j.contains("calibration")) {
       if (!j.at("calibration").is_object()) throw InputError("profile: 'calibration' must be an object");
       p.calibration = std::make_shared<const nlohmann::json>(j.at("calibration"));

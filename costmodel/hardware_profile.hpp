@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+
+#include "costmodel/engines_host.hpp"
 #include <string>
 #include <string_view>
 #include <utility>
@@ -256,6 +258,11 @@ struct HardwareProfile {
   // them (kept so a reader can check; not read by the models). Null when the
   // profile was not calibrated.
   std::shared_ptr<const nlohmann::json> calibration;
+
+  // The engines' host work for predict --engine (costmodel/engines_host.hpp):
+  // probe6's constants unless the profile's "engine_host" object (a probe
+  // on the training host, scripts/engines/probe_to_profile.py) replaces them.
+  EngineHostConstants engine_host;
 
   // Dense tensor-core peak in a working precision (fp32 uses TF32 only when
   // allowed). fp8 gives the bf16 peak: MFU of an fp8 plan is counted against
