@@ -94,7 +94,7 @@ ModelSpec parse_hf(const json& config, std::string name, const std::string& sour
     if (const int64_t n = std::count(local.begin(), local.end(), true); n > 0) {
       m.sliding_window = r.optional("window_size", 256, kMaxPositions);
       m.window_layers = n;
-      m.window_pattern = hf::window_pattern_of(local);
+      m.window_pattern = hf::window_pattern_of(local, &m.window_period);
     }
   } else if (type == "gptj") {
     // GPTJConfig: rotary, attention without biases, one ln_1 per block (parallel

@@ -54,8 +54,9 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
 // GPT-Neo's attention_types ([[["global", "local"], 12]]): whether each layer is
 // local (empty when the field is absent).
 std::vector<bool> gpt_neo_local_layers(const ConfigReader& r, int64_t layers);
-// Which WindowPattern a per-layer list of windowed layers has (Other when none fits).
-WindowPattern window_pattern_of(const std::vector<bool>& windowed);
+// Which WindowPattern a per-layer list of windowed layers has (Other when none
+// fits); for Period, *period gets its period.
+WindowPattern window_pattern_of(const std::vector<bool>& windowed, int64_t* period = nullptr);
 
 // The note naming every field of the config not read (call after parsing).
 void note_unread_fields(const ConfigReader& r, std::vector<std::string>& notes);

@@ -160,7 +160,7 @@ void read_window(const ConfigReader& r, const Family& fam, ModelSpec& m) {
   const int64_t max_window_layers = r.optional("max_window_layers", -1, kMaxLayers);
   const bool listed = r.has("layer_types");
   if (!use || w == 0) return;
-  int64_t windowed = m.layers;
+  int64_t windowed = m.layers, period = 0;
   WindowPattern placed = WindowPattern::Last;
   if (listed) {
     const json& t = r.j.at("layer_types");
@@ -169,12 +169,12 @@ void read_window(const ConfigReader& r, const Family& fam, ModelSpec& m) {
     std::vector<bool> each;
     for (const auto& k : t) each.push_back(k == json("sliding_attention"));
     windowed = std::count(each.begin(), each.end(), true);
-    placed = window_pattern_of(each);
+    placed = window_pattern_of(each, &period);
   } else if (pattern > 0) {
     windowed = m.layers - m.layers / pattern;  // Gemma-3: every pattern-th layer is global
     std::vector<bool> each;
     for (int64_t i = 0; i < m.layers; ++i) each.push_back((i + 1) % pattern != 0);
-    placed = window_pattern_of(each);
+    placed = window_pattern_of(each, &period);
   } else if (fam.alternate_window) {
     windowed = (m.layers + 1) / 2;  // Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
     placed = WindowPattern::Even;
@@ -185,6 +185,7 @@ void read_window(const ConfigReader& r, const Family& fam, ModelSpec& m) {
   m.sliding_window = w;
   m.window_layers = windowed;
   m.window_pattern = placed;
+  if (placed == WindowPattern::Period) m.window_period = period;
 }
 
 // A mixture of experts by its fields: the routed experts' count
@@ -275,7 +276,7 @@ ModelSpec parse_decoder(const ConfigReader& r, std::string name, const ModelLoad
   return m;
 }
 
-WindowPattern window_pattern_of(const std::vector<bool>& windowed) {
+WindowPattern window_pattern_of(const std::vector<bool>& windowed, int64_t* period) {
   const int64_t n = int64_t(windowed.size());
   auto all = [&](auto pred) {
     for (int64_t i = 0; i < n; ++i)
@@ -286,6 +287,11 @@ WindowPattern window_pattern_of(const std::vector<bool>& windowed) {
   if (all([&](int64_t i) { return i >= n - count; })) return WindowPattern::Last;
   if (all([](int64_t i) { return i % 2 == 0; })) return WindowPattern::Even;
   if (all([](int64_t i) { return i % 2 == 1; })) return WindowPattern::Odd;
+  for (int64_t p = 3; p <= n; ++p)
+    if (all([p](int64_t i) { return (i + 1) % p != 0; })) {
+      if (period) *period = p;
+      return WindowPattern::Period;
+    }
   return WindowPattern::Other;
 }
 

@@ -83,7 +83,7 @@ double attended_pairs(int64_t seq, int64_t window) {
 std::string runtime_model_gap(const ModelSpec& m) {
   std::vector<std::string> gaps;
   if (m.window_layers > 0 && m.window_pattern == WindowPattern::Other)
-    gaps.push_back("sliding windows on this pattern of layers (only all/last, even or odd layers)");
+    gaps.push_back("sliding windows on this pattern of layers (only all/last, even, odd, or all but every n-th layer)");
   std::string out;
   for (const auto& g : gaps) out += (out.empty() ? "" : ", ") + g;
   return out.empty() ? out : "the runtime does not build " + out;
@@ -95,6 +95,7 @@ bool ModelSpec::layer_windowed(int64_t i) const {
     case WindowPattern::Last: return i >= layers - window_layers;
     case WindowPattern::Even: return i % 2 == 0;
     case WindowPattern::Odd: return i % 2 == 1;
+    case WindowPattern::Period: return window_period > 0 && (i + 1) % window_period != 0;
     case WindowPattern::Other: return false;
   }
   return false;
@@ -173,6 +174,15 @@ void ModelSpec::validate() const {
   if (window_layers > 0 && window_pattern == WindowPattern::Odd && window_layers != layers / 2)
     throw InputError(fmt::format("{}: window_pattern=odd windows layers 1, 3, ...: window_layers must be {}, got {}", who,
                                  layers / 2, window_layers));
+  if ((window_pattern == WindowPattern::Period) != (window_period > 0))
+    throw InputError(fmt::format("{}: window_period={} goes with window_pattern=period (and only with it)", who,
+                                 window_period));
+  if (window_pattern == WindowPattern::Period && (window_period < 2 || window_period > layers ||
+                                                  window_layers != layers - layers / window_period))
+    throw InputError(fmt::format("{}: window_pattern=period with window_period={} needs 2 <= window_period <= layers={} "
+                                 "and window_layers = layers - layers / window_period = {}, got {}",
+                                 who, window_period, layers, window_period >= 2 ? layers - layers / window_period : 0,
+                                 window_layers));
   if (moe.experts != 0 || moe.top_k != 0 || moe.expert_ffn != 0 || moe.shared_ffn != 0 || moe.dense_layers != 0 ||
       moe.shared_experts != 0 || moe.shared_gate || moe.capacity_factor != 0 || moe.imbalance != 1.0) {
     positive(moe.experts, "moe.experts", 1 << 16);
@@ -285,8 +295,14 @@ void to_json(nlohmann::json& j, const ModelSpec& m) {
   if (m.logit_softcap > 0) j["logit_softcap"] = m.logit_softcap;
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.window_layers > 0) j["window_layers"] = m.window_layers;
-  if (m.window_layers > 0 && m.window_pattern != WindowPattern::Last)
-    j["window_pattern"] = m.window_pattern == WindowPattern::Even ? "even" : m.window_pattern == WindowPattern::Odd ? "odd" : "other";
+  if (m.window_layers > 0 && m.window_pattern != WindowPattern::Last) {
+    const WindowPattern w = m.window_pattern;
+    j["window_pattern"] = w == WindowPattern::Even     ? "even"
+                          : w == WindowPattern::Odd    ? "odd"
+                          : w == WindowPattern::Period ? "period"
+                                                       : "other";
+    if (w == WindowPattern::Period) j["window_period"] = m.window_period;
+  }
   if (m.rope_theta > 0) j["rope_theta"] = m.rope_theta;
   if (m.moe.enabled()) {
     nlohmann::json e{{"experts", m.moe.experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn}};
@@ -350,7 +366,7 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
       "norm",     "qkv_bias",       "out_bias",        "mlp_bias",     "parallel_block", "tied_embeddings", "lm_head_bias",
       "embed_norm", "final_norm",   "pooler",          "mlm_head",     "published_params", "default_seq",
       "head_size", "qk_norm", "sandwich_norm", "gelu_gate", "logit_softcap", "sliding_window", "window_layers",
-      "window_pattern", "rope_theta", "moe"};
+      "window_pattern", "window_period", "rope_theta", "moe"};
   for (const auto& [key, value] : j.items())
     if (!known.count(key)) throw InputError(fmt::format("{}: unknown field '{}'", who, key));
   for (const char* req : {"layers", "hidden", "heads", "vocab"})
@@ -406,8 +422,10 @@ void from_json(const nlohmann::json& j, ModelSpec& m) {
   if (j.contains("window_pattern"))
     r.window_pattern = enum_field<WindowPattern>(
         j, "window_pattern",
-        {{"last", WindowPattern::Last}, {"even", WindowPattern::Even}, {"odd", WindowPattern::Odd}, {"other", WindowPattern::Other}},
+        {{"last", WindowPattern::Last}, {"even", WindowPattern::Even}, {"odd", WindowPattern::Odd},
+         {"period", WindowPattern::Period}, {"other", WindowPattern::Other}},
         who);
+  if (j.contains("window_period")) r.window_period = int_field(j, "window_period", who);
   if (j.contains("rope_theta")) {
     const auto& v = j.at("rope_theta");
     if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 1e12)

@@ -23,7 +23,11 @@ enum class NormKind { LayerNorm, RmsNorm };         // LayerNorm has weight+bias
 // (GPT-Neo's [global, local] pattern), or another placement (Gemma-3's five
 // local to one global, a layer_types list of no such shape), which the cost
 // model prices by the count alone and the runtime does not build.
-enum class WindowPattern { Last, Even, Odd, Other };
+// Which layers are windowed: the last window_layers (Mistral, Qwen2), the even
+// (Gemma-2) or odd (GPT-Neo's local) ones, all but every window_period-th
+// (Period: layer i global when (i + 1) % window_period == 0, Gemma-3's five
+// local to one global), or another placement (Other: priced by the count only).
+enum class WindowPattern { Last, Even, Odd, Period, Other };
 
 // Mixture of experts (absent when experts == 0): the MLP of every layer past
 // the first `dense_layers` is replaced by a router (hidden -> experts, no
@@ -93,6 +97,7 @@ struct ModelSpec {
   int64_t sliding_window = 0;       // keys each query of a windowed layer attends (itself included); 0 = none
   int64_t window_layers = 0;        // how many of the layers use the window (the others attend globally)
   WindowPattern window_pattern = WindowPattern::Last;  // which ones (the runtime needs it; costs need the count)
+  int64_t window_period = 0;        // WindowPattern::Period: every window_period-th layer is global (Gemma-3: 6)
   double rope_theta = 0;            // rotary base (HF rope_theta); 0 = 10000, RoFormer's and Llama-2's. Changes
                                     // neither time nor memory; the exports pass it on (Megatron --rotary-base)
   double rotary_base() const { return rope_theta > 0 ? rope_theta : 10000.0; }
@@ -107,7 +112,7 @@ struct ModelSpec {
   // window covers the whole sequence `seq`).
   int64_t windowed_layers(int64_t seq) const { return sliding_window > 0 && sliding_window < seq ? window_layers : 0; }
   // Whether layer i (0-based) is one of the window_layers windowed layers
-  // (window_pattern says which); false for WindowPattern::Other.
+  // (window_pattern, window_period say which); false for WindowPattern::Other.
   bool layer_windowed(int64_t i) const;
 
   int64_t norm_params() const;        // one norm of width hidden

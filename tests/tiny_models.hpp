@@ -99,5 +99,15 @@ inline ModelSpec gemma2_like() {
   m.logit_softcap = 1.0;
   return m;
 }
+// Gemma-3-like: q/k norms, sandwich norms, GeGLU, and windows on all layers
+// but every third (window_pattern period 3: layers 0, 1, 3 local, 2 global).
+inline ModelSpec gemma3_like() {
+  ModelSpec m = llama_like();
+  m.name = "tiny-gemma3";
+  m.layers = 4, m.head_size = 16, m.qk_norm = true, m.sandwich_norm = true, m.gelu_gate = true;
+  m.tied_embeddings = true;
+  m.sliding_window = 4, m.window_layers = 3, m.window_pattern = WindowPattern::Period, m.window_period = 3;
+  return m;
+}
 
 }  // namespace planner::test

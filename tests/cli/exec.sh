@@ -39,15 +39,16 @@ PY
 for cfg in '{"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16}' \
            '{"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 512, "tie_word_embeddings": true, "rope_theta": 1000000.0}' \
            '{"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "intermediate_size": 128, "vocab_size": 512}' \
-           '{"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "final_logit_softcapping": 30.0}'; do
+           '{"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "final_logit_softcapping": 30.0}' \
+           '{"model_type": "gemma3_text", "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "sliding_window_pattern": 3}'; do
   echo "$cfg" > "$TMP/today.json"
   expect_exit 0 $P predict --model "$TMP/today.json" --gpus 1xH100 --strategy mbs=2,precision=fp32 --seq 64 \
     --global-batch 2 -o "$TMP/today-plan.json"
   expect_exit 0 $P exec "$TMP/today-plan.json" --steps 2 --warmup 1 --device cpu -q -o "$TMP/today-r.json"
 done
 # What the runtime does not build is refused by name before any work:
-# Gemma-3's windows on five layers of every six.
-echo '{"model_type": "gemma3_text", "num_hidden_layers": 6, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "sliding_window_pattern": 6}' > "$TMP/gemma.json"
+# windows on an irregular list of layers.
+echo '{"model_type": "gemma3_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 512, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]}' > "$TMP/gemma.json"
 expect_exit 0 $P predict --model "$TMP/gemma.json" --gpus 1xH100 --strategy mbs=2,precision=fp32 --seq 64 \
   --global-batch 2 -o "$TMP/gemma-plan.json"
 expect_bad_input $P exec "$TMP/gemma-plan.json" --device cpu -o "$TMP/gemma-r.json" && expect_grep "pattern of layers" "$TMP/err"

@@ -18,7 +18,7 @@ namespace {
 // Each of today's decoders under every strategy of `texts` at dp x tp, sp off
 // and on, equals one process.
 void check_today(int dp, int tp, const std::vector<const char*>& texts) {
-  std::vector<ModelSpec> models = {mistral_like(), qwen2_like(), qwen3_like(), gemma2_like()};
+  std::vector<ModelSpec> models = {mistral_like(), qwen2_like(), qwen3_like(), gemma2_like(), gemma3_like()};
   for (ModelSpec& m : models)
     if (m.kv_heads % tp != 0) m.kv_heads = m.heads;  // tp = 4 splits the kv heads too
   check_grid({dp, 1, tp}, models, texts, /*with_sp=*/true);

@@ -37,7 +37,7 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 TEST_CASE("runtime: parameter count equals the ModelSpec's for every family", "[runtime]") {
   for (const ModelSpec& m :
        {gpt2_like(), neo_like(), gptj_like(), opt_like(), opt350_like(), llama_like(), bert_like(), mistral_like(),
-        qwen2_like(), qwen3_like(), gemma2_like()}) {
+        qwen2_like(), qwen3_like(), gemma2_like(), gemma3_like()}) {
     INFO(m.name);
     TransformerModel model(m, 32);
     const auto& s = model.store();
@@ -53,7 +53,7 @@ TEST_CASE("runtime: parameter count equals the ModelSpec's for every family", "[
 TEST_CASE("runtime: every family runs forward and backward with finite gradients", "[runtime]") {
   for (const ModelSpec& m :
        {gpt2_like(), neo_like(), gptj_like(), opt_like(), opt350_like(), llama_like(), bert_like(), mistral_like(),
-        qwen2_like(), qwen3_like(), gemma2_like()}) {
+        qwen2_like(), qwen3_like(), gemma2_like(), gemma3_like()}) {
     INFO(m.name);
     auto tokens = std::make_shared<SyntheticTokens>(m.vocab, 7);
     Trainer t(fp32_config(m, 2, 1, 16), at::kCPU, tokens);
@@ -73,7 +73,7 @@ TEST_CASE("runtime: gradients match finite differences in double precision", "[r
   // norms, rotary, the MLPs): the directional derivative g . d against
   // (L(p + eps d) - L(p - eps d)) / (2 eps).
   for (const ModelSpec& m : {gpt2_like(), gptj_like(), opt350_like(), llama_like(), bert_like(), mistral_like(),
-                            qwen3_like(), gemma2_like()}) {
+                            qwen3_like(), gemma2_like(), gemma3_like()}) {
     INFO(m.name);
     TransformerModel model(m, 16);
     model.materialize(at::kCPU, at::kDouble, 3);

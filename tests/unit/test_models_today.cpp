@@ -291,6 +291,42 @@ TEST_CASE("each preset's published config.json reads back to the preset", "[mode
   CHECK(gj.get<ModelSpec>().logit_softcap == 30.0);
   gj["logit_softcap"] = -1;
   CHECK(contains(error_of([&] { (void)gj.get<ModelSpec>(); }), "'logit_softcap'"));
+  // Gemma-3 (Gemma3TextConfig): every sliding_window_pattern-th layer global,
+  // the rest windowed: 26 layers, pattern 6 -> layers 5, 11, 17, 23 global.
+  const nlohmann::json g3c = {{"model_type", "gemma3_text"}, {"num_hidden_layers", 26}, {"hidden_size", 1152},
+                              {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 256},
+                              {"intermediate_size", 6912}, {"vocab_size", 262144}, {"sliding_window", 512},
+                              {"sliding_window_pattern", 6}};
+  const ModelSpec g3 = model_from_hf_config(g3c, "g3");
+  CHECK(g3.window_pattern == WindowPattern::Period);
+  CHECK(g3.window_period == 6);
+  CHECK(g3.window_layers == 22);
+  int global = 0;
+  for (int64_t i = 0; i < g3.layers; ++i) global += !g3.layer_windowed(i);
+  CHECK(global == 4);
+  CHECK_FALSE(g3.layer_windowed(5));
+  CHECK(g3.layer_windowed(4));
+  CHECK(g3.layer_windowed(25));
+  CHECK(runtime_model_gap(g3).empty());
+  // The same placement as transformers >= 4.53 lists it (layer_types), and the
+  // JSON round trip.
+  nlohmann::json g3l = g3c;
+  g3l.erase("sliding_window_pattern");
+  g3l["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 26; ++i) g3l["layer_types"].push_back((i + 1) % 6 ? "sliding_attention" : "full_attention");
+  const ModelSpec g3b = model_from_hf_config(g3l, "g3");
+  CHECK(g3b.window_pattern == WindowPattern::Period);
+  CHECK(g3b.window_period == 6);
+  nlohmann::json g3j = g3;
+  CHECK(g3j.at("window_pattern") == "period");
+  CHECK(g3j.get<ModelSpec>().window_period == 6);
+  g3j["window_layers"] = 21;  // not 26 - 26/6
+  CHECK(contains(error_of([&] { (void)g3j.get<ModelSpec>(); }), "window_period=6"));
+  // An irregular list stays "other": priced by its count, refused by exec.
+  g3l["layer_types"][0] = "full_attention";
+  const ModelSpec g3o = model_from_hf_config(g3l, "g3");
+  CHECK(g3o.window_pattern == WindowPattern::Other);
+  CHECK(contains(runtime_model_gap(g3o), "pattern of layers"));
   // DeepSeek-V2-Lite's published config: its latent attention refused by name,
   // one line (the preset is refused the same way).
   const std::string e = error_of([&] { model_from_hf_config(read_json(hf_dir() / "deepseek-v2-lite.json"), "d"); });
@@ -368,13 +404,15 @@ TEST_CASE("the loader: qkv bias, windows, and what it refuses", "[model][hf]") {
   CHECK(n.window_pattern == WindowPattern::Odd);  // [global, local]: layers 1, 3, ...
   CHECK(n.layer_windowed(1));
   CHECK_FALSE(n.layer_windowed(0));
-  // Other placements are priced by their count and named by the runtime.
+  // Every sixth layer global (Gemma-3's placement) on a Mistral config: the
+  // period, built by the runtime.
   nlohmann::json g3 = read_json(hf_dir() / "mistral-7b.json");
   g3["sliding_window_pattern"] = 6;
   const ModelSpec six = model_from_hf_config(g3, "g3", {}, &notes);
   CHECK(six.window_layers == 32 - 5);
-  CHECK(six.window_pattern == WindowPattern::Other);
-  CHECK(contains(runtime_model_gap(six), "sliding windows on this pattern of layers"));
+  CHECK(six.window_pattern == WindowPattern::Period);
+  CHECK(six.window_period == 6);
+  CHECK(runtime_model_gap(six).empty());
   nlohmann::json bad = neo;
   bad["attention_types"] = {{{"global", "local"}, 11}};
   CHECK(contains(error_of([&] { model_from_hf_config(bad, "neo"); }), "describes 22 layers"));
