@@ -92,7 +92,7 @@ std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
 std::string host_constants_note(const EngineHostConstants& c) {
   const bool probed = c.source != EngineHostConstants{}.source;
   return fmt::format("engine host constants: {}{}; on runs 1-5's 35 launches (seen data, other hosts than the "
-                     "probe's) this form missed by {}, and held out on six one-GPU launches (one H200) by {}: a guide "
+                     "probe's) this form missed by {}, and held out on eight one-GPU launches (one H200) by {}: a guide "
                      "to the engine's overheads, not a number to plan on",
                      c.source, probed ? "" : " (a probe on the training host replaces them: profile \"engine_host\", "
                                              "scripts/engines/probe_to_profile.py)",

@@ -22,11 +22,11 @@ namespace planner {
 constexpr double kEagerOverRuntime = 0.3083 / 0.2891;
 // What the host/GPU form gave on runs 1-5's 35 launches (seen data; the
 // numbers of docs/ENGINE_TIME.md, "Seen data", by
-// scripts/engines/seen_steps.py), and held out on run 8's six one-GPU
-// launches (validation/engines/h200x1/run8), named in every --engine answer.
+// scripts/engines/seen_steps.py), and held out on run 8's eight one-GPU
+// launches (validation/engines/h200x1/run8 and run8b), named in every --engine answer.
 inline constexpr const char* kSeenDataRange = "12.8% MAPE, -33% to +43%";
 inline constexpr const char* kHeldOutRange =
-    "10.6% MAPE, -21% to +9%, with a probe of that host; 15.6%, -6% to +59%, with the compiled-in constants";
+    "9.8% MAPE, -21% to +9%, with a probe of that host; 17.4%, -6% to +59%, with the compiled-in constants";
 
 struct EngineStepTerm {
   std::string name;    // "eager kernels", "host work and its syncs", ...
