@@ -15,16 +15,14 @@ import json
 import os
 import statistics
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import seen_peaks  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RUNS = [  # (run, plans, results, gpus, profile file or None)
-    ("run1", "validation/engines/plans", "validation/engines/h100x4/run1/engines", "4xH100",
-     "validation/h100x4/calib20/profile-4gpu.json"),
-    ("run2", "validation/engines/plans2", "validation/engines/h200x4/run2/engines", "4xH200", None),
-    ("run3", "validation/engines/plans3", "validation/engines/x2/run3/engines", "2xH200", None),
-    ("run4", "validation/engines/plans4", "validation/engines/x2/run4/engines", "2xH100", None),
-    ("run5", "validation/engines/plans5", "validation/engines/x2/run5/engines", "2xH200", None),
-]
+# (run, plans, results, gpus, profile file or None): seen_peaks.py's runs 1-4, and run 5.
+RUNS = seen_peaks.RUNS + [("run5", "validation/engines/plans5", "validation/engines/x2/run5/engines", "2xH200", None)]
 
 
 def engine_step(binary, plan_path, engine, gpus, profile):
