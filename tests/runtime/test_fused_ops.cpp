@@ -178,9 +178,10 @@ TEST_CASE("add_norm and norm: the residual add and LayerNorm/RMSNorm, their inpu
           "[fused]") {
   for (const Case& c : cases()) {
     for (bool rms : {false, true}) {
-      // 64: 16-byte vectors in every dtype; 36: one element at a time in bf16.
+      // 64: 16-byte vectors in every dtype; 36: one element at a time in bf16;
+      // 128 and 256: the per-head q/k norms of Qwen3 and Gemma-3.
       // 600 rows: several per block of the backward's partial sums.
-      for (int64_t h : {int64_t(64), int64_t(36)}) {
+      for (int64_t h : {int64_t(64), int64_t(36), int64_t(128), int64_t(256)}) {
         INFO("dtype " << c.opt.dtype() << " rms " << rms << " h " << h);
         at::manual_seed(11);
         const auto dbl = at::TensorOptions().dtype(at::kDouble);
