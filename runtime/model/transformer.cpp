@@ -599,12 +599,11 @@ at::Tensor TransformerModel::head_norm(const at::Tensor& x, int w, int b) const 
   // replicated gradients already.
   at::Tensor wt = tp_ && !sp_ ? copy_to_tp(p(w), tp_) : p(w);
   at::Tensor bt = b < 0 ? at::Tensor() : tp_ && !sp_ ? copy_to_tp(p(b), tp_) : p(b);
-  // The runtime's norm kernels (one each way on CUDA, as the layers' norms),
-  // over the head's contiguous copy: ATen's per-head norm copied it too, and
-  // its layer-norm kernels ran these (rows x head_dim) shapes at a fraction of
-  // the bandwidth (validation/h200/today53: qwen3-4b's q/k norms ~50 ms a
-  // step). On the CPU it is at::rms_norm / at::layer_norm as before.
-  return rt::norm(x.contiguous(), wt, bt, norm_eps(), spec_.norm != NormKind::LayerNorm);
+  // ATen's norms: the runtime's fused norm kernel (one 32-thread block a row)
+  // was tried here and ran Qwen3's 128-wide heads slower (validation/h200/qknorm55).
+  const int64_t d = spec_.head_dim();
+  if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {d}, wt, bt, norm_eps());
+  return at::rms_norm(x, {d}, wt, norm_eps());
 }
 
 // The model's norms go through runtime/model/fused_ops (one kernel each way on
