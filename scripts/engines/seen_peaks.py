@@ -37,17 +37,23 @@ def constants(profile_path):
     return p.get("context_bytes", 0.75 * G), p.get("nccl_communicator_bytes", 990 * 2**20)
 
 
-def predict(binary, plan_path, engine, gpus, profile):
+def planner_json(binary, command, plan_path, engine, gpus, profile):
+    """`planner COMMAND --engine ENGINE --json` for a run's plan: with its profile (--plan), or else the catalog's
+    profile of the GPUs that ran (the plan's model, strategy, seq and batch on `gpus`); None if it fails."""
     p = json.load(open(plan_path))
     if profile:
-        cmd = [binary, "memory", "--plan", plan_path, "--profile", os.path.join(ROOT, profile)]
+        cmd = [binary, command, "--plan", plan_path, "--profile", os.path.join(ROOT, profile)]
     else:
-        cmd = [binary, "memory", "--model", p["model"]["name"], "--gpus", gpus, "--strategy", p["strategy"]["text"],
+        cmd = [binary, command, "--model", p["model"]["name"], "--gpus", gpus, "--strategy", p["strategy"]["text"],
                "--seq", str(p["seq"]), "--global-batch", str(p["global_batch"])]
     out = subprocess.run(cmd + ["--engine", engine, "--json"], capture_output=True, text=True, cwd=ROOT)
-    if out.returncode != 0:
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def predict(binary, plan_path, engine, gpus, profile):
+    j = planner_json(binary, "memory", plan_path, engine, gpus, profile)
+    if j is None:
         return None
-    j = json.loads(out.stdout)
     ctx, nccl = constants(profile or CATALOG[gpus.split("x")[-1]])
     st, bd = j["plan"]["strategy"], j["breakdown"]
     comms = (st["dp"] > 1) + (st["tp"] > 1) + (st["pp"] > 1)

@@ -26,16 +26,8 @@ RUNS = seen_peaks.RUNS + [("run5", "validation/engines/plans5", "validation/engi
 
 
 def engine_step(binary, plan_path, engine, gpus, profile):
-    p = json.load(open(plan_path))
-    if profile:
-        cmd = [binary, "predict", "--plan", plan_path, "--profile", profile]
-    else:
-        cmd = [binary, "predict", "--model", p["model"]["name"], "--gpus", gpus, "--strategy", p["strategy"]["text"],
-               "--seq", str(p["seq"]), "--global-batch", str(p["global_batch"])]
-    out = subprocess.run(cmd + ["--engine", engine, "--json"], capture_output=True, text=True, cwd=ROOT)
-    if out.returncode != 0:
-        return None
-    return json.loads(out.stdout)["engine_step"]["step_seconds"]
+    j = seen_peaks.planner_json(binary, "predict", plan_path, engine, gpus, profile)
+    return None if j is None else j["engine_step"]["step_seconds"]
 
 
 def launches():
