@@ -33,6 +33,12 @@ import json
 import os
 import sys
 
+
+def fail(msg):
+    """Bad input: one line on stderr, exit 2, nothing written."""
+    print(f"probe_to_profile: {msg}", file=sys.stderr)
+    sys.exit(2)
+
 # The compiled-in constants (costmodel/engines_host.hpp EngineHostConstants), to scale the unprobed ones.
 DEFAULT = dict(eager_layer_swiglu_s=3.42e-3, eager_layer_gelu_s=1.65e-3, eager_outer_gelu_s=1.4e-3,
                deepspeed_z1_tensor_s=0.159e-3, deepspeed_z2_tensor_s=0.153e-3, deepspeed_z12_tail_tensor_s=0.076e-3,
@@ -61,7 +67,7 @@ def eager_fit(path):
     pts = sorted((j["layers"], j["fwd_bwd_host_s"]) for j in
                  (json.loads(line.split(" ", 1)[1]) for line in open(path) if line.startswith("PROBE ")))
     if len(pts) < 2 or pts[0][0] == pts[-1][0]:
-        sys.exit(f"probe_to_profile: {path} needs PROBE lines at two layer counts")
+        fail(f"{path} needs PROBE lines at two layer counts")
     (l0, t0), (l1, t1) = pts[0], pts[-1]
     per = (t1 - t0) / (l1 - l0)
     return per, t0 - l0 * per
@@ -70,7 +76,7 @@ def eager_fit(path):
 def result(path):
     r = json.load(open(path))
     if r.get("median_host_step_s") is None:
-        sys.exit(f"probe_to_profile: {path} has no host timing (a trainer from before probe6?)")
+        fail(f"{path} has no host timing (a trainer from before probe6?)")
     return r
 
 
@@ -92,7 +98,7 @@ def main():
             setattr(a, k, None)
     m = json.load(open(a.plan))["model"]
     if m["mlp"] != "swiglu":
-        sys.exit("probe_to_profile: --plan must be the SwiGLU (Llama-like) tiny model the engine probes ran")
+        fail("--plan must be the SwiGLU (Llama-like) tiny model the engine probes ran")
     T, M = counts(m)
     L = m["layers"]
     c = dict(DEFAULT)
@@ -160,4 +166,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:  # a missing or malformed input file
+        fail(f"{type(e).__name__}: {e}")
