@@ -169,7 +169,8 @@ json measure_attention(const Ctx& c) {
   // 32768 in 16-bit: long-context plans; validation/h100/window23 ran full
   // attention at those lengths 12-15% faster than the rates held at 8192), and
   // 80 (OPT-2.7b: the flash kernels run it padded to a wider head) at 1024
-  // and 2048 (the profile's attention_rates interpolate between them):
+  // and 2048, and 256 (Gemma-2 and Gemma-3; 16-bit only) at 2048 to 16384
+  // (the profile's attention_rates interpolate between them):
   // gpt2-xl (25 heads of 64), gpt-neo (16 of 128), TinyLlama's GQA (32
   // heads, 4 kv heads of 64), and the others of the grid at about the same
   // work.
@@ -187,7 +188,11 @@ json measure_attention(const Ctx& c) {
                                                            {1, 16, 16, 8192, 128},
                                                            {1, 32, 32, 16384, 64},
                                                            {1, 16, 16, 16384, 128},
-                                                           {1, 16, 16, 32768, 128}};
+                                                           {1, 16, 16, 32768, 128},
+                                                           {4, 8, 8, 2048, 256},
+                                                           {2, 8, 4, 4096, 256},
+                                                           {1, 8, 8, 8192, 256},
+                                                           {1, 8, 4, 16384, 256}};
   // fp32 on the GPU too: SDPA has no flash kernel for it and runs the
   // memory-efficient one, which the profile keeps apart (..._relative_fp32).
   const std::vector<std::string> precisions = c.cuda ? std::vector<std::string>{"bf16", "fp16", "fp32"}
@@ -195,7 +200,7 @@ json measure_attention(const Ctx& c) {
   for (const auto& p : precisions) {
     const auto opt = at::TensorOptions().device(c.device).dtype(dtype_of(p));
     for (const Cfg& g : cfgs) {
-      if (p == "fp32" && g.s > 8192) continue;  // the memory-efficient kernel: minutes at these lengths
+      if (p == "fp32" && (g.s > 8192 || g.d > 128)) continue;  // the memory-efficient kernel: minutes at these lengths
       at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);
       at::Tensor k = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
       at::Tensor v = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
@@ -238,12 +243,18 @@ json measure_attention_window(const Ctx& c) {
     int64_t b, heads, kv_heads, s, d, window;
   };
   // Mistral's shape (32 heads, 8 kv heads of 128) at windows of a quarter and
-  // an eighth of the sequence, and heads of 64 with a window of half.
+  // an eighth of the sequence, heads of 64 with a window of half, and heads of
+  // 256: Gemma-3-1B's (4 heads, 1 kv head, window 512), Gemma-3-4B's (8 over 4,
+  // window 1024) and Gemma-2's (8 over 4, window 4096).
   const std::vector<Cfg> cfgs = c.quick ? std::vector<Cfg>{{1, 4, 4, 256, 32, 64}}
                                         : std::vector<Cfg>{{1, 32, 8, 16384, 128, 4096},
                                                            {1, 32, 8, 16384, 128, 2048},
                                                            {2, 16, 16, 8192, 128, 2048},
-                                                           {2, 32, 32, 8192, 64, 4096}};
+                                                           {2, 32, 32, 8192, 64, 4096},
+                                                           {2, 4, 1, 8192, 256, 512},
+                                                           {1, 4, 1, 16384, 256, 512},
+                                                           {2, 8, 4, 8192, 256, 1024},
+                                                           {1, 8, 4, 16384, 256, 4096}};
   const auto opt = at::TensorOptions().device(c.device).dtype(at::kBFloat16);
   for (const Cfg& g : cfgs) {
     at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);

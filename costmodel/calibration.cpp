@@ -501,6 +501,7 @@ struct Fitter {
   void attention_window() {
     if (!m.contains("attention_window") || m["attention_window"].empty()) return;
     std::vector<double> fwd, bwd;
+    std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<double>, std::vector<double>>> at;
     for (auto& a : m["attention_window"]) {
       const int64_t s = a["seq"].get<int64_t>(), w = a["window"].get<int64_t>();
       const double share = attended_pairs(s, w) / attended_pairs(s, 0);
@@ -510,7 +511,26 @@ struct Fitter {
       a["backward_relative"] = b;
       fwd.push_back(f);
       bwd.push_back(b);
+      auto& [pf, pb] = at[{a["head_dim"].get<int64_t>(), s}];
+      pf.push_back(f);
+      pb.push_back(b);
     }
+    // Per head dimension and sequence: the median of the cases there.
+    p.attention_window_rates.clear();
+    json table = json::array();
+    for (const auto& [key, fb] : at) {
+      HardwareProfile::AttentionRate r;
+      r.head_dim = key.first, r.seq = key.second;
+      r.forward = std::clamp(median(fb.first), 0.05, 2.0);
+      r.backward = std::clamp(median(fb.second), 0.05, 2.0);
+      p.attention_window_rates.push_back(r);
+      table.push_back({{"head_dim", r.head_dim}, {"seq", r.seq}, {"forward", r.forward}, {"backward", r.backward},
+                       {"cases", fb.first.size()}});
+    }
+    fits["attention_window_rates"] = {
+        {"value", table},
+        {"from", "per head dimension and sequence length: the median over its cases of the windowed kernel's "
+                 "relative rates"}};
     const std::string how = "median over {} cases of the windowed kernel's rate on its attended pairs (the runtime's "
                             "FlashAttention-2 with a window) / the full causal kernel's at the same shape, {}";
     p.attention_window_forward_relative = std::clamp(median(fwd), 0.05, 2.0);

@@ -140,8 +140,8 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
     // layers by their counts); the placement of
     // local layers across pipeline stages (at most one layer's difference for
     // alternating patterns) is not modelled.
-    const double window_f = window_time_factor(m, s.seq, p.attention_window_forward_relative);
-    const double window_b = window_time_factor(m, s.seq, p.attention_window_backward_relative);
+    const double window_f = window_time_factor(m, s.seq, p.attention_window_rel(false, d, s.seq));
+    const double window_b = window_time_factor(m, s.seq, p.attention_window_rel(true, d, s.seq));
     core_fwd.attention_seconds = window_f * attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
     out.backward.attention_seconds +=
         window_b * attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);
@@ -236,6 +236,19 @@ void qkv_memory_ops(const ModelSpec& m, const LayerDims& x, bool fused, MemoryOp
   if (fused && m.pos == PosEmbed::Rotary && !m.qk_norm) {
     fm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
     bm.add(MK::Streaming, 2 * e * (Tq + 2 * Tkv));
+    return;
+  }
+  // Qwen3's and Gemma-3's RMS q/k norms with the rotation after them
+  // (runtime/kernels/qk_norm_kernels.cu, one kernel each way; v stays a view of
+  // the projection's output). Forward: read q and k, write them normed and
+  // rotated. Backward: read their gradients and the projection's q and k,
+  // write the latter's gradient, and copy v's gradient into the whole; a
+  // memset and a cast around it for the weights' gradients. Priced as the
+  // layer's norms are (the reduction class).
+  if (fused && m.pos == PosEmbed::Rotary && m.qk_norm && m.norm != NormKind::LayerNorm) {
+    fm.add(MK::Reduction, 2 * e * (Tq + Tkv), 1);
+    bm.add(MK::Reduction, 3 * e * (Tq + Tkv), 1);
+    bm.add(MK::Streaming, 2 * e * Tkv, 2);
     return;
   }
   // The fused QKV output is split into q, k, v; the split's backward concatenates

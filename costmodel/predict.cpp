@@ -115,6 +115,16 @@ StepPrediction predict(const Plan& plan, const HardwareProfile& profile, SimResu
         "window's work; this profile has no measurement of the windowed kernel (planner calibrate --only "
         "attention_window)",
         plan.model.windowed_layers(plan.seq)));
+  // A head wider than the profile measured attention at: priced at the widest measured head's rates.
+  for (const bool window : {false, true}) {
+    const int64_t widest = profile.attention_widest_head_dim(window), d = plan.model.head_dim();
+    if (!profile.flash_attention || widest == 0 || d <= widest || plan.strategy.precision == Precision::FP32) continue;
+    if (window && plan.model.windowed_layers(plan.seq) == 0) continue;
+    p.memory.notes.push_back(fmt::format(
+        "attention: head_dim {} is wider than this profile's {}measured heads (up to {}); priced at head_dim {}'s "
+        "rates (planner calibrate --only attention,attention_window measures 256)",
+        d, window ? "windowed-kernel " : "", widest, widest));
+  }
   // MoE in this runtime: the host's part (many small kernels; at ep > 1 one sync per layer forward).
   if (plan.model.moe.enabled()) {
     const MoeHostSeconds h = moe_host_seconds(profile, plan.strategy.ep, 1.0, plan.model.moe.shared_ffn > 0);

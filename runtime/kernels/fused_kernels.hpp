@@ -60,6 +60,23 @@ void norm_backward(Dtype t, const void* dn, const void* a, const void* w, const 
                    const void* dres, void* da, float* dw_part, float* db_part, void* dw, void* db, int parts,
                    int64_t rows, int64_t h, bool rms, void* stream);
 
+// Qwen3's and Gemma-3's per-head RMS norms of q and k, then rotary positions
+// (runtime/kernels/qk_norm_kernels.cu). qkv is (rows, (nq + 2 nkv) d) = [q
+// heads | k heads | v heads]; wq and wk the norms' weights (d each); cos and
+// sin (s, d) tables, row r at position r mod s. Forward writes q (rows, nq d)
+// and k (rows, nkv d): rotary(x rstd w) per head. Backward, from dq, dk and dv
+// (contiguous, as q, k and v), writes dqkv (rows, (nq + 2 nkv) d) and adds the
+// weights' gradients into dw (fp32, 2 d: q's then k's; zeroed here first).
+// qk_norm_rotary_supported says whether a head of d elements fits: d / 16
+// bytes a power of two up to 32; every pointer 16-byte aligned.
+bool qk_norm_rotary_supported(Dtype t, int64_t d);
+void qk_norm_rotary_forward(Dtype t, const void* qkv, const void* wq, const void* wk, const void* cos, const void* sin,
+                            void* q, void* k, int64_t rows, int64_t s, int64_t nq, int64_t nkv, int64_t d, double eps,
+                            void* stream);
+void qk_norm_rotary_backward(Dtype t, const void* dq, const void* dk, const void* dv, const void* qkv, const void* wq,
+                             const void* wk, const void* cos, const void* sin, void* dqkv, float* dw, int64_t rows,
+                             int64_t s, int64_t nq, int64_t nkv, int64_t d, double eps, void* stream);
+
 // x (n elements) *= *num / den in place, where num is a device float; nothing
 // is written when the ratio is exactly 1 (the cross-entropy's backward, whose
 // kept gradient is pre-multiplied by the factor the backward brings).

@@ -162,6 +162,16 @@ struct RotaryFn : torch::autograd::Function<RotaryFn> {
 
 #if PLANNER_FUSED_CUDA
 bool aligned16(const at::Tensor& t) { return !t.defined() || (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
+#endif
+// t, or a 16-byte-aligned copy of it when it is not aligned (the kernels' vector loads).
+at::Tensor aligned_copy(const at::Tensor& t) {
+#if PLANNER_FUSED_CUDA
+  return aligned16(t) ? t : t.clone();
+#else
+  return t;
+#endif
+}
+#if PLANNER_FUSED_CUDA
 
 // LayerNorm / RMSNorm over the last dimension, with an optional residual add
 // before it (y defined): returns {x + y, norm(x + y)}, or {norm(x)}. Saves the
@@ -237,6 +247,96 @@ bool norm_kernels_take(const at::Tensor& x, const at::Tensor& y, const at::Tenso
 }
 #endif
 
+// The per-head RMS norm's and rotation's backward for one of q, k as ATen
+// operations, in fp32 for 16-bit tensors (as the kernel computes): x (b, s, n,
+// d) the norm's input, dy the rotated output's gradient. Returns dx; dw gets
+// the weight's gradient, sum over rows of dn xhat.
+at::Tensor qk_backward_aten(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& dy_in,
+                            const at::Tensor& c, const at::Tensor& sn, double eps, at::Tensor& dw) {
+  const auto op = x_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor x = x_in.to(op), w = w_in.to(op), dn = unrotate(dy_in.to(op), c.to(op), sn.to(op));
+  const at::Tensor rstd = (x * x).mean(-1, true).add(eps).rsqrt(), xh = x * rstd, g = dn * w;
+  dw = (dn * xh).reshape({-1, x.size(-1)}).sum(0).to(w_in.scalar_type());
+  return (rstd * (g - xh * (g * xh).mean(-1, true))).to(x_in.scalar_type());
+}
+
+// Qwen3's and Gemma-3's q/k norms and rotation on the projection's output
+// (fused_ops.hpp qk_norm_rotary_qkv). v is returned as a view of qkv, which
+// the function saves: a custom function's view output, its gradient arriving
+// in this backward.
+struct QkNormRotaryFn : torch::autograd::Function<QkNormRotaryFn> {
+  static bool kernels_take(const at::Tensor& qkv, const at::Tensor& wq, const at::Tensor& wk, const at::Tensor& c,
+                           int64_t d) {
+#if PLANNER_FUSED_CUDA
+    auto same = [&](const at::Tensor& t) { return t.scalar_type() == qkv.scalar_type() && t.device() == qkv.device(); };
+    return kernels_run_on(qkv) && same(wq) && same(wk) && same(c) && aligned16(qkv) &&
+           fused::qk_norm_rotary_supported(*kernel_dtype(qkv), d);
+#else
+    (void)qkv, (void)wq, (void)wk, (void)c, (void)d;
+    return false;
+#endif
+  }
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& qkv_in, const at::Tensor& wq_in,
+                             const at::Tensor& wk_in, const at::Tensor& cos_in, const at::Tensor& sin_in, int64_t nq,
+                             int64_t nkv, int64_t d, double eps) {
+    const at::Tensor qkv = qkv_in.contiguous();
+    const int64_t b = qkv.size(0), s = qkv.size(1);
+    const at::Tensor c = table(cos_in, d), sn = table(sin_in, d);
+    const bool kern = kernels_take(qkv, wq_in, wk_in, c, d);
+    // The weights may sit at any offset of a flat buffer: 16-byte aligned copies for the kernel.
+    const at::Tensor wq = kern ? aligned_copy(wq_in) : wq_in, wk = kern ? aligned_copy(wk_in) : wk_in;
+    ctx->save_for_backward({qkv, wq, wk});
+    ctx->saved_data["cos"] = c;
+    ctx->saved_data["sin"] = sn;
+    ctx->saved_data["dims"] = std::vector<int64_t>{nq, nkv, d};
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["kern"] = kern;
+    at::Tensor v = qkv.narrow(-1, (nq + nkv) * d, nkv * d).view({b, s, nkv, d});
+    if (kern) {
+#if PLANNER_FUSED_CUDA
+      at::Tensor q = at::empty({b, s, nq, d}, qkv.options()), k = at::empty({b, s, nkv, d}, qkv.options());
+      fused::qk_norm_rotary_forward(*kernel_dtype(qkv), qkv.data_ptr(), wq.data_ptr(), wk.data_ptr(), c.data_ptr(),
+                                    sn.data_ptr(), q.data_ptr(), k.data_ptr(), b * s, c.size(0), nq, nkv, d, eps,
+                                    stream_of(qkv));
+      return {q, k, v};
+#endif
+    }
+    auto parts = qkv.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
+    return {rotate(at::rms_norm(parts[0].view({b, s, nq, d}), {d}, wq, eps), c, sn),
+            rotate(at::rms_norm(parts[1].view({b, s, nkv, d}), {d}, wk, eps), c, sn), v};
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor qkv = saved[0], wq = saved[1], wk = saved[2];
+    const at::Tensor c = ctx->saved_data["cos"].toTensor(), sn = ctx->saved_data["sin"].toTensor();
+    const auto dims = ctx->saved_data["dims"].toIntVector();
+    const int64_t nq = dims[0], nkv = dims[1], d = dims[2], b = qkv.size(0), s = qkv.size(1);
+    const double eps = ctx->saved_data["eps"].toDouble();
+    auto grad = [&](size_t i, int64_t n) {
+      return grads[i].defined() ? grads[i].contiguous() : at::zeros({b, s, n, d}, qkv.options());
+    };
+    at::Tensor dq = grad(0, nq), dk = grad(1, nkv), dv = grad(2, nkv);
+    if (ctx->saved_data["kern"].toBool()) {
+#if PLANNER_FUSED_CUDA
+      dq = aligned_copy(dq), dk = aligned_copy(dk), dv = aligned_copy(dv);
+      at::Tensor dqkv = at::empty_like(qkv), dw = at::empty({2 * d}, qkv.options().dtype(at::kFloat));
+      fused::qk_norm_rotary_backward(*kernel_dtype(qkv), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), qkv.data_ptr(),
+                                     wq.data_ptr(), wk.data_ptr(), c.data_ptr(), sn.data_ptr(), dqkv.data_ptr(),
+                                     dw.data_ptr<float>(), b * s, c.size(0), nq, nkv, d, eps, stream_of(qkv));
+      const at::Tensor dw16 = dw.to(wq.scalar_type());
+      return {dqkv, dw16.narrow(0, 0, d), dw16.narrow(0, d, d), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+              at::Tensor(), at::Tensor()};
+#endif
+    }
+    auto parts = qkv.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
+    at::Tensor dwq, dwk;
+    const at::Tensor dxq = qk_backward_aten(parts[0].view({b, s, nq, d}), wq, dq, c, sn, eps, dwq);
+    const at::Tensor dxk = qk_backward_aten(parts[1].view({b, s, nkv, d}), wk, dk, c, sn, eps, dwk);
+    at::Tensor dqkv = at::cat({dxq.reshape({b, s, -1}), dxk.reshape({b, s, -1}), dv.reshape({b, s, -1})}, -1);
+    return {dqkv, dwq, dwk, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 at::Tensor aten_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool rms) {
   const int64_t h = x.size(-1);
   if (rms) return at::rms_norm(x, {h}, w, eps);
@@ -273,6 +373,13 @@ std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& co
 
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return RotaryFn::apply(x, cos, sin);
+}
+
+std::array<at::Tensor, 3> qk_norm_rotary_qkv(const at::Tensor& qkv, const at::Tensor& wq, const at::Tensor& wk,
+                                             const at::Tensor& cos, const at::Tensor& sin, int64_t nq, int64_t nkv,
+                                             int64_t d, double eps) {
+  auto out = QkNormRotaryFn::apply(qkv, wq, wk, cos, sin, nq, nkv, d, eps);
+  return {out[0], out[1], out[2]};
 }
 
 at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, bool rms) {

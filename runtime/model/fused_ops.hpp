@@ -50,6 +50,18 @@ std::array<at::Tensor, 3> rotary_qkv(const at::Tensor& qkv, const at::Tensor& co
 // rotation): returns x rotated, contiguous. Saves nothing but the tables.
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// Qwen3's and Gemma-3's per-head RMS norms of q and k (weights wq, wk of
+// head width d) and the rotary positions after them, on a fused projection's
+// output qkv (b, s, (nq + 2 nkv) d), tables as rotary_qkv's: returns q (b, s,
+// nq, d) and k (b, s, nkv, d), normed and rotated, contiguous, and v (b, s,
+// nkv, d), a view of qkv. Saves qkv (v keeps it alive anyway) and the
+// weights; the backward recomputes each head's rstd from it. On CUDA one
+// kernel each way (qk_norm_rotary_kernels_take), whose backward writes the
+// gradient of the whole of qkv (v's copied in) and the weights' gradients.
+std::array<at::Tensor, 3> qk_norm_rotary_qkv(const at::Tensor& qkv, const at::Tensor& wq, const at::Tensor& wk,
+                                             const at::Tensor& cos, const at::Tensor& sin, int64_t nq, int64_t nkv,
+                                             int64_t d, double eps);
+
 // LayerNorm (rms = false; b may be undefined) or RMSNorm (rms = true) over
 // the last dimension with weight w, as at::layer_norm / at::rms_norm with eps.
 // On CUDA one kernel each way; its backward computes the weight and bias

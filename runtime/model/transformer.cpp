@@ -591,16 +591,23 @@ at::Tensor TransformerModel::post_norm(const at::Tensor& x, int w, int b) const 
   return w >= 0 ? norm(x, w, b) : x;
 }
 
+// Qwen3's q_norm/k_norm weights (or biases) as a rank uses them. Under tp
+// without sp each rank normalises only its heads, so the replicated weight's
+// gradient is partial: copy_to_tp (identity forward, all-reduce backward)
+// sums it over the tp group; under sp the engine's ReplicaReduce sums the
+// replicated gradients already.
+at::Tensor TransformerModel::head_norm_weight(int w) const {
+  if (w < 0) return at::Tensor();
+  return tp_ && !sp_ ? copy_to_tp(p(w), tp_) : p(w);
+}
+
+// The q/k norms apart from the rotation (LayerNorm kinds, no rotary): ATen's
+// norms over each head's head_dim values. The runtime's fused norm kernel
+// (one 32-thread block a row) was tried here and ran Qwen3's 128-wide heads
+// slower (validation/h200/qknorm55); RMS norms before rotary take
+// qk_norm_rotary_qkv.
 at::Tensor TransformerModel::head_norm(const at::Tensor& x, int w, int b) const {
-  // Qwen3's q_norm/k_norm over each head's head_dim values. Under tp without
-  // sp each rank normalises only its heads, so the replicated weight's
-  // gradient is partial: copy_to_tp (identity forward, all-reduce backward)
-  // sums it over the tp group; under sp the engine's ReplicaReduce sums the
-  // replicated gradients already.
-  at::Tensor wt = tp_ && !sp_ ? copy_to_tp(p(w), tp_) : p(w);
-  at::Tensor bt = b < 0 ? at::Tensor() : tp_ && !sp_ ? copy_to_tp(p(b), tp_) : p(b);
-  // ATen's norms: the runtime's fused norm kernel (one 32-thread block a row)
-  // was tried here and ran Qwen3's 128-wide heads slower (validation/h200/qknorm55).
+  at::Tensor wt = head_norm_weight(w), bt = head_norm_weight(b);
   const int64_t d = spec_.head_dim();
   if (spec_.norm == NormKind::LayerNorm) return at::layer_norm(x, {d}, wt, bt, norm_eps());
   return at::rms_norm(x, {d}, wt, norm_eps());
@@ -627,9 +634,16 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
   at::Tensor qkv = col_linear(xn, l.qkv_w, l.qkv_b);  // (b, s, h + 2 kv); sp: xn is (b, s/tp, h)
   const int64_t b = qkv.size(0), s = qkv.size(1), h = nh * hd, kv = nkv * hd;
   at::Tensor q, k, v;
+  // Qwen3's and Gemma-3's q/k norms (RMS) and the rotation after them: one
+  // function, v a view of the projection's output, which it keeps.
+  const bool qk_fused = spec_.qk_norm && spec_.pos == PosEmbed::Rotary && spec_.norm != NormKind::LayerNorm;
   if (spec_.pos == PosEmbed::Rotary && !spec_.qk_norm) {
     // One fused function: rotated q and k and a copy of v, the projection's output then freed.
     auto r = rotary_qkv(qkv, rope_cos_.narrow(0, 0, s), rope_sin_.narrow(0, 0, s), nh, nkv, hd);
+    q = r[0], k = r[1], v = r[2];
+  } else if (qk_fused) {
+    auto r = qk_norm_rotary_qkv(qkv, head_norm_weight(l.q_norm_w), head_norm_weight(l.k_norm_w),
+                                rope_cos_.narrow(0, 0, s), rope_sin_.narrow(0, 0, s), nh, nkv, hd, norm_eps());
     q = r[0], k = r[1], v = r[2];
   } else {
     // split (not narrow): its backward concatenates the three gradients in one
@@ -639,8 +653,8 @@ at::Tensor TransformerModel::attention(int64_t i, const at::Tensor& xn, bool sel
     k = parts[1].view({b, s, nkv, hd});
     v = parts[2].view({b, s, nkv, hd});
   }
-  if (spec_.qk_norm) q = head_norm(q, l.q_norm_w, l.q_norm_b), k = head_norm(k, l.k_norm_w, l.k_norm_b);
-  if (spec_.pos == PosEmbed::Rotary && spec_.qk_norm) {  // after the norms: q and k rotated apart
+  if (spec_.qk_norm && !qk_fused) q = head_norm(q, l.q_norm_w, l.q_norm_b), k = head_norm(k, l.k_norm_w, l.k_norm_b);
+  if (spec_.pos == PosEmbed::Rotary && spec_.qk_norm && !qk_fused) {  // after the norms: q and k rotated apart
     at::Tensor c = rope_cos_.narrow(0, 0, s), sn = rope_sin_.narrow(0, 0, s);
     q = rotary(q, c, sn);
     k = rotary(k, c, sn);

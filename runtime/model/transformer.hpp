@@ -258,6 +258,7 @@ class TransformerModel {
   std::array<at::Tensor, 2> add_norm(const at::Tensor& x, const at::Tensor& y, int w, int b) const;
   at::Tensor post_norm(const at::Tensor& x, int w, int b) const;  // norm(), or x when w < 0
   at::Tensor head_norm(const at::Tensor& x, int w, int b) const;  // over the last dim, head_dim wide
+  at::Tensor head_norm_weight(int w) const;  // a q/k norm's weight or bias as this rank uses it (undefined for -1)
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
   // A column-parallel layer: under sp x is this rank's sequence shard and the
   // GEMM gathers the sequence itself (LinearAccum); linear() otherwise.

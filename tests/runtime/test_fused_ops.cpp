@@ -125,6 +125,51 @@ TEST_CASE("rotary: one tensor of any strides (Qwen3's normed q and k) rotated, a
   }
 }
 
+TEST_CASE("qk_norm_rotary_qkv: per-head RMS norms of q and k, then rotary; v a view; gradients of qkv and the weights",
+          "[fused]") {
+  // Head widths 16, 128 (Qwen3) and 256 (Gemma-3): 1, 8 and 16 threads a head
+  // in the bf16 kernel; 600 positions make the backward's blocks loop.
+  for (const int64_t d : {int64_t(16), int64_t(128), int64_t(256)}) {
+    for (const Case& c : cases()) {
+      INFO("dtype " << c.opt.dtype() << " head_dim " << d);
+      at::manual_seed(11);
+      const int64_t b = 2, s = 600, nq = 4, nkv = 2, w = (nq + 2 * nkv) * d;
+      const double eps = 1e-6;
+      auto [cos, sin] = tables(s, d, c.opt);
+      const auto dbl = at::TensorOptions().dtype(at::kDouble);
+      at::Tensor x0 = at::randn({b, s, w}, dbl) * 3, flat0 = at::randn({2 * d + 1}, dbl) * 0.5 + 1;
+      at::Tensor x = x0.to(c.opt).requires_grad_(true), flat = flat0.to(c.opt).requires_grad_(true);
+      // The weights as views at an odd offset of a flat buffer, as the runtime keeps parameters.
+      auto out = qk_norm_rotary_qkv(x, flat.narrow(0, 1, d), flat.narrow(0, 1 + d, d), cos, sin, nq, nkv, d, eps);
+      CHECK(out[2].data_ptr() == static_cast<char*>(x.data_ptr()) + (nq + nkv) * d * x.element_size());
+      at::Tensor r = x0.clone().requires_grad_(true), rf = flat0.clone().requires_grad_(true);
+      auto [cd, sd] = tables(s, d, dbl);
+      auto parts = r.split_with_sizes({nq * d, nkv * d, nkv * d}, -1);
+      auto normed = [&](const at::Tensor& t, const at::Tensor& wt) {
+        at::Tensor n = t * (t * t).mean(-1, true).add(eps).rsqrt() * wt;
+        return n * cd + rotate_half_ref(n) * sd;
+      };
+      std::vector<at::Tensor> ref{normed(parts[0].view({b, s, nq, d}), rf.narrow(0, 1, d)),
+                                  normed(parts[1].view({b, s, nkv, d}), rf.narrow(0, 1 + d, d)),
+                                  parts[2].reshape({b, s, nkv, d})};
+      std::vector<at::Tensor> gs;
+      for (int i = 0; i < 3; ++i) {
+        CHECK(out[i].sizes() == ref[i].sizes());
+        CHECK(max_rel(out[i], ref[i]) < c.tol);
+        gs.push_back(at::randn(ref[i].sizes(), dbl));
+      }
+      CHECK(out[0].is_contiguous());
+      CHECK(out[1].is_contiguous());
+      auto dx = torch::autograd::grad({out[0], out[1], out[2]}, {x, flat},
+                                      {gs[0].to(c.opt), gs[1].to(c.opt), gs[2].to(c.opt)});
+      auto dref = torch::autograd::grad(ref, {r, rf}, gs);
+      CHECK(max_rel(dx[0], dref[0]) < c.tol);
+      // The weight gradients sum over 1200 rows: bf16's one rounding of each sum.
+      CHECK(max_rel(dx[1].narrow(0, 1, 2 * d), dref[1].narrow(0, 1, 2 * d)) < c.tol);
+    }
+  }
+}
+
 TEST_CASE("fused_cross_entropy: loss and gradient as log-softmax in fp32 (GPU only)", "[fused]") {
   if (!at::hasCUDA() || !fused_kernels_enabled()) {
     // No kernel here: the function declines, and the caller's ATen path runs.

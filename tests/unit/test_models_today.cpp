@@ -193,6 +193,29 @@ TEST_CASE("windowed layers run at the windowed kernel's measured rate", "[model]
   CHECK(transformer_layer_times(p, global, s, GroupLink{}).forward.attention_seconds == g.forward.attention_seconds);
 }
 
+TEST_CASE("Qwen3's RMS q/k norms and the rotation after them: one kernel each way (hand bytes)", "[model][time]") {
+  const HardwareProfile p = default_profile(gpu_by_name("H100"));
+  REQUIRE(p.fused_ops);
+  ModelSpec plain = model_preset("qwen3-1.7b");
+  plain.qk_norm = false;
+  const ModelSpec qk = model_preset("qwen3-1.7b");
+  const LayerShape s{4096, 2, 1, false, Precision::BF16, Ckpt::None};
+  const PassTimes a = transformer_layer_times(p, plain, s, GroupLink{}), b = transformer_layer_times(p, qk, s, GroupLink{});
+  const double e = 2, T = 8192, Tq = T * double(qk.q_dim()), Tkv = T * double(qk.kv_dim()), X = e * (Tq + Tkv);
+  auto red = [&](double bytes) { return memory_kernel_seconds(p, bytes, MemKernel::Reduction); };
+  auto str = [&](double bytes) { return memory_kernel_seconds(p, bytes, MemKernel::Streaming); };
+  // Without the norms: the fused rotary reads qkv and writes q, k, v each way.
+  // With them: read and write q and k (forward); read their gradients and
+  // inputs, write the input gradient, copy v's gradient, with a memset and a
+  // cast beside the kernel (backward).
+  CHECK(b.forward.memory_seconds - a.forward.memory_seconds ==
+        Approx(p.memory_in_step_factor * (red(2 * X) - str(2 * e * (Tq + 2 * Tkv)))).epsilon(1e-9));
+  CHECK(b.backward.memory_seconds - a.backward.memory_seconds ==
+        Approx(p.memory_in_step_factor *
+               (red(3 * X) + str(2 * e * Tkv) + 2 * p.kernel_overhead_seconds - str(2 * e * (Tq + 2 * Tkv))))
+            .epsilon(1e-9));
+}
+
 TEST_CASE("today's presets are within 0.5% of their published parameter counts", "[model][published]") {
   const char* names[] = {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b",
                          "mistral-7b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b",
