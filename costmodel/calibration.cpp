@@ -511,26 +511,27 @@ struct Fitter {
       a["backward_relative"] = b;
       fwd.push_back(f);
       bwd.push_back(b);
-      auto& [pf, pb] = at[{a["head_dim"].get<int64_t>(), s}];
+      auto& [pf, pb] = at[{a["head_dim"].get<int64_t>(), w}];
       pf.push_back(f);
       pb.push_back(b);
     }
-    // Per head dimension and sequence: the median of the cases there.
+    // Per head dimension and window: the median of the cases there (the
+    // window, not the sequence, sets the edge blocks' share of the work).
     p.attention_window_rates.clear();
     json table = json::array();
     for (const auto& [key, fb] : at) {
       HardwareProfile::AttentionRate r;
-      r.head_dim = key.first, r.seq = key.second;
+      r.head_dim = key.first, r.seq = key.second;  // seq: the window (HardwareProfile::attention_window_rates)
       r.forward = std::clamp(median(fb.first), 0.05, 2.0);
       r.backward = std::clamp(median(fb.second), 0.05, 2.0);
       p.attention_window_rates.push_back(r);
-      table.push_back({{"head_dim", r.head_dim}, {"seq", r.seq}, {"forward", r.forward}, {"backward", r.backward},
+      table.push_back({{"head_dim", r.head_dim}, {"window", r.seq}, {"forward", r.forward}, {"backward", r.backward},
                        {"cases", fb.first.size()}});
     }
     fits["attention_window_rates"] = {
         {"value", table},
-        {"from", "per head dimension and sequence length: the median over its cases of the windowed kernel's "
-                 "relative rates"}};
+        {"from", "per head dimension and window: the median over its cases of the windowed kernel's relative "
+                 "rates"}};
     const std::string how = "median over {} cases of the windowed kernel's rate on its attended pairs (the runtime's "
                             "FlashAttention-2 with a window) / the full causal kernel's at the same shape, {}";
     p.attention_window_forward_relative = std::clamp(median(fwd), 0.05, 2.0);
@@ -1064,10 +1065,13 @@ std::string calibration_table(const HardwareProfile& p) {
     }
     if (v.contains("value") && v["value"].is_array()) {  // a table: one line per point
       out += fmt::format("{:<34} {:>14}  {}\n", k, fmt::format("{} points", v["value"].size()), v.value("from", ""));
-      for (const auto& r : v["value"])
-        out += fmt::format("  {:<6} head dim {:>4}, seq {:>6}: forward {:.4f}, backward {:.4f} ({} cases)\n",
-                           r.value("precision", ""), r.value("head_dim", 0), r.value("seq", 0), r.value("forward", 0.0),
-                           r.value("backward", 0.0), r.value("cases", 0));
+      for (const auto& r : v["value"]) {
+        const bool window = r.contains("window");
+        out += fmt::format("  {:<6} head dim {:>4}, {} {:>6}: forward {:.4f}, backward {:.4f} ({} cases)\n",
+                           r.value("precision", window ? "16-bit" : ""), r.value("head_dim", 0), window ? "window" : "seq",
+                           r.value(window ? "window" : "seq", 0), r.value("forward", 0.0), r.value("backward", 0.0),
+                           r.value("cases", 0));
+      }
       continue;
     }
     const double x = v.value("value", 0.0);

@@ -116,8 +116,8 @@ void HardwareProfile::validate() const {
   for (const auto& r : attention_window_rates)
     if (r.fp32 || r.head_dim <= 0 || r.seq <= 0 || !(r.forward > 0 && r.forward <= 2) ||
         !(r.backward > 0 && r.backward <= 2))
-      throw InputError(fmt::format("profile: attention_window_rates at head_dim={} seq={}: a 16-bit point with a "
-                                   "positive head_dim and seq and relative rates in (0, 2] (got {} and {})",
+      throw InputError(fmt::format("profile: attention_window_rates at head_dim={} window={}: a 16-bit point with a "
+                                   "positive head_dim and window and relative rates in (0, 2] (got {} and {})",
                                    r.head_dim, r.seq, r.forward, r.backward));
   for (const auto& r : attention_rates) {
     if (r.head_dim <= 0 || r.seq <= 0)
@@ -337,8 +337,8 @@ double HardwareProfile::attention_backward_rel(Precision p, int64_t head_dim, in
   return r > 0 ? r : attention_backward_rel(p);
 }
 
-double HardwareProfile::attention_window_rel(bool backward, int64_t head_dim, int64_t seq) const {
-  const double r = table_rate(attention_window_rates, false, backward, head_dim, seq);
+double HardwareProfile::attention_window_rel(bool backward, int64_t head_dim, int64_t window) const {
+  const double r = table_rate(attention_window_rates, false, backward, head_dim, window);
   return r > 0 ? r : backward ? attention_window_backward_relative : attention_window_forward_relative;
 }
 
@@ -351,28 +351,32 @@ int64_t HardwareProfile::attention_widest_head_dim(bool window) const {
 
 namespace {
 
-nlohmann::json rate_table_to_json(const std::vector<HardwareProfile::AttentionRate>& table) {
+// `along`: the name of the table's second coordinate (AttentionRate::seq),
+// "seq" for attention_rates, "window" for attention_window_rates.
+nlohmann::json rate_table_to_json(const std::vector<HardwareProfile::AttentionRate>& table, const char* along) {
   nlohmann::json t = nlohmann::json::array();
   for (const auto& r : table)
-    t.push_back({{"precision", r.fp32 ? "fp32" : "16-bit"}, {"head_dim", r.head_dim}, {"seq", r.seq},
+    t.push_back({{"precision", r.fp32 ? "fp32" : "16-bit"}, {"head_dim", r.head_dim}, {along, r.seq},
                  {"forward_relative", r.forward}, {"backward_relative", r.backward}});
   return t;
 }
 
 // A table of relative attention rates under `key` (attention_rates,
-// attention_window_rates): each point's precision, head_dim, seq,
-// forward_relative and backward_relative, with one line naming what is wrong.
-std::vector<HardwareProfile::AttentionRate> rate_table_from_json(const nlohmann::json& t, const char* key) {
+// attention_window_rates): each point's precision, head_dim, `along` (seq or
+// window), forward_relative and backward_relative, with one line naming what
+// is wrong.
+std::vector<HardwareProfile::AttentionRate> rate_table_from_json(const nlohmann::json& t, const char* key,
+                                                                 const char* along) {
   if (!t.is_array()) throw InputError(fmt::format("profile: '{}' must be an array", key));
   std::vector<HardwareProfile::AttentionRate> out;
   for (const auto& e : t) {
     const size_t idx = out.size();
-    for (const char* k : {"precision", "head_dim", "seq", "forward_relative", "backward_relative"})
+    for (const char* k : {"precision", "head_dim", along, "forward_relative", "backward_relative"})
       if (!e.is_object() || !e.contains(k))
-        throw InputError(fmt::format("profile: {}[{}] lacks '{}' (each point has precision, head_dim, seq, "
+        throw InputError(fmt::format("profile: {}[{}] lacks '{}' (each point has precision, head_dim, {}, "
                                      "forward_relative and backward_relative)",
-                                     key, idx, k));
-    for (const char* k : {"head_dim", "seq"})
+                                     key, idx, k, along));
+    for (const char* k : {"head_dim", along})
       if (!e.at(k).is_number_integer())
         throw InputError(fmt::format("profile: {}[{}].{} must be an integer", key, idx, k));
     for (const char* k : {"forward_relative", "backward_relative"})
@@ -385,7 +389,7 @@ std::vector<HardwareProfile::AttentionRate> rate_table_from_json(const nlohmann:
       throw InputError(fmt::format("profile: {} precision '{}' must be 16-bit or fp32", key, prec));
     r.fp32 = prec == "fp32";
     e.at("head_dim").get_to(r.head_dim);
-    e.at("seq").get_to(r.seq);
+    e.at(along).get_to(r.seq);
     e.at("forward_relative").get_to(r.forward);
     e.at("backward_relative").get_to(r.backward);
     out.push_back(r);
@@ -401,8 +405,9 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
 #define X(f) j[#f] = p.f;
   PLANNER_PROFILE_FIELDS(X)
 #undef X
-  if (!p.attention_rates.empty()) j["attention_rates"] = rate_table_to_json(p.attention_rates);
-  if (!p.attention_window_rates.empty()) j["attention_window_rates"] = rate_table_to_json(p.attention_window_rates);
+  if (!p.attention_rates.empty()) j["attention_rates"] = rate_table_to_json(p.attention_rates, "seq");
+  if (!p.attention_window_rates.empty())
+    j["attention_window_rates"] = rate_table_to_json(p.attention_window_rates, "window");
   if (!p.collective_groups.empty()) j["collective_groups"] = collective_groups_to_json(p.collective_groups);
   if (p.calibration) j["calibration"] = *p.calibration;
   // Only a probed section (its source differs from the compiled-in one):
@@ -438,9 +443,10 @@ HardwareProfile profile_from_json(const nlohmann::json& j, const HardwareProfile
 #define X(f) read(#f, p.f);
     PLANNER_PROFILE_FIELDS(X)
 #undef X
-    if (j.contains("attention_rates")) p.attention_rates = rate_table_from_json(j.at("attention_rates"), "attention_rates");
+    if (j.contains("attention_rates"))
+      p.attention_rates = rate_table_from_json(j.at("attention_rates"), "attention_rates", "seq");
     if (j.contains("attention_window_rates"))
-      p.attention_window_rates = rate_table_from_json(j.at("attention_window_rates"), "attention_window_rates");
+      p.attention_window_rates = rate_table_from_json(j.at("attention_window_rates"), "attention_window_rates", "window");
     if (j.contains("collective_groups")) {
       p.collective_groups = collective_groups_from_json(j.at("collective_groups"));
     } else if (j.contains("nvlink_efficiency") || j.contains("pcie_efficiency") ||

@@ -91,13 +91,15 @@ struct HardwareProfile {
   // attention_window part. 0: not measured, windowed layers are priced at
   // the full kernel's rate (and predict says so).
   double attention_window_forward_relative = 0, attention_window_backward_relative = 0;
-  // The same per head dimension and sequence length, when measured (calibrate's
-  // attention_window cases, the median at each point; FlashAttention-2's
-  // windowed kernel at head dimension 256 runs its backward at a lower rate
-  // than at 128: validation/h200/gemma3_54), interpolated as attention_rates
-  // are. Empty: the two single figures above.
+  // The same per head dimension and window, when measured (calibrate's
+  // attention_window cases, the median at each point; `seq` holds the window
+  // here, "window" in a profile file): at head dimension 256 FlashAttention-2's
+  // windowed backward ran at 0.36 of the full kernel's rate with a window of
+  // 512 and 0.66 with 4096 on one H200 (validation/h200/qknorm56), the edge
+  // blocks' waste shrinking as the window grows. Interpolated as
+  // attention_rates are, in log2 of the window. Empty: the two single figures above.
   std::vector<AttentionRate> attention_window_rates;
-  double attention_window_rel(bool backward, int64_t head_dim, int64_t seq) const;
+  double attention_window_rel(bool backward, int64_t head_dim, int64_t window) const;
   // The widest head dimension of attention_rates (window: of
   // attention_window_rates) in 16-bit, 0 when none: a wider head is priced at
   // its rates (predict names it).

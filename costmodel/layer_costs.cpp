@@ -140,8 +140,8 @@ OpTimes attention_core_times(const HardwareProfile& p, const ModelSpec& m, const
     // layers by their counts); the placement of
     // local layers across pipeline stages (at most one layer's difference for
     // alternating patterns) is not modelled.
-    const double window_f = window_time_factor(m, s.seq, p.attention_window_rel(false, d, s.seq));
-    const double window_b = window_time_factor(m, s.seq, p.attention_window_rel(true, d, s.seq));
+    const double window_f = window_time_factor(m, s.seq, p.attention_window_rel(false, d, m.sliding_window));
+    const double window_b = window_time_factor(m, s.seq, p.attention_window_rel(true, d, m.sliding_window));
     core_fwd.attention_seconds = window_f * attn_in_step * flash_attention_forward_seconds(p, bh, s.seq, d, causal, pr);
     out.backward.attention_seconds +=
         window_b * attn_in_step * flash_attention_backward_seconds(p, bh, s.seq, d, causal, pr);

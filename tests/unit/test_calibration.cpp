@@ -706,32 +706,41 @@ TEST_CASE("calibrate fits the windowed attention kernel's rate against the full 
   CHECK(q.attention_window_forward_relative == 0);
   CHECK(q.attention_window_backward_relative == 0);
   CHECK(q.attention_window_rates.empty());
-  // One point per head dimension and sequence: the median of its cases, here
-  // (0.6, 0.75) at head_dim 128; two cases at head_dim 256 (backward 0.3 and
-  // 0.5) give their median 0.4, and the single figures the median of all five.
-  for (auto [rf, rb] : {std::pair{0.4, 0.3}, std::pair{0.4, 0.5}})
+  // One point per head dimension and window: the median of its cases, here
+  // (0.6, 0.75) at head_dim 128, window 4096; two cases at head_dim 256,
+  // window 4096 (backward 0.3 and 0.5) give their median 0.4, and one at
+  // window 1024 its own 0.2; the single figures are the median of all six.
+  for (auto [rf, rb, w] : {std::tuple{0.4, 0.3, 4096}, std::tuple{0.4, 0.5, 4096}, std::tuple{0.2, 0.2, 1024}}) {
+    const double sh = (double(w) * 16384 - double(w) * (w - 1) / 2) / (16384.0 * 16385 / 2);
     m["attention_window"].push_back({{"precision", "bf16"}, {"batch", 1}, {"heads", 8}, {"kv_heads", 4},
-                                     {"seq", 16384}, {"head_dim", 256}, {"window", 4096},
+                                     {"seq", 16384}, {"head_dim", 256}, {"window", w},
                                      {"full_forward_seconds", 0.04}, {"full_backward_seconds", 0.1},
-                                     {"forward_seconds", share * 0.04 / rf}, {"backward_seconds", share * 0.1 / rb}});
+                                     {"forward_seconds", sh * 0.04 / rf}, {"backward_seconds", sh * 0.1 / rb}});
+  }
   const HardwareProfile w = fit_profile(m, &gpu);
-  REQUIRE(w.attention_window_rates.size() == 2);
+  REQUIRE(w.attention_window_rates.size() == 3);
   CHECK(w.attention_window_rates[0].head_dim == 128);
   CHECK(w.attention_window_rates[0].backward == Approx(0.75));
   CHECK(w.attention_window_rates[1].head_dim == 256);
-  CHECK(w.attention_window_rates[1].forward == Approx(0.4));
-  CHECK(w.attention_window_rates[1].backward == Approx(0.4));
-  CHECK(w.attention_window_backward_relative == Approx(0.7));
-  // Between the two: linear in the head dimension; beyond: held.
-  CHECK(w.attention_window_rel(true, 192, 16384) == Approx((0.75 + 0.4) / 2));
-  CHECK(w.attention_window_rel(true, 512, 16384) == Approx(0.4));
+  CHECK(w.attention_window_rates[1].seq == 1024);  // the window
+  CHECK(w.attention_window_rates[1].backward == Approx(0.2));
+  CHECK(w.attention_window_rates[2].seq == 4096);
+  CHECK(w.attention_window_rates[2].forward == Approx(0.4));
+  CHECK(w.attention_window_rates[2].backward == Approx(0.4));
+  CHECK(w.attention_window_backward_relative == Approx((0.5 + 0.7) / 2));
+  // Between head dimensions: linear; between windows: linear in log2 of the
+  // window (2048 is halfway from 1024 to 4096); beyond: held.
+  CHECK(w.attention_window_rel(true, 256, 2048) == Approx(0.3));
+  CHECK(w.attention_window_rel(true, 192, 4096) == Approx((0.75 + 0.4) / 2));
+  CHECK(w.attention_window_rel(true, 512, 8192) == Approx(0.4));
   CHECK(w.attention_widest_head_dim(true) == 256);
   // The table survives a profile file.
   const HardwareProfile back = profile_from_json(profile_to_json(w), datasheet_profile(gpu));
   CHECK(back.attention_window_rates == w.attention_window_rates);
+  CHECK(profile_to_json(w)["attention_window_rates"][0].contains("window"));
   // The windowed kernel is 16-bit: an fp32 point is refused, with its name.
   nlohmann::json bad = profile_to_json(w);
   bad["attention_window_rates"][0]["precision"] = "fp32";
   CHECK_THROWS_WITH(profile_from_json(bad, datasheet_profile(gpu)),
-                    Catch::Contains("attention_window_rates at head_dim=128"));
+                    Catch::Contains("attention_window_rates at head_dim=128 window=4096"));
 }

@@ -6,17 +6,22 @@ as validation/h100/attn_long did for the H100:
   scaled per head dimension and direction by BASE's rate over PART's rate at BASE's longest sequence (PART's
   relative rates are against the datasheet GEMM rate, its GEMM part not measured; BASE's against its in-step
   GEMM rate);
+- 16-bit attention points at a head dimension BASE lacks (head_dim 256, validation/h200/qknorm56) are added,
+  each scaled per direction by BASE's rate over PART's at the same sequence and the widest head dimension both
+  have there;
 - the windowed kernel's rates (relative to the full causal kernel at the same shape, so against no GEMM rate)
-  are taken as measured.
+  are taken as measured, with PART's per-point table (attention_window_rates) when it has one.
 
-  python3 merge_attention.py PART BASE OUT
+  python3 merge_attention.py PART BASE OUT [RUN]    (RUN: the calibration's folder, named in the source)
 """
 import json, os, sys
 
-if len(sys.argv) != 4:
-    print("merge_attention.py: usage: merge_attention.py PART BASE OUT (three profile paths)", file=sys.stderr)
+if len(sys.argv) not in (4, 5):
+    print("merge_attention.py: usage: merge_attention.py PART BASE OUT [RUN] (three profile paths, the run's folder)",
+          file=sys.stderr)
     sys.exit(2)
 part, base, out = sys.argv[1:4]
+run = sys.argv[4] if len(sys.argv) == 5 else "validation/h200x2/long44/calib"
 try:
     P, B = json.load(open(part)), json.load(open(base))
     B["attention_rates"], B["source"]
@@ -38,15 +43,32 @@ for (prec, d, s), a in sorted(prates.items()):
     for f in ("forward_relative", "backward_relative"):
         n[f] = a[f] * ref_b[f] / ref_p[f]
     added.append(n)
+base_dims = {k[1] for k in brates if k[0] == "16-bit"}
+for (prec, d, s), a in sorted(prates.items()):
+    if prec != "16-bit" or d in base_dims:
+        continue
+    ref = max((k[1] for k in brates if k[0] == prec and k[2] == s and (prec, k[1], s) in prates), default=0)
+    if not ref:
+        continue
+    ref_b, ref_p = brates[(prec, ref, s)], prates[(prec, ref, s)]
+    n = dict(a)
+    for f in ("forward_relative", "backward_relative"):
+        n[f] = a[f] * ref_b[f] / ref_p[f]
+    added.append(n)
 B["attention_rates"] = sorted(B["attention_rates"] + added, key=lambda a: (a["precision"] != "16-bit", a["head_dim"], a["seq"]))
 win = {f: P.get(f, 0) for f in ("attention_window_forward_relative", "attention_window_backward_relative")}
 if all(v > 0 for v in win.values()):
     B.update(win)
+    if P.get("attention_window_rates"):
+        B["attention_window_rates"] = P["attention_window_rates"]
 B["source"] += ("; attention_rates at " + ", ".join(f"d {a['head_dim']} seq {a['seq']}" for a in added) +
                 " added and the windowed kernel's rates (attention_window_forward_relative, "
                 "attention_window_backward_relative) taken from planner calibrate --only attention,attention_window on one "
-                "H200 (validation/h200x2/long44/calib; each added point scaled per head dimension and direction by this "
-                "profile's rate at its longest sequence over that run's: validation/h200x2/long44/merge_attention.py)")
+                "H200 (" + run + "; each added point scaled per direction by this profile's rate over that run's at its "
+                "head dimension's longest sequence, or for a new head dimension at the same sequence and the widest "
+                "head dimension both have" + (", the windowed rates per head dimension and window "
+                "(attention_window_rates) as measured" if "attention_window_rates" in P and all(v > 0 for v in win.values()) else "") +
+                ": validation/h200x2/long44/merge_attention.py)")
 tmp = out + ".tmp"
 json.dump(B, open(tmp, "w"), indent=1)
 os.replace(tmp, out)  # nothing half-written
