@@ -35,6 +35,28 @@ int64_t HardwareProfile::headroom_bytes(int64_t capacity) const {
   return std::max<int64_t>(memory_headroom_bytes, int64_t(std::llround(memory_headroom * double(capacity))));
 }
 
+namespace {
+// The attention tables' points: positive coordinates, relative rates in (0, 2];
+// the windowed kernel's are 16-bit.
+void validate_rate_tables(const std::vector<HardwareProfile::AttentionRate>& rates,
+                          const std::vector<HardwareProfile::AttentionRate>& window_rates) {
+  for (const auto& r : window_rates)
+    if (r.fp32 || r.head_dim <= 0 || r.seq <= 0 || !(r.forward > 0 && r.forward <= 2) ||
+        !(r.backward > 0 && r.backward <= 2))
+      throw InputError(fmt::format("profile: attention_window_rates at head_dim={} window={}: a 16-bit point with a "
+                                   "positive head_dim and window and relative rates in (0, 2] (got {} and {})",
+                                   r.head_dim, r.seq, r.forward, r.backward));
+  for (const auto& r : rates) {
+    if (r.head_dim <= 0 || r.seq <= 0)
+      throw InputError(fmt::format("profile: attention_rates head_dim={} seq={} must be positive", r.head_dim, r.seq));
+    if (!(r.forward > 0 && r.forward <= 2) || !(r.backward > 0 && r.backward <= 2))
+      throw InputError(fmt::format("profile: attention_rates at head_dim={} seq={}: relative rates {} and {} must be "
+                                   "in (0, 2]",
+                                   r.head_dim, r.seq, r.forward, r.backward));
+  }
+}
+}  // namespace
+
 void HardwareProfile::validate() const {
   // Every number must be finite: an infinite bandwidth or a negative latency
   // would turn into zero or negative times and an MFU above 100% (issue 11).
@@ -113,20 +135,7 @@ void HardwareProfile::validate() const {
   for (const auto& [v, name] : {std::pair{attention_window_forward_relative, "attention_window_forward_relative"},
                                  std::pair{attention_window_backward_relative, "attention_window_backward_relative"}})
     if (!(v >= 0 && v <= 2)) throw InputError(fmt::format("profile: {}={} must be in [0, 2] (0: not measured)", name, v));
-  for (const auto& r : attention_window_rates)
-    if (r.fp32 || r.head_dim <= 0 || r.seq <= 0 || !(r.forward > 0 && r.forward <= 2) ||
-        !(r.backward > 0 && r.backward <= 2))
-      throw InputError(fmt::format("profile: attention_window_rates at head_dim={} window={}: a 16-bit point with a "
-                                   "positive head_dim and window and relative rates in (0, 2] (got {} and {})",
-                                   r.head_dim, r.seq, r.forward, r.backward));
-  for (const auto& r : attention_rates) {
-    if (r.head_dim <= 0 || r.seq <= 0)
-      throw InputError(fmt::format("profile: attention_rates head_dim={} seq={} must be positive", r.head_dim, r.seq));
-    if (!(r.forward > 0 && r.forward <= 2) || !(r.backward > 0 && r.backward <= 2))
-      throw InputError(fmt::format("profile: attention_rates at head_dim={} seq={}: relative rates {} and {} must be "
-                                   "in (0, 2]",
-                                   r.head_dim, r.seq, r.forward, r.backward));
-  }
+  validate_rate_tables(attention_rates, attention_window_rates);
   if (!(compute_slowdown_beside_comm >= 1 && compute_slowdown_beside_comm <= 3))
     throw InputError(fmt::format("profile: compute_slowdown_beside_comm={} must be in [1, 3]", compute_slowdown_beside_comm));
   if (!(comm_slowdown_beside_compute >= 1 && comm_slowdown_beside_compute <= HardwareProfile::kMaxCommSlowdown))
