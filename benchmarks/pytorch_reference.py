@@ -258,6 +258,12 @@ class Model:
         self.m, self.seq = m, seq
         self.lin = linear  # plain_linear under --compile
         h, nh, nkv, f, V = m["hidden"], m["heads"], m["kv_heads"], m["ffn"], m["vocab"]
+        # What this reference does not build is refused, not run as another model.
+        unbuilt = [k for k in ("sandwich_norm", "gelu_gate", "logit_softcap", "embed_norm") if m.get(k)]
+        if m.get("head_size", 0) not in (0, h // nh):
+            unbuilt.append("head_size")
+        if unbuilt:
+            raise SystemExit("pytorch_reference.py does not build " + ", ".join(unbuilt))
         self.hd = h // nh
         kv = nkv * self.hd
         width = m["word_embed_dim"] if m.get("word_embed_dim", 0) > 0 else h
@@ -276,6 +282,11 @@ class Model:
                 L["n2b"] = P.add("n2b", (h,), "zeros") if ln else None
             L["qkv_w"] = P.add("qkv_w", (h + 2 * kv, h), "normal")
             L["qkv_b"] = P.add("qkv_b", (h + 2 * kv,), "zeros") if m["qkv_bias"] else None
+            if m.get("qk_norm"):  # Qwen3: a norm of width head_dim over each q head and each k head
+                L["qnw"] = P.add("q_norm_w", (self.hd,), "ones")
+                L["qnb"] = P.add("q_norm_b", (self.hd,), "zeros") if ln else None
+                L["knw"] = P.add("k_norm_w", (self.hd,), "ones")
+                L["knb"] = P.add("k_norm_b", (self.hd,), "zeros") if ln else None
             L["o_w"] = P.add("o_w", (h, h), "out")
             L["o_b"] = P.add("o_b", (h,), "zeros") if m["out_bias"] else None
             up = 2 * f if m["mlp"] == "swiglu" else f
@@ -319,6 +330,12 @@ class Model:
         qkv = self.lin(x, self.p(L["qkv_w"]), self.p(L["qkv_b"]))
         q, k, v = qkv.split([h, kv, kv], -1)
         q, k, v = q.view(b, s, nh, hd), k.view(b, s, nkv, hd), v.view(b, s, nkv, hd)
+        if m.get("qk_norm"):
+            if m["norm"] == "layernorm":
+                q = F.layer_norm(q, (hd,), self.p(L["qnw"]), self.p(L["qnb"]), 1e-5)
+                k = F.layer_norm(k, (hd,), self.p(L["knw"]), self.p(L["knb"]), 1e-5)
+            else:
+                q, k = F.rms_norm(q, (hd,), self.p(L["qnw"]), 1e-6), F.rms_norm(k, (hd,), self.p(L["knw"]), 1e-6)
         if m["pos"] == "rotary":
             c, sn = self.cos[:s], self.sin[:s]
 
