@@ -256,11 +256,18 @@ json measure_attention_window(const Ctx& c) {
                                                            {2, 8, 4, 8192, 256, 1024},
                                                            {1, 8, 4, 16384, 256, 4096}};
   const auto opt = at::TensorOptions().device(c.device).dtype(at::kBFloat16);
+  // In the layout the runtime's layer hands them over (TransformerModel::attention):
+  // (b, s, heads, d) memory seen as (b, heads, s, d), which the windowed
+  // kernel takes without a copy. Contiguous (b, heads, s, d) inputs made it
+  // copy q, k, v and the output's gradient first, which at head_dim 256 and
+  // windows of 512-1024 made the windowed pass up to 1.8x slower than in a
+  // step (validation/h200/gemma57).
   for (const Cfg& g : cfgs) {
-    at::Tensor q = at::randn({g.b, g.heads, g.s, g.d}, opt).requires_grad_(true);
-    at::Tensor k = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
-    at::Tensor v = at::randn({g.b, g.kv_heads, g.s, g.d}, opt).requires_grad_(true);
-    at::Tensor dout = at::randn({g.b, g.heads, g.s, g.d}, opt);
+    auto as_step = [&](int64_t heads) { return at::randn({g.b, g.s, heads, g.d}, opt).transpose(1, 2); };
+    at::Tensor q = as_step(g.heads).requires_grad_(true);
+    at::Tensor k = as_step(g.kv_heads).requires_grad_(true);
+    at::Tensor v = as_step(g.kv_heads).requires_grad_(true);
+    at::Tensor dout = as_step(g.heads);
     const bool gqa = g.kv_heads != g.heads;
     json row = {{"precision", "bf16"}, {"batch", g.b},   {"heads", g.heads}, {"kv_heads", g.kv_heads},
                 {"seq", g.s},          {"head_dim", g.d}, {"window", g.window}};

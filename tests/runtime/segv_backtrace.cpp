@@ -1,21 +1,55 @@
 // A diagnosis aid for runtime_tests on a GPU, which passed every test and
 // then died of SIGSEGV at exit after test_exec's cases
-// (validation/h200/gemma3_54): with PLANNER_TEST_BACKTRACE=1 in the
-// environment a SIGSEGV prints the stack's frames (glibc's backtrace) to
-// stderr before the process dies of the signal as it would have.
+// (validation/h200/gemma3_54). With PLANNER_TEST_BACKTRACE=1 in the
+// environment a SIGSEGV prints the faulting address, the instruction pointer,
+// the thread, the stack's frames (glibc's backtrace) and the mappings that
+// hold those addresses to stderr, then the process dies of the signal as it
+// would have. (validation/h200/compile58: the frames stopped at the signal's
+// own, so the faulting code had no unwind information.)
 #include <execinfo.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
-extern "C" void print_backtrace_and_die(int sig) {
+// The /proc/self/maps lines whose range holds a.
+void print_mapping(uintptr_t a) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi) std::fprintf(stderr, "  in %s", line);
+  }
+  std::fclose(f);
+}
+
+extern "C" void print_fault_and_die(int sig, siginfo_t* info, void* ctx) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  uintptr_t ip = 0;
+#if defined(__x86_64__)
+  ip = static_cast<uintptr_t>(static_cast<ucontext_t*>(ctx)->uc_mcontext.gregs[REG_RIP]);
+#else
+  (void)ctx;
+#endif
+  std::fprintf(stderr, "runtime_tests: SIGSEGV at address 0x%lx, instruction 0x%lx, thread %ld of process %d\n",
+               static_cast<unsigned long>(addr), static_cast<unsigned long>(ip), static_cast<long>(syscall(SYS_gettid)),
+               static_cast<int>(getpid()));
+  std::fprintf(stderr, "instruction:\n");
+  print_mapping(ip);
+  std::fprintf(stderr, "address:\n");
+  print_mapping(addr);
   void* frames[64];
   const int n = backtrace(frames, 64);
-  const char msg[] = "runtime_tests: SIGSEGV; frames:\n";
-  (void)!write(2, msg, sizeof msg - 1);
+  std::fprintf(stderr, "frames:\n");
+  std::fflush(stderr);
   backtrace_symbols_fd(frames, n, 2);
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -24,7 +58,12 @@ extern "C" void print_backtrace_and_die(int sig) {
 struct InstallOnRequest {
   InstallOnRequest() {
     const char* e = std::getenv("PLANNER_TEST_BACKTRACE");
-    if (e && e[0] == '1') std::signal(SIGSEGV, print_backtrace_and_die);
+    if (!e || e[0] != '1') return;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = print_fault_and_die;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, nullptr);
   }
 } install_on_request;
 
