@@ -5,7 +5,10 @@
 // the thread, the stack's frames (glibc's backtrace) and the mappings that
 // hold those addresses to stderr, then the process dies of the signal as it
 // would have. (validation/h200/compile58: the frames stopped at the signal's
-// own, so the faulting code had no unwind information.)
+// own, so the faulting code had no unwind information; window59: the
+// instruction pointer was 0, a call through a null function pointer, so the
+// handler also prints the return address on top of the stack, the caller.)
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -46,6 +49,18 @@ extern "C" void print_fault_and_die(int sig, siginfo_t* info, void* ctx) {
   print_mapping(ip);
   std::fprintf(stderr, "address:\n");
   print_mapping(addr);
+#if defined(__x86_64__)
+  // After a call to a bad address the caller's return address is on top of the stack.
+  const auto sp = static_cast<uintptr_t>(static_cast<ucontext_t*>(ctx)->uc_mcontext.gregs[REG_RSP]);
+  const uintptr_t ret = sp ? *reinterpret_cast<const uintptr_t*>(sp) : 0;
+  Dl_info di;
+  std::memset(&di, 0, sizeof di);
+  const bool named = ret && dladdr(reinterpret_cast<void*>(ret), &di) != 0;
+  std::fprintf(stderr, "return address on the stack: 0x%lx (%s, %s + 0x%lx)\n", static_cast<unsigned long>(ret),
+               named && di.dli_fname ? di.dli_fname : "?", named && di.dli_sname ? di.dli_sname : "?",
+               static_cast<unsigned long>(named && di.dli_saddr ? ret - reinterpret_cast<uintptr_t>(di.dli_saddr) : 0));
+  print_mapping(ret);
+#endif
   void* frames[64];
   const int n = backtrace(frames, 64);
   std::fprintf(stderr, "frames:\n");
