@@ -30,12 +30,19 @@ fs::path temp_dir() {
   return d;
 }
 
+// Each test case removes the directory when it ends. Not a static object's
+// destructor: at exit on the GPU machine (pip torch 2.11) fs::remove_all
+// resolved into libtorch.so, which by then called a null pointer: SIGSEGV
+// after every test had passed (validation/h200/window60).
 struct RemoveTempDir {
+  RemoveTempDir() = default;
+  RemoveTempDir(const RemoveTempDir&) = delete;
+  RemoveTempDir& operator=(const RemoveTempDir&) = delete;
   ~RemoveTempDir() {
     std::error_code ec;
     fs::remove_all(temp_path(), ec);
   }
-} remove_temp_dir;
+};
 
 Plan tiny_plan() {
   Plan p;
@@ -77,6 +84,7 @@ int run_exec(const rt::ExecOptions& o) {
 }  // namespace
 
 TEST_CASE("exec: a tiny plan runs on the CPU and reports measured beside predicted", "[runtime][exec]") {
+  const RemoveTempDir cleanup;
   const auto plan = write_plan(tiny_plan(), "tiny.json");
   const auto out = (temp_dir() / "result.json").string();
   fs::remove(out);
@@ -110,6 +118,7 @@ TEST_CASE("exec: a tiny plan runs on the CPU and reports measured beside predict
 }
 
 TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[runtime][exec]") {
+  const RemoveTempDir cleanup;
   const auto out = (temp_dir() / "never.json").string();
   fs::remove(out);
   SECTION("missing plan file") {
@@ -173,6 +182,7 @@ TEST_CASE("exec: bad input is refused with InputError and writes nothing", "[run
 }
 
 TEST_CASE("exec: token files, uint16 and int32", "[runtime][exec]") {
+  const RemoveTempDir cleanup;
   const auto dir = temp_dir();
   auto u16 = (dir / "t16.bin").string(), i32 = (dir / "t32.bin").string();
   {
