@@ -157,22 +157,6 @@ pid_t start_group(const std::vector<std::string>& cmd, int err_w, int err_r) {
   return pid;
 }
 
-// Removes the relay folder (flat: one file per rank and stdout) with POSIX
-// calls. Not std::filesystem::remove_all: linked beside the CUDA build of
-// LibTorch, that symbol resolves to libtorch.so's own copy, which called a null
-// pointer and killed the launching process with SIGSEGV after every multi-GPU
-// run (cuda-gdb backtrace in validation/h100x4/two_nodes/attempt1/diag-launcher-gdb.txt).
-void remove_relay_dir(const fs::path& dir) {
-  if (DIR* d = opendir(dir.c_str())) {
-    while (const dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") unlink((dir / name).c_str());
-    }
-    closedir(d);
-  }
-  rmdir(dir.c_str());
-}
-
 }  // namespace
 
 std::string relay_dir() {
@@ -199,7 +183,7 @@ int run_ranks(const std::vector<std::string>& cmd, int world, const std::string&
   const fs::path dir = tmpl;
   struct Cleanup {
     fs::path d;
-    ~Cleanup() { remove_relay_dir(d); }
+    ~Cleanup() { remove_flat_dir(d); }
   } cleanup{dir};
   setenv(kRelayEnv, dir.c_str(), 1);
   int err[2];
@@ -243,7 +227,7 @@ int run_ranks(const std::vector<std::string>& cmd, int world, const std::string&
   if (const int sig = g_signal) {
     // Die of the signal that ended the job (the shell reports 130/143), after
     // the temporary folder is gone.
-    remove_relay_dir(dir);
+    remove_flat_dir(dir);
     signal(sig, SIG_DFL);
     raise(sig);
   }
@@ -270,6 +254,19 @@ int run_ranks(const std::vector<std::string>& cmd, int world, const std::string&
     std::fwrite(text.data(), 1, text.size(), stdout);
   }
   return 0;
+}
+
+// The relay folder is flat (one file per rank and stdout): removed with POSIX
+// calls (exec_launch.hpp says why not std::filesystem::remove_all).
+void remove_flat_dir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
 }
 
 }  // namespace planner::rt

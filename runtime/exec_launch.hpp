@@ -33,4 +33,11 @@ bool relay_failure(int exit_code, const std::string& message);
 // In rank 0: keeps the report for the launching planner's stdout; true when kept.
 bool relay_stdout(const std::string& text);
 
+// Removes a flat folder (files only, no subfolders) and the files in it with
+// POSIX calls; what cannot be removed stays, silently. Not
+// std::filesystem::remove_all: linked beside the CUDA build of LibTorch that
+// symbol resolves to libtorch.so's own copy, which calls a null pointer
+// (SIGSEGV; validation/h100x4/two_nodes/attempt1, validation/h200/segv61).
+void remove_flat_dir(const std::string& dir);
+
 }  // namespace planner::rt

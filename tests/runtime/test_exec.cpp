@@ -15,6 +15,7 @@
 #include "costmodel/predict.hpp"
 #include "planner/exec_report.hpp"
 #include "runtime/exec.hpp"
+#include "runtime/exec_launch.hpp"
 #include "strategies/errors.hpp"
 
 using namespace planner;
@@ -30,18 +31,15 @@ fs::path temp_dir() {
   return d;
 }
 
-// Each test case removes the directory when it ends. Not a static object's
-// destructor: at exit on the GPU machine (pip torch 2.11) fs::remove_all
-// resolved into libtorch.so, which by then called a null pointer: SIGSEGV
-// after every test had passed (validation/h200/window60).
+// Each test case removes the (flat) directory when it ends, with
+// rt::remove_flat_dir: fs::remove_all, linked beside the CUDA build of
+// LibTorch, resolves into libtorch.so and calls a null pointer (SIGSEGV on the
+// GPU machine: validation/h200/window60, validation/h200/segv61).
 struct RemoveTempDir {
   RemoveTempDir() = default;
   RemoveTempDir(const RemoveTempDir&) = delete;
   RemoveTempDir& operator=(const RemoveTempDir&) = delete;
-  ~RemoveTempDir() {
-    std::error_code ec;
-    fs::remove_all(temp_path(), ec);
-  }
+  ~RemoveTempDir() { rt::remove_flat_dir(temp_path().string()); }
 };
 
 Plan tiny_plan() {
