@@ -31,7 +31,7 @@ SETS = [
     "h100x4/today22b/cp-cudnn", "h100x4/heldout23/window-4gpu", "h100x4/heldout23/fp8-4gpu",
     # one H200
     "h200/kernels/validate", "h200/fp8_fused/heldout", "h200/fp8_fused2/heldout", "h200/today53/heldout",
-    "h200/gemma3_54/heldout", "h200/qknorm56/heldout", "h200/gemma57/heldout",
+    "h200/gemma3_54/heldout", "h200/qknorm56/heldout", "h200/gemma57/heldout", "h200/window60/heldout",
     # one and two H200s
     "h200x2/heldout18/run-sweep_h200_heldout18/validate", "h200x2/heldout18/run-sweep_h200x2_heldout18/validate",
     "h200x2-3d/run13/pp18", "h200x2/logits38/heldout", "h200x2/clock43/heldout", "h200x2/long44/heldout",
