@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "costmodel/engines.hpp"
+#include "costmodel/engines_host.hpp"
 #include "costmodel/engines_time.hpp"
 #include "costmodel/predict.hpp"
 #include "costmodel/predict_detail.hpp"
@@ -47,12 +48,19 @@ std::string prediction_table(const Plan& plan, const StepPrediction& p, const st
   return out;
 }
 
-nlohmann::json engine_step_json(const EngineStep& e) {
+// host_model: what the host terms count on this plan's model (the eager
+// model's parameter tensors and submodules with parameters) and the
+// compiled-in host constants, which a probe's profile section replaces
+// (scripts/engines/probe_to_profile.py reads both from here).
+nlohmann::json engine_step_json(const EngineStep& e, const ModelSpec& m) {
   nlohmann::json terms = nlohmann::json::array();
   for (const auto& t : e.terms) terms.push_back({{"name", t.name}, {"seconds", t.seconds}, {"source", t.source}});
+  const nlohmann::json host_model = {{"param_tensors", torch_model_param_tensors(m)},
+                                     {"param_modules", torch_model_param_modules(m)},
+                                     {"compiled_in", engine_host_to_json(EngineHostConstants{})}};
   return {{"engine", to_string(e.engine)}, {"version", engine_version(e.engine)}, {"step_seconds", e.step_seconds},
           {"simulated_seconds", e.simulated_seconds}, {"host_seconds", e.host_seconds}, {"terms", terms},
-          {"notes", e.notes}};
+          {"notes", e.notes}, {"host_model", host_model}};
 }
 
 std::string engine_step_text(const EngineStep& e) {
@@ -129,7 +137,7 @@ CLI::App* add_predict_command(CLI::App& app, int& exit_code) {
     if (o->json) {
       nlohmann::json j = prediction_json(p);
       if (cost) j["train"] = train_cost_json(*cost);
-      if (engine_step) j["engine_step"] = engine_step_json(*engine_step);
+      if (engine_step) j["engine_step"] = engine_step_json(*engine_step, plan.model);
       j["gpu_calibrated"] = !plan.cluster.gpu.calibrated.empty();
       if (const std::string note = calibration_note(plan.cluster.gpu); !note.empty()) j["calibration_note"] = note;
       j["assumed"] = assumed;

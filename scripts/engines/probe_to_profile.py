@@ -5,7 +5,7 @@
       [--eager-swiglu eager-llama.jsonl] [--eager-gelu eager-gpt2.jsonl] \
       [--ds-z1 R.result.json] [--ds-z2 R.result.json] [--ds-z3 R.result.json] \
       [--fsdp-z2 R.result.json] [--fsdp-z3 R.result.json] [--megatron R.result.json] \
-      [--base PROFILE.json] [--source TEXT] -o PROFILE.json
+      [--base PROFILE.json] [--source TEXT] [--planner PATH] -o PROFILE.json
 
 Inputs are what the probe launches wrote on the training host (validation/suites/h200x1_engines8.json): the
 eager model alone (`torch_model.py --probe PLAN --layers 4` and `--layers 16`, one PROBE line each, SwiGLU and
@@ -22,7 +22,9 @@ model's share:
 - FSDP2 zero 2/3: (median_mb_host_s - eager) / tensors; tail = median_tail_host_s / tensors;
 - Megatron: median_host_step_s = gas x layers x per-layer + tail, split in the compiled-in ratio.
 
-A constant whose probe is not given keeps the compiled-in value scaled by its family's probed ratio (ZeRO-1
+The compiled-in constants and the tiny model's counts are the planner's own (`planner predict --engine
+deepspeed --json`, its engine_step.host_model), not copies kept here. A constant whose probe is not given keeps
+the compiled-in value scaled by its family's probed ratio (ZeRO-1
 from ZeRO-2 and back, FSDP2 zero 2 from zero 3 and back, DTensor from FSDP2), or unscaled when none of the
 family was probed; the output's source says which were measured. Writes a profile JSON: the --base profile
 (default: none, only "format") with "engine_host" set; `planner predict --profile` lays it over the GPU's
@@ -31,6 +33,7 @@ default profile, so older profiles and this one load alike.
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 
@@ -39,27 +42,20 @@ def fail(msg):
     print(f"probe_to_profile: {msg}", file=sys.stderr)
     sys.exit(2)
 
-# The compiled-in constants (costmodel/engines_host.hpp EngineHostConstants), to scale the unprobed ones.
-DEFAULT = dict(eager_layer_swiglu_s=3.42e-3, eager_layer_gelu_s=1.65e-3, eager_outer_gelu_s=1.4e-3,
-               deepspeed_z1_tensor_s=0.159e-3, deepspeed_z2_tensor_s=0.153e-3, deepspeed_z12_tail_tensor_s=0.076e-3,
-               deepspeed_z3_module_pass_s=0.338e-3, deepspeed_z3_tensor_pass_s=0.288e-3,
-               deepspeed_z3_tail_tensor_s=0.24e-3, fsdp_z2_tensor_s=0.43e-3, fsdp_z3_tensor_s=0.375e-3,
-               fsdp_z2_tail_tensor_s=0.89e-3, fsdp_z3_tail_tensor_s=0.67e-3, dtensor_z2_linear_s=1.69e-3,
-               dtensor_z3_linear_s=2.0e-3, dtensor_z2_tail_tensor_s=1.47e-3, dtensor_z3_tail_tensor_s=1.37e-3,
-               megatron_layer_s=6.62e-3, megatron_tail_s=0.020)
-
-
-def counts(m):
-    """torch_model.py's parameter tensors and submodules with parameters (costmodel/engines_time.cpp)."""
-    norm = 1 if m["norm"] == "rmsnorm" else 2
-    npl = 2
-    swiglu = m["mlp"] == "swiglu"
-    per = (4 + (3 if m["qkv_bias"] else 0) + (1 if m["out_bias"] else 0)
-           + (3 if swiglu else 2) * (2 if m["mlp_bias"] else 1) + npl * norm)
-    outer = (1 + (m["pos"] == "learned") + (norm if m["final_norm"] else 0) + (not m["tied_embeddings"])
-             + bool(m.get("lm_head_bias")))
-    mods = m["layers"] * (4 + (3 if swiglu else 2) + npl) + 1 + (m["pos"] == "learned") + bool(m["final_norm"]) + 1
-    return m["layers"] * per + outer, mods
+def host_model(planner, plan):
+    """The compiled-in constants (costmodel/engines_host.hpp EngineHostConstants), to scale the unprobed ones,
+    and the tiny model's parameter tensors and submodules with parameters (costmodel/engines_time.cpp), as
+    `planner predict --engine deepspeed --json` reports them ("engine_step"."host_model")."""
+    try:
+        out = subprocess.run([planner, "predict", "--plan", plan, "--engine", "deepspeed", "--json"],
+                             capture_output=True, text=True, check=False)
+    except OSError as e:
+        fail(f"cannot run {planner} ({e}); build the planner or give --planner")
+    if out.returncode != 0:
+        fail(f"{planner} predict --plan {plan} --engine deepspeed: " + (out.stderr.strip().splitlines() or ["failed"])[-1])
+    h = json.loads(out.stdout)["engine_step"]["host_model"]
+    default = {k: v for k, v in h["compiled_in"].items() if k != "source"}
+    return default, h["param_tensors"], h["param_modules"]
 
 
 def eager_fit(path):
@@ -90,6 +86,12 @@ def main():
     ap.add_argument("--base", help="a profile JSON to add the section to")
     ap.add_argument("--source", default="", help="where the probe ran (added to the section's source)")
     ap.add_argument("-o", "--output", required=True)
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = [p for p in (os.path.join(here, "build", "planner"), os.path.join(here, "build-dev", "planner"))
+             if os.path.exists(p)]
+    ap.add_argument("--planner", default=found[0] if found else "planner",
+                    help="the planner binary whose compiled-in constants and counts apply (default: build/planner, "
+                         "else build-dev/planner)")
     a = ap.parse_args()
     for k in ("ds_z1", "ds_z2", "ds_z3", "fsdp_z2", "fsdp_z3", "megatron", "eager_swiglu", "eager_gelu"):
         f = getattr(a, k)
@@ -99,7 +101,7 @@ def main():
     m = json.load(open(a.plan))["model"]
     if m["mlp"] != "swiglu":
         fail("--plan must be the SwiGLU (Llama-like) tiny model the engine probes ran")
-    T, M = counts(m)
+    DEFAULT, T, M = host_model(a.planner, a.plan)
     L = m["layers"]
     c = dict(DEFAULT)
     measured = []
