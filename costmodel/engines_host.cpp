@@ -31,6 +31,7 @@ nlohmann::json engine_host_to_json(const EngineHostConstants& c) {
 EngineHostConstants engine_host_from_json(const nlohmann::json& j, const EngineHostConstants& base) {
   if (!j.is_object()) throw InputError("profile: 'engine_host' must be an object");
   EngineHostConstants c = base;
+  c.from_profile = true;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     if (k == "source") {

@@ -23,6 +23,9 @@ enum class Engine;
 // its backward; "tail" is after the last micro-batch (optimizer, clipping,
 // the engine's step bookkeeping).
 struct EngineHostConstants {
+  // Set by engine_host_from_json: a profile's "engine_host" section (a probe
+  // on the training host) replaced the compiled-in constants below.
+  bool from_profile = false;
   std::string source =
       "validation/engines/probe6 (4x H200, 64-core host, torch 2.11, DeepSpeed 0.19.8, megatron-core 0.19): "
       "tiny-model launches (hidden 256, 16 layers, seq 128, mbs 1)";

@@ -90,7 +90,7 @@ std::vector<std::string> unmeasured_notes(const Plan& plan, Engine engine) {
 // Where the host constants come from, and what the form was worth on the
 // launches seen so far (docs/ENGINE_TIME.md, "Seen data").
 std::string host_constants_note(const EngineHostConstants& c) {
-  const bool probed = c.source != EngineHostConstants{}.source;
+  const bool probed = c.from_profile;
   return fmt::format("engine host constants: {}{}; on runs 1-5's 35 launches (seen data, other hosts than the "
                      "probe's) this form missed by {}, and held out on eight one-GPU launches (one H200) by {}: a guide "
                      "to the engine's overheads, not a number to plan on",

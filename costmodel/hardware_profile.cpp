@@ -419,9 +419,9 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
     j["attention_window_rates"] = rate_table_to_json(p.attention_window_rates, "window");
   if (!p.collective_groups.empty()) j["collective_groups"] = collective_groups_to_json(p.collective_groups);
   if (p.calibration) j["calibration"] = *p.calibration;
-  // Only a probed section (its source differs from the compiled-in one):
+  // Only a section a profile brought (EngineHostConstants::from_profile):
   // profiles saved before it stay as they were.
-  if (p.engine_host.source != EngineHostConstants{}.source) j["engine_host"] = engine_host_to_json(p.engine_host);
+  if (p.engine_host.from_profile) j["engine_host"] = engine_host_to_json(p.engine_host);
   return j;
 }
 

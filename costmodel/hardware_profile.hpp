@@ -9,13 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
-
-#include "costmodel/engines_host.hpp"
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "costmodel/engines_host.hpp"
 #include "specs/cluster_spec.hpp"
 #include "strategies/strategy.hpp"
 
