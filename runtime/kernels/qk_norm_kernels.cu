@@ -30,6 +30,32 @@ struct QkDims {
   float eps;
 };
 
+// A head's values at this thread's columns of both halves, and their sum of squares.
+template <class T, int N>
+__device__ __forceinline__ float load_head(const T* src, int64_t c, int64_t half, float (&x1)[N], float (&x2)[N]) {
+  load<T, N>(src + c, x1);
+  load<T, N>(src + half + c, x2);
+  float ss = 0.f;
+#pragma unroll
+  for (int n = 0; n < N; ++n) ss += x1[n] * x1[n] + x2[n] * x2[n];
+  return ss;
+}
+
+// Row r's rotary tables and a head's weights at this thread's columns c (first
+// half) and half + c (second half).
+template <class T, int N>
+struct RowTables {
+  float w1[N], w2[N], c1[N], c2[N], s1[N], s2[N];
+  __device__ __forceinline__ RowTables(const T* w, const T* cos, const T* sin, int64_t pos, int64_t c, int64_t half) {
+    load<T, N>(w + c, w1);
+    load<T, N>(w + half + c, w2);
+    load<T, N>(cos + pos + c, c1);
+    load<T, N>(cos + pos + half + c, c2);
+    load<T, N>(sin + pos + c, s1);
+    load<T, N>(sin + pos + half + c, s2);
+  }
+};
+
 // Forward: head j < nq of token r is q's head j, else k's head j - nq; both
 // read from qkv's row r at column j d. n = x rstd w, y1 = n1 cos1 - n2 sin1,
 // y2 = n2 cos2 + n1 sin2 (halves 1 and 2 of the head).
@@ -42,31 +68,17 @@ __global__ void qk_fwd_kernel(const T* qkv, const T* wq, const T* wk, const T* c
     const int64_t i = base + threadIdx.x / G;
     const bool ok = i < total;
     const int64_t r = ok ? i / heads : 0, j = ok ? i % heads : 0;
-    float x1[N], x2[N], ss = 0.f;
-    if (ok) {
-      const T* src = qkv + r * width + j * D.d;
-      load<T, N>(src + c, x1);
-      load<T, N>(src + half + c, x2);
-#pragma unroll
-      for (int n = 0; n < N; ++n) ss += x1[n] * x1[n] + x2[n] * x2[n];
-    }
-    ss = row_sum(ss, G);
+    float x1[N], x2[N];
+    const float ss = row_sum(ok ? load_head<T, N>(qkv + r * width + j * D.d, c, half, x1, x2) : 0.f, G);
     if (!ok) continue;
     const float rstd = rsqrtf(ss / float(D.d) + D.eps);
-    const T* w = j < D.nq ? wq : wk;
-    const int64_t pos = (r % D.s) * D.d;
-    float w1[N], w2[N], c1[N], c2[N], s1[N], s2[N], y1[N], y2[N];
-    load<T, N>(w + c, w1);
-    load<T, N>(w + half + c, w2);
-    load<T, N>(cos + pos + c, c1);
-    load<T, N>(cos + pos + half + c, c2);
-    load<T, N>(sin + pos + c, s1);
-    load<T, N>(sin + pos + half + c, s2);
+    const RowTables<T, N> t(j < D.nq ? wq : wk, cos, sin, (r % D.s) * D.d, c, half);
+    float y1[N], y2[N];
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      const float n1 = x1[n] * rstd * w1[n], n2 = x2[n] * rstd * w2[n];
-      y1[n] = n1 * c1[n] - n2 * s1[n];
-      y2[n] = n2 * c2[n] + n1 * s2[n];
+      const float n1 = x1[n] * rstd * t.w1[n], n2 = x2[n] * rstd * t.w2[n];
+      y1[n] = n1 * t.c1[n] - n2 * t.s1[n];
+      y2[n] = n2 * t.c2[n] + n1 * t.s2[n];
     }
     T* dst = j < D.nq ? q + (r * D.nq + j) * D.d : k + (r * D.nkv + (j - D.nq)) * D.d;
     store<T, N>(dst + c, y1);
@@ -106,33 +118,21 @@ __global__ void qk_bwd_kernel(const T* dq, const T* dk, const T* dv, const T* qk
       store<T, N>(out + c, x1);
       store<T, N>(out + half + c, x2);
     }
-    if (normed) {
-      const T* src = qkv + r * width + j * D.d;
-      load<T, N>(src + c, x1);
-      load<T, N>(src + half + c, x2);
-#pragma unroll
-      for (int n = 0; n < N; ++n) ss += x1[n] * x1[n] + x2[n] * x2[n];
-    }
+    if (normed) ss = load_head<T, N>(qkv + r * width + j * D.d, c, half, x1, x2);
     ss = row_sum(ss, G);
     const float rstd = rsqrtf(ss / float(D.d) + D.eps);
     float t = 0.f;
     if (normed) {
       const T* g = isq ? dq + (r * D.nq + j) * D.d : dk + (r * D.nkv + (j - D.nq)) * D.d;
-      const T* w = isq ? wq : wk;
-      const int64_t pos = (r % D.s) * D.d;
-      float y1[N], y2[N], c1[N], c2[N], s1[N], s2[N];
+      const RowTables<T, N> tb(isq ? wq : wk, cos, sin, (r % D.s) * D.d, c, half);
+      float y1[N], y2[N];
       load<T, N>(g + c, y1);
       load<T, N>(g + half + c, y2);
-      load<T, N>(cos + pos + c, c1);
-      load<T, N>(cos + pos + half + c, c2);
-      load<T, N>(sin + pos + c, s1);
-      load<T, N>(sin + pos + half + c, s2);
-      load<T, N>(w + c, w1);
-      load<T, N>(w + half + c, w2);
 #pragma unroll
       for (int n = 0; n < N; ++n) {
-        dn1[n] = y1[n] * c1[n] + y2[n] * s2[n];
-        dn2[n] = y2[n] * c2[n] - y1[n] * s1[n];
+        w1[n] = tb.w1[n], w2[n] = tb.w2[n];
+        dn1[n] = y1[n] * tb.c1[n] + y2[n] * tb.s2[n];
+        dn2[n] = y2[n] * tb.c2[n] - y1[n] * tb.s1[n];
         x1[n] *= rstd, x2[n] *= rstd;  // xhat
         t += dn1[n] * w1[n] * x1[n] + dn2[n] * w2[n] * x2[n];
       }

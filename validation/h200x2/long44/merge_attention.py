@@ -32,17 +32,23 @@ key = lambda a: (a["precision"], a["head_dim"], a["seq"])
 brates = {key(a): a for a in B["attention_rates"]}
 prates = {key(a): a for a in P.get("attention_rates", [])}
 added = []
+
+
+def scaled(a, ref):
+    """PART's point a, each direction scaled by BASE's rate over PART's at the point ref both have."""
+    n = dict(a)
+    for f in ("forward_relative", "backward_relative"):
+        n[f] = a[f] * brates[ref][f] / prates[ref][f]
+    return n
+
+
 for (prec, d, s), a in sorted(prates.items()):
     if prec != "16-bit":
         continue
     longest = max((k[2] for k in brates if k[:2] == (prec, d)), default=0)
     if not longest or s <= longest or (prec, d, longest) not in prates:
         continue
-    ref_b, ref_p = brates[(prec, d, longest)], prates[(prec, d, longest)]
-    n = dict(a)
-    for f in ("forward_relative", "backward_relative"):
-        n[f] = a[f] * ref_b[f] / ref_p[f]
-    added.append(n)
+    added.append(scaled(a, (prec, d, longest)))
 base_dims = {k[1] for k in brates if k[0] == "16-bit"}
 for (prec, d, s), a in sorted(prates.items()):
     if prec != "16-bit" or d in base_dims:
@@ -50,11 +56,7 @@ for (prec, d, s), a in sorted(prates.items()):
     ref = max((k[1] for k in brates if k[0] == prec and k[2] == s and (prec, k[1], s) in prates), default=0)
     if not ref:
         continue
-    ref_b, ref_p = brates[(prec, ref, s)], prates[(prec, ref, s)]
-    n = dict(a)
-    for f in ("forward_relative", "backward_relative"):
-        n[f] = a[f] * ref_b[f] / ref_p[f]
-    added.append(n)
+    added.append(scaled(a, (prec, ref, s)))
 B["attention_rates"] = sorted(B["attention_rates"] + added, key=lambda a: (a["precision"] != "16-bit", a["head_dim"], a["seq"]))
 win = {f: P.get(f, 0) for f in ("attention_window_forward_relative", "attention_window_backward_relative")}
 if all(v > 0 for v in win.values()):
