@@ -188,8 +188,8 @@ struct NormFn : torch::autograd::Function<NormFn> {
     const at::Tensor y = has_y ? y_in->contiguous() : at::Tensor();
     // The weight and bias may be views into a flat parameter buffer at any
     // offset: an aligned copy of h elements lets the kernel read 16 bytes at a time.
-    const at::Tensor w = aligned16(w_in) ? w_in : w_in.clone();
-    const at::Tensor b = has_b ? (aligned16(*b_in) ? *b_in : b_in->clone()) : at::Tensor();
+    const at::Tensor w = aligned_copy(w_in);
+    const at::Tensor b = has_b ? aligned_copy(*b_in) : at::Tensor();
     const int64_t h = x.size(-1), rows = x.numel() / h;
     at::Tensor a = has_y ? at::empty_like(x) : x;
     at::Tensor out = at::empty_like(x);
@@ -215,8 +215,7 @@ struct NormFn : torch::autograd::Function<NormFn> {
     at::Tensor dn = grads.back().defined() ? grads.back().contiguous() : at::zeros_like(a);
     at::Tensor dres = has_y && grads[0].defined() ? grads[0].contiguous() : at::Tensor();
     const int64_t h = a.size(-1), rows = a.numel() / h;
-    if (!aligned16(dn)) dn = dn.clone();
-    if (!aligned16(dres)) dres = dres.clone();
+    dn = aligned_copy(dn), dres = aligned_copy(dres);
     at::Tensor da = at::empty_like(a);
     const int parts = fused::norm_backward_parts(rows);
     const auto f32 = a.options().dtype(at::kFloat);
