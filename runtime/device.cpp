@@ -1,5 +1,6 @@
 #include "runtime/device.hpp"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -224,6 +225,79 @@ void empty_cache(bool cuda) {
   if (cuda) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
   (void)cuda;
+}
+
+// ---- The allocator's event trace (PLANNER_ALLOC_TRACE) ---------------------
+#ifdef PLANNER_RT_CUDA
+namespace {
+std::shared_ptr<c10::GatheredContext> no_context() { return nullptr; }
+// recordHistory's arguments differ between LibTorch releases (clearHistory and
+// then skip_actions were added): the first form this build's header takes is
+// called.
+template <class... A>
+auto record_history(int, A&&... a)
+    -> decltype(c10::cuda::CUDACachingAllocator::recordHistory(std::forward<A>(a)...), bool()) {
+  c10::cuda::CUDACachingAllocator::recordHistory(std::forward<A>(a)...);
+  return true;
+}
+template <class... A>
+bool record_history(long, A&&...) {
+  return false;
+}
+}  // namespace
+#endif
+
+bool alloc_trace_start(bool cuda) {
+#ifdef PLANNER_RT_CUDA
+  if (cuda) {
+    using namespace c10::cuda::CUDACachingAllocator;
+    const size_t entries = 8000000;
+    if (record_history(0, true, &no_context, entries, RecordContext::NEVER, true, std::vector<std::string>{}))
+      return true;
+    if (record_history(0, true, &no_context, entries, RecordContext::NEVER, true)) return true;
+    return record_history(0, true, &no_context, entries, RecordContext::NEVER);
+  }
+#endif
+  (void)cuda;
+  return false;
+}
+
+void alloc_trace_mark(bool cuda, int tag) {
+  if (!cuda) return;
+  // A small-pool block of a size nothing else asks for: (1000 + tag) x 512 bytes.
+  auto t = at::empty({int64_t(1000 + tag) * 512}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+  (void)t;
+}
+
+void alloc_trace_write(bool cuda, const std::string& path) {
+#ifdef PLANNER_RT_CUDA
+  if (!cuda) return;
+  const auto snap = c10::cuda::CUDACachingAllocator::snapshot();
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("PLANNER_ALLOC_TRACE: cannot write '" + path + "'");
+  out << "action,addr,size\n";
+  const auto dev = size_t(c10::cuda::current_device());
+  if (dev >= snap.device_traces.size()) return;
+  for (const auto& e : snap.device_traces[dev]) {
+    using Action = std::decay_t<decltype(e.action_)>;
+    const char* name = "other";
+    switch (e.action_) {
+      case Action::ALLOC: name = "alloc"; break;
+      case Action::FREE_REQUESTED: name = "free_requested"; break;
+      case Action::FREE_COMPLETED: name = "free_completed"; break;
+      case Action::SEGMENT_ALLOC: name = "segment_alloc"; break;
+      case Action::SEGMENT_FREE: name = "segment_free"; break;
+      case Action::SEGMENT_MAP: name = "segment_map"; break;
+      case Action::SEGMENT_UNMAP: name = "segment_unmap"; break;
+      case Action::OOM: name = "oom"; break;
+      default: break;
+    }
+    out << name << ',' << e.addr_ << ',' << e.size_ << '\n';
+  }
+#else
+  (void)cuda;
+  (void)path;
+#endif
 }
 
 // ---- IntervalTimer ----------------------------------------------------------

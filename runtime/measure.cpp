@@ -195,10 +195,19 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   LoopMemory lm;
   // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
   bool timing = false;
+  // PLANNER_ALLOC_TRACE=FILE (docs/RUNTIME.md): rank 0 records the allocator's
+  // events over the warm-up and timed steps, marked at each step's start (tag
+  // 0), the head (1) and the end of the backward (2).
+  const char* alloc_trace = std::getenv("PLANNER_ALLOC_TRACE");
+  const bool tracing = alloc_trace && *alloc_trace && su.wi.rank == 0 && cuda;
+  if (tracing && !alloc_trace_start(cuda))
+    std::fprintf(stderr, "exec: PLANNER_ALLOC_TRACE: this LibTorch's allocator does not record; nothing written\n");
   engine.before_head = [&] {
+    if (tracing) alloc_trace_mark(cuda, 1);
     if (timing) lm.before_head = std::max(lm.before_head, memory_stats(cuda).allocated - before);
   };
   engine.after_backward = [&] {
+    if (tracing) alloc_trace_mark(cuda, 2);
     if (timing) lm.peak_fwd_bwd = std::max(lm.peak_fwd_bwd, memory_stats(cuda).allocated_peak - before);
   };
   IntervalTimer timer(cuda);
@@ -220,6 +229,7 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
     }
     if (timing && s == opt.warmup) engine.reset_transient_peak();
     if (opt.trace && s == total - 1) engine.trace_next_step = true;
+    if (tracing) alloc_trace_mark(cuda, 0);
     at::Tensor loss = engine.step(s);
     if (timing) {
       timer.stop();
@@ -238,6 +248,7 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   }
   engine.before_head = nullptr;
   engine.after_backward = nullptr;
+  if (tracing) alloc_trace_write(cuda, alloc_trace);
   r.step_seconds = timer.seconds();
   if (const auto t1 = cpu_ticks(); ticks0.second >= 0 && t1.second > ticks0.second)
     r.cpu_steal_fraction = (t1.first - ticks0.first) / (t1.second - ticks0.second);
