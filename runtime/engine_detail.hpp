@@ -124,6 +124,10 @@ struct Engine::Impl {
   std::unordered_map<int64_t, at::Tensor> in, out;
   std::unordered_map<int64_t, at::Tensor> recv;  // received activations (key(mb, first unit)) and gradients (key(mb, -1 - last unit))
   std::unordered_map<int, at::Tensor> labels;
+  // The head's logits, their gradient (and Gemma-2's capped logits) as one
+  // block per micro-batch in flight on the head's chunk: head_reserve_block_bytes.
+  int64_t head_reserve_bytes = 0;
+  std::unordered_map<int, at::Tensor> head_reserve;
   at::Tensor loss_sum, divisor;
   at::Tensor norm_sq;  // Norm: the sum of squares of the gradients, summed over the groups by NormReduce
   double divisor_host = 1.0;

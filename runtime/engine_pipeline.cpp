@@ -10,6 +10,11 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   if (I.gather_work[size_t(u)]) I.gather_work[size_t(u)]->wait(), I.gather_work[size_t(u)] = nullptr;
   if (I.gather_mark[size_t(u)]) I.copy->wait(I.gather_mark[size_t(u)]), I.gather_mark[size_t(u)] = nullptr;
   const int head = program_.partition.head_unit();
+  // The head's tensors are reserved as one block when the micro-batch enters
+  // the head's chunk and released just before the head (head_reserve_block_bytes).
+  if (I.head_reserve_bytes > 0 && u == program_.partition.units_of(stage_, chunk).first &&
+      program_.partition.owner(head) == std::pair<int, int>{stage_, chunk})
+    I.head_reserve[mb] = at::empty({I.head_reserve_bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
   if (u == 0) {
     std::vector<int64_t> scratch;
     const int64_t micro = int64_t(I.dp_rank / st_.cp) * st_.gas + mb;  // cp ranks share the sample
@@ -32,6 +37,7 @@ void Engine::forward(int mb, int u, int chunk, int64_t step) {
   I.in[key(mb, u)] = x;
   model_->moe_grad_scale = loss_scale_ / double(st_.gas * st_.dp_cp());  // the MoE auxiliary loss's gradient
   if (u == head) {
+    I.head_reserve.erase(mb);
     if (before_head) before_head();
     if (!I.labels.count(mb)) {  // the last stage reads its micro-batch's labels itself
       std::vector<int64_t> scratch;
