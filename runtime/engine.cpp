@@ -10,27 +10,44 @@
 
 namespace planner::rt {
 
-// The bytes the head allocates in one go at its peak, reserved as one block
-// from the moment a micro-batch enters the head's chunk until just before the
-// head (Engine::forward): its logits and their gradient in the working
-// precision, and Gemma-2's capped logits beside them. Allocated at the head
-// itself, after the chunk's activations, the two logits-sized tensors found
-// the space the previous micro-batch's had left taken by this one's
-// activations, and the caching allocator mapped a new logits-sized range that
-// then stayed reserved and unused: 5.8-7.8 GiB above the allocated peak on
-// llama-3.2-3b (vocabulary 128256; validation/h200/alloc65). Reserved first,
-// the block takes the same free range every micro-batch. The forward's
-// memory with the block held stays below the head's peak, which holds the
-// same bytes, so the peak does not move. Only on CUDA (the CPU has no caching
-// allocator), and only where the block is large enough to matter (256 MiB).
+// What the head allocates for one micro-batch, in the order it does, reserved
+// as one block from the moment the micro-batch enters the head's chunk until
+// just before the head (Engine::forward): the final norm's output (gathered
+// under sp, and projected where the model projects), the padded copy of the
+// output matrix where the vocabulary needs padding (LinearAccum), the logits
+// and their gradient in the working precision, and Gemma-2's capped logits.
+// Allocated at the head itself, after the chunk's activations, the two
+// logits-sized tensors found the space the previous micro-batch's had left
+// taken by this one's activations, and the caching allocator mapped a new
+// logits-sized range that then stayed reserved and unused: 5.8-7.8 GiB above
+// the allocated peak on llama-3.2-3b (vocabulary 128256; validation/h200/
+// alloc65). Reserved first, the block takes the same free range every
+// micro-batch, and the head's tensors fill it in order. The forward's memory
+// with the block held stays at or below the head's peak, which holds the same
+// bytes but the padded copy. Without the norm's output and the padded copy in
+// the block, gpt2-xl's head put them at the block's start and the gradient
+// no longer fitted (validation/h200x2/alloc66: 1.3 GiB more reserved). Only
+// where the head runs one micro-batch at a time, its backward before the next
+// one's forward (pp = 1, and the last stage of 1F1B): where the gradients of
+// several wait for their backward (GPipe, interleaved), each leaves its
+// logits' part of the block free beside it, too small for the next whole
+// block (alloc66: 1.4-3.6 GiB more reserved on three interleaved plans). Only
+// on CUDA (the CPU has no caching allocator), and only where the logits are
+// large enough to matter (128 MiB).
 namespace {
 int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, const TransformerModel& model,
                                  bool cuda) {
-  if (!cuda || m.mlm_head) return 0;
+  if (!cuda || m.mlm_head || (s.pp > 1 && s.schedule != Schedule::OneFOneB)) return 0;
+  const int64_t e = int64_t(at::elementSize(working_dtype(s.precision)));
   const int64_t rows = int64_t(s.mbs) * seq / std::max(1, s.cp);
-  const int64_t logits = rows * model.padded_vocab() * int64_t(at::elementSize(working_dtype(s.precision)));
-  const int64_t block = logits * (m.logit_softcap > 0 ? 3 : 2);
-  return block >= (int64_t(256) << 20) ? block : 0;
+  const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
+  const int64_t logits = rows * model.padded_vocab() * e;
+  if (logits < (int64_t(128) << 20)) return 0;
+  int64_t input = rows / (s.sp && s.tp > 1 ? s.tp : 1) * m.hidden * e;  // the final norm's output
+  if (s.sp && s.tp > 1) input += rows * width * e;                      // gathered for the GEMM
+  if (width != m.hidden) input += rows * width * e;                     // projected
+  const int64_t padded_copy = model.padded_vocab() > model.vocab_rows() ? model.padded_vocab() * width * e : 0;
+  return input + padded_copy + logits * (m.logit_softcap > 0 ? 3 : 2);
 }
 }  // namespace
 
