@@ -454,6 +454,16 @@ MemoryReport estimate_memory(const Plan& plan, Engine engine, const HardwareProf
   // Ring attention is not recomputed under ckpt=selective: it keeps its fp32
   // log-sum-exp per head and token, as flash without recomputation does.
   if (s.cp > 1 && s.ckpt == Ckpt::Selective) layer_act += 4.0 * double(padded.heads) * double(seq) * s.mbs / s.tp;
+  // The ring keeps its output (b, heads, s/cp, d) for its backward, and the
+  // output projection keeps its own (b, s/cp, heads x d) copy of it
+  // (runtime/model/transformer.cpp attention: o.transpose(1, 2).reshape),
+  // where flash attention's output is already in the projection's layout and
+  // one tensor serves both: one more tensor of the attention's width per
+  // layer, unless the whole layer is recomputed. Measured on two H200s
+  // without recomputation: 2.54 GiB over on qwen2.5-1.5b at cp 2 (seq 65536;
+  // one such tensor a layer is 2.63 GiB, validation/h200x2/cp47) and 5.07
+  // GiB over on llama-3.2-3b at cp 2 (seq 32768, mbs 2: 5.25 GiB; rank46).
+  if (s.cp > 1 && s.ckpt != Ckpt::Full) layer_act += double(e) * double(seq) * s.mbs * double(padded.q_dim()) / s.tp;
   const MemoryInputs in{padded,   s, engine, megatron, seq, constants_of(c, profile), e,
                         partition_layers(padded, s.pp * s.vpp), impl, layer_act,
                         double(seq) * s.mbs * padded.hidden, plan.seq, profile.fused_ops, local_attention};
