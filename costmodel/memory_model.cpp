@@ -333,9 +333,11 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // Fragmentation of the caching allocator: PyTorch's default segments keep
   // a fraction of the memory that comes and goes (the other engines); this
   // runtime uses expandable segments (runtime/device.hpp), which keep
-  // 0.13-0.16 GiB reserved and unused whatever the plan, already within what
-  // calibrate measures as workspace with no tensor alive
-  // (validation/archive/h200x2/alloc).
+  // 0.13-0.16 GiB reserved and unused, already within what calibrate
+  // measures as workspace with no tensor alive (validation/archive/h200x2/
+  // alloc), with the head's block reserved first (runtime/engine.cpp
+  // head_reserve_block_bytes; under GPipe and interleaving a reserve up to
+  // one logits tensor remains, not modelled: docs/MEMORY_MODEL.md).
   const double frag = in.engine == Engine::Ours ? 0.0 : in.k.fragmentation * dynamic;
   // Megatron's local DotProductAttention takes the output buffer of its
   // baddbmm from the global memory buffer ("mpu"): one [b x heads/tp, s, s]

@@ -45,7 +45,7 @@ int64_t host_peak_rss_bytes();
 // Frees cached blocks (CUDA), so that a later run starts from a clean pool.
 void empty_cache(bool cuda);
 
-// PLANNER_ALLOC_TRACE=FILE (a diagnosis aid, docs/RUNTIME.md): the CUDA caching
+// PLANNER_ALLOC_TRACE=FILE (a diagnosis aid, runtime/README.md): the CUDA caching
 // allocator's own record of every allocation, free and segment mapping from
 // alloc_trace_start on, written by alloc_trace_write as CSV (action,addr,size);
 // alloc_trace_mark puts a small block of (1000 + tag) x 512 bytes into it as a

@@ -195,7 +195,7 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   LoopMemory lm;
   // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
   bool timing = false;
-  // PLANNER_ALLOC_TRACE=FILE (docs/RUNTIME.md): rank 0 records the allocator's
+  // PLANNER_ALLOC_TRACE=FILE (runtime/README.md): rank 0 records the allocator's
   // events over the warm-up and timed steps, marked at each step's start (tag
   // 0), the head (1) and the end of the backward (2).
   const char* alloc_trace = std::getenv("PLANNER_ALLOC_TRACE");

@@ -35,9 +35,10 @@ SETS = [
     # one and two H200s
     "h200x2/heldout18/run-sweep_h200_heldout18/validate", "h200x2/heldout18/run-sweep_h200x2_heldout18/validate",
     "h200x2-3d/run13/pp18", "h200x2/logits38/heldout", "h200x2/clock43/heldout", "h200x2/long44/heldout",
-    "h200x2/cp45/heldout", "x2/heldout23/heldout23-2xH200",
+    "h200x2/cp45/heldout", "h200x2/cp47/heldout", "h200x2/rank46/rank-*", "x2/heldout23/heldout23-2xH200",
     # four H200s
-    "h200x4/heldout39/heldout", "h200x4/offload40/heldout", "h200x4/rank41/rank-*",
+    "h200x4/heldout39/heldout", "h200x4/offload40/heldout", "h200x4/rank41/rank-*", "h200x4/four68/heldout",
+    "h200x4/four68/rank-*",
 ]
 GPUS = {"H100-SXM": "H100", "H200": "H200"}  # the plan's GPU -> what the machine's name must contain
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replays a PLANNER_ALLOC_TRACE file (docs/RUNTIME.md): the CUDA caching
+"""Replays a PLANNER_ALLOC_TRACE file (runtime/README.md): the CUDA caching
 allocator's allocations, frees and segment mappings in order, with exec's
 markers ((1000 + tag) x 512-byte blocks: tag 0 a step's start, 1 the head,
 2 the end of the backward). Prints where the allocated bytes peak, every time
