@@ -34,22 +34,20 @@ namespace planner::rt {
 // block (alloc66: 1.4-3.6 GiB more reserved on three interleaved plans). Only
 // on CUDA (the CPU has no caching allocator), and only where the logits are
 // large enough to matter (128 MiB).
-namespace {
-int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, const TransformerModel& model,
-                                 bool cuda) {
+int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab,
+                                 int64_t vocab_rows, bool cuda) {
   if (!cuda || m.mlm_head || (s.pp > 1 && s.schedule != Schedule::OneFOneB)) return 0;
   const int64_t e = int64_t(at::elementSize(working_dtype(s.precision)));
   const int64_t rows = int64_t(s.mbs) * seq / std::max(1, s.cp);
   const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
-  const int64_t logits = rows * model.padded_vocab() * e;
+  const int64_t logits = rows * padded_vocab * e;
   if (logits < (int64_t(128) << 20)) return 0;
   int64_t input = rows / (s.sp && s.tp > 1 ? s.tp : 1) * m.hidden * e;  // the final norm's output
   if (s.sp && s.tp > 1) input += rows * width * e;                      // gathered for the GEMM
   if (width != m.hidden) input += rows * width * e;                     // projected
-  const int64_t padded_copy = model.padded_vocab() > model.vocab_rows() ? model.padded_vocab() * width * e : 0;
+  const int64_t padded_copy = padded_vocab > vocab_rows ? padded_vocab * width * e : 0;
   return input + padded_copy + logits * (m.logit_softcap > 0 ? 3 : 2);
 }
-}  // namespace
 
 at::ScalarType working_dtype(Precision p) {
   switch (p) {
@@ -141,7 +139,8 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   }
   if (s.precision == Precision::FP8) fp8_ = std::make_unique<Fp8Linears>(*model_, tp_);
 
-  I.head_reserve_bytes = head_reserve_block_bytes(spec_, s, cfg_.seq(), *model_, cuda_);
+  I.head_reserve_bytes =
+      head_reserve_block_bytes(spec_, s, cfg_.seq(), model_->padded_vocab(), model_->vocab_rows(), cuda_);
   const int64_t full = lay_out_units();
   if (tp_) replicated_ranges();
   allocate_buffers(full);

@@ -61,6 +61,12 @@ struct Piece;           // runtime/engine_detail.hpp: a unit's range reduced and
 
 // The tensor type of the working precision (parameters, gradients, activations).
 at::ScalarType working_dtype(Precision p);
+// The bytes the head allocates for one micro-batch, reserved as one block when
+// the micro-batch enters the head's chunk (runtime/engine.cpp); 0 where no
+// block is used (the CPU, GPipe and interleaving, an MLM head, logits under
+// 128 MiB). padded_vocab and vocab_rows: this rank's columns of the head.
+int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab,
+                                 int64_t vocab_rows, bool cuda);
 struct PipeLinks;
 
 // Time spent per action kind on the compute stream's timeline (seconds, summed

@@ -7,7 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/engine.hpp"
 #include "runtime/optim/adamw.hpp"
+#include "specs/model_spec.hpp"
 #include "tiny_models.hpp"
 // Last: it includes catch.hpp after LibTorch's headers.
 #include "equivalence.hpp"
@@ -117,4 +119,37 @@ TEST_CASE("host AdamW: two callers at once get the same results as one at a time
   CHECK(at::equal(both1, alone1));
   CHECK(!at::equal(alone0, master0[0]));
   at::set_num_threads(before);
+}
+
+// The head's block (runtime/engine.cpp head_reserve_block_bytes), by hand.
+TEST_CASE("head block: what the head allocates, in bytes, and where no block is used", "[engine][memory]") {
+  const ModelSpec llama = model_preset("llama-3.2-3b");  // hidden 3072, vocabulary 128256 = 64 x 2004
+  const Strategy one = Strategy::parse("dp=1,mbs=6,gas=2,precision=bf16");
+  // 24576 tokens: the final norm's output 24576 x 3072 x 2 B and the logits
+  // with their gradient, 2 x 24576 x 128256 x 2 B; no padded copy.
+  const int64_t tokens = 6 * 4096;
+  const int64_t want = tokens * 3072 * 2 + 2 * tokens * 128256 * 2;
+  CHECK(rt::head_reserve_block_bytes(llama, one, 4096, 128256, 128256, true) == want);
+  CHECK(rt::head_reserve_block_bytes(llama, one, 4096, 128256, 128256, false) == 0);  // the CPU: none
+  // cp 2 halves the rank's tokens; 1F1B keeps the block, GPipe and interleaving drop it.
+  const Strategy cp = Strategy::parse("cp=2,mbs=6,gas=2,precision=bf16");
+  CHECK(rt::head_reserve_block_bytes(llama, cp, 8192, 128256, 128256, true) == want);
+  CHECK(rt::head_reserve_block_bytes(llama, Strategy::parse("pp=2,mbs=6,gas=4,schedule=1f1b"), 4096, 128256,
+                                     128256, true) == want);
+  CHECK(rt::head_reserve_block_bytes(llama, Strategy::parse("pp=2,mbs=6,gas=4,schedule=gpipe"), 4096, 128256,
+                                     128256, true) == 0);
+  CHECK(rt::head_reserve_block_bytes(llama, Strategy::parse("pp=2,vpp=2,mbs=6,gas=4,schedule=interleaved"), 4096,
+                                     128256, 128256, true) == 0);
+  // Logits under 128 MiB: none (one token's row is 256 KB here; 511 tokens).
+  CHECK(rt::head_reserve_block_bytes(llama, Strategy::parse("mbs=1,precision=bf16"), 511, 128256, 128256, true) == 0);
+  // gpt2-xl: 50257 rows padded to 50304, so the padded copy 50304 x 1600 x 2 B
+  // joins; tp 2 + sp: the rank's 25152 columns, the norm's output over s/2
+  // tokens and the gathered input over all of them.
+  const ModelSpec gpt = model_preset("gpt2-xl");
+  const Strategy g = Strategy::parse("dp=1,mbs=16,precision=bf16");
+  CHECK(rt::head_reserve_block_bytes(gpt, g, 1024, 50304, 50257, true) ==
+        16384 * 1600 * 2 + 50304 * 1600 * 2 + 2 * int64_t(16384) * 50304 * 2);
+  const Strategy tsp = Strategy::parse("tp=2,sp=1,mbs=16,precision=bf16");
+  CHECK(rt::head_reserve_block_bytes(gpt, tsp, 1024, 25152, 25129, true) ==
+        8192 * 1600 * 2 + 16384 * 1600 * 2 + 25152 * 1600 * 2 + 2 * int64_t(16384) * 25152 * 2);
 }
