@@ -12,6 +12,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/edge.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -123,6 +124,9 @@ struct Engine::Impl {
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
   std::unordered_map<int64_t, at::Tensor> recv;  // received activations (key(mb, first unit)) and gradients (key(mb, -1 - last unit))
+  // A chunk's output once sent (send_f): only its gradient edge, for the
+  // backward; the tensor goes when the send has arrived.
+  std::unordered_map<int64_t, torch::autograd::Edge> sent_out;
   std::unordered_map<int, at::Tensor> labels;
   // The head's logits, their gradient (and Gemma-2's capped logits) as one
   // block per micro-batch in flight on the head's chunk: head_reserve_block_bytes.

@@ -3,6 +3,9 @@
 #include "runtime/engine_detail.hpp"
 #include "runtime/model/context_parallel.hpp"
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/variable.h>
+
 namespace planner::rt {
 
 void Engine::forward(int mb, int u, int chunk, int64_t step) {
@@ -76,14 +79,21 @@ void Engine::backward(int mb, int u, int chunk) {
   ensure_grad(u);
   if (u == head && spec_.tied_embeddings) ensure_grad(0);
   const auto [first, last] = program_.partition.units_of(stage_, chunk);
-  at::Tensor y = I.out.at(key(mb, u));
   if (u == head) {
     const double mult = loss_scale_ / double(st_.gas * st_.dp_cp());
-    torch::autograd::backward({y * mult});
+    torch::autograd::backward({I.out.at(key(mb, u)) * mult});
   } else if (u == last - 1) {  // the gradient of the stage's output, received from the next stage (RecvB)
-    torch::autograd::backward({y}, {I.recv.at(key(mb, -1 - u))});
+    const at::Tensor& g = I.recv.at(key(mb, -1 - u));
+    if (auto e = I.sent_out.find(key(mb, u)); e != I.sent_out.end()) {
+      // What torch::autograd::backward({y}, {g}) runs, from y's edge alone.
+      torch::autograd::Engine::get_default_engine().execute({e->second}, {g}, false, false, true);
+      I.sent_out.erase(e);
+    } else {
+      torch::autograd::backward({I.out.at(key(mb, u))}, {g});
+    }
     I.recv.erase(key(mb, -1 - u));
   } else {
+    const at::Tensor& y = I.out.at(key(mb, u));
     at::Tensor g = I.in.at(key(mb, u + 1)).grad();
     // Fine-tuning: a frozen embedding's output needs no backward.
     if (y.requires_grad()) torch::autograd::backward({y}, {g});
@@ -106,10 +116,21 @@ void Engine::backward(int mb, int u, int chunk) {
 // the tensor is used (on the GPU an event wait on the compute stream: the host
 // walks on).
 void Engine::send_f(int mb, int chunk) {
-  impl_->reap();  // the earlier sends that have arrived free their tensors
+  Impl& I = *impl_;
+  I.reap();  // the earlier sends that have arrived free their tensors
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = I_out_detached(mb, last);
-  impl_->pending.push_back(links_->f_out->send(t, 1));
+  I.pending.push_back(links_->f_out->send(t, 1));
+  // The chunk's output is no layer's saved input here (the next stage keeps
+  // what it received): its backward needs only its gradient edge, so the
+  // tensor itself is dropped now and freed once the send has arrived, as
+  // Megatron-LM's deallocate_output_tensor does. Kept until its backward, it
+  // held one more (b, s, h) per micro-batch and chunk in flight.
+  auto it = I.out.find(key(mb, last));
+  if (it->second.requires_grad()) {
+    I.sent_out[key(mb, last)] = torch::autograd::impl::gradient_edge(it->second);
+    I.out.erase(it);
+  }
 }
 
 void Engine::recv_f(int mb, int chunk) {

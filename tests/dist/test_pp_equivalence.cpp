@@ -6,6 +6,7 @@
 // single-process Trainer on the same global batch (fp32).
 #include <chrono>
 
+#include "costmodel/activations.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/device.hpp"
 #include "strategies/rank_grid.hpp"
@@ -90,4 +91,45 @@ TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's
   INFO("rank " << w.rank << ": peak over the step's start " << few << " B with 4 micro-batches, " << many
                << " B with 16; one sent tensor " << sent << " B");
   CHECK(many - few < 2 * sent);
+}
+
+TEST_CASE("dist: a stage keeps no copy of a chunk's output once sent (GPipe's in-flight micro-batches hold only their saved tensors)",
+          "[dist][pp]") {
+  // Stage 0 of pp=2 under GPipe holds every micro-batch's forward until its
+  // backward: its two layers' saved tensors (costmodel/activations.cpp; the
+  // first layer's input is the embedding's output). The chunk's output, sent
+  // on, is no local layer's input, and the Engine keeps only its gradient
+  // edge (send_f). So 8 micro-batches against 2 add 6 x the layers' bytes.
+  // Kept until the backward, as before send_f dropped it, the outputs added 6
+  // more (b, s, h) tensors. The sends not yet arrived at the peak (freed as
+  // they arrive, none freed before the step's end once the forwards are done)
+  // only ever add: the upper margin.
+  const rt::WorldInfo w = rt::init_world();
+  if (w.size != 2) return;
+  rt::enable_cpu_memory_counting();
+  const RankGrid grid(1, 2, 1);
+  auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
+  ModelSpec m = llama_like();
+  m.layers = 4, m.hidden = 64, m.ffn = 256;
+  m.norm = NormKind::LayerNorm;  // as the tp test: ATen's CPU rms_norm saves more than the model counts
+  const int64_t b = 2, seq = 32;
+  auto peak = [&](int gas) {
+    Strategy s = Strategy::parse("mbs=2,gas=" + std::to_string(gas) + ",precision=fp32,schedule=gpipe");
+    s.pp = 2;
+    const rt::RunConfig c = run_config(m, s, seq);
+    rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), nullptr, ppc.get());
+    e.step(0);
+    const int64_t before = rt::memory_stats(false).allocated;
+    rt::reset_peak_memory(false);
+    e.step(1);
+    return rt::memory_stats(false).allocated_peak - before;
+  };
+  const double per_mb = 2.0 * layer_activation_bytes(m, seq, b, 4, Ckpt::None).total(1, false);
+  const double sbh = 4.0 * b * seq * m.hidden;  // one (b, s, h) fp32 tensor
+  const int64_t two = peak(2), eight = peak(8);
+  if (w.rank != 0) return;  // stage 0: no head, its peak is the micro-batches' forwards
+  INFO("stage 0: peak over the step's start " << two << " B with 2 micro-batches, " << eight << " B with 8; "
+                                              << per_mb << " B saved per micro-batch; one (b, s, h) " << sbh << " B");
+  CHECK(double(eight - two) >= 6 * per_mb - sbh);
+  CHECK(double(eight - two) <= 6 * per_mb + 4.5 * sbh);
 }
