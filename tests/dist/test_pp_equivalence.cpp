@@ -5,6 +5,7 @@
 // matrix); losses and every parameter after three steps within 1e-5 of the
 // single-process Trainer on the same global batch (fp32).
 #include <chrono>
+#include <string>
 
 #include "costmodel/activations.hpp"
 #include "runtime/comm/communicator.hpp"
@@ -59,6 +60,32 @@ TEST_CASE("dist: pipeline parallelism (GPipe, 1F1B, interleaved) equals the sing
   }
 }
 
+namespace {
+
+// The pp group of two CPU ranks, with the counting CPU allocator on.
+std::unique_ptr<rt::Communicator> pp2_counting_comm() {
+  rt::enable_cpu_memory_counting();
+  const RankGrid grid(1, 2, 1);
+  return rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
+}
+
+// The step's peak over its start on this rank (the counting CPU allocator,
+// one step after a first one) for pp=2 at `strategy` with `gas` micro-batches.
+int64_t pp2_step_peak(const ModelSpec& m, rt::Communicator* ppc, const std::string& strategy, int gas,
+                      int64_t seq) {
+  Strategy s = Strategy::parse(strategy + ",gas=" + std::to_string(gas));
+  s.pp = 2;
+  const rt::RunConfig c = run_config(m, s, seq);
+  rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), nullptr, ppc);
+  e.step(0);
+  const int64_t before = rt::memory_stats(false).allocated;
+  rt::reset_peak_memory(false);
+  e.step(1);
+  return rt::memory_stats(false).allocated_peak - before;
+}
+
+}  // namespace
+
 TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's peak does not grow with the micro-batches)",
           "[dist][pp]") {
   // Each stage sends one (b, s, h) tensor per micro-batch (activations on,
@@ -69,23 +96,11 @@ TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's
   // a first one).
   const rt::WorldInfo w = rt::init_world();
   if (w.size != 2) return;
-  rt::enable_cpu_memory_counting();
-  const RankGrid grid(1, 2, 1);
-  auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
+  auto ppc = pp2_counting_comm();
   ModelSpec m = llama_like();
   m.layers = 4;
   const int64_t mbs = 2, seq = 32;
-  auto peak = [&](int gas) {
-    Strategy s = Strategy::parse("mbs=2,gas=" + std::to_string(gas) + ",precision=fp32,schedule=1f1b");
-    s.pp = 2;
-    const rt::RunConfig c = run_config(m, s, seq);
-    rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), nullptr, ppc.get());
-    e.step(0);
-    const int64_t before = rt::memory_stats(false).allocated;
-    rt::reset_peak_memory(false);
-    e.step(1);
-    return rt::memory_stats(false).allocated_peak - before;
-  };
+  auto peak = [&](int gas) { return pp2_step_peak(m, ppc.get(), "mbs=2,precision=fp32,schedule=1f1b", gas, seq); };
   const int64_t sent = mbs * seq * m.hidden * 4;  // one (b, s, h) fp32 tensor
   const int64_t few = peak(4), many = peak(16);
   INFO("rank " << w.rank << ": peak over the step's start " << few << " B with 4 micro-batches, " << many
@@ -106,24 +121,12 @@ TEST_CASE("dist: a stage keeps no copy of a chunk's output once sent (GPipe's in
   // only ever add: the upper margin.
   const rt::WorldInfo w = rt::init_world();
   if (w.size != 2) return;
-  rt::enable_cpu_memory_counting();
-  const RankGrid grid(1, 2, 1);
-  auto ppc = rt::make_communicator(grid.all_pp_groups(), "pp", at::Device(at::kCPU), std::chrono::seconds(120));
+  auto ppc = pp2_counting_comm();
   ModelSpec m = llama_like();
   m.layers = 4, m.hidden = 64, m.ffn = 256;
   m.norm = NormKind::LayerNorm;  // as the tp test: ATen's CPU rms_norm saves more than the model counts
   const int64_t b = 2, seq = 32;
-  auto peak = [&](int gas) {
-    Strategy s = Strategy::parse("mbs=2,gas=" + std::to_string(gas) + ",precision=fp32,schedule=gpipe");
-    s.pp = 2;
-    const rt::RunConfig c = run_config(m, s, seq);
-    rt::Engine e(c, at::kCPU, std::make_shared<rt::SyntheticTokens>(m.vocab, c.options.seed), nullptr, ppc.get());
-    e.step(0);
-    const int64_t before = rt::memory_stats(false).allocated;
-    rt::reset_peak_memory(false);
-    e.step(1);
-    return rt::memory_stats(false).allocated_peak - before;
-  };
+  auto peak = [&](int gas) { return pp2_step_peak(m, ppc.get(), "mbs=2,precision=fp32,schedule=gpipe", gas, seq); };
   const double per_mb = 2.0 * layer_activation_bytes(m, seq, b, 4, Ckpt::None).total(1, false);
   const double sbh = 4.0 * b * seq * m.hidden;  // one (b, s, h) fp32 tensor
   const int64_t two = peak(2), eight = peak(8);
