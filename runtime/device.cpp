@@ -269,12 +269,10 @@ void alloc_trace_mark(bool cuda, int tag) {
   (void)t;
 }
 
-void alloc_trace_write(bool cuda, const std::string& path) {
+void alloc_trace_write(bool cuda, std::ostream& out) {
 #ifdef PLANNER_RT_CUDA
   if (!cuda) return;
   const auto snap = c10::cuda::CUDACachingAllocator::snapshot();
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("PLANNER_ALLOC_TRACE: cannot write '" + path + "'");
   out << "action,addr,size\n";
   const auto dev = size_t(c10::cuda::current_device());
   if (dev >= snap.device_traces.size()) return;
@@ -296,7 +294,7 @@ void alloc_trace_write(bool cuda, const std::string& path) {
   }
 #else
   (void)cuda;
-  (void)path;
+  (void)out;
 #endif
 }
 

@@ -3,6 +3,7 @@
 // statistics, CUDA events) or the CPU (a counting CPU allocator, wall clock).
 // No LibTorch types in this header.
 #include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
@@ -47,12 +48,13 @@ void empty_cache(bool cuda);
 
 // PLANNER_ALLOC_TRACE=FILE (a diagnosis aid, runtime/README.md): the CUDA caching
 // allocator's own record of every allocation, free and segment mapping from
-// alloc_trace_start on, written by alloc_trace_write as CSV (action,addr,size);
+// alloc_trace_start on, written by alloc_trace_write as CSV (action,addr,size)
+// to a stream the caller opened before the steps;
 // alloc_trace_mark puts a small block of (1000 + tag) x 512 bytes into it as a
 // marker. No-ops without CUDA; start returns whether this LibTorch records.
 bool alloc_trace_start(bool cuda);
 void alloc_trace_mark(bool cuda, int tag);
-void alloc_trace_write(bool cuda, const std::string& path);
+void alloc_trace_write(bool cuda, std::ostream& out);
 
 // Times a sequence of intervals: CUDA events on the current stream (no host sync
 // until seconds()), or the host's steady clock on the CPU.

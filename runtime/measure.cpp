@@ -200,6 +200,9 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   // 0), the head (1) and the end of the backward (2).
   const char* alloc_trace = std::getenv("PLANNER_ALLOC_TRACE");
   const bool tracing = alloc_trace && *alloc_trace && su.wi.rank == 0 && cuda;
+  std::ofstream trace_out;  // opened before the steps, so a bad path stops nothing half-done
+  if (tracing && !(trace_out.open(alloc_trace), trace_out))
+    throw InputError(std::string("PLANNER_ALLOC_TRACE: cannot write '") + alloc_trace + "'");
   if (tracing && !alloc_trace_start(cuda))
     std::fprintf(stderr, "exec: PLANNER_ALLOC_TRACE: this LibTorch's allocator does not record; nothing written\n");
   engine.before_head = [&] {
@@ -248,7 +251,7 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   }
   engine.before_head = nullptr;
   engine.after_backward = nullptr;
-  if (tracing) alloc_trace_write(cuda, alloc_trace);
+  if (tracing) alloc_trace_write(cuda, trace_out);
   r.step_seconds = timer.seconds();
   if (const auto t1 = cpu_ticks(); ticks0.second >= 0 && t1.second > ticks0.second)
     r.cpu_steal_fraction = (t1.first - ticks0.first) / (t1.second - ticks0.second);
