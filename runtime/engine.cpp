@@ -255,6 +255,7 @@ at::Tensor Engine::step(int64_t step) {
   // The step ends when the updated parameters are in place.
   for (auto& w : I.pending) w->wait();
   I.pending.clear();
+  I.sent_f.clear(), I.sent_b.clear();
   I.copy->join();
   I.keep.clear();
   if (I.adam_thread.joinable()) I.adam_thread.join();

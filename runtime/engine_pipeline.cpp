@@ -110,9 +110,10 @@ void Engine::backward(int mb, int u, int chunk) {
 
 // Pipeline point-to-point over the links of runtime/comm/pipe_links.hpp:
 // activations to the next stage, gradients to the previous one (the next and
-// previous stage of the ring under the interleaved schedule). A send is waited
-// for at the step's Sync (its Work keeps the tensor alive), or dropped before
-// the next send once it has arrived (Impl::reap); a receive before
+// previous stage of the ring under the interleaved schedule). A send's Work
+// keeps its tensor alive until it is waited for: two sends later on the same
+// link (Impl::bound_sends), or earlier when the host sees it arrived
+// (Impl::reap), or at the step's Sync; a receive before
 // the tensor is used (on the GPU an event wait on the compute stream: the host
 // walks on).
 void Engine::send_f(int mb, int chunk) {
@@ -120,7 +121,7 @@ void Engine::send_f(int mb, int chunk) {
   I.reap();  // the earlier sends that have arrived free their tensors
   const int last = program_.partition.units_of(stage_, chunk).second - 1;
   at::Tensor t = I_out_detached(mb, last);
-  I.pending.push_back(links_->f_out->send(t, 1));
+  I.bound_sends(I.sent_f, links_->f_out->send(t, 1));
   // The chunk's output is no layer's saved input here (the next stage keeps
   // what it received): its backward needs only its gradient edge, so the
   // tensor itself is dropped now and freed once the send has arrived, as
@@ -146,7 +147,7 @@ void Engine::send_b(int mb, int chunk) {
   const int first = program_.partition.units_of(stage_, chunk).first;
   at::Tensor g = impl_->in.at(key(mb, first)).grad();
   impl_->in.erase(key(mb, first));
-  impl_->pending.push_back(links_->b_out->send(g.contiguous(), 1));
+  impl_->bound_sends(impl_->sent_b, links_->b_out->send(g.contiguous(), 1));
 }
 
 void Engine::recv_b(int mb, int chunk) {

@@ -33,6 +33,7 @@ void Engine::sync() {
   issue_deferred();
   for (auto& w : I.pending) w->wait();
   I.pending.clear();
+  I.sent_f.clear(), I.sent_b.clear();
   std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
   I.copy->join();
   if (I.offload) I.copy->host_wait();

@@ -195,11 +195,21 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   LoopMemory lm;
   // Hooks that read the allocator inside the step (host-side bookkeeping, no sync).
   bool timing = false;
-  // PLANNER_ALLOC_TRACE=FILE (runtime/README.md): rank 0 records the allocator's
-  // events over the warm-up and timed steps, marked at each step's start (tag
-  // 0), the head (1) and the end of the backward (2).
+  // PLANNER_ALLOC_TRACE=FILE (runtime/README.md): rank 0 (or
+  // PLANNER_ALLOC_TRACE_RANK) records the allocator's events over the warm-up
+  // and timed steps, marked at each step's start (tag 0), the head (1) and
+  // the end of the backward (2).
   const char* alloc_trace = std::getenv("PLANNER_ALLOC_TRACE");
-  const bool tracing = alloc_trace && *alloc_trace && su.wi.rank == 0 && cuda;
+  int trace_rank = 0;
+  if (const char* tr = std::getenv("PLANNER_ALLOC_TRACE_RANK"); alloc_trace && *alloc_trace && tr && *tr) {
+    char* end = nullptr;
+    const long v = std::strtol(tr, &end, 10);
+    if (*end != '\0' || v < 0 || v >= su.wi.size)
+      throw InputError(std::string("PLANNER_ALLOC_TRACE_RANK: '") + tr + "' is not a rank of this run (0 to " +
+                       std::to_string(su.wi.size - 1) + ")");
+    trace_rank = int(v);
+  }
+  const bool tracing = alloc_trace && *alloc_trace && su.wi.rank == trace_rank && cuda;
   std::ofstream trace_out;  // opened before the steps, so a bad path stops nothing half-done
   if (tracing && !(trace_out.open(alloc_trace), trace_out))
     throw InputError(std::string("PLANNER_ALLOC_TRACE: cannot write '") + alloc_trace + "'");

@@ -61,6 +61,13 @@ void finalize_world();
 // True when this build has the NCCL backend (LibTorch with CUDA and NCCL found).
 bool has_nccl();
 
+// For tests on the CPU: the MPI backend's sends started from now on report
+// done() == false until they are waited for, as a GPU host running ahead of
+// its device sees most NCCL sends (their `done` event not yet passed). What
+// frees a send's tensor only when the host sees it done then frees nothing.
+// Returns the setting before.
+bool mpi_sends_seen_done_only_when_waited(bool on);
+
 class Work {
  public:
   virtual ~Work() = default;

@@ -3,12 +3,20 @@
 // so every strategy runs on the CPU under `mpirun -np N` in CI.
 // 16-bit types travel as 2-byte MPI types and are summed by a user-defined
 // commutative operation in fp32 per element (world.cpp).
+#include <atomic>
 #include <functional>
 #include <stdexcept>
 
 #include "runtime/comm/comm_detail.hpp"
 
-namespace planner::rt::detail {
+namespace planner::rt {
+namespace {
+std::atomic<bool> g_sends_seen_done_only_when_waited{false};
+}  // namespace
+
+bool mpi_sends_seen_done_only_when_waited(bool on) { return g_sends_seen_done_only_when_waited.exchange(on); }
+
+namespace detail {
 namespace {
 
 struct TypeOp {
@@ -47,6 +55,8 @@ class MpiWork final : public Work {
     }
   }
   MPI_Request* request() { return &req_; }
+  // done() stays false until wait() (mpi_sends_seen_done_only_when_waited).
+  void make_opaque() { opaque_ = true; }
 
   void wait() override {
     if (complete_) return;
@@ -55,6 +65,7 @@ class MpiWork final : public Work {
   }
   bool done() override {
     if (complete_) return true;
+    if (opaque_) return false;
     if (!mpi_thread_ok()) return false;  // only the MPI thread can make progress
     int flag = 0;
     check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "communicator " + g_->name + ": " + op_ + ": MPI_Test");
@@ -73,7 +84,7 @@ class MpiWork final : public Work {
   std::vector<at::Tensor> keep_;
   std::function<void()> finish_;
   MPI_Request req_ = MPI_REQUEST_NULL;
-  bool complete_ = false;
+  bool complete_ = false, opaque_ = false;
 };
 
 class MpiCommunicator final : public GroupCommunicator {
@@ -154,6 +165,7 @@ class MpiCommunicator final : public GroupCommunicator {
     check_tensor(*g_, op, "t", t, at::kCPU);
     check_p2p_peer(op, peer);
     auto w = start(op, {t});
+    if (g_sends_seen_done_only_when_waited) w->make_opaque();
     check(MPI_Isend(t.data_ptr(), count(t), mpi_type(t.scalar_type()).type, peer, kTag, comm_, w->request()), op,
           "MPI_Isend");
     return w;
@@ -232,4 +244,5 @@ std::unique_ptr<Communicator> make_mpi_communicator(SplitGroup split) {
   return std::make_unique<MpiCommunicator>(std::move(split));
 }
 
-}  // namespace planner::rt::detail
+}  // namespace detail
+}  // namespace planner::rt
