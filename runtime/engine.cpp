@@ -2,6 +2,9 @@
 // program and inspection. The handlers are in engine_pipeline.cpp,
 // engine_zero.cpp and engine_tail.cpp (engine_detail.hpp lists them).
 #include "runtime/engine_detail.hpp"
+
+#include <cstdlib>
+#include <limits>
 #include "runtime/model/context_parallel.hpp"
 #include "runtime/model/lora.hpp"
 #include "runtime/model/moe.hpp"
@@ -122,8 +125,18 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
   if (I.offload && cuda_) I.copy = std::make_unique<SideStream>(true);
   else I.copy = std::make_unique<SideStream>(false);
 
-  if (s.pp > 1)
+  if (s.pp > 1) {
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
+    // PLANNER_PP_SENDS_IN_FLIGHT=N (runtime/README.md): a link's sends left
+    // unwaited (Impl::bound_sends); 0 holds them to the Sync.
+    if (const char* e = std::getenv("PLANNER_PP_SENDS_IN_FLIGHT"); e && *e) {
+      char* end = nullptr;
+      const long v = std::strtol(e, &end, 10);
+      if (*end != '\0' || v < 0 || v > 1000000)
+        throw InputError(std::string("PLANNER_PP_SENDS_IN_FLIGHT: '") + e + "' is not a count of sends (0 = to the step's end)");
+      I.sends_in_flight = v == 0 ? std::numeric_limits<size_t>::max() : size_t(v);
+    }
+  }
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp, ep_);
   if (MoeBlock* moe = model_->moe()) moe->set_routing(cfg_.options.moe_routing);
   ParamStore& store = model_->store();

@@ -122,9 +122,9 @@ struct Engine::Impl {
   std::vector<StepAction> deferred;  // Reduce/ToHost held for the Sync (overlap_grad_reduce off)
   std::vector<WorkPtr> pending;
   // A pipeline link's latest sends, oldest first (activations on, gradients
-  // back): bound_sends keeps at most kSendsInFlight of them unwaited.
+  // back): bound_sends keeps at most sends_in_flight of them unwaited.
   std::deque<WorkPtr> sent_f, sent_b;
-  static constexpr size_t kSendsInFlight = 2;
+  size_t sends_in_flight = 2;
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
@@ -164,7 +164,7 @@ struct Engine::Impl {
   // activation sent on (and each gradient sent back) stayed allocated after
   // its backward, about 1 GiB on rank 0 of GPT-Neo-1.3B's interleaved pp=2
   // plan on two H200s (validation/h200x2/heldout18).
-  // A send on a pipeline link, and the wait for the one kSendsInFlight
+  // A send on a pipeline link, and the wait for the one sends_in_flight
   // before it on the same link: the caller's stream (the compute stream)
   // waits for it there, which on the GPU is an event wait in the stream's
   // order and lets the tensor go at once (nccl_backend.cpp, "Memory"), on the
@@ -178,7 +178,7 @@ struct Engine::Impl {
   void bound_sends(std::deque<WorkPtr>& link, WorkPtr w) {
     pending.push_back(w);
     link.push_back(std::move(w));
-    while (link.size() > kSendsInFlight) {
+    while (link.size() > sends_in_flight) {
       link.front()->wait();
       link.pop_front();
     }

@@ -4,6 +4,7 @@
 // GPT-J-like) and a tied one (GPT-2-like: the last stage's copy of the word
 // matrix); losses and every parameter after three steps within 1e-5 of the
 // single-process Trainer on the same global batch (fp32).
+#include <cstdlib>
 #include <chrono>
 #include <string>
 
@@ -113,6 +114,14 @@ TEST_CASE("dist: a pipeline stage frees what it sent once it has arrived (1F1B's
                  << few << " B with 4 micro-batches, " << many << " B with 16; one sent tensor " << sent << " B");
     CHECK(many - few < 2 * sent);
   }
+  // PLANNER_PP_SENDS_IN_FLIGHT=0 holds them to the step's end: the 12 more
+  // micro-batches' sends (one a stage) are all in the peak.
+  const bool before = rt::mpi_sends_seen_done_only_when_waited(true);
+  ::setenv("PLANNER_PP_SENDS_IN_FLIGHT", "0", 1);
+  const int64_t few = peak(4), many = peak(16);
+  ::unsetenv("PLANNER_PP_SENDS_IN_FLIGHT");
+  rt::mpi_sends_seen_done_only_when_waited(before);
+  CHECK(many - few >= 12 * sent);
 }
 
 TEST_CASE("dist: a stage keeps no copy of a chunk's output once sent (GPipe's in-flight micro-batches hold only their saved tensors)",
