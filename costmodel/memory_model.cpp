@@ -275,7 +275,9 @@ double eager_loss_grad_bytes(const MemoryInputs& in, const StageMemory& sm) {
 // NCCL's own and the cp ring's.
 double fixed_comm_bytes(const MemoryInputs& in, const StageMemory& sm) {
   const Strategy& s = in.s;
-  // Pipeline send/receive: one activation and one gradient, double-buffered.
+  // Pipeline send/receive: one activation and one gradient, double-buffered
+  // (the runtime leaves two of a link's sends unwaited: runtime/engine_detail.hpp
+  // bound_sends).
   const double pp_buffers = s.pp > 1 ? 2.0 * 2.0 * in.e * in.sbh / in.sp_split() : 0.0;
   // cp: the ring's K/V (and dK/dV) chunk buffers while a layer's attention runs.
   const double nccl = nccl_bytes(in.m, s, sm.stage, in.k) + cp_ring_buffer_bytes(in.m, in.plan_seq, s);

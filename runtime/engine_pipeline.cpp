@@ -124,8 +124,8 @@ void Engine::send_f(int mb, int chunk) {
   I.bound_sends(I.sent_f, links_->f_out->send(t, 1));
   // The chunk's output is no layer's saved input here (the next stage keeps
   // what it received): its backward needs only its gradient edge, so the
-  // tensor itself is dropped now and freed once the send has arrived, as
-  // Megatron-LM's deallocate_output_tensor does. Kept until its backward, it
+  // tensor itself is dropped now and freed once the send is waited for
+  // (Impl::bound_sends), as Megatron-LM's deallocate_output_tensor does. Kept until its backward, it
   // held one more (b, s, h) per micro-batch and chunk in flight.
   auto it = I.out.find(key(mb, last));
   if (it->second.requires_grad()) {
