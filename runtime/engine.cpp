@@ -52,6 +52,23 @@ int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t 
   return input + padded_copy + logits * (m.logit_softcap > 0 ? 3 : 2);
 }
 
+// Where the gradients of several micro-batches' logits wait for their
+// backward (GPipe, interleaving), the block above does not help: each head
+// leaves its logits' range free beside its kept gradient, and smaller tensors
+// (the next micro-batch's received input among them) land in it before the
+// next head asks for the whole range again. On the last stage of an
+// interleaved qwen2.5-3b plan the caching allocator then mapped a fourth
+// logits-sized range and kept 4.46 GiB of it free (validation/h200x2/pp71,
+// qwen3b-v4-stage1). Written into one tensor kept across micro-batches and
+// steps, the logits never leave such a range; their gradients still come and
+// go, each the same size. The tensor is held all step, but the logits are in
+// the memory model's peak of the last stage anyway.
+bool keeps_head_logits(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab, bool cuda) {
+  if (!cuda || m.mlm_head || s.pp == 1 || s.schedule == Schedule::OneFOneB) return false;
+  const int64_t e = int64_t(at::elementSize(working_dtype(s.precision)));
+  return int64_t(s.mbs) * seq / std::max(1, s.cp) * padded_vocab * e >= (int64_t(128) << 20);
+}
+
 at::ScalarType working_dtype(Precision p) {
   switch (p) {
     case Precision::FP32: return at::kFloat;
@@ -154,6 +171,7 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
 
   I.head_reserve_bytes =
       head_reserve_block_bytes(spec_, s, cfg_.seq(), model_->padded_vocab(), model_->vocab_rows(), cuda_);
+  model_->keep_head_logits = keeps_head_logits(spec_, s, cfg_.seq(), model_->padded_vocab(), cuda_);
   const int64_t full = lay_out_units();
   if (tp_) replicated_ranges();
   allocate_buffers(full);

@@ -164,8 +164,12 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
 // costs a broadcast add over the full activation, several times slower per
 // byte than the epilogue).
 struct LinearAccum : torch::autograd::Function<LinearAccum> {
+  // out_slot: 0, or an at::Tensor* whose tensor the output is written into
+  // (made or remade there when it is not (tokens, out) of x's options):
+  // TransformerModel::keep_head_logits.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& b,
-                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp, int64_t bias_in_forward) {
+                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp, int64_t bias_in_forward,
+                            int64_t out_slot) {
     const int64_t rows = w.size(0), in = w.size(1);
     const int64_t out = std::max(rows, padded_rows);
     const int64_t valid = valid_rows >= 0 ? valid_rows : rows;
@@ -175,11 +179,18 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
     at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
     at::Tensor y;
     const bool has_b = b.numel() > 0;
+    if (out_slot != 0) {
+      at::Tensor& slot = *reinterpret_cast<at::Tensor*>(out_slot);
+      if (!slot.defined() || slot.sizes() != at::IntArrayRef{x2.size(0), out} ||
+          slot.scalar_type() != x2.scalar_type() || slot.device() != x2.device())
+        slot = at::empty({x2.size(0), out}, x2.options());
+      y = slot;
+    }
     if (has_b && bias_in_forward) {
       at::Tensor bp = out > rows ? at::constant_pad_nd(b, {0, out - rows}) : b;
-      y = at::addmm(bp, x2, wp.t());
+      y = y.defined() ? at::addmm_out(y, bp, x2, wp.t()) : at::addmm(bp, x2, wp.t());
     } else {
-      y = at::mm(x2, wp.t());                                                          // (tokens, out)
+      y = y.defined() ? at::mm_out(y, x2, wp.t()) : at::mm(x2, wp.t());            // (tokens, out)
     }
     if (out > valid) y.narrow(1, valid, out - valid).fill_(-std::numeric_limits<double>::infinity());
     if (!has_b) ctx->save_for_backward({x_in, w});
@@ -233,7 +244,7 @@ struct LinearAccum : torch::autograd::Function<LinearAccum> {
       else gb_ret = db;
     }
     if (scatter) gx = scatter->wait();
-    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {gx, gw_ret, gb_ret, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -546,7 +557,8 @@ at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t p
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0), int64_t(1));
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0), int64_t(1),
+                            int64_t(0));
 }
 
 at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const {
@@ -557,17 +569,18 @@ at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   if (!bias_in_row_gemm()) return linear(x, w, tp_ ? -1 : b);  // under sp: the bias in row_out
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1), int64_t(0),
-                            int64_t(tp_rank_ == 0 ? 1 : 0));
+                            int64_t(tp_rank_ == 0 ? 1 : 0), int64_t(0));
 }
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
-                                        int64_t valid_rows) const {
+                                        int64_t valid_rows, at::Tensor* out_slot) const {
   // Under sp the hook gets the sequence shard and gathers it itself (fp8's
   // linears; LoRA refuses sp).
   if (linear_hook)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
-                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1));
+                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1),
+                            reinterpret_cast<int64_t>(out_slot));
 }
 
 at::Tensor TransformerModel::enter_tp(const at::Tensor& x) const {
@@ -774,7 +787,8 @@ at::Tensor TransformerModel::logits(const at::Tensor& x_in) const {
   // Under tp the head is column-parallel over the vocabulary: enter_tp's
   // backward (sp: the GEMM's reduce-scatter) sums the input gradient's
   // vocabulary parts.
-  return col_linear(enter_tp(x), head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab(), vocab_valid());
+  return col_linear(enter_tp(x), head_w_ >= 0 ? head_w_ : wte_, head_b_, padded_vocab(), vocab_valid(),
+                    keep_head_logits ? &head_logits_ : nullptr);
 }
 
 at::Tensor TransformerModel::block(int64_t i, const at::Tensor& x, Ckpt ckpt) const {

@@ -244,6 +244,13 @@ class TransformerModel {
   MoeBlock* moe() { return moe_.get(); }
   // Rows per fp32 chunk of the cross-entropy (0 = about 256 MB of fp32 per chunk).
   int64_t loss_chunk_rows = 0;
+  // The LM head writes its logits into one tensor the model keeps (made at
+  // the first head, reused by every later one) instead of a new one each
+  // micro-batch: the Engine sets it where several micro-batches' logit
+  // gradients wait for their backward (runtime/engine.cpp
+  // keeps_head_logits). Nothing else reads the logits after the loss's
+  // forward (ChunkedCrossEntropy keeps their gradient only).
+  bool keep_head_logits = false;
 
   // Context parallelism (after prepare()): the model then runs on this cp
   // rank's two chunks of the sequence (positions from cp), and attention is
@@ -262,7 +269,8 @@ class TransformerModel {
   at::Tensor linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
   // A column-parallel layer: under sp x is this rank's sequence shard and the
   // GEMM gathers the sequence itself (LinearAccum); linear() otherwise.
-  at::Tensor col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1) const;
+  at::Tensor col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows = 0, int64_t valid_rows = -1,
+                        at::Tensor* out_slot = nullptr) const;
   // Into a column-parallel region (copy-to-tp without sp; under sp the
   // column-parallel GEMMs gather the sequence) and out of a row-parallel one
   // (summed over the tp ranks; sp: this rank's sequence shard); identities
@@ -297,6 +305,7 @@ class TransformerModel {
   int final_norm_w_ = -1, final_norm_b_ = -1, proj_out_ = -1, head_w_ = -1, head_b_ = -1;
   int pool_w_ = -1, pool_b_ = -1, mlm_w_ = -1, mlm_b_ = -1, mlm_norm_w_ = -1, mlm_norm_b_ = -1, mlm_bias_ = -1;
   at::Tensor no_bias_;               // (0): "no bias" for LinearAccum
+  mutable at::Tensor head_logits_;   // keep_head_logits: the logits' tensor
   at::Tensor rope_cos_, rope_sin_;  // (s, 1, head_dim) in the working precision
 };
 

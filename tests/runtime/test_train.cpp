@@ -281,3 +281,51 @@ TEST_CASE("runtime: the soft-capped loss and its gradient equal cross-entropy ov
     CHECK(max_abs_diff(gplain, gref) > 100 * tol * gref.abs().max().item<double>());
   }
 }
+
+TEST_CASE("runtime: a kept logits tensor gives the losses and gradients of fresh ones, both forwards before both "
+          "backwards",
+          "[runtime][engine][memory]") {
+  // TransformerModel::keep_head_logits: the head writes every micro-batch's
+  // logits into one tensor (GPipe and interleaving on CUDA). Two micro-batches'
+  // heads run before either backward, as on GPipe's last stage; the second
+  // overwrites the first's logits, which nothing may still need. Padded
+  // vocabulary (96 -> 128 columns, -inf beyond) and the chunked loss.
+  const ModelSpec m = llama_like();
+  auto run = [&](bool keep, std::vector<double>& losses) {
+    TransformerModel model(m, 16);
+    model.materialize(at::kCPU, at::kDouble, 5);
+    model.loss_chunk_rows = 7;
+    model.keep_head_logits = keep;
+    at::manual_seed(3);
+    std::vector<at::Tensor> xs, ls;
+    for (int mb = 0; mb < 2; ++mb) {
+      xs.push_back(at::randn({2, 16, m.hidden}, at::kDouble).requires_grad_(true));
+      ls.push_back(at::randint(0, m.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong)));
+      ls.back().narrow(1, 0, 2).fill_(-100);
+    }
+    std::vector<at::Tensor> out;
+    for (int mb = 0; mb < 2; ++mb) out.push_back(model.head_loss(xs[size_t(mb)], ls[size_t(mb)], 1.0));
+    for (int mb = 1; mb >= 0; --mb) {
+      losses.push_back(out[size_t(mb)].item<double>());
+      torch::autograd::backward({out[size_t(mb)]});
+    }
+    return std::vector<at::Tensor>{xs[0].grad(), xs[1].grad(), model.store().grads.clone()};
+  };
+  std::vector<double> fresh_loss, kept_loss;
+  const auto fresh = run(false, fresh_loss), kept = run(true, kept_loss);
+  REQUIRE(fresh[2].abs().max().item<double>() > 0);  // the head's weight got its gradient
+  for (size_t i = 0; i < 2; ++i) CHECK(std::abs(fresh_loss[i] - kept_loss[i]) < 1e-12 * std::abs(fresh_loss[i]));
+  for (size_t i = 0; i < fresh.size(); ++i) CHECK(max_abs_diff(fresh[i], kept[i]) < 1e-12);
+  // And the kept tensor is used: two heads' logits share one storage.
+  TransformerModel model(m, 16);
+  model.materialize(at::kCPU, at::kDouble, 5);
+  model.keep_head_logits = true;
+  const at::Tensor a = model.logits(at::randn({2, 16, m.hidden}, at::kDouble));
+  const at::Tensor b = model.logits(at::randn({2, 16, m.hidden}, at::kDouble));
+  CHECK(a.data_ptr() == b.data_ptr());
+  model.keep_head_logits = false;
+  CHECK(model.logits(at::randn({2, 16, m.hidden}, at::kDouble)).data_ptr() != a.data_ptr());
+  // The two micro-batches differ, so a second head writing over the first's
+  // logits before its loss was formed would show.
+  CHECK(std::abs(fresh_loss[0] - fresh_loss[1]) > 1e-6);
+}
