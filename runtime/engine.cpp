@@ -52,19 +52,22 @@ int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t 
   return input + padded_copy + logits * (m.logit_softcap > 0 ? 3 : 2);
 }
 
-// Where the gradients of several micro-batches' logits wait for their
-// backward (GPipe, interleaving), the block above does not help: each head
-// leaves its logits' range free beside its kept gradient, and smaller tensors
-// (the next micro-batch's received input among them) land in it before the
-// next head asks for the whole range again. On the last stage of an
-// interleaved qwen2.5-3b plan the caching allocator then mapped a fourth
-// logits-sized range and kept 4.46 GiB of it free (validation/h200x2/pp71,
-// qwen3b-v4-stage1). Written into one tensor kept across micro-batches and
-// steps, the logits never leave such a range; their gradients still come and
-// go, each the same size. The tensor is held all step, but the logits are in
-// the memory model's peak of the last stage anyway.
+// Under GPipe the last stage runs every micro-batch's head before any
+// backward, and the block above does not help: each head leaves its logits'
+// range free beside its kept gradient, and smaller tensors (the next
+// micro-batch's received input among them) land in it before the next head
+// asks for the whole range again. Written into one tensor kept across
+// micro-batches and steps (TransformerModel::keep_head_logits), the logits
+// never leave such a range. The stage's peak is at its last head, where the
+// logits are alive anyway, so keeping them costs nothing there: on
+// llama3.2-1b-pp2-gpipe-mbs4 the last stage's footprint went from 128.32 to
+// 124.38 GiB (predicted 123.61; validation/h200x2/pp73). Not under
+// interleaving: there the last stage's peak can fall where no logits are
+// alive, so the kept tensor added up to 2.2 GiB to it, and the holes moved to
+// the logits' gradients, freed at each head chunk's backward (pp73's trace:
+// still a 4.46 GiB hole).
 bool keeps_head_logits(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab, bool cuda) {
-  if (!cuda || m.mlm_head || s.pp == 1 || s.schedule == Schedule::OneFOneB) return false;
+  if (!cuda || m.mlm_head || s.pp == 1 || s.schedule != Schedule::GPipe) return false;
   const int64_t e = int64_t(at::elementSize(working_dtype(s.precision)));
   return int64_t(s.mbs) * seq / std::max(1, s.cp) * padded_vocab * e >= (int64_t(128) << 20);
 }

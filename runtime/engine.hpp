@@ -68,8 +68,8 @@ at::ScalarType working_dtype(Precision p);
 int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab,
                                  int64_t vocab_rows, bool cuda);
 // True where the head's logits go into one tensor kept from micro-batch to
-// micro-batch (TransformerModel::keep_head_logits): GPipe and interleaving on
-// CUDA with logits of 128 MiB or more (runtime/engine.cpp).
+// micro-batch (TransformerModel::keep_head_logits): GPipe on CUDA with
+// logits of 128 MiB or more (runtime/engine.cpp).
 bool keeps_head_logits(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab, bool cuda);
 struct PipeLinks;
 

@@ -246,8 +246,8 @@ class TransformerModel {
   int64_t loss_chunk_rows = 0;
   // The LM head writes its logits into one tensor the model keeps (made at
   // the first head, reused by every later one) instead of a new one each
-  // micro-batch: the Engine sets it where several micro-batches' logit
-  // gradients wait for their backward (runtime/engine.cpp
+  // micro-batch: the Engine sets it under GPipe, where every micro-batch's
+  // logit gradient waits for the backward (runtime/engine.cpp
   // keeps_head_logits). Nothing else reads the logits after the loss's
   // forward (ChunkedCrossEntropy keeps their gradient only).
   bool keep_head_logits = false;

@@ -286,7 +286,7 @@ TEST_CASE("runtime: a kept logits tensor gives the losses and gradients of fresh
           "backwards",
           "[runtime][engine][memory]") {
   // TransformerModel::keep_head_logits: the head writes every micro-batch's
-  // logits into one tensor (GPipe and interleaving on CUDA). Two micro-batches'
+  // logits into one tensor (GPipe on CUDA). Two micro-batches'
   // heads run before either backward, as on GPipe's last stage; the second
   // overwrites the first's logits, which nothing may still need. Padded
   // vocabulary (96 -> 128 columns, -inf beyond) and the chunked loss.
