@@ -338,8 +338,9 @@ double overhead_bytes(const MemoryInputs& in, const StageMemory& sm, double dyna
   // 0.13-0.16 GiB reserved and unused, already within what calibrate
   // measures as workspace with no tensor alive (validation/archive/h200x2/
   // alloc), with the head's block reserved first (runtime/engine.cpp
-  // head_reserve_block_bytes; under GPipe and interleaving a reserve up to
-  // one logits tensor remains, not modelled: docs/MEMORY_MODEL.md).
+  // head_reserve_block_bytes; under GPipe the logits kept in one tensor,
+  // keeps_head_logits; under interleaving a reserve up to about one logits
+  // tensor remains, not modelled: docs/MEMORY_MODEL.md).
   const double frag = in.engine == Engine::Ours ? 0.0 : in.k.fragmentation * dynamic;
   // Megatron's local DotProductAttention takes the output buffer of its
   // baddbmm from the global memory buffer ("mpu"): one [b x heads/tp, s, s]
