@@ -157,13 +157,6 @@ struct Engine::Impl {
   };
   std::vector<Range> repl, repl_host;
 
-  // Drops the outstanding collectives and sends that have finished (a
-  // finished Work releases the tensors it held), except the units' latest
-  // reductions, which later actions still order themselves after. A
-  // pipeline stage's sends were otherwise held to the step's Sync: each
-  // activation sent on (and each gradient sent back) stayed allocated after
-  // its backward, about 1 GiB on rank 0 of GPT-Neo-1.3B's interleaved pp=2
-  // plan on two H200s (validation/h200x2/heldout18).
   // A send on a pipeline link, and the wait for the one sends_in_flight
   // before it on the same link: the caller's stream (the compute stream)
   // waits for it there, which on the GPU is an event wait in the stream's
@@ -173,8 +166,10 @@ struct Engine::Impl {
   // outputs and gradients sent in a step stayed allocated to its Sync: stage 0
   // of llama-3.2-1b at interleaved pp=2 vpp 8 on two H200s ran 1.56 GiB over
   // the model, about 50 of the 60 (b, s, h) it sends (validation/h200x2/pp70).
-  // The send waited for was issued two sends earlier, after as many chunks'
-  // compute, so the wait seldom stalls the stream.
+  // The send waited for was issued sends_in_flight (default 2) sends
+  // earlier, after as many chunks' compute, so the wait seldom stalls the
+  // stream (validation/h200x2/pp72: no step time lost against 0, "to the
+  // Sync").
   void bound_sends(std::deque<WorkPtr>& link, WorkPtr w) {
     pending.push_back(w);
     link.push_back(std::move(w));
@@ -184,6 +179,13 @@ struct Engine::Impl {
     }
   }
 
+  // Drops the outstanding collectives and sends that have finished (a
+  // finished Work releases the tensors it held), except the units' latest
+  // reductions, which later actions still order themselves after. A
+  // pipeline stage's sends were otherwise held to the step's Sync: each
+  // activation sent on (and each gradient sent back) stayed allocated after
+  // its backward, about 1 GiB on rank 0 of GPT-Neo-1.3B's interleaved pp=2
+  // plan on two H200s (validation/h200x2/heldout18).
   void reap() {
     pending.erase(std::remove_if(pending.begin(), pending.end(),
                                  [&](const WorkPtr& w) {

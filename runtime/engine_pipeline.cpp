@@ -111,8 +111,8 @@ void Engine::backward(int mb, int u, int chunk) {
 // Pipeline point-to-point over the links of runtime/comm/pipe_links.hpp:
 // activations to the next stage, gradients to the previous one (the next and
 // previous stage of the ring under the interleaved schedule). A send's Work
-// keeps its tensor alive until it is waited for: two sends later on the same
-// link (Impl::bound_sends), or earlier when the host sees it arrived
+// keeps its tensor alive until it is waited for: sends_in_flight (2) sends
+// later on the same link (Impl::bound_sends), or earlier when the host sees it arrived
 // (Impl::reap), or at the step's Sync; a receive before
 // the tensor is used (on the GPU an event wait on the compute stream: the host
 // walks on).
@@ -125,8 +125,9 @@ void Engine::send_f(int mb, int chunk) {
   // The chunk's output is no layer's saved input here (the next stage keeps
   // what it received): its backward needs only its gradient edge, so the
   // tensor itself is dropped now and freed once the send is waited for
-  // (Impl::bound_sends), as Megatron-LM's deallocate_output_tensor does. Kept until its backward, it
-  // held one more (b, s, h) per micro-batch and chunk in flight.
+  // (Impl::bound_sends), as Megatron-LM's deallocate_output_tensor does.
+  // Kept until its backward, it held one more (b, s, h) per micro-batch and
+  // chunk in flight.
   auto it = I.out.find(key(mb, last));
   if (it->second.requires_grad()) {
     I.sent_out[key(mb, last)] = torch::autograd::impl::gradient_edge(it->second);
