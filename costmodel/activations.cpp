@@ -66,4 +66,10 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s_in, in
   return out;
 }
 
+LayerActivationBytes layer_backward_working_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes) {
+  const double e = elem_bytes, tokens = double(s) * double(b);
+  const double up = m.mlp == MlpKind::SwiGlu ? 2.0 : 1.0;
+  return {e * tokens * double(m.hidden), e * tokens * double(m.ffn) * up};
+}
+
 }  // namespace planner

@@ -40,4 +40,15 @@ struct LayerActivationBytes {
 LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes, Ckpt ckpt,
                                             const AttentionImpl& impl = {});
 
+// What one layer's backward holds at its fullest beyond the tensors the layers
+// saved, for a dense MLP: the layer output's gradient (b, s, h), and at the
+// activation's backward the gradient of the up projection's output (b, s, 2f
+// for SwiGLU's gate and up, b, s, f otherwise) beside that of the down
+// projection's input (b, s, f), less the activation the down projection saved
+// (b, s, f), freed by then. So e(sbh + 2sbf) for SwiGLU, e(sbh + sbf) for
+// GeLU/ReLU. The order of allocations is the runtime's, read off the caching
+// allocator's record on stage 0 of two pipeline plans
+// (validation/h200x2/stage74).
+LayerActivationBytes layer_backward_working_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes);
+
 }  // namespace planner

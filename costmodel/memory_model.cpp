@@ -379,16 +379,22 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
   double act = activation_bytes(in, sm);
   const double logits = logits_bytes(in, sm);
   if (sm.has_head) g[int(MemCategory::LogitsLoss)] = saturate_bytes(logits);
-  // Full recomputation re-materialises one layer during its backward
-  // (Korthikanti et al. sec. 5); the logits are gone by then, so the step's
-  // peak is the larger of the two moments.
-  if (s.ckpt == Ckpt::Full) {
-    const double one_layer =
-        s.finetune.frozen_base()
-            ? finetune_layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl, s.tp, s.sp, s.finetune)
-            : layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
-    act += std::max(0.0, one_layer - logits);
-  }
+  // The first backward of a layer holds its working set beside everything
+  // saved (layer_backward_working_bytes; this runtime, dense MLPs: a MoE
+  // layer's experts are not counted); under full recomputation also the one
+  // layer it re-materialises (Korthikanti et al. sec. 5). The logits are gone
+  // by then, so the step's peak is the larger of the two moments: on a stage
+  // without the head, always this one (stage 0 of pipeline plans ran 0.6-0.7
+  // GiB over without it, validation/h200x2/pp71 and stage74).
+  double backward = in.engine == Engine::Ours && !in.m.moe.enabled()
+                        ? layer_backward_working_bytes(in.m, in.seq, s.mbs, in.e).total(s.tp, s.sp)
+                        : 0.0;
+  if (s.ckpt == Ckpt::Full)
+    backward += s.finetune.frozen_base()
+                    ? finetune_layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl, s.tp, s.sp,
+                                                      s.finetune)
+                    : layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
+  act += std::max(0.0, backward - logits);
   g[int(MemCategory::Activations)] = saturate_bytes(act);
   // + the all-to-all send/receive buffers of a MoE layer
   g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm) + moe_dispatch_buffer_bytes(in.m, s, in.seq));

@@ -218,14 +218,38 @@ TEST_CASE("full recomputation: the peak is the larger of the head and one recomp
   const auto g = estimate_memory(p).peak_breakdown();
   const double sbh = 1024.0 * 4 * 768;
   // Stored layer inputs (2 sbh each) and the head's two inputs; one recomputed
-  // layer (32 sbh + lse) is smaller than the logits, so it adds nothing.
+  // layer (32 sbh + lse) with the backward's working set (the output's
+  // gradient 2 sbh and, GeLU with f = 4h, 2 sbf = 8 sbh) is smaller than the
+  // logits, so it adds nothing.
   CHECK(g[int(MemCategory::Activations)] == int64_t(12 * 2 * sbh + 4 * sbh));
   // With a tiny vocabulary the recomputed layer is the larger moment.
   p.model.vocab = 64;
   const auto h = estimate_memory(p).peak_breakdown();
   const double one_layer = 32 * sbh + 4.0 * 12 * 1024 * 4;
+  const double working = 2 * sbh + 8 * sbh;
   CHECK(h[int(MemCategory::Activations)] ==
-        int64_t(12 * 2 * sbh + 4 * sbh + one_layer - double(h[int(MemCategory::LogitsLoss)])));
+        int64_t(12 * 2 * sbh + 4 * sbh + one_layer + working - double(h[int(MemCategory::LogitsLoss)])));
+}
+
+TEST_CASE("memory: a stage without the head adds its first backward's working set to what it saved", "[memory]") {
+  // validation/h200x2/stage74: at stage 0's peak, the first layer backward's
+  // MLP holds the output's gradient (b, s, h), the gradient of SwiGLU's input
+  // (b, s, 2f) and of the down projection's input (b, s, f), the activation
+  // that projection saved (b, s, f) freed: e (sbh + 2 sbf) beyond the saved
+  // tensors. llama-3.2-1b: h 2048, f 8192; mbs 4 x seq 2048 = 8192 tokens, bf16.
+  Plan p;
+  p.model = resolve_model("llama-3.2-1b");
+  p.cluster = parse_cluster("2xH200");
+  p.strategy = Strategy::parse("pp=2,mbs=4,gas=8,schedule=1f1b,precision=bf16");
+  p.seq = 2048;
+  p.global_batch = 32;
+  const MemoryReport r = estimate_memory(p);
+  const StageMemory& first = r.stages[0];
+  REQUIRE(first.inflight_microbatches == 2);
+  REQUIRE(first.layers == 8);
+  const double saved = 2.0 * 8 * layer_activation_bytes(p.model, 2048, 4, 2, Ckpt::None).total(1, false);
+  const double working = 2.0 * 8192 * (2048 + 2 * 8192);
+  CHECK(double(first.gpu[int(MemCategory::Activations)]) == Approx(saved + working).epsilon(1e-12));
 }
 
 TEST_CASE("memory report says what binds when a plan misses", "[memory]") {
