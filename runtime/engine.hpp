@@ -194,6 +194,9 @@ class Engine {
   void backward(int mb, int u, int chunk);
   void send_f(int mb, int chunk);
   void recv_f(int mb, int chunk);
+  // The head's block for micro-batch mb when `chunk` holds the head (once
+  // per micro-batch; head_reserve_block_bytes).
+  void reserve_head_block(int mb, int chunk);
   void send_b(int mb, int chunk);
   void recv_b(int mb, int chunk);
   at::Tensor I_out_detached(int mb, int u);
