@@ -125,11 +125,6 @@ struct Engine::Impl {
   // back): bound_sends keeps at most sends_in_flight of them unwaited.
   std::deque<WorkPtr> sent_f, sent_b;
   size_t sends_in_flight = 2;
-  // The gradients sent back go out of sends_in_flight + 1 buffers kept from
-  // step to step, used in turn (Engine::send_b): a slot is written again only
-  // after bound_sends waited for the send that last read it.
-  std::vector<at::Tensor> send_b_ring;
-  size_t send_b_next = 0;
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;
