@@ -237,14 +237,9 @@ TEST_CASE("memory: a stage without the head adds its first backward's working se
   // (b, s, 2f) and of the down projection's input (b, s, f), the activation
   // that projection saved (b, s, f) freed: e (sbh + 2 sbf) beyond the saved
   // tensors. llama-3.2-1b: h 2048, f 8192; mbs 4 x seq 2048 = 8192 tokens, bf16.
-  Plan p;
-  p.model = resolve_model("llama-3.2-1b");
-  p.cluster = parse_cluster("2xH200");
-  p.strategy = Strategy::parse("pp=2,mbs=4,gas=8,schedule=1f1b,precision=bf16");
-  p.seq = 2048;
-  p.global_batch = 32;
-  const MemoryReport r = estimate_memory(p);
-  const StageMemory& first = r.stages[0];
+  const Plan p{resolve_model("llama-3.2-1b"), parse_cluster("2xH200"),
+               Strategy::parse("pp=2,mbs=4,gas=8,schedule=1f1b,precision=bf16"), 2048, 32};
+  const StageMemory first = estimate_memory(p).stages[0];
   REQUIRE(first.inflight_microbatches == 2);
   REQUIRE(first.layers == 8);
   const double saved = 2.0 * 8 * layer_activation_bytes(p.model, 2048, 4, 2, Ckpt::None).total(1, false);
