@@ -1,4 +1,5 @@
 #include "runtime/device.hpp"
+#include "strategies/errors.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -460,6 +462,17 @@ MachineInfo machine_info(bool cuda) {
   if (cuda) m.device = "cuda:0";
 #endif
   return m;
+}
+
+std::optional<long> env_integer(const char* name, long lo, long hi, const std::string& meaning) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(e, &end, 10);
+  if (*end != '\0' || errno == ERANGE || v < lo || v > hi)
+    throw InputError(std::string(name) + ": '" + e + "' is not " + meaning);
+  return v;
 }
 
 }  // namespace planner::rt

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,10 @@ int64_t device_total_memory(bool cuda);
 // Installs (once per process) the counting CPU allocator; later CPU tensors are counted.
 void enable_cpu_memory_counting();
 bool cpu_memory_counting_enabled();
+// The integer in environment variable `name` when it is set and not empty,
+// else nullopt. Throws InputError, naming the variable and `meaning`, when it
+// is not a whole number in [lo, hi].
+std::optional<long> env_integer(const char* name, long lo, long hi, const std::string& meaning);
 // Waits for the device.
 void synchronize(bool cuda);
 // Binds this process to GPU `index` (cudaSetDevice); no-op without CUDA.

@@ -149,13 +149,11 @@ Engine::Engine(const RunConfig& config, at::Device device, std::shared_ptr<Token
     links_ = std::make_unique<PipeLinks>(make_pipe_links(*pp, program_.partition.vpp() > 1, device_));
     // PLANNER_PP_SENDS_IN_FLIGHT=N (runtime/README.md): a link's sends left
     // unwaited (Impl::bound_sends); 0 holds them to the Sync.
-    if (const char* e = std::getenv("PLANNER_PP_SENDS_IN_FLIGHT"); e && *e) {
-      char* end = nullptr;
-      const long v = std::strtol(e, &end, 10);
-      if (*end != '\0' || v < 0 || v > 1000000)
-        throw InputError(std::string("PLANNER_PP_SENDS_IN_FLIGHT: '") + e + "' is not a count of sends (0 = to the step's end)");
-      I.sends_in_flight = v == 0 ? std::numeric_limits<size_t>::max() : size_t(v);
-    }
+    if (auto v = env_integer("PLANNER_PP_SENDS_IN_FLIGHT", 0, 1000000, "a count of sends (0 = to the step's end)"))
+      I.sends_in_flight = *v == 0 ? std::numeric_limits<size_t>::max() : size_t(*v);
+    // PLANNER_PP_GRAD_BUFFERS=0 sends autograd's input gradient itself, not a
+    // copy in the kept buffers (Engine::send_b).
+    if (auto v = env_integer("PLANNER_PP_GRAD_BUFFERS", 0, 1, "0 or 1")) I.grad_buffers = *v == 1;
   }
   model_ = std::make_unique<TransformerModel>(spec_, cfg_.seq(), tp_, s.sp, ep_);
   if (MoeBlock* moe = model_->moe()) moe->set_routing(cfg_.options.moe_routing);

@@ -125,6 +125,13 @@ struct Engine::Impl {
   // back): bound_sends keeps at most sends_in_flight of them unwaited.
   std::deque<WorkPtr> sent_f, sent_b;
   size_t sends_in_flight = 2;
+  // The gradients sent back go out of sends_in_flight + 1 buffers kept from
+  // step to step, used in turn (Engine::send_b): a buffer is written again
+  // only after bound_sends waited for the send that last read it. Off with
+  // PLANNER_PP_GRAD_BUFFERS=0 or when the sends are held to the Sync.
+  bool grad_buffers = true;
+  std::vector<at::Tensor> grad_ring;
+  size_t grad_next = 0;
   int64_t layer_padded = 0;  // the padded size of a layer unit (the pool's slot size)
   std::vector<at::Tensor> keep;
   std::unordered_map<int64_t, at::Tensor> in, out;

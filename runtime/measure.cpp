@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/device.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/measure_detail.hpp"
 #include "strategies/rank_grid.hpp"
@@ -201,14 +202,10 @@ LoopMemory run_loop(const RunConfig& cfg, const RunSetup& su, Engine& engine, in
   // the end of the backward (2).
   const char* alloc_trace = std::getenv("PLANNER_ALLOC_TRACE");
   int trace_rank = 0;
-  if (const char* tr = std::getenv("PLANNER_ALLOC_TRACE_RANK"); alloc_trace && *alloc_trace && tr && *tr) {
-    char* end = nullptr;
-    const long v = std::strtol(tr, &end, 10);
-    if (*end != '\0' || v < 0 || v >= su.wi.size)
-      throw InputError(std::string("PLANNER_ALLOC_TRACE_RANK: '") + tr + "' is not a rank of this run (0 to " +
-                       std::to_string(su.wi.size - 1) + ")");
-    trace_rank = int(v);
-  }
+  if (alloc_trace && *alloc_trace)
+    trace_rank = int(env_integer("PLANNER_ALLOC_TRACE_RANK", 0, su.wi.size - 1,
+                                 "a rank of this run (0 to " + std::to_string(su.wi.size - 1) + ")")
+                         .value_or(0));
   const bool tracing = alloc_trace && *alloc_trace && su.wi.rank == trace_rank && cuda;
   std::ofstream trace_out;  // opened before the steps, so a bad path stops nothing half-done
   if (tracing && !(trace_out.open(alloc_trace), trace_out))
