@@ -470,7 +470,8 @@ std::optional<long> env_integer(const char* name, long lo, long hi, const std::s
   char* end = nullptr;
   errno = 0;
   const long v = std::strtol(e, &end, 10);
-  if (*end != '\0' || errno == ERANGE || v < lo || v > hi)
+  const bool starts = std::isdigit(static_cast<unsigned char>(e[0])) || e[0] == '-' || e[0] == '+';  // strtol skips spaces
+  if (!starts || *end != '\0' || errno == ERANGE || v < lo || v > hi)
     throw InputError(std::string(name) + ": '" + e + "' is not " + meaning);
   return v;
 }

@@ -285,9 +285,7 @@ at::Tensor Engine::step(int64_t step) {
     if (tr) tr->stop();
   }
   // The step ends when the updated parameters are in place.
-  for (auto& w : I.pending) w->wait();
-  I.pending.clear();
-  I.sent_f.clear(), I.sent_b.clear();
+  I.wait_all();
   I.copy->join();
   I.keep.clear();
   if (I.adam_thread.joinable()) I.adam_thread.join();

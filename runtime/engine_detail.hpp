@@ -178,12 +178,19 @@ struct Engine::Impl {
   // stream (validation/h200x2/pp72: no step time lost against 0, "to the
   // Sync").
   void bound_sends(std::deque<WorkPtr>& link, WorkPtr w) {
-    pending.push_back(w);
     link.push_back(std::move(w));
     while (link.size() > sends_in_flight) {
       link.front()->wait();
       link.pop_front();
     }
+  }
+
+  // Waits for every outstanding collective and pipeline send (the step's end).
+  void wait_all() {
+    for (auto* q : {&sent_f, &sent_b})
+      for (auto& w : *q) w->wait();
+    for (auto& w : pending) w->wait();
+    pending.clear(), sent_f.clear(), sent_b.clear();
   }
 
   // Drops the outstanding collectives and sends that have finished (a
@@ -201,6 +208,8 @@ struct Engine::Impl {
                                    return w->done();
                                  }),
                   pending.end());
+    for (auto* q : {&sent_f, &sent_b})
+      q->erase(std::remove_if(q->begin(), q->end(), [](const WorkPtr& w) { return w->done(); }), q->end());
   }
 };
 

@@ -31,9 +31,7 @@ void Engine::to_host(int u) {
 void Engine::sync() {
   Impl& I = *impl_;
   issue_deferred();
-  for (auto& w : I.pending) w->wait();
-  I.pending.clear();
-  I.sent_f.clear(), I.sent_b.clear();
+  I.wait_all();
   std::fill(I.reduce_work.begin(), I.reduce_work.end(), nullptr);
   I.copy->join();
   if (I.offload) I.copy->host_wait();

@@ -150,12 +150,12 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
 // vocabulary-parallel shard whose range ends past the vocabulary): the columns
 // of the rows after them are -inf too.
 //
-// seq_tp != 0 (a Communicator*; a column-parallel layer under sequence
+// seq_tp set (a column-parallel layer under sequence
 // parallelism): x is this rank's sequence shard (b, s/tp, in), all-gathered
 // along the sequence for the GEMM; the backward gathers it again for dW and
 // reduce-scatters dx (Megatron-LM's sequence-parallel linear; runtime/model/tensor_parallel.hpp).
 //
-// bias_in_forward == 0: b is not added to this rank's output, but its gradient
+// bias_in_forward false: b is not added to this rank's output, but its gradient
 // (the column sum of the output gradient) is still accumulated. A
 // row-parallel layer without sp adds its bias in the GEMM's epilogue on one
 // tensor-parallel rank only, so that the all-reduce of the partial outputs
@@ -164,23 +164,23 @@ struct LayerCheckpoint : torch::autograd::Function<LayerCheckpoint> {
 // costs a broadcast add over the full activation, several times slower per
 // byte than the epilogue).
 struct LinearAccum : torch::autograd::Function<LinearAccum> {
-  // out_slot: 0, or an at::Tensor* whose tensor the output is written into
-  // (made or remade there when it is not (tokens, out) of x's options):
+  // out_slot: null, or the tensor the output is written into (made or remade
+  // there when it is not (tokens, out) of x's options):
   // TransformerModel::keep_head_logits.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, const at::Tensor& b,
-                            int64_t padded_rows, int64_t valid_rows, int64_t seq_tp, int64_t bias_in_forward,
-                            int64_t out_slot) {
+                            int64_t padded_rows, int64_t valid_rows, Communicator* seq_tp, bool bias_in_forward,
+                            at::Tensor* out_slot) {
     const int64_t rows = w.size(0), in = w.size(1);
     const int64_t out = std::max(rows, padded_rows);
     const int64_t valid = valid_rows >= 0 ? valid_rows : rows;
-    ctx->saved_data["seq_tp"] = seq_tp;
-    at::Tensor x = seq_tp ? all_gather_seq(x_in, *reinterpret_cast<Communicator*>(seq_tp)) : x_in;
+    ctx->saved_data["seq_tp"] = reinterpret_cast<int64_t>(seq_tp);  // saved_data holds IValues, not pointers
+    at::Tensor x = seq_tp ? all_gather_seq(x_in, *seq_tp) : x_in;
     at::Tensor x2 = x.reshape({-1, in});                                               // (tokens, in)
     at::Tensor wp = out > rows ? at::constant_pad_nd(w, {0, 0, 0, out - rows}) : w;     // (out, in)
     at::Tensor y;
     const bool has_b = b.numel() > 0;
-    if (out_slot != 0) {
-      at::Tensor& slot = *reinterpret_cast<at::Tensor*>(out_slot);
+    if (out_slot) {
+      at::Tensor& slot = *out_slot;
       if (!slot.defined() || slot.sizes() != at::IntArrayRef{x2.size(0), out} ||
           slot.scalar_type() != x2.scalar_type() || slot.device() != x2.device())
         slot = at::empty({x2.size(0), out}, x2.options());
@@ -557,8 +557,8 @@ at::Tensor TransformerModel::linear(const at::Tensor& x, int w, int b, int64_t p
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   // No bias: an empty (defined) tensor, which every LibTorch version's custom
   // Function machinery accepts as an input.
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows, int64_t(0), int64_t(1),
-                            int64_t(0));
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
+                            static_cast<Communicator*>(nullptr), true, static_cast<at::Tensor*>(nullptr));
 }
 
 at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const {
@@ -568,8 +568,8 @@ at::Tensor TransformerModel::row_linear(const at::Tensor& x, int w, int b) const
   if (linear_hook && tp_ && !sp_)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   if (!bias_in_row_gemm()) return linear(x, w, tp_ ? -1 : b);  // under sp: the bias in row_out
-  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1), int64_t(0),
-                            int64_t(tp_rank_ == 0 ? 1 : 0), int64_t(0));
+  return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, int64_t(0), int64_t(-1),
+                            static_cast<Communicator*>(nullptr), tp_rank_ == 0, static_cast<at::Tensor*>(nullptr));
 }
 
 at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64_t padded_rows,
@@ -579,8 +579,7 @@ at::Tensor TransformerModel::col_linear(const at::Tensor& x, int w, int b, int64
   if (linear_hook)
     if (at::Tensor y = linear_hook(x, w, b); y.defined()) return y;
   return LinearAccum::apply(x, p(w), b >= 0 ? p(b) : no_bias_, padded_rows, valid_rows,
-                            sp_ ? reinterpret_cast<int64_t>(tp_) : int64_t(0), int64_t(1),
-                            reinterpret_cast<int64_t>(out_slot));
+                            sp_ ? tp_ : static_cast<Communicator*>(nullptr), true, out_slot);
 }
 
 at::Tensor TransformerModel::enter_tp(const at::Tensor& x) const {

@@ -12,6 +12,7 @@
 #include "specs/cluster_spec.hpp"
 #include "specs/plan.hpp"
 #include "runtime/data.hpp"
+#include "runtime/device.hpp"
 #include "costmodel/predict.hpp"
 #include "planner/exec_report.hpp"
 #include "runtime/exec.hpp"
@@ -211,4 +212,29 @@ TEST_CASE("exec: token files, uint16 and int32", "[runtime][exec]") {
   s.batch(0, 0, 4, 16, x);
   s.batch(0, 0, 2, 16, y);
   CHECK(std::vector<int64_t>(x.begin(), x.begin() + 34) == y);
+}
+
+TEST_CASE("exec: the runtime's integer environment settings are read whole or refused by name", "[runtime][exec]") {
+  const char* name = "PLANNER_TEST_ENV_INTEGER";
+  ::unsetenv(name);
+  CHECK_FALSE(rt::env_integer(name, 0, 10, "a count").has_value());
+  ::setenv(name, "", 1);
+  CHECK_FALSE(rt::env_integer(name, 0, 10, "a count").has_value());
+  ::setenv(name, "7", 1);
+  CHECK(rt::env_integer(name, 0, 10, "a count") == 7L);
+  ::setenv(name, "0", 1);
+  CHECK(rt::env_integer(name, 0, 10, "a count") == 0L);
+  for (const char* bad : {"11", "-1", "2x", "x", " 3", "1.5", "99999999999999999999999"}) {
+    ::setenv(name, bad, 1);
+    INFO(bad);
+    try {
+      (void)rt::env_integer(name, 0, 10, "a count");
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(name) != std::string::npos);
+      CHECK(what.find(std::string("'") + bad + "' is not a count") != std::string::npos);
+    }
+  }
+  ::unsetenv(name);
 }
