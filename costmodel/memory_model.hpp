@@ -24,6 +24,7 @@ struct StageMemory {
   bool has_embedding = false, has_head = false;
   int64_t params = 0;                    // parameters held by one rank of this stage (after TP)
   int inflight_microbatches = 0;         // activations of this many micro-batches live at the peak
+  double inflight_layers = 0;            // ... of this many layers: the in-flight (micro-batch, chunk)s' layers
   int head_inflight_microbatches = 0;    // last stage: micro-batches whose last chunk (the LM head) awaits its backward
   int embedding_inflight_microbatches = 0;  // first stage: ... whose chunk 0 (the embedding) does
   MemBreakdown gpu{};                    // bytes on one GPU of this stage

@@ -350,6 +350,21 @@ int max_inflight(const StepList& actions, int chunk) {
   return peak;
 }
 
+double max_inflight_weighted(const StepList& actions, const std::vector<double>& chunk_weight) {
+  // The same pass rule as max_inflight.
+  double live = 0, peak = 0;
+  std::pair<int, int> last_f{-1, -1}, last_b{-1, -1};
+  auto weight = [&](int chunk) { return chunk_weight.at(size_t(std::max(0, chunk))); };
+  for (const StepAction& a : actions) {
+    const std::pair<int, int> key{a.microbatch, a.chunk};
+    if (a.op == StepOp::Forward && (a.unit < 0 || key != last_f)) peak = std::max(peak, live += weight(a.chunk));
+    if (a.op == StepOp::Backward && (a.unit < 0 || key != last_b)) live -= weight(a.chunk);
+    if (a.op == StepOp::Forward) last_f = key;
+    if (a.op == StepOp::Backward) last_b = key;
+  }
+  return peak;
+}
+
 std::string to_string(const StepProgram& p) {
   std::string out;
   for (const auto& st : p.stages) {

@@ -206,6 +206,11 @@ int max_inflight(const StepList& actions);
 // rank): the micro-batches whose pass through that chunk waits for its
 // backward, e.g. the LM head's logits on the last stage's last chunk.
 int max_inflight(const StepList& actions, int chunk);
+// The largest sum of chunk_weight[chunk] over the (micro-batch, chunk)
+// forwards whose backward has not run yet, e.g. the layers a stage holds the
+// activations of at its peak when its chunks' layer counts differ (the
+// interleaved schedule holds more of its first chunks in the warm-up).
+double max_inflight_weighted(const StepList& actions, const std::vector<double>& chunk_weight);
 
 // Compact one-line-per-stage form (tests, `--explain`).
 std::string to_string(const StepProgram& p);

@@ -411,3 +411,39 @@ TEST_CASE("memory: the LM head's logits count its own chunk's waiting micro-batc
     CHECK(want == first);  // not growing with vpp
   }
 }
+
+TEST_CASE("memory: interleaved stages hold the layers of the chunks in flight, not the mean chunk", "[memory][pp]") {
+  // By hand (stage 0: micro-batch, chunk): F(0,c0) F(1,c0) F(0,c1) B(0,c1) F(1,c1) B(1,c1) B(0,c0) B(1,c0)
+  // with chunks of 5 and 4 layers: 5, 10, 14 (the peak), 10, 14, 10, 5, 0.
+  const StepList hand = parse_step_lists("0F0 0F1 0F0.c1 0B0.c1 0F1.c1 0B1.c1 0B0 0B1")[0];
+  CHECK(max_inflight(hand) == 3);
+  CHECK(max_inflight_weighted(hand, {5, 4}) == 14);
+  CHECK(max_inflight_weighted(hand, {4, 5}) == 13);
+  // Weights of 1 are max_inflight; a weight on one chunk only, that chunk's count.
+  for (int vpp : {2, 4}) {
+    const auto sched = interleaved_one_f_one_b(4, 8, vpp);
+    for (int st = 0; st < 4; ++st) {
+      CHECK(max_inflight_weighted(sched[st], std::vector<double>(vpp, 1.0)) == max_inflight(sched[st]));
+      std::vector<double> only_last(vpp, 0.0);
+      only_last.back() = 1;
+      CHECK(max_inflight_weighted(sched[st], only_last) == max_inflight(sched[st], vpp - 1));
+    }
+  }
+  // qwen2.5-7b at pp 4, vpp 2: 28 layers in 8 chunks of 3 and 4. The
+  // activations are the weighted count's layers, not inflight x 3.5.
+  Plan p;
+  p.model = resolve_model("qwen2.5-7b");
+  p.cluster = parse_cluster("4xH200");
+  p.seq = 4096;
+  p.strategy = Strategy::parse("pp=4,vpp=2,schedule=interleaved,zero=1,mbs=1,gas=8");
+  p.global_batch = 8;
+  const MemoryReport r = estimate_memory(p);
+  const LayerPartition part(p.model.layers, 4, 2);
+  for (int st = 0; st < 4; ++st) {
+    const auto sched = interleaved_one_f_one_b(4, 8, 2);
+    const std::vector<double> w = {double(part.chunk_layers()[size_t(st)]), double(part.chunk_layers()[size_t(4 + st)])};
+    INFO("stage " << st << ": chunks of " << w[0] << " and " << w[1] << " layers");
+    CHECK(r.stages[size_t(st)].inflight_layers == max_inflight_weighted(sched[size_t(st)], w));
+  }
+  CHECK(r.stages[1].inflight_layers > r.stages[1].inflight_microbatches * 3.5);
+}
