@@ -347,10 +347,10 @@ struct Searcher {
       runs = fmt::format("none of the {} simulated strategies is one it runs", out.stats.simulated);
     }
     if (first_run != 1) runs += "; plan --runnable ranks only what it runs";
-    out.notes.push_back(fmt::format("planner exec does not run {} ({}{}): they are predicted as the cost model prices "
-                                    "them{}{}",
-                                    which, why, ranks.size() > 1 ? ", the first's reason" : "", runs.empty() ? "" : "; ",
-                                    runs));
+    const bool one = ranks.size() == 1;
+    out.notes.push_back(fmt::format("planner exec does not run {} ({}{}): {} predicted as the cost model prices {}{}{}",
+                                    which, why, one ? "" : ", the first's reason", one ? "it is" : "they are",
+                                    one ? "it" : "them", runs.empty() ? "" : "; ", runs));
   }
 
   // A winner, predicted in full (memory, breakdown) and checked against the rules.
