@@ -2,9 +2,9 @@
 """clocks.csv (nvidia-smi every 100 ms: index, timestamp, SM clock, power, temperature) over each plan's
 exec window (NAME.start/.end), per GPU (GPU 0 runs pipeline stage 0, GPU 1 the last stage), every sample
 (idle bubbles included) and those drawing over 300 W."""
-import datetime, sys
+import datetime, gzip, os, sys
 rows = []
-for l in open("clocks.csv"):
+for l in gzip.open("clocks.csv.gz", "rt") if os.path.exists("clocks.csv.gz") else open("clocks.csv"):
     p = [x.strip() for x in l.split(",")]
     if len(p) < 5 or not p[0].isdigit():
         continue
