@@ -72,4 +72,10 @@ LayerActivationBytes layer_backward_working_bytes(const ModelSpec& m, int64_t s,
   return {e * tokens * double(m.hidden), e * tokens * double(m.ffn) * up};
 }
 
+LayerActivationBytes layer_forward_working_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes) {
+  const double e = elem_bytes, tokens = double(s) * double(b);
+  const double f = m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
+  return {e * tokens * double(m.hidden), e * tokens * double(m.ffn) * f};
+}
+
 }  // namespace planner

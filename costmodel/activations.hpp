@@ -50,5 +50,13 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, int64_t s, int64
 // allocator's record on stage 0 of two pipeline plans
 // (validation/h200x2/stage74).
 LayerActivationBytes layer_backward_working_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes);
+// The transient tensors of one dense layer's forward when it saves nothing
+// (full recomputation's first pass): at the down projection's output, the
+// up projection's output (b, s, 2f for SwiGLU, b, s, f otherwise), the
+// activation's (b, s, f) and the down projection's output (b, s, h) are
+// alive. So e(sbh + 3sbf) for SwiGLU, e(sbh + 2sbf) otherwise; read off the
+// caching allocator's record of a tp=2 run (validation/h200x2/tploss84: 1024,
+// 512 and 256 MiB at the peak).
+LayerActivationBytes layer_forward_working_bytes(const ModelSpec& m, int64_t s, int64_t b, int elem_bytes);
 
 }  // namespace planner

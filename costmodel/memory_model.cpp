@@ -220,6 +220,17 @@ double activation_bytes(const MemoryInputs& in, const StageMemory& sm) {
   return act;
 }
 
+// Whether this runtime reserves the head's tensors as one block while a
+// micro-batch runs the head's chunk (runtime/engine.cpp
+// head_reserve_block_bytes: on CUDA, an LM head, pp = 1 or 1F1B, logits of
+// 128 MiB or more; a dense model).
+bool holds_head_block(const MemoryInputs& in, const StageMemory& sm) {
+  const Strategy& s = in.s;
+  const double logits = double(in.seq) * s.mbs * double(padded_vocab_columns(in.m, s.tp)) * in.e;
+  return in.engine == Engine::Ours && sm.has_head && in.fused_kernels && !in.m.mlm_head && !in.m.moe.enabled() &&
+         (s.pp == 1 || s.schedule == Schedule::OneFOneB) && logits >= double(int64_t(128) << 20);
+}
+
 // The logits and the loss on the last stage (0 elsewhere).
 double logits_bytes(const MemoryInputs& in, const StageMemory& sm) {
   if (!sm.has_head) return 0;
@@ -417,7 +428,16 @@ StageMemory estimate_stage(const MemoryInputs& in, int st) {
                     ? finetune_layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl, s.tp, s.sp,
                                                       s.finetune)
                     : layer_activation_bytes(in.m, in.seq, s.mbs, in.e, Ckpt::None, in.impl).total(s.tp, s.sp);
-  act += std::max(0.0, backward - logits);
+  // This runtime holds the head's block (its logits, their gradient and its
+  // input: runtime/engine.cpp head_reserve_block_bytes) from the start of the
+  // head's chunk to the head, so under full recomputation the last layer's
+  // forward working set (layer_forward_working_bytes) comes on top of the
+  // logits: a third moment (validation/h200x2/tploss84: llama-3.2-1b tp2 at
+  // 65,536 tokens, 2.0 GiB over the model without it).
+  const double forward = s.ckpt == Ckpt::Full && holds_head_block(in, sm)
+                             ? layer_forward_working_bytes(in.m, in.seq, s.mbs, in.e).total(s.tp, s.sp)
+                             : 0.0;
+  act += std::max({0.0, backward - logits, forward});
   g[int(MemCategory::Activations)] = saturate_bytes(act);
   // + the all-to-all send/receive buffers of a MoE layer
   g[int(MemCategory::CommBuffers)] = saturate_bytes(comm_bytes(in, sm) + moe_dispatch_buffer_bytes(in.m, s, in.seq));

@@ -220,8 +220,10 @@ TEST_CASE("full recomputation: the peak is the larger of the head and one recomp
   // Stored layer inputs (2 sbh each) and the head's two inputs; one recomputed
   // layer (32 sbh + lse) with the backward's working set (the output's
   // gradient 2 sbh and, GeLU with f = 4h, 2 sbf = 8 sbh) is smaller than the
-  // logits, so it adds nothing.
-  CHECK(g[int(MemCategory::Activations)] == int64_t(12 * 2 * sbh + 4 * sbh));
+  // logits, so it adds nothing. The head's block (logits of 400 MiB) is held
+  // through the forward, beside the last layer's transient tensors: fc1's and
+  // GeLU's outputs (2 x 2 sbf = 16 sbh) and fc2's (2 sbh).
+  CHECK(g[int(MemCategory::Activations)] == int64_t(12 * 2 * sbh + 4 * sbh + 18 * sbh));
   // With a tiny vocabulary the recomputed layer is the larger moment.
   p.model.vocab = 64;
   const auto h = estimate_memory(p).peak_breakdown();
@@ -446,4 +448,38 @@ TEST_CASE("memory: interleaved stages hold the layers of the chunks in flight, n
     CHECK(r.stages[size_t(st)].inflight_layers == max_inflight_weighted(sched[size_t(st)], w));
   }
   CHECK(r.stages[1].inflight_layers > r.stages[1].inflight_microbatches * 3.5);
+}
+
+TEST_CASE("memory: under full recomputation the last layer's forward adds to the head's block", "[memory]") {
+  // llama-3.2-1b (h 2048, SwiGLU f 8192) at tp 2 without sp, mbs 8 x seq
+  // 8192 = 65,536 tokens: the forward's transient tensors at the down
+  // projection are its gate/up output (65536 x 2 x 4096), the activation
+  // (65536 x 4096) and the down output (65536 x 2048), bf16: 1024 + 512 +
+  // 256 MiB, as the allocator's record of validation/h200x2/tploss84 has them.
+  const ModelSpec m = resolve_model("llama-3.2-1b");
+  CHECK(layer_forward_working_bytes(m, 8192, 8, 2).total(2, false) == double((1024 + 512 + 256) << 20));
+  ModelSpec gelu = m;
+  gelu.mlp = MlpKind::Gelu;
+  CHECK(layer_forward_working_bytes(gelu, 8192, 8, 2).total(2, false) == double((512 + 512 + 256) << 20));
+  // The plan: the head's block is held while the layers run forward, so the
+  // peak carries one layer's forward working set beside the logits. With a
+  // vocabulary too small for the block (logits under 128 MiB) the larger
+  // moment is the first backward's, less the logits gone by then.
+  Plan p;
+  p.model = m;
+  p.cluster = parse_cluster("2xH200");
+  p.seq = 8192;
+  p.global_batch = 8;
+  p.strategy = Strategy::parse("tp=2,sp=0,zero=1,ckpt=full,mbs=8,gas=1");
+  const MemoryReport block = estimate_memory(p);
+  p.model.vocab = 256;
+  const MemoryReport no_block = estimate_memory(p);
+  const double fws = layer_forward_working_bytes(m, 8192, 8, 2).total(2, false);
+  const double bws = layer_backward_working_bytes(m, 8192, 8, 2).total(2, false) +
+                     layer_activation_bytes(m, 8192, 8, 2, Ckpt::None, AttentionImpl{}).total(2, false);
+  const double small_logits = double(no_block.stages[0].gpu[int(MemCategory::LogitsLoss)]);
+  const double act = double(block.stages[0].gpu[int(MemCategory::Activations)]);
+  const double act_small = double(no_block.stages[0].gpu[int(MemCategory::Activations)]);
+  INFO("forward " << fws << " B, backward " << bws << " B, small logits " << small_logits << " B");
+  CHECK(act - act_small == Approx(fws - (bws - small_logits)).epsilon(1e-9));
 }
