@@ -39,7 +39,7 @@ SETS = [
     # four H200s
     "h200x4/heldout39/heldout", "h200x4/offload40/heldout", "h200x4/rank41/rank-*", "h200x4/four68/heldout",
     "h200x4/four68/rank-*",
-    "h200x2/pp70/heldout", "h200x2/pp75/heldout", "h200x4/pp79/heldout", "h200x2/vpp81/heldout", "h200x2/dense83/heldout",
+    "h200x2/pp70/heldout", "h200x2/pp75/heldout", "h200x4/pp79/heldout", "h200x2/vpp81/heldout", "h200x2/dense83/heldout", "h200x2/full85/heldout",
 ]
 GPUS = {"H100-SXM": "H100", "H200": "H200"}  # the plan's GPU -> what the machine's name must contain
 
