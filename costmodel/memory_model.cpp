@@ -20,6 +20,7 @@
 #include "costmodel/moe_costs.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_buffers.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/step_program.hpp"
 
 namespace planner {
@@ -114,11 +115,17 @@ namespace {
 // the LM head's logits, the first stage's chunk 0 the embedding): under the
 // interleaved schedule fewer than the stage's chunks in flight, which count
 // every virtual stage (validation/h200x4/moe37: logits counted vpp times).
-int inflight(const Strategy& s, int stage, int chunk = -1) {
-  if (s.vpp <= 1) chunk = -1;  // one chunk a stage: the stage's count, cached once
+// The shape whose schedule the counts are read off: gas bounded as above.
+Strategy counting_shape(const Strategy& s) {
   Strategy x = s;
   if (s.schedule == Schedule::OneFOneB) x.gas = std::min(s.gas, s.pp);
   if (s.schedule == Schedule::Interleaved) x.gas = std::min(s.gas, s.pp * (s.vpp + 2));
+  return x;
+}
+
+int inflight(const Strategy& s, int stage, int chunk = -1) {
+  if (s.vpp <= 1) chunk = -1;  // one chunk a stage: the stage's count, cached once
+  const Strategy x = counting_shape(s);
   thread_local std::map<std::tuple<int, int, int, int, int>, std::vector<int>> peaks;
   const auto key = std::make_tuple(int(x.schedule), x.pp, x.vpp, x.gas, chunk);
   auto it = peaks.find(key);
@@ -142,8 +149,7 @@ double inflight_layers(const Strategy& s, int stage, const std::vector<int>& chu
   std::vector<double> w(size_t(std::max(1, s.vpp)));
   for (int c = 0; c < int(w.size()); ++c) w[size_t(c)] = chunk_layers.at(size_t(c) * s.pp + stage);
   if (s.vpp <= 1) return inflight(s, stage) * w[0];
-  Strategy x = s;
-  x.gas = std::min(s.gas, s.pp * (s.vpp + 2));
+  const Strategy x = counting_shape(s);
   thread_local std::map<std::tuple<int, int, int, int, int, std::vector<double>>, double> peaks;
   const auto key = std::make_tuple(int(x.schedule), x.pp, x.vpp, x.gas, stage, w);
   auto it = peaks.find(key);
@@ -220,15 +226,14 @@ double activation_bytes(const MemoryInputs& in, const StageMemory& sm) {
   return act;
 }
 
-// Whether this runtime reserves the head's tensors as one block while a
-// micro-batch runs the head's chunk (runtime/engine.cpp
-// head_reserve_block_bytes: on CUDA, an LM head, pp = 1 or 1F1B, logits of
-// 128 MiB or more; a dense model).
+// Whether this runtime, on a GPU, holds the head's block while the head's
+// chunk runs (specs/runtime_gap.hpp runtime_reserves_head_block), on a dense
+// model (a MoE layer's forward working set is not layer_forward_working_bytes).
 bool holds_head_block(const MemoryInputs& in, const StageMemory& sm) {
   const Strategy& s = in.s;
   const double logits = double(in.seq) * s.mbs * double(padded_vocab_columns(in.m, s.tp)) * in.e;
-  return in.engine == Engine::Ours && sm.has_head && in.fused_kernels && !in.m.mlm_head && !in.m.moe.enabled() &&
-         (s.pp == 1 || s.schedule == Schedule::OneFOneB) && logits >= double(int64_t(128) << 20);
+  return in.engine == Engine::Ours && sm.has_head && in.fused_kernels && !in.m.moe.enabled() &&
+         runtime_reserves_head_block(in.m, s, logits);
 }
 
 // The logits and the loss on the last stage (0 elsewhere).

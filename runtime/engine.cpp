@@ -39,12 +39,11 @@ namespace planner::rt {
 // large enough to matter (128 MiB).
 int64_t head_reserve_block_bytes(const ModelSpec& m, const Strategy& s, int64_t seq, int64_t padded_vocab,
                                  int64_t vocab_rows, bool cuda) {
-  if (!cuda || m.mlm_head || (s.pp > 1 && s.schedule != Schedule::OneFOneB)) return 0;
   const int64_t e = int64_t(at::elementSize(working_dtype(s.precision)));
   const int64_t rows = int64_t(s.mbs) * seq / std::max(1, s.cp);
   const int64_t width = m.word_embed_dim > 0 ? m.word_embed_dim : m.hidden;
   const int64_t logits = rows * padded_vocab * e;
-  if (logits < (int64_t(128) << 20)) return 0;
+  if (!cuda || !runtime_reserves_head_block(m, s, double(logits))) return 0;
   int64_t input = rows / (s.sp && s.tp > 1 ? s.tp : 1) * m.hidden * e;  // the final norm's output
   if (s.sp && s.tp > 1) input += rows * width * e;                      // gathered for the GEMM
   if (width != m.hidden) input += rows * width * e;                     // projected

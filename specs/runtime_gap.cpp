@@ -52,4 +52,8 @@ std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq) {
   return "";
 }
 
+bool runtime_reserves_head_block(const ModelSpec& m, const Strategy& s, double logits_bytes) {
+  return !m.mlm_head && (s.pp == 1 || s.schedule == Schedule::OneFOneB) && logits_bytes >= double(int64_t(128) << 20);
+}
+
 }  // namespace planner

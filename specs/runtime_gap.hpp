@@ -25,4 +25,12 @@ std::string moe_runtime_gap(const ModelSpec& m, int tp, int ep);
 // and sp's sequence split (seq a multiple of tp).
 std::string runtime_gap(const ModelSpec& m, const Strategy& s, int64_t seq);
 
+// Whether planner exec on a GPU reserves the LM head's tensors as one block
+// from the start of the head's chunk to the head (runtime/engine.cpp
+// head_reserve_block_bytes): an LM head (not BERT's MLM head), pp = 1 or
+// 1F1B, and `logits_bytes` (one micro-batch's rows x the rank's padded
+// vocabulary columns, in the working precision) of 128 MiB or more. The
+// memory model counts what lives beside that block (costmodel/memory_model.cpp).
+bool runtime_reserves_head_block(const ModelSpec& m, const Strategy& s, double logits_bytes);
+
 }  // namespace planner

@@ -3,6 +3,7 @@
 #include "costmodel/compat.hpp"
 #include "costmodel/memory_model.hpp"
 #include "costmodel/model_states.hpp"
+#include "specs/runtime_gap.hpp"
 #include "strategies/errors.hpp"
 #include "strategies/schedule.hpp"
 
@@ -482,4 +483,17 @@ TEST_CASE("memory: under full recomputation the last layer's forward adds to the
   const double act_small = double(no_block.stages[0].gpu[int(MemCategory::Activations)]);
   INFO("forward " << fws << " B, backward " << bws << " B, small logits " << small_logits << " B");
   CHECK(act - act_small == Approx(fws - (bws - small_logits)).epsilon(1e-9));
+}
+
+TEST_CASE("the runtime's head block: an LM head, pp 1 or 1F1B, logits of 128 MiB or more", "[memory]") {
+  const ModelSpec m = resolve_model("llama-3.2-1b");
+  const double mib128 = double(int64_t(128) << 20);
+  CHECK(runtime_reserves_head_block(m, Strategy::parse("mbs=1"), mib128));
+  CHECK_FALSE(runtime_reserves_head_block(m, Strategy::parse("mbs=1"), mib128 - 1));
+  CHECK(runtime_reserves_head_block(m, Strategy::parse("pp=2,schedule=1f1b"), mib128));
+  CHECK_FALSE(runtime_reserves_head_block(m, Strategy::parse("pp=2,schedule=gpipe"), mib128));
+  CHECK_FALSE(runtime_reserves_head_block(m, Strategy::parse("pp=2,vpp=2,schedule=interleaved"), mib128));
+  ModelSpec bert = m;
+  bert.mlm_head = true;
+  CHECK_FALSE(runtime_reserves_head_block(bert, Strategy::parse("mbs=1"), mib128));
 }
